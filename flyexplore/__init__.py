@@ -1,0 +1,12 @@
+"""flyexplore: measure, explain and explore PyTorch's FlyDSL paths on AMD MI350 (gfx950),
+and the ATen / Triton / vendor-BLAS / SDPA paths on any CUDA or ROCm GPU or the CPU.
+
+Public entry points (each documented where it lives):
+
+- :func:`flyexplore.env.collect` -- the environment report.
+- :mod:`flyexplore.ops` -- the operator catalogue (``get_op``, ``list_ops``).
+- :class:`flyexplore.timing.Timer` -- honest timing, returning a :class:`~flyexplore.timing.Measurement`.
+- :func:`flyexplore.sweep.run_sweep` -- sweeps that keep every row.
+- :mod:`flyexplore.results` -- the result schema, load/save, speedups and geometric means.
+"""
+__version__ = "0.1.0"

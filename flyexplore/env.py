@@ -1,0 +1,351 @@
+"""Environment report: platform, devices, versions and FlyDSL readiness.
+
+``collect()`` returns an :class:`Environment` (frozen); ``flyexplore env [--json]`` prints it.
+Every result row carries :meth:`Environment.fingerprint` so a number always says where it came
+from.
+
+Sources of the rules used here (read from the torch 2.15.0 wheel; see
+``shared/reference/pytorch-flydsl.md``):
+
+- FlyDSL eager overrides (RMSNorm, TopK) register only on a ROCm build of torch
+  (``torch.version.hip``) with flydsl importable and in the series torch accepts
+  (``torch/_native/flydsl_utils.py``), unless ``TORCH_DISABLE_NATIVE_JIT=1``.
+- FlyDSL Inductor templates (mm, grouped mm, MXFP scaled mm) are gated by
+  ``torch._inductor.utils.use_flydsl_gemm_template``: FLYDSL in
+  ``max_autotune_gemm_backends``, ROCm, max-autotune, fp16/bf16, runtime available, gfx950.
+- The target arch is ``FLYDSL_GPU_ARCH``, else ``HSA_OVERRIDE_GFX_VERSION``, else the device's
+  ``gcnArchName``.
+- torch 2.15 accepts flydsl 0.3.x only; AOTriton's version is only in the file name of the
+  bundled ``torch/lib/libaotriton_v2.so.X.Y.Z``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform as _platform
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The only arch whose FlyDSL paths torch 2.15 enables (MI350X / MI355X).
+FLYDSL_ARCH = "gfx950"
+
+#: flydsl series each torch release accepts: {torch "major.minor": flydsl "major.minor"}.
+#: Source: torch 2.15.0 ``torch/_native/flydsl_utils.py`` and
+#: ``torch/_inductor/codegen/flydsl/flydsl_utils.py`` (both accept stable 0.3.x only).
+ACCEPTED_FLYDSL_SERIES = {"2.15": "0.3"}
+
+#: Environment variables that change which path torch takes; reported verbatim.
+RELEVANT_ENV_VARS = (
+    "FLYDSL_GPU_ARCH",
+    "HSA_OVERRIDE_GFX_VERSION",
+    "TORCH_DISABLE_NATIVE_JIT",
+    "TORCH_NATIVE_SKIP_VERSION_CHECK",
+    "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM_BACKENDS",
+    "FLYDSL_ENABLE_AUTOTUNING",
+    "TORCH_ROCM_FA_PREFER_CK",
+    "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL",
+    "COMPILE_ONLY",
+)
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator (or the host CPU when there is none).
+
+    ``arch`` is the gcnArchName base (``gfx950``) on ROCm, ``sm_90`` style on CUDA and the
+    machine string (``x86_64``) on CPU. ``memory_bytes`` and ``l2_bytes`` are bytes;
+    ``compute_units`` is CUs (ROCm), SMs (CUDA) or logical cores (CPU).
+    """
+
+    index: int
+    name: str
+    arch: str
+    compute_units: int
+    memory_bytes: int
+    l2_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Check:
+    """One condition of a readiness verdict, in words, with the fix where there is one."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None = None
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Whether one FlyDSL path (``eager overrides`` or ``compile templates``) can be taken."""
+
+    path: str
+    checks: tuple[Check, ...]
+
+    @property
+    def ready(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def failed(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.ok)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What this process runs on. Build with :func:`collect`.
+
+    ``platform`` is ``"rocm"``, ``"cuda"`` or ``"cpu"``; ``versions`` maps package names to
+    version strings (``"not installed"`` / ``"not present"`` where absent).
+    """
+
+    platform: str
+    devices: tuple[Device, ...]
+    versions: dict[str, str]
+    target_arch: str | None
+    target_arch_source: str
+    flydsl_eager: Readiness
+    flydsl_compile: Readiness
+    env_vars: dict[str, str] = field(default_factory=dict)
+    host: str = ""
+
+    @property
+    def device(self) -> Device:
+        """The device results are measured on (index 0)."""
+        return self.devices[0]
+
+    def fingerprint(self) -> dict[str, str]:
+        """Columns every result row carries: device, arch, platform and versions.
+
+        ``env_id`` is a short hash of the rest, so rows from one environment group together.
+        """
+        d = self.device
+        fp = {
+            "platform": self.platform,
+            "device": d.name,
+            "arch": d.arch,
+            "torch": self.versions.get("torch", ""),
+            "triton": self.versions.get("triton", ""),
+            "flydsl": self.versions.get("flydsl", ""),
+            "aotriton": self.versions.get("aotriton", ""),
+            "gpu_runtime": self.versions.get("hip") or self.versions.get("cuda") or "",
+            "python": self.versions.get("python", ""),
+            "host": self.host,
+        }
+        fp["env_id"] = hashlib.sha1(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:12]
+        return fp
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["flydsl_eager"]["ready"] = self.flydsl_eager.ready
+        out["flydsl_compile"]["ready"] = self.flydsl_compile.ready
+        out["fingerprint"] = self.fingerprint()
+        return out
+
+    def to_text(self) -> str:
+        """A human-readable report (what ``flyexplore env`` prints)."""
+        lines = [f"platform: {self.platform}"]
+        for d in self.devices:
+            mem = f"{d.memory_bytes / 2**30:.1f} GiB" if d.memory_bytes else "?"
+            unit = {"rocm": "CUs", "cuda": "SMs"}.get(self.platform, "cores")
+            lines.append(f"device {d.index}: {d.name} ({d.arch}), {d.compute_units} {unit}, {mem}")
+        lines.append("versions:")
+        for k, v in self.versions.items():
+            lines.append(f"  {k}: {v}")
+        tgt = self.target_arch or "none"
+        lines.append(f"FlyDSL target arch: {tgt} (from {self.target_arch_source})")
+        for r in (self.flydsl_eager, self.flydsl_compile):
+            lines.append(f"FlyDSL {r.path}: {'READY' if r.ready else 'not available'}")
+            for c in r.checks:
+                mark = "ok " if c.ok else "NO "
+                lines.append(f"  [{mark}] {c.name}: {c.detail}")
+                if not c.ok and c.fix:
+                    lines.append(f"         fix: {c.fix}")
+        if self.env_vars:
+            lines.append("environment variables:")
+            for k, v in self.env_vars.items():
+                lines.append(f"  {k}={v}")
+        return "\n".join(lines)
+
+
+def _pkg_version(*names: str) -> str:
+    for n in names:
+        try:
+            return importlib.metadata.version(n)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+def aotriton_version(torch_dir: str | None = None) -> str:
+    """AOTriton version from the bundled ``libaotriton_v2.so.X.Y.Z`` file name.
+
+    Returns ``"not present"`` when torch ships no AOTriton (CUDA and CPU builds). No Python
+    API reports it (``shared/reference/pytorch-flydsl.md``).
+    """
+    if torch_dir is None:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or not spec.origin:
+            return "not present"
+        torch_dir = os.path.dirname(spec.origin)
+    best = None
+    for path in glob.glob(os.path.join(torch_dir, "lib", "libaotriton*.so*")):
+        m = re.search(r"\.so\.(\d+(?:\.\d+)*)$", path)
+        if m and (best is None or len(m.group(1)) > len(best)):
+            best = m.group(1)
+    return best if best else "not present"
+
+
+def _normalize_arch(arch: str) -> str:
+    """``gfx950:sramecc+:xnack-`` -> ``gfx950``; ``9.5.0`` (HSA override) -> ``gfx950``."""
+    arch = arch.strip().split(":")[0]
+    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", arch)
+    if m:
+        major, minor, step = (int(x) for x in m.groups())
+        return f"gfx{major}{minor:x}{step:x}"
+    return arch
+
+
+def resolve_target_arch(devices: tuple[Device, ...], platform: str,
+                        environ: dict[str, str] | None = None) -> tuple[str | None, str]:
+    """FlyDSL's target arch and where it came from, in torch's order of precedence:
+    ``FLYDSL_GPU_ARCH``, then ``HSA_OVERRIDE_GFX_VERSION``, then the device's gcnArchName.
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get("FLYDSL_GPU_ARCH"):
+        return _normalize_arch(environ["FLYDSL_GPU_ARCH"]), "FLYDSL_GPU_ARCH"
+    if environ.get("HSA_OVERRIDE_GFX_VERSION"):
+        return _normalize_arch(environ["HSA_OVERRIDE_GFX_VERSION"]), "HSA_OVERRIDE_GFX_VERSION"
+    if platform == "rocm" and devices:
+        return devices[0].arch, "device gcnArchName"
+    return None, "no ROCm device"
+
+
+def flydsl_version_check(torch_version: str, flydsl_version: str) -> Check:
+    """Is the installed flydsl in the series this torch accepts? (torch 2.15: 0.3.x only)."""
+    tv = ".".join(torch_version.split("+")[0].split(".")[:2])
+    want = ACCEPTED_FLYDSL_SERIES.get(tv)
+    if flydsl_version == "not installed":
+        fix = f"pip install 'flydsl=={want}.*'" if want else "pip install flydsl"
+        return Check("flydsl installed", False, "flydsl is not installed", fix)
+    if want is None:
+        return Check("flydsl version accepted", False,
+                     f"torch {torch_version} has no FlyDSL integration (first in torch 2.15)",
+                     "install torch >= 2.15 (a ROCm build)")
+    got = ".".join(flydsl_version.split(".")[:2])
+    if got != want:
+        return Check("flydsl version accepted", False,
+                     f"flydsl {flydsl_version} installed but torch {tv} accepts {want}.x",
+                     f"pip install 'flydsl=={want}.*'")
+    return Check("flydsl version accepted", True, f"flydsl {flydsl_version} (torch {tv} accepts {want}.x)")
+
+
+def _torch_has(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _readiness(platform: str, versions: dict[str, str], target_arch: str | None,
+               arch_source: str, environ: dict[str, str]) -> tuple[Readiness, Readiness]:
+    tv = versions["torch"]
+    rocm = Check("ROCm build of torch", platform == "rocm" or bool(versions.get("hip")),
+                 "torch.version.hip is set" if versions.get("hip") else
+                 f"torch {tv} is a {'CUDA' if versions.get('cuda') else 'CPU'} build, not ROCm",
+                 "install a ROCm build of torch >= 2.15")
+    arch_ok = target_arch == FLYDSL_ARCH
+    arch = Check("target arch gfx950", arch_ok,
+                 f"{target_arch} (from {arch_source})" if target_arch else "no ROCm device to target",
+                 None if arch_ok else "FlyDSL paths in torch 2.15 need gfx950 (MI350X/MI355X); "
+                 "FLYDSL_GPU_ARCH=gfx950 only helps compile-only use")
+    ver = flydsl_version_check(tv, versions.get("flydsl", "not installed"))
+    eager_mod = _torch_has("torch._native.ops.norm.flydsl_rmsnorm_impl")
+    eager_code = Check("torch has FlyDSL eager overrides", eager_mod,
+                       "torch._native.ops (RMSNorm, TopK) present" if eager_mod
+                       else f"torch {tv} has no torch._native FlyDSL ops", "install torch >= 2.15")
+    jit_off = environ.get("TORCH_DISABLE_NATIVE_JIT", "") not in ("", "0")
+    jit = Check("native overrides not disabled", not jit_off,
+                "TORCH_DISABLE_NATIVE_JIT is set: no overrides are registered" if jit_off
+                else "TORCH_DISABLE_NATIVE_JIT not set", "unset TORCH_DISABLE_NATIVE_JIT")
+    eager_checks = [eager_code, rocm, ver, arch, jit]
+    skip = environ.get("TORCH_NATIVE_SKIP_VERSION_CHECK", "") not in ("", "0")
+    if skip and not ver.ok and versions.get("flydsl") != "not installed":
+        eager_checks[2] = Check(ver.name, True, ver.detail + "; TORCH_NATIVE_SKIP_VERSION_CHECK=1 "
+                                "overrides the check (eager side only)")
+    comp_mod = _torch_has("torch._inductor.codegen.flydsl")
+    comp_code = Check("torch has FlyDSL Inductor templates", comp_mod,
+                      "torch._inductor.codegen.flydsl present" if comp_mod
+                      else f"torch {tv} has no FlyDSL Inductor templates", "install torch >= 2.15")
+    compile_checks = [comp_code, rocm, ver, arch]
+    return Readiness("eager overrides", tuple(eager_checks)), Readiness("compile templates", tuple(compile_checks))
+
+
+def _devices(torch) -> tuple[str, tuple[Device, ...]]:
+    if torch.cuda.is_available():
+        plat = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+        devs = []
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            if plat == "rocm":
+                arch = _normalize_arch(getattr(p, "gcnArchName", "") or "unknown")
+            else:
+                arch = f"sm_{p.major}{p.minor}"
+            devs.append(Device(i, p.name, arch, int(p.multi_processor_count), int(p.total_memory),
+                               int(getattr(p, "L2_cache_size", 0)) or None))
+        return plat, tuple(devs)
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        mem = 0
+    name = _platform.processor() or _platform.machine() or "cpu"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return "cpu", (Device(0, name, _platform.machine(), os.cpu_count() or 1, mem, None),)
+
+
+@functools.lru_cache(maxsize=1)
+def _collect_cached() -> Environment:
+    return collect(refresh=True)
+
+
+def collect(refresh: bool = False, environ: dict[str, str] | None = None) -> Environment:
+    """Detect platform, devices, versions and FlyDSL readiness.
+
+    Cached per process unless ``refresh`` (or a custom ``environ``) is given. Importing torch
+    is the only expensive step; no GPU kernel is launched.
+    """
+    if not refresh and environ is None:
+        return _collect_cached()
+    import torch
+
+    environ = dict(os.environ) if environ is None else environ
+    plat, devs = _devices(torch)
+    versions = {
+        "python": _platform.python_version(),
+        "torch": torch.__version__,
+        "triton": _pkg_version("triton", "pytorch-triton-rocm", "triton-rocm"),
+        "flydsl": _pkg_version("flydsl"),
+        "aotriton": aotriton_version(),
+        "hip": getattr(torch.version, "hip", None) or "",
+        "cuda": getattr(torch.version, "cuda", None) or "",
+    }
+    from . import __version__
+    versions["flyexplore"] = __version__
+    arch, src = resolve_target_arch(devs, plat, environ)
+    eager, comp = _readiness(plat, versions, arch, src, environ)
+    env_vars = {k: environ[k] for k in RELEVANT_ENV_VARS if k in environ}
+    return Environment(plat, devs, versions, arch, src, eager, comp, env_vars, _platform.node())

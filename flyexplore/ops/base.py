@@ -1,0 +1,336 @@
+"""The operator catalogue's building blocks: :class:`Case`, :class:`Backend`, :class:`Suite`
+and :class:`Operator`.
+
+Each operator family lives in one module of :mod:`flyexplore.ops` and registers its backends
+beside it with :meth:`Operator.backend` (tritonbench's registry, without the base class). A
+backend that cannot run here returns its reason from ``available``; it is recorded as
+unavailable and never replaced by another backend.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from ..errors import UsageError, bad_choice
+
+#: dtype names used on the command line and in result rows -> torch dtype attribute names.
+DTYPE_NAMES = {
+    "fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64",
+    "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
+    "mxfp8": "float8_e4m3fn", "mxfp4": "float4_e2m1fn_x2",
+}
+#: Bytes per element for byte counts (MXFP4 is 0.5; e8m0 scales are counted separately).
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8, "fp8_e4m3": 1, "fp8_e5m2": 1,
+               "mxfp8": 1, "mxfp4": 0.5}
+
+
+def torch_dtype(name: str):
+    """``"bf16"`` -> ``torch.bfloat16``. Raises :class:`UsageError` for an unknown name."""
+    import torch
+
+    if name not in DTYPE_NAMES:
+        raise bad_choice("dtype", name, DTYPE_NAMES)
+    return getattr(torch, DTYPE_NAMES[name])
+
+
+@dataclass(frozen=True)
+class Case:
+    """One point of an operator's parameter space. ``params`` is an ordered tuple of
+    ``(name, value)`` pairs; ``label`` is the canonical text form (``"8x4096x4096:NT"``).
+    """
+
+    op: str
+    params: tuple[tuple[str, Any], ...]
+    label: str
+
+    @property
+    def p(self) -> dict[str, Any]:
+        return dict(self.params)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.p[key]
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a backend needs to know about where it runs: the torch device and the
+    :class:`~flyexplore.env.Environment`."""
+
+    device: Any
+    env: Any
+
+    @property
+    def gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One way to run an operator.
+
+    ``build(case, dtype, inputs, ctx)`` returns a zero-argument callable that runs the
+    operator once and returns its output. ``available(ctx, case, dtype)`` returns ``None`` when
+    the backend can run, else the reason in words. ``context(ctx, case)`` returns a context
+    manager entered around building, warm-up and timing (for example FlyDSL overrides off for ``aten``).
+    ``source`` is ``"measured"`` or ``"emulated"`` (emulated rows are labelled as such).
+    """
+
+    name: str
+    build: Callable
+    doc: str
+    available: Callable = lambda ctx, case, dtype: None
+    context: Callable = lambda ctx, case: contextlib.nullcontext()
+    source: str = "measured"
+    baseline: bool = False
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A named set of cases for one operator, with the dtypes it is meant for and where the
+    shapes come from (``source``: a published benchmark, a model, or ``"flyexplore"``)."""
+
+    name: str
+    op: str
+    cases: tuple[Case, ...]
+    dtypes: tuple[str, ...]
+    description: str
+    source: str
+    case_dtypes: tuple[tuple[Case, str], ...] = ()
+
+    def pairs(self, dtypes: Iterable[str] | None = None) -> tuple[tuple[Case, str], ...]:
+        """(case, dtype) pairs to run: the suite's own per-case dtypes (published suites
+        name a dtype per case) unless ``dtypes`` is given, else every case x dtype."""
+        if dtypes is None and self.case_dtypes:
+            return self.case_dtypes
+        ds = tuple(dtypes) if dtypes is not None else self.dtypes
+        return tuple((c, d) for c in self.cases for d in ds)
+
+
+_DIMS = re.compile(r"^\d+(x\d+)*$")
+
+
+@dataclass
+class Operator:
+    """An operator family: parameters, dtypes, inputs, reference, error metric, FLOP and byte
+    counts, backends and suites.
+
+    Subclass-free: an op module creates one ``Operator`` and fills the callables.
+    ``dims`` are the ``x``-separated integer parameters of the shape text, in order;
+    ``options`` are the other parameters with defaults, given after ``:`` as ``key=value``
+    (a bare word is matched against ``choices``).
+    """
+
+    name: str
+    doc: str
+    dims: tuple[str, ...]
+    options: dict[str, Any]
+    dtypes: tuple[str, ...]
+    make_inputs: Callable = None        # (case, dtype, device, seed) -> dict[str, Tensor]
+    reference: Callable = None          # (case, dtype, inputs) -> Tensor (high precision)
+    error: Callable = None              # (out, ref, case, dtype) -> dict of error columns
+    flops: Callable = None              # (case) -> float
+    bytes: Callable = None              # (case, dtype) -> float
+    validate: Callable = None           # (params dict) -> None, raises UsageError
+    choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    backends: dict[str, Backend] = field(default_factory=dict)
+    suites: dict[str, Suite] = field(default_factory=dict)
+
+    # -- registration --------------------------------------------------------------------
+    def backend(self, name: str, doc: str, *, available=None, context=None,
+                source: str = "measured", baseline: bool = False):
+        """Decorator registering ``build`` as backend ``name``. A duplicate name is an error."""
+        def deco(build):
+            if name in self.backends:
+                raise ValueError(f"backend {name!r} registered twice for {self.name}")
+            kw = {}
+            if available is not None:
+                kw["available"] = available
+            if context is not None:
+                kw["context"] = context
+            self.backends[name] = Backend(name, build, doc, source=source, baseline=baseline, **kw)
+            return build
+        return deco
+
+    def add_suite(self, name: str, shapes: Iterable[str | Mapping], dtypes: Iterable[str],
+                  description: str, source: str) -> Suite:
+        """Register a suite. ``shapes`` are shape texts, parameter dicts, or ``(shape, dtype)``
+        pairs for suites whose cases each have their own dtype."""
+        cases, pairs = [], []
+        for s in shapes:
+            dt = None
+            if isinstance(s, tuple):
+                s, dt = s
+            c = self.case(s) if isinstance(s, str) else self.make_case(**s)
+            if c not in cases:
+                cases.append(c)
+            if dt is not None:
+                pairs.append((c, self.check_dtype(dt)))
+        suite = Suite(name, self.name, tuple(cases), tuple(dtypes), description, source, tuple(pairs))
+        if name in self.suites:
+            raise ValueError(f"suite {name!r} registered twice for {self.name}")
+        self.suites[name] = suite
+        return suite
+
+    # -- cases ---------------------------------------------------------------------------
+    def make_case(self, **params) -> Case:
+        """Build a validated :class:`Case` from keyword parameters (dims required, options
+        defaulted). Raises :class:`UsageError` naming the bad value."""
+        unknown = set(params) - set(self.dims) - set(self.options)
+        if unknown:
+            raise bad_choice(f"{self.name} parameter", sorted(unknown)[0], self.dims + tuple(self.options))
+        vals: dict[str, Any] = {}
+        for d in self.dims:
+            if d not in params:
+                raise UsageError(f"{self.name} case needs {d} (dims: {', '.join(self.dims)})")
+            v = params[d]
+            try:
+                iv = int(v)
+            except (TypeError, ValueError):
+                raise UsageError(f"{self.name} {d} must be a positive integer, got {v!r}") from None
+            if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()) or iv <= 0:
+                raise UsageError(f"{self.name} {d} must be a positive integer, got {v!r}")
+            vals[d] = iv
+        for k, default in self.options.items():
+            v = params.get(k, default)
+            if k in self.choices and v not in self.choices[k]:
+                raise bad_choice(f"{self.name} {k}", v, self.choices[k])
+            vals[k] = v
+        if self.validate:
+            self.validate(vals)
+        label = "x".join(str(vals[d]) for d in self.dims)
+        opts = [self._fmt_opt(k, vals[k]) for k in self.options if vals[k] != self.options[k]]
+        if opts:
+            label += ":" + ",".join(opts)
+        return Case(self.name, tuple(vals.items()), label)
+
+    def _fmt_opt(self, k, v) -> str:
+        if k in self.choices:
+            return str(v)
+        if isinstance(v, bool):
+            return f"{k}={int(v)}"
+        return f"{k}={v}"
+
+    def case(self, text: str) -> Case:
+        """Parse one shape text: ``"8x4096x4096"``, ``"8x4096x4096:NN"``, ``"2048x8192:eps=1e-5"``.
+
+        Raises :class:`UsageError` for malformed or non-positive shapes, naming the text.
+        """
+        text = text.strip()
+        shape, _, opts = text.partition(":")
+        shape = shape.strip().lower()
+        want = "x".join(d.upper() for d in self.dims)
+        if not _DIMS.match(shape) or len(shape.split("x")) != len(self.dims):
+            raise UsageError(f"malformed {self.name} shape {text!r} (expected {want}, "
+                             f"positive integers, e.g. {'x'.join(['4096'] * len(self.dims))})")
+        params: dict[str, Any] = dict(zip(self.dims, (int(x) for x in shape.split("x"))))
+        for d, v in params.items():
+            if v <= 0:
+                raise UsageError(f"non-positive {self.name} {d}={v} in shape {text!r}")
+        for tok in filter(None, (t.strip() for t in opts.split(","))):
+            if "=" in tok:
+                k, _, v = tok.partition("=")
+                k = k.strip()
+                if k not in self.options:
+                    raise bad_choice(f"{self.name} option", k, self.options)
+                params[k] = _coerce(self.options[k], v.strip(), self.name, k)
+            else:
+                hit = [k for k, ch in self.choices.items() if tok.upper() in ch or tok in ch]
+                if not hit:
+                    valid = [c for ch in self.choices.values() for c in ch]
+                    raise bad_choice(f"{self.name} option", tok, valid or ["key=value"])
+                params[hit[0]] = tok.upper() if tok.upper() in self.choices[hit[0]] else tok
+        return self.make_case(**params)
+
+    def parse_shapes(self, text: str) -> tuple[Case, ...]:
+        """``"4096x4096x4096;8x4096x4096"`` -> cases. Empty text is a :class:`UsageError`."""
+        parts = [p for p in re.split(r"[;\n]", text) if p.strip()]
+        if not parts:
+            raise UsageError(f"no {self.name} shapes given")
+        return tuple(self.case(p) for p in parts)
+
+    def get_backend(self, name: str) -> Backend:
+        if name not in self.backends:
+            raise bad_choice(f"backend for {self.name}", name, self.backends)
+        return self.backends[name]
+
+    def get_suite(self, name: str) -> Suite:
+        if name not in self.suites:
+            raise bad_choice(f"suite for {self.name}", name, self.suites)
+        return self.suites[name]
+
+    def check_dtype(self, dtype: str) -> str:
+        if dtype not in self.dtypes:
+            raise bad_choice(f"dtype for {self.name}", dtype, self.dtypes)
+        return dtype
+
+
+def _coerce(default, text: str, op: str, key: str):
+    try:
+        if isinstance(default, bool):
+            if text.lower() in ("1", "true", "yes", "on"):
+                return True
+            if text.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if isinstance(default, int):
+            return int(text)
+        if isinstance(default, float) or default is None:
+            return float(text)
+    except ValueError:
+        raise UsageError(f"bad value {text!r} for {op} option {key} "
+                         f"(expected {type(default).__name__})") from None
+    return text
+
+
+def relative_error(out, ref) -> dict[str, float]:
+    """Error columns for a tensor result: ``err_rel`` = ||out - ref||_2 / ||ref||_2 and
+    ``err_max_abs`` = max |out - ref|, both computed in float64."""
+    o = out.double()
+    r = ref.double()
+    diff = o - r
+    denom = float(r.norm())
+    return {
+        "err_rel": float(diff.norm()) / denom if denom > 0 else float(diff.norm()),
+        "err_max_abs": float(diff.abs().max()) if diff.numel() else 0.0,
+    }
+
+
+#: Default accuracy tolerances on ``err_rel`` per dtype (output-precision rounding plus
+#: accumulation-order differences; a row above its tolerance gets ``accuracy_ok=False``).
+ERR_TOL = {"fp32": 1e-4, "fp16": 5e-3, "bf16": 2e-2, "fp64": 1e-10,
+           "fp8_e4m3": 1e-1, "fp8_e5m2": 2e-1, "mxfp8": 1e-1, "mxfp4": 3e-1}
+
+
+def compile_context(options: dict) -> Callable:
+    """Context for compile backends: a fresh Dynamo cache (one case at a time)."""
+    def ctx(_ctx, _case):
+        import torch
+        torch._dynamo.reset()
+        return contextlib.nullcontext()
+    return ctx
+
+
+def flydsl_eager(enabled: bool):
+    """Context manager turning torch's FlyDSL eager overrides on or off, where the installed
+    torch has ``torch.backends.python_native`` (torch >= 2.13); a no-op elsewhere."""
+    try:
+        import torch.backends.python_native as pn
+    except ImportError:
+        return contextlib.nullcontext()
+    fly = getattr(pn, "flydsl", None)
+    if fly is None or not getattr(fly, "available", False):
+        return contextlib.nullcontext()
+    if enabled:
+        @contextlib.contextmanager
+        def _on():
+            was = fly.enabled
+            fly.enable()
+            try:
+                yield
+            finally:
+                if not was:
+                    fly.disable()
+        return _on()
+    return fly.disabled()

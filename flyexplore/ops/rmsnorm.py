@@ -1,0 +1,111 @@
+"""RMSNorm: ``y = x / sqrt(mean(x**2, -1) + eps) * weight`` over the last dim, through
+``torch.nn.functional.rms_norm`` (which reaches ``aten::_fused_rms_norm``, the op torch 2.15's
+FlyDSL override replaces on gfx950).
+
+Shape ``MxN`` (M rows of N); options ``eps`` (default 1e-6) and ``weight`` (default on).
+FLOPs about 4*M*N; bytes 2*M*N*b_x + N*b_w (``shared/reference/pytorch-flydsl.md``).
+
+Backends: ``aten`` (eager, FlyDSL overrides off), ``inductor`` (``torch.compile`` default; Triton
+on GPU, C++ on CPU), ``flydsl`` (eager with FlyDSL overrides on; needs ROCm torch >= 2.15,
+flydsl 0.3.x and gfx950; whether a given shape is taken is the explainer's job).
+"""
+from __future__ import annotations
+
+import csv
+
+from ..paths import published_dir
+from .base import (DTYPE_BYTES, ERR_TOL, Operator, compile_context, flydsl_eager,
+                   relative_error, torch_dtype)
+
+RMSNORM = Operator(
+    name="rmsnorm",
+    doc="RMSNorm over the last dim (F.rms_norm); shape MxN, options eps=, weight=0/1",
+    dims=("m", "n"),
+    options={"eps": 1e-6, "weight": True},
+    dtypes=("bf16", "fp16", "fp32"),
+)
+
+
+def _validate(p):
+    if p["eps"] is not None and p["eps"] < 0:
+        from ..errors import UsageError
+        raise UsageError(f"rmsnorm eps must be >= 0, got {p['eps']}")
+
+
+def _inputs(case, dtype, device, seed):
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    dt = torch_dtype(dtype)
+    x = torch.randn(case["m"], case["n"], generator=g, device=device, dtype=dt)
+    w = (1.0 + 0.1 * torch.randn(case["n"], generator=g, device=device, dtype=dt)) if case["weight"] else None
+    return {"x": x, "w": w}
+
+
+def _reference(case, dtype, inputs):
+    import torch
+
+    hi = torch.float64 if inputs["x"].device.type == "cpu" else torch.float32
+    x = inputs["x"].to(hi)
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + case["eps"])
+    return y * inputs["w"].to(hi) if inputs["w"] is not None else y
+
+
+def _rms(x, w, n, eps):
+    import torch
+    return torch.nn.functional.rms_norm(x, (n,), w, eps)
+
+
+RMSNORM.validate = _validate
+RMSNORM.make_inputs = _inputs
+RMSNORM.reference = _reference
+RMSNORM.error = lambda out, ref, case, dtype: {**relative_error(out, ref), "err_tol": ERR_TOL[dtype]}
+RMSNORM.flops = lambda case: 4.0 * case["m"] * case["n"]
+RMSNORM.bytes = lambda case, dtype: float(
+    2 * case["m"] * case["n"] * DTYPE_BYTES[dtype] + (case["n"] * DTYPE_BYTES[dtype] if case["weight"] else 0))
+
+
+def _flydsl_available(ctx, case, dtype):
+    r = ctx.env.flydsl_eager
+    if not r.ready:
+        return "; ".join(c.detail for c in r.failed)
+    return None
+
+
+@RMSNORM.backend("aten", "eager F.rms_norm with FlyDSL overrides off", baseline=True,
+                 context=lambda ctx, case: flydsl_eager(False))
+def _aten(case, dtype, inputs, ctx):
+    x, w, n, eps = inputs["x"], inputs["w"], case["n"], case["eps"]
+    return lambda: _rms(x, w, n, eps)
+
+
+@RMSNORM.backend("inductor", "torch.compile default (Triton on GPU, C++ on CPU)",
+                 context=compile_context({}))
+def _inductor(case, dtype, inputs, ctx):
+    import torch
+
+    f = torch.compile(_rms, dynamic=False)
+    x, w, n, eps = inputs["x"], inputs["w"], case["n"], case["eps"]
+    return lambda: f(x, w, n, eps)
+
+
+@RMSNORM.backend("flydsl", "eager F.rms_norm with FlyDSL overrides on (gfx950)",
+                 available=_flydsl_available, context=lambda ctx, case: flydsl_eager(True))
+def _flydsl(case, dtype, inputs, ctx):
+    x, w, n, eps = inputs["x"], inputs["w"], case["n"], case["eps"]
+    return lambda: _rms(x, w, n, eps)
+
+
+def _published():
+    with open(published_dir() / "rmsnorm.csv") as f:
+        return [(f"{r['m']}x{r['n']}", r["dtype"]) for r in csv.DictReader(f)]
+
+
+RMSNORM.add_suite("published", _published(), ["fp16", "bf16", "fp32"],
+                  "the 22 RMSNorm cases published for MI355X (dtype per case)",
+                  "pytorch/pytorch PR 191447 (data/published/rmsnorm.csv)")
+RMSNORM.add_suite("llm", [f"{m}x{n}" for n in (4096, 8192) for m in (16, 2048, 8192)], ["bf16"],
+                  "hidden sizes of Llama-3.1-8B (4096) and Llama-3.3-70B (8192) at M=16/2048/8192 tokens",
+                  "Llama-3.1-8B and Llama-3.3-70B configs (hidden_size)")
+RMSNORM.add_suite("cpu-small", ["256x1024", "1024x4096", "64x8192"], ["fp32"],
+                  "small RMSNorm cases for a 2-core CPU", "flyexplore")

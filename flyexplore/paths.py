@@ -1,0 +1,19 @@
+"""Where flyexplore's data lives: ``data/`` at the top of the repository (published MI355X
+figures under ``data/published/``, committed measurements beside them). Override with the
+``FLYEXPLORE_DATA`` environment variable. flyexplore is installed editable (``pip install -e``),
+so the folder is found next to the package.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def data_dir() -> Path:
+    """The data folder (``$FLYEXPLORE_DATA`` or ``<repo>/data``)."""
+    return Path(os.environ.get("FLYEXPLORE_DATA") or Path(__file__).resolve().parents[1] / "data")
+
+
+def published_dir() -> Path:
+    """``data/published``: the per-case MI355X figures and their ``SOURCES.md``."""
+    return data_dir() / "published"
