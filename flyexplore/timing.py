@@ -371,10 +371,14 @@ def kernel_times_from_profile(prof, reps: int, label: str) -> tuple[list[float],
     """Per-call device time (ms) of the kernels launched inside each ``label`` range, and the
     kernels themselves (name, launches per call, µs per call), from a ``torch.profiler`` run.
     """
+    from torch.autograd import DeviceType
+
     samples: list[float] = []
     per_kernel: dict[str, list[float]] = {}
     for evt in prof.events():
-        if evt.name != label:
+        # kineto also reports each range on the GPU timeline (gpu_user_annotation); count the
+        # CPU-side range only, whose device time is the sum of the kernels launched inside it.
+        if evt.name != label or evt.device_type != DeviceType.CPU:
             continue
         samples.append(_device_us(evt) / 1e3)
         stack = list(evt.cpu_children)

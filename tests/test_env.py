@@ -1,0 +1,71 @@
+import os
+
+import pytest
+import torch
+
+from flyexplore import env as E
+
+
+def test_cpu_environment_report():
+    e = E.collect(refresh=True)
+    assert e.platform == "cpu"
+    assert e.versions["torch"] == torch.__version__
+    assert e.versions["aotriton"] == "not present"  # a CUDA/CPU wheel bundles no AOTriton
+    assert not e.flydsl_eager.ready and not e.flydsl_compile.ready
+    names = {c.name: c for c in e.flydsl_eager.checks}
+    assert not names["ROCm build of torch"].ok
+    assert "not ROCm" in names["ROCm build of torch"].detail
+    assert names["ROCm build of torch"].fix
+    fp = e.fingerprint()
+    assert fp["platform"] == "cpu" and len(fp["env_id"]) == 12
+    text = e.to_text()
+    assert "FlyDSL eager overrides: not available" in text and "fix:" in text
+
+
+def test_torch_215_has_the_flydsl_code():
+    if not torch.__version__.startswith("2.15"):
+        pytest.fail("the test environment must use torch 2.15 (requirements.txt)")
+    e = E.collect(refresh=True)
+    names = {c.name: c.ok for c in e.flydsl_eager.checks + e.flydsl_compile.checks}
+    assert names["torch has FlyDSL eager overrides"]
+    assert names["torch has FlyDSL Inductor templates"]
+
+
+@pytest.mark.parametrize("torch_v,fly_v,ok,words", [
+    ("2.15.0+rocm7.1", "0.3.4.1", True, "accepts 0.3.x"),
+    ("2.15.0", "0.5.0", False, "flydsl 0.5.0 installed but torch 2.15 accepts 0.3.x"),
+    ("2.15.1", "0.4.2", False, "accepts 0.3.x"),
+    ("2.13.0", "0.3.4", False, "no FlyDSL integration"),
+    ("2.15.0", "not installed", False, "not installed"),
+])
+def test_flydsl_version_rule(torch_v, fly_v, ok, words):
+    c = E.flydsl_version_check(torch_v, fly_v)
+    assert c.ok is ok and words in c.detail
+    if not ok and fly_v != "not installed" and torch_v.startswith("2.15"):
+        assert c.fix == "pip install 'flydsl==0.3.*'"
+
+
+def test_target_arch_precedence():
+    dev = (E.Device(0, "AMD Instinct MI300X", "gfx942", 304, 0),)
+    assert E.resolve_target_arch(dev, "rocm", {}) == ("gfx942", "device gcnArchName")
+    assert E.resolve_target_arch(dev, "rocm", {"HSA_OVERRIDE_GFX_VERSION": "9.5.0"}) == ("gfx950", "HSA_OVERRIDE_GFX_VERSION")
+    assert E.resolve_target_arch(dev, "rocm", {"FLYDSL_GPU_ARCH": "gfx950", "HSA_OVERRIDE_GFX_VERSION": "9.4.2"}) == ("gfx950", "FLYDSL_GPU_ARCH")
+    assert E.resolve_target_arch((), "cpu", {})[0] is None
+
+
+def test_disable_native_jit_and_arch_are_named():
+    e = E.collect(environ={"TORCH_DISABLE_NATIVE_JIT": "1", "FLYDSL_GPU_ARCH": "gfx942"})
+    by = {c.name: c for c in e.flydsl_eager.checks}
+    assert not by["native overrides not disabled"].ok
+    assert "TORCH_DISABLE_NATIVE_JIT is set" in by["native overrides not disabled"].detail
+    assert not by["target arch gfx950"].ok and "gfx942" in by["target arch gfx950"].detail
+    assert e.env_vars["TORCH_DISABLE_NATIVE_JIT"] == "1"
+    ok = E.collect(environ={"FLYDSL_GPU_ARCH": "gfx950"})
+    assert {c.name: c.ok for c in ok.flydsl_eager.checks}["target arch gfx950"]
+
+
+def test_aotriton_version_from_library_name(tmp_path):
+    (tmp_path / "lib").mkdir()
+    assert E.aotriton_version(str(tmp_path)) == "not present"
+    (tmp_path / "lib" / "libaotriton_v2.so.0.14.2").write_text("")
+    assert E.aotriton_version(str(tmp_path)) == "0.14.2"
