@@ -63,8 +63,12 @@ def test_backward_reference_and_error():
     want = torch.cat([g.reshape(-1) for g in torch.autograd.grad(o, (q, k, v), inp["do"].double())])
     assert ref.shape == (8 * 48 * 32 + 2 * 2 * 48 * 32,) and torch.allclose(ref, want, atol=1e-10)
     ctx = RunContext(CPU, SimpleNamespace(platform="cpu"))
+    assert torch._C._is_multithreading_enabled()
     with at._context("flash")(ctx, c):
+        # the backward runs on the calling thread (profiler attribution on GPUs)
+        assert not torch._C._is_multithreading_enabled()
         grads = OP.get_backend("flash").build(c, "fp32", inp, ctx)()
+    assert torch._C._is_multithreading_enabled()
     assert [g.shape for g in grads] == [inp["q"].shape, inp["k"].shape, inp["v"].shape]
     e = OP.error(grads, ref, c, "fp32")
     assert e["err_rel"] < 1e-5

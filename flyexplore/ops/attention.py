@@ -6,7 +6,9 @@ equal to H is stored as 0 so labels stay canonical), ``causal`` (``is_causal=Tru
 SQ == SKV, because SDPA aligns its causal mask to the top-left corner -- a decode step with
 SQ=1 would see only the first key -- so decode-like shapes use causal=0), ``pass`` (``fwd``:
 time the forward; ``bwd``: time ``torch.autograd.grad`` of the output for q, k, v after one
-forward, the backward alone). Inputs q [B, H, SQ, D], k and v [B, HKV, SKV, D], and for ``bwd``
+forward -- the backward alone, run on the calling thread
+(``torch.autograd.set_multithreading_enabled(False)``) so that the profiler attributes its GPU
+kernels to the timed call). Inputs q [B, H, SQ, D], k and v [B, HKV, SKV, D], and for ``bwd``
 a gradient dO [B, H, SQ, D], all seeded N(0, 1); GQA uses ``enable_gqa=True``.
 
 FLOPs by the usual convention: forward 4*B*H*SQ*SKV*D, halved when causal; backward 2.5x
@@ -324,14 +326,22 @@ def _available(name):
 
 
 def _context(name):
+    """SDPA restricted to backend ``name`` (none for ``default``); for ``bwd`` cases also
+    ``torch.autograd.set_multithreading_enabled(False)``, so that the backward runs on the
+    calling thread instead of the engine's per-device worker thread and the profiler
+    (kernel timing mode) attributes its kernels to the timed call."""
     @contextlib.contextmanager
     def ctx_mgr(ctx, case):
-        if name == "default":
-            yield
-            return
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+        import torch
 
-        with _rocm_library(name, ctx.env.platform), sdpa_kernel([getattr(SDPBackend, _SDP_NAMES[name])]):
+        with contextlib.ExitStack() as stack:
+            if case["pass"] == "bwd":
+                stack.enter_context(torch.autograd.set_multithreading_enabled(False))
+            if name != "default":
+                from torch.nn.attention import SDPBackend, sdpa_kernel
+
+                stack.enter_context(_rocm_library(name, ctx.env.platform))
+                stack.enter_context(sdpa_kernel([getattr(SDPBackend, _SDP_NAMES[name])]))
             yield
     return ctx_mgr
 
