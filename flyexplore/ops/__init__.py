@@ -19,6 +19,9 @@ _MODULES = {
     "gemm": ("gemm", "GEMM"),
     "rmsnorm": ("rmsnorm", "RMSNORM"),
     "topk": ("topk", "TOPK"),
+    "grouped_gemm": ("grouped_gemm", "GROUPED_GEMM"),
+    "scaled_gemm": ("scaled_gemm", "SCALED_GEMM"),
+    "attention": ("attention", "ATTENTION"),
 }
 
 

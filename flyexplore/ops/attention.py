@@ -1,0 +1,413 @@
+"""Attention: ``torch.nn.functional.scaled_dot_product_attention`` (SDPA), forward or backward.
+
+Shape ``BxHxSQxSKVxD``: batch, query heads, query length, key/value length, head dimension.
+Options: ``hkv`` (key/value heads for grouped-query attention; 0 = H, plain multi-head; a value
+equal to H is stored as 0 so labels stay canonical), ``causal`` (``is_causal=True``; needs
+SQ == SKV, because SDPA aligns its causal mask to the top-left corner -- a decode step with
+SQ=1 would see only the first key -- so decode-like shapes use causal=0), ``pass`` (``fwd``:
+time the forward; ``bwd``: time ``torch.autograd.grad`` of the output for q, k, v after one
+forward -- the backward alone, run on the calling thread
+(``torch.autograd.set_multithreading_enabled(False)``) so that the profiler attributes its GPU
+kernels to the timed call). Inputs q [B, H, SQ, D], k and v [B, HKV, SKV, D], and for ``bwd``
+a gradient dO [B, H, SQ, D], all seeded N(0, 1); GQA uses ``enable_gqa=True``.
+
+FLOPs by the usual convention: forward 4*B*H*SQ*SKV*D, halved when causal; backward 2.5x
+the forward. Bytes: forward (q + o) + (k + v) = 2*B*H*SQ*D + 2*B*HKV*SKV*D elements; backward
+reads q, k, v, o, dO and writes dq, dk, dv: 4*B*H*SQ*D + 4*B*HKV*SKV*D elements (the
+log-sum-exp is ignored).
+
+Reference: softmax(q k^T / sqrt(D) + causal mask) v in float64 (CPU) or float32 (GPU), with
+k and v repeated per query group; for ``bwd`` the gradients from the same float64/float32
+graph, concatenated (dq, dk, dv) into one flat tensor. ``err_rel`` for ``bwd`` is the largest
+of the three gradients' relative errors.
+
+Backends -- one per SDPA backend, each run with ``torch.nn.attention.sdpa_kernel`` restricted
+to it, or recorded unavailable with torch's own reason:
+
+- ``flash``: ``SDPBackend.FLASH_ATTENTION`` (FlashAttention-2 on NVIDIA; AOTriton on ROCm, with
+  ``torch.backends.cuda.preferred_rocm_fa_library("aotriton")``; the CPU flash kernel on CPU).
+- ``efficient``: ``SDPBackend.EFFICIENT_ATTENTION`` (memory-efficient attention on NVIDIA;
+  AOTriton on ROCm; not on CPU).
+- ``cudnn``: ``SDPBackend.CUDNN_ATTENTION`` (NVIDIA only).
+- ``ck``: ``SDPBackend.FLASH_ATTENTION`` with ``preferred_rocm_fa_library("ck")`` (Composable
+  Kernel; ROCm builds that include it).
+- ``math``: ``SDPBackend.MATH`` (the unfused reference composition; everywhere).
+- ``default``: no restriction: the backend SDPA picks by itself (what a model gets).
+
+Reasons come from ``torch.backends.cuda.can_use_flash_attention`` / ``can_use_efficient_attention``
+/ ``can_use_cudnn_attention`` (``debug=True``) on GPUs; they print their reasons through
+c10's warning handler (stderr, not Python warnings), which :func:`explain` captures. On CPU
+torch's dispatcher is asked with ``torch._fused_sdp_choice`` under the restriction.
+Every row carries the AOTriton version (``aotriton`` column, from the environment fingerprint):
+two result files of one suite, paired by case label, compare AOTriton releases.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import sys
+import tempfile
+import warnings
+
+from ..errors import UsageError
+from .base import DTYPE_BYTES, ERR_TOL, Operator, relative_error, torch_dtype
+
+ATTENTION = Operator(
+    name="attention",
+    doc="SDPA (F.scaled_dot_product_attention); shape BxHxSQxSKVxD, options hkv= (GQA kv "
+        "heads), causal=0/1, fwd/bwd",
+    dims=("b", "h", "sq", "skv", "d"),
+    options={"hkv": 0, "causal": False, "pass": "fwd"},
+    choices={"pass": ("fwd", "bwd")},
+    dtypes=("bf16", "fp16", "fp32"),
+)
+
+
+def _validate(p):
+    if p["hkv"] < 0:
+        raise UsageError(f"attention hkv must be >= 0 (0 = same as h), got {p['hkv']}")
+    if p["hkv"] == p["h"]:
+        p["hkv"] = 0
+    if p["hkv"] and p["h"] % p["hkv"]:
+        raise UsageError(f"attention h={p['h']} must be a multiple of hkv={p['hkv']} (GQA groups)")
+    if p["causal"] and p["sq"] != p["skv"]:
+        raise UsageError(f"attention causal=1 needs sq == skv (got sq={p['sq']}, skv={p['skv']}): "
+                         "SDPA's is_causal aligns the mask top-left; use causal=0 for decode shapes")
+
+
+ATTENTION.validate = _validate
+
+
+def kv_heads(case) -> int:
+    """Key/value heads: ``hkv`` or, when 0, ``h``."""
+    return case["hkv"] or case["h"]
+
+
+def _inputs(case, dtype, device, seed):
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    dt = torch_dtype(dtype)
+    b, h, sq, skv, d, hk = case["b"], case["h"], case["sq"], case["skv"], case["d"], kv_heads(case)
+    out = {"q": torch.randn(b, h, sq, d, generator=g, device=device, dtype=dt),
+           "k": torch.randn(b, hk, skv, d, generator=g, device=device, dtype=dt),
+           "v": torch.randn(b, hk, skv, d, generator=g, device=device, dtype=dt)}
+    if case["pass"] == "bwd":
+        out["do"] = torch.randn(b, h, sq, d, generator=g, device=device, dtype=dt)
+    return out
+
+
+def _math_attention(q, k, v, causal):
+    import torch
+
+    rep = q.shape[1] // k.shape[1]
+    if rep > 1:
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if causal:
+        mask = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool, device=s.device).tril()
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def _reference(case, dtype, inputs):
+    """Forward: the output [B, H, SQ, D]. Backward: dq, dk, dv flattened and concatenated."""
+    import torch
+
+    hi = torch.float64 if inputs["q"].device.type == "cpu" else torch.float32
+    q, k, v = (inputs[n].to(hi) for n in ("q", "k", "v"))
+    if case["pass"] == "fwd":
+        return _math_attention(q, k, v, case["causal"])
+    with torch.enable_grad():
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        o = _math_attention(q, k, v, case["causal"])
+        grads = torch.autograd.grad(o, (q, k, v), inputs["do"].to(hi))
+    return torch.cat([g.reshape(-1) for g in grads])
+
+
+def _error(out, ref, case, dtype):
+    import torch
+
+    if case["pass"] == "fwd":
+        return {**relative_error(out, ref), "err_tol": ERR_TOL[dtype]}
+    sizes = [g.numel() for g in out]
+    parts = torch.split(ref, sizes)
+    errs = [relative_error(o.reshape(-1), r) for o, r in zip(out, parts)]
+    return {"err_rel": max(e["err_rel"] for e in errs),
+            "err_max_abs": max(e["err_max_abs"] for e in errs), "err_tol": ERR_TOL[dtype]}
+
+
+def flops(case) -> float:
+    """4*B*H*SQ*SKV*D forward, halved when causal; x2.5 for the backward."""
+    f = 4.0 * case["b"] * case["h"] * case["sq"] * case["skv"] * case["d"]
+    if case["causal"]:
+        f /= 2
+    return f * 2.5 if case["pass"] == "bwd" else f
+
+
+def _bytes(case, dtype):
+    q = case["b"] * case["h"] * case["sq"] * case["d"]
+    kv = case["b"] * kv_heads(case) * case["skv"] * case["d"]
+    n = 2 * q + 2 * kv if case["pass"] == "fwd" else 4 * q + 4 * kv
+    return float(n * DTYPE_BYTES[dtype])
+
+
+ATTENTION.make_inputs = _inputs
+ATTENTION.reference = _reference
+ATTENTION.error = _error
+ATTENTION.flops = flops
+ATTENTION.bytes = _bytes
+
+
+# -- reasons ----------------------------------------------------------------------------------
+
+_C10_WARNING = re.compile(r"Warning: (.*?)(?: \(function \w+\))?$")
+
+
+@contextlib.contextmanager
+def captured_stderr_fd():
+    """Capture what C++ code writes to file descriptor 2 (c10's TORCH_WARN output) for the
+    block, with ``torch.set_warn_always(True)`` so that once-only warnings repeat. Yields a
+    dict whose ``"text"`` is filled on exit."""
+    import torch
+
+    box = {"text": ""}
+    sys.stderr.flush()
+    saved = os.dup(2)
+    always = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield box
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            torch.set_warn_always(always)
+            tmp.seek(0)
+            box["text"] = tmp.read().decode(errors="replace")
+
+
+def _messages(stderr_text: str, caught) -> list[str]:
+    out = []
+    for line in stderr_text.splitlines():
+        m = _C10_WARNING.search(line.strip())
+        if m:
+            out.append(m.group(1).strip())
+    out += [str(w.message).strip() for w in caught]
+    return list(dict.fromkeys(x for x in out if x))
+
+
+def _probe_tensors(case, dtype, device):
+    import torch
+
+    dt = torch_dtype(dtype)
+    b, h, sq, skv, d, hk = case["b"], case["h"], case["sq"], case["skv"], case["d"], kv_heads(case)
+    grad = case["pass"] == "bwd"
+    mk = lambda *s: torch.empty(*s, device=device, dtype=dt, requires_grad=grad)  # noqa: E731
+    return mk(b, h, sq, d), mk(b, hk, skv, d), mk(b, hk, skv, d)
+
+
+_SDP_NAMES = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
+              "cudnn": "CUDNN_ATTENTION", "ck": "FLASH_ATTENTION", "math": "MATH"}
+_CAN_USE = {"flash": "can_use_flash_attention", "efficient": "can_use_efficient_attention",
+            "cudnn": "can_use_cudnn_attention", "ck": "can_use_flash_attention"}
+
+
+def _sdpa_params(q, k, v, causal, gqa):
+    import torch
+
+    P = torch.backends.cuda.SDPAParams
+    try:
+        return P(q, k, v, None, 0.0, causal, gqa)
+    except TypeError:  # torch < 2.5: no enable_gqa
+        return P(q, k, v, None, 0.0, causal)
+
+
+def explain(backend: str, case, dtype, device, platform: str) -> str | None:
+    """Why SDPA backend ``backend`` cannot run ``case`` on ``device`` (None when it can), in
+    torch's words where torch gives them. ``platform`` is ``cpu``, ``cuda`` or ``rocm``.
+
+    GPU: ``torch.backends.cuda.can_use_*_attention(params, debug=True)``, whose reasons go
+    through c10's warning handler to stderr and are captured here. CPU: ``torch._fused_sdp_choice``
+    with SDPA restricted to the backend (torch's CPU dispatcher offers FLASH_ATTENTION -- its
+    CPU flash kernel -- and MATH only).
+    """
+    import torch
+
+    if backend in ("math", "default"):
+        return None
+    if backend == "cudnn" and platform != "cuda":
+        return ("cuDNN attention is NVIDIA-only" if platform == "rocm" else
+                "cuDNN attention needs an NVIDIA GPU (CUDNN_ATTENTION is a CUDA backend)")
+    if backend == "ck" and platform != "rocm":
+        return ("CK flash attention is ROCm-only (torch.backends.cuda.preferred_rocm_fa_library"
+                "('ck'))")
+    if backend == "ck":
+        ck = getattr(torch.backends.cuda, "is_ck_sdpa_available", None)
+        if ck is not None and not ck():
+            return ("this ROCm build of torch has no CK attention "
+                    "(torch.backends.cuda.is_ck_sdpa_available() is False)")
+    q, k, v = _probe_tensors(case, dtype, device)
+    gqa = kv_heads(case) != case["h"]
+    if platform == "cpu":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        sdp = getattr(SDPBackend, _SDP_NAMES[backend])
+        with warnings.catch_warnings(record=True) as caught, captured_stderr_fd() as err:
+            warnings.simplefilter("always")
+            try:
+                with sdpa_kernel([sdp]):
+                    choice = torch._fused_sdp_choice(q, k, v, attn_mask=None, dropout_p=0.0,
+                                                     is_causal=case["causal"], enable_gqa=gqa)
+                ok = int(choice) == int(sdp)
+                msg = None if ok else f"torch's CPU dispatcher chose backend {int(choice)}"
+            except RuntimeError as exc:
+                ok, msg = False, str(exc).strip().splitlines()[0]
+            if not ok and backend == "efficient":
+                try:  # its debug output names the CUDA-only requirement
+                    _sdpa_params_check(backend, q, k, v, case["causal"], gqa)
+                except Exception:  # noqa: BLE001 - only its printed reasons matter here
+                    pass
+        if ok:
+            return None
+        msgs = _messages(err["text"], caught)
+        return ("on CPU torch offers only FLASH_ATTENTION (its CPU flash kernel) and MATH; "
+                f"torch says: {'; '.join([msg] + msgs if msg else msgs)}")
+    with _rocm_library(backend, platform):
+        with warnings.catch_warnings(record=True) as caught, captured_stderr_fd() as err:
+            warnings.simplefilter("always")
+            try:
+                ok = _sdpa_params_check(backend, q, k, v, case["causal"], gqa)
+                extra = []
+            except Exception as exc:  # an old torch without the check, or the check failing
+                ok, extra = False, [f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"]
+    if ok:
+        return None
+    msgs = extra + _messages(err["text"], caught)
+    fn = _CAN_USE[backend]
+    return f"torch.backends.cuda.{fn} says no: " + ("; ".join(msgs) or "(no reason printed)")
+
+
+def _sdpa_params_check(backend, q, k, v, causal, gqa) -> bool:
+    import torch
+
+    fn = getattr(torch.backends.cuda, _CAN_USE[backend])
+    return bool(fn(_sdpa_params(q, k, v, causal, gqa), True))
+
+
+@contextlib.contextmanager
+def _rocm_library(backend: str, platform: str):
+    """On ROCm pin the flash-attention library for ``flash``/``efficient`` (AOTriton) and
+    ``ck`` (Composable Kernel), restoring the previous preference afterwards."""
+    import torch
+
+    if platform != "rocm" or backend not in ("flash", "efficient", "ck"):
+        yield
+        return
+    pref = torch.backends.cuda.preferred_rocm_fa_library
+    before = pref()
+    pref("ck" if backend == "ck" else "aotriton")
+    try:
+        yield
+    finally:
+        pref(before)
+
+
+# -- backends ---------------------------------------------------------------------------------
+
+def _available(name):
+    def check(ctx, case, dtype):
+        return explain(name, case, dtype, ctx.device, ctx.env.platform)
+    return check
+
+
+def _context(name):
+    """SDPA restricted to backend ``name`` (none for ``default``); for ``bwd`` cases also
+    ``torch.autograd.set_multithreading_enabled(False)``, so that the backward runs on the
+    calling thread instead of the engine's per-device worker thread and the profiler
+    (kernel timing mode) attributes its kernels to the timed call."""
+    @contextlib.contextmanager
+    def ctx_mgr(ctx, case):
+        import torch
+
+        with contextlib.ExitStack() as stack:
+            if case["pass"] == "bwd":
+                stack.enter_context(torch.autograd.set_multithreading_enabled(False))
+            if name != "default":
+                from torch.nn.attention import SDPBackend, sdpa_kernel
+
+                stack.enter_context(_rocm_library(name, ctx.env.platform))
+                stack.enter_context(sdpa_kernel([getattr(SDPBackend, _SDP_NAMES[name])]))
+            yield
+    return ctx_mgr
+
+
+def _sdpa(q, k, v, causal, gqa):
+    import torch
+
+    kw = {"enable_gqa": True} if gqa else {}
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
+
+
+def _build(case, dtype, inputs, ctx):
+    import torch
+
+    causal, gqa = case["causal"], kv_heads(case) != case["h"]
+    if case["pass"] == "fwd":
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
+        return lambda: _sdpa(q, k, v, causal, gqa)
+    q, k, v = (inputs[n].detach().requires_grad_() for n in ("q", "k", "v"))
+    do = inputs["do"]
+    with torch.enable_grad():
+        o = _sdpa(q, k, v, causal, gqa)
+    return lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+
+
+_DOCS = {
+    "flash": "SDPBackend.FLASH_ATTENTION (FlashAttention-2 on NVIDIA, AOTriton on ROCm, CPU flash kernel)",
+    "efficient": "SDPBackend.EFFICIENT_ATTENTION (mem-efficient on NVIDIA, AOTriton on ROCm)",
+    "cudnn": "SDPBackend.CUDNN_ATTENTION (cuDNN, NVIDIA only)",
+    "ck": "SDPBackend.FLASH_ATTENTION with preferred_rocm_fa_library('ck') (Composable Kernel, ROCm)",
+    "math": "SDPBackend.MATH (unfused composition of matmul, softmax, matmul)",
+    "default": "F.scaled_dot_product_attention unrestricted: the backend SDPA picks",
+}
+for _name, _doc in _DOCS.items():
+    ATTENTION.backend(_name, _doc, available=_available(_name), context=_context(_name))(_build)
+
+
+# -- suites -----------------------------------------------------------------------------------
+
+#: (model, query heads, kv heads, head dim): head dims 64, 128 and 256 from real models.
+MODELS = (("Llama-3.2-1B", 32, 8, 64), ("Llama-3.1-8B", 32, 8, 128), ("Gemma-2-9B", 16, 8, 256))
+
+
+def _llm_cases():
+    out = []
+    for _, h, hk, d in MODELS:
+        out += [f"1x{h}x4096x4096x{d}:causal=1,hkv={hk}",             # prefill, causal
+                f"1x{h}x4096x4096x{d}:hkv={hk}",                      # same, no mask
+                f"1x{h}x4096x4096x{d}:causal=1,hkv={hk},bwd",         # training step
+                f"1x{h}x4096x4096x{d}:hkv={hk},bwd",
+                f"32x{h}x1x4096x{d}:hkv={hk}"]                        # decode: 32 sequences
+    # multi-head (no GQA), which every fused SDPA backend takes: Llama-2-7B, 32 heads of 128
+    out += ["1x32x4096x4096x128:causal=1", "1x32x4096x4096x128:causal=1,bwd"]
+    return out
+
+
+ATTENTION.add_suite(
+    "llm", _llm_cases(), ["bf16"],
+    "head dims 64/128/256 from Llama-3.2-1B (32 q / 8 kv heads, d64), Llama-3.1-8B (32/8, d128) "
+    "and Gemma-2-9B (16/8, d256): 4096-token prefill causal and not, forward and backward, and "
+    "a decode step (32 sequences, 1 query over 4096 keys); plus multi-head Llama-2-7B (32 heads, "
+    "d128) causal prefill forward and backward, for backends without GQA",
+    "model configs: num_attention_heads, num_key_value_heads, head_dim")
+ATTENTION.add_suite(
+    "cpu-small",
+    [("1x4x128x128x64:causal=1", "fp32"), ("1x8x256x256x64:hkv=2", "fp32"),
+     ("1x4x128x128x64:causal=1,bwd", "fp32"), ("2x8x1x512x128:hkv=2", "fp32"),
+     ("1x4x128x128x64:causal=1", "bf16")],
+    ["fp32", "bf16"], "small SDPA cases (MHA, GQA, backward, decode) for a 2-core CPU", "flyexplore")
