@@ -63,6 +63,7 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "gbps": ("Float64", "bytes / time, GB/s"),
     "err_rel": ("Float64", "relative error against the operator's high-precision reference"),
     "err_max_abs": ("Float64", "max absolute error against the reference"),
+    "err_rel_dequant": ("Float64", "scaled GEMM: relative error against the product of the dequantized inputs (the kernel's own error)"),
     "err_tol": ("Float64", "tolerance on err_rel for this dtype"),
     "accuracy_ok": ("boolean", "err_rel <= err_tol"),
     "kernels": ("string", "JSON list of [kernel name, launches per call, device us per call] (kernel mode)"),
