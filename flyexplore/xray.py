@@ -113,7 +113,7 @@ GFX950 = ArchLimits(
         "getMaxWorkGroupsPerCU = min(max waves per CU / waves per workgroup, 16 barriers)",
         "LLVM AMDGPUUsage.rst, COMPUTE_PGM_RSRC2 GRANULATED_LDS_SIZE: GFX950 allocates LDS in blocks "
         "of 320 dwords (1280 bytes); AMDGPU.td FeatureAddressableLocalMemorySize163840 for gfx950",
-        "ROCm 'AMD GPU specifications' (rocm.docs.amd.com/en/latest/reference/gpu-specs.html): "
+        "ROCm 'AMD GPU specifications' (rocm.docs.amd.com/en/7.13.0-preview/reference/gpu-specs.html): "
         "MI350X/MI355X gfx950, 256 CUs, wavefront 64, LDS 160 KiB per CU, VGPR file 512 KiB per CU",
         "unified VGPR count on GFX90A-class targets = alignTo(arch VGPRs, 4) + AGPRs "
         "(.amdhsa_accum_offset, .amdhsa_next_free_vgpr; LLVM test CodeGen/AMDGPU kernel_32_agprs: "
@@ -467,14 +467,18 @@ class XRay:
             lines.append(f"  registers: {r.vgprs} VGPRs + {r.agprs} AGPRs = {r.vgprs_total} unified per lane "
                          f"(rounded to {o.vgpr_alloc} of {GFX950.vgprs_per_lane}{pad}), {r.sgprs} SGPRs per wave; "
                          f"spills: {r.vgpr_spills} VGPR, {r.sgpr_spills} SGPR; scratch {r.scratch_bytes} B/work-item")
-            if r.vgpr_spills or r.sgpr_spills:
+            if r.vgpr_spills:
                 need = -(-r.waves_per_workgroup // GFX950.simds_per_cu)   # waves per SIMD the workgroup needs
                 cap = GFX950.vgprs_per_lane // need // GFX950.vgpr_granule * GFX950.vgpr_granule
                 why = (f"a {r.workgroup_size}-work-item workgroup puts {need} waves on each SIMD, leaving at "
                        f"most {cap} VGPRs per lane (LLVM getMaxNumVGPRs)" if cap < 256 else
                        "a wave addresses at most 256 architectural VGPRs")
-                lines.append(f"  WARNING: {r.vgpr_spills} VGPRs and {r.sgpr_spills} SGPRs spill to scratch "
-                             f"memory: {why}")
+                lines.append(f"  WARNING: {r.vgpr_spills} VGPRs spill to scratch memory "
+                             f"({r.scratch_bytes} B per work-item): {why}")
+            if r.sgpr_spills:
+                lines.append(f"  note: {r.sgpr_spills} SGPR spills (a wave addresses at most 102 SGPRs on GFX9, "
+                             "LLVM getAddressableNumSGPRs); they go to VGPR lanes (v_writelane / v_readlane), "
+                             f"to memory only when scratch is used ({r.scratch_bytes} B per work-item)")
             lines.append(f"  LDS: {r.lds_bytes} B per workgroup (allocated {o.lds_alloc} B); workgroup "
                          f"{r.workgroup_size} work-items = {r.waves_per_workgroup} waves of {r.wavefront_size}")
             lim = ", ".join(f"{a} {'-' if b is None else b}" for a, b in o.limits.items())
@@ -735,7 +739,7 @@ def xray_batch(requests: Iterable[tuple[str, str, str]], arch: str = "gfx950", o
     for bad input, :class:`XRayUnavailable` when this machine lacks torch >= 2.15, flydsl 0.3 or
     an AMDGPU-capable ld.lld, ``RuntimeError`` when the worker fails as a whole (a failed build of
     one case is that case's ``error``). Compile times: about 0.2 s per RMSNorm kernel, 0.5-1.5 s
-    per GEMM, 2-3 s TopK register, about 20 s TopK radix, plus about 3 s to start (2-core x86).
+    per GEMM, 2-4 s TopK register, 20-60 s TopK radix, plus about 3 s to start (2-core x86).
     """
     arch = _check_arch(arch)
     reqs = [_request(op, shape, dtype) for op, shape, dtype in requests]
@@ -859,14 +863,14 @@ def xray_sweep(op: str, shapes: Sequence[str], dtypes: Sequence[str] = ("bf16",)
 
 
 # ------------------------------------------------------------------------------ figure
-_METRICS = (("vgprs_total", "unified VGPRs per lane"), ("spills", "registers spilled to scratch"),
+_METRICS = (("vgprs_total", "unified VGPRs per lane"), ("spills", "spilled registers (VGPR + SGPR)"),
             ("lds_bytes", "LDS bytes per workgroup"), ("waves_per_simd", "waves per SIMD (occupancy)"))
 _SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star", "cross", "triangle-down")
 
 
 def resources_figure(data, x: str | None = None, color: str | None = None, title: str | None = None):
-    """Kernel resources across a sweep: stacked panels of unified VGPRs, registers spilled to
-    scratch (VGPR + SGPR spills), LDS bytes and the resulting occupancy (waves per SIMD, of 8 on
+    """Kernel resources across a sweep: stacked panels of unified VGPRs, spilled registers
+    (VGPR spills go to scratch memory, SGPR spills to VGPR lanes), LDS bytes and the resulting occupancy (waves per SIMD, of 8 on
     gfx950), one line per ``color`` group.
 
     ``data``: a :func:`xray_frame` DataFrame or a list of :class:`XRay`. ``x`` defaults to ``n``

@@ -403,3 +403,21 @@ def test_cli_xray_json(tmp_path, capsys):
     assert len(got) == 1 and got[0]["eligible"] and got[0]["kernels"][0]["config"] == {"N": 8192, "dtype": "f16"}
     isa = got[0]["kernels"][0]["isa_file"]
     assert os.path.exists(isa) and got[0]["kernels"][0]["resources"]["vgprs_total"] == _meta(isa, "vgpr_count")
+
+
+def test_published_script_builds_its_case_list():
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "xray_published.py")
+    spec = importlib.util.spec_from_file_location("xray_published", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    req = mod.requests(radix=False, grouped=False)
+    ops = [op for op, _, _ in req]
+    assert (ops.count("rmsnorm"), ops.count("gemm"), ops.count("topk")) == (22, 15 + 17 + 17, 10)
+    assert ("gemm", "32x4096x4096:NT", "mxfp4") in req and ("rmsnorm", "8192x4097", "fp16") in req
+    with_all = mod.requests(radix=True, grouped=True)
+    assert sum(op == "topk" for op, _, _ in with_all) == 33
+    assert ("grouped_gemm", "8x512x2048x8192", "bf16") in with_all
+    for op, shape, dtype in with_all:                  # every request is valid input for the X-ray
+        X._request(op, shape, dtype)
