@@ -371,6 +371,22 @@ def find_amdgpu_lld(environ: dict[str, str] | None = None) -> Lld | None:
     return max(found, key=lambda x: x.major) if found else None
 
 
+#: torch files whose builders the X-ray calls (checked without importing torch).
+_XRAY_BUILDERS = ("_native/ops/norm/flydsl_rmsnorm_fwd.py", "_native/ops/topk/flydsl_kernels.py",
+                  "_inductor/kernel/vendored_templates/flydsl/kernels/gemm_gfx950.py")
+
+
+def _torch_files_present(paths: tuple[str, ...]) -> bool:
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.origin:
+        return False
+    root = os.path.dirname(spec.origin)
+    return all(os.path.isfile(os.path.join(root, *p.split("/"))) for p in paths)
+
+
 def _torch_at_least(version: str, want: tuple[int, int]) -> bool:
     m = re.match(r"(\d+)\.(\d+)", version)
     return bool(m) and (int(m.group(1)), int(m.group(2))) >= want
@@ -389,7 +405,7 @@ def xray_readiness(versions: dict[str, str] | None = None,
     if versions is None:
         versions = {"torch": _pkg_version("torch"), "flydsl": _pkg_version("flydsl")}
     tv = versions.get("torch", "not installed")
-    builders = _torch_has("torch._native.ops.norm.flydsl_rmsnorm_fwd")
+    builders = _torch_files_present(_XRAY_BUILDERS)
     torch_ok = _torch_at_least(tv, (2, 15)) and builders
     torch_check = Check("torch >= 2.15 with FlyDSL kernel builders", torch_ok,
                         f"torch {tv}" + (" has torch._native FlyDSL ops and Inductor FlyDSL templates"

@@ -780,15 +780,16 @@ def xray_batch(requests: Iterable[tuple[str, str, str]], arch: str = "gfx950", o
                 worker_out["versions"] = got.get("versions", {})
                 for i, r in enumerate(got.get("results", [])):
                     worker_out["results"][i] = r
+            with open(log_path) as f:
+                tail = f.read()[-3000:]
             if rc not in (0, None) and not os.path.exists(res_path):
-                with open(log_path) as f:
-                    tail = f.read()[-3000:]
                 raise RuntimeError(f"X-ray worker failed (exit {rc}):\n{tail}")
-            if timed_out:
-                for i, r in enumerate(worker_out["results"]):
-                    if r is None:
-                        worker_out["results"][i] = {"eligible": False, "reason": None, "kernels": [], "notes": [],
-                                                    "error": f"timed out after {timeout_s:g} s"}
+            why = (f"timed out after {timeout_s:g} s" if timed_out else
+                   f"the X-ray worker stopped (exit {rc}) before this case; its log ends: {tail[-800:]}")
+            for i, r in enumerate(worker_out["results"]):
+                if r is None:
+                    worker_out["results"][i] = {"eligible": False, "reason": None, "kernels": [], "notes": [],
+                                                "error": why}
         return [_assemble(r, v, worker_out["results"][i], worker_out["versions"], arch, out, keep_ir, i)
                 for i, (r, v) in enumerate(zip(reqs, verdicts))]
     finally:
@@ -804,6 +805,9 @@ def _assemble(req: _Request, verdict, res, versions, arch, out, keep_ir, index) 
         case_dir = os.path.join(out, _safe(f"{req.op}_{req.label}_{req.dtype}_{arch}"))
         os.makedirs(case_dir, exist_ok=True)
     kernels, errors = [], [res["error"]] if res.get("error") else []
+    if arch not in ARCH_LIMITS and res.get("kernels"):
+        errors.append(f"no occupancy limits known for {arch} (known: {', '.join(ARCH_LIMITS)})")
+        res = dict(res, kernels=[])
     for rec in res.get("kernels", []):
         if rec.get("error"):
             errors.append(f"{rec['family']}: {rec['error']}")
@@ -819,8 +823,8 @@ def _assemble(req: _Request, verdict, res, versions, arch, out, keep_ir, index) 
                     if keep_ir:
                         shutil.copytree(os.path.dirname(isa), os.path.join(case_dir, _safe(kr.name) + "_ir"),
                                         dirs_exist_ok=True)
-                occ = occupancy(kr, ARCH_LIMITS[arch]) if arch in ARCH_LIMITS else None
-                kernels.append(XRayKernel(kr.name, rec["family"], dict(rec.get("config", {})), kr, occ,
+                kernels.append(XRayKernel(kr.name, rec["family"], dict(rec.get("config", {})), kr,
+                                          occupancy(kr, ARCH_LIMITS[arch]),
                                           count_instructions(text, kr.name), saved, rec.get("compile_s"),
                                           bool(rec.get("reused", False)), text))
     x = XRay(req.op, req.label, req.params, req.dtype, arch, bool(res.get("eligible")),
