@@ -297,8 +297,9 @@ def _readiness(platform: str, versions: dict[str, str], target_arch: str | None,
 
 
 #: Oldest LLD taken as able to link FlyDSL's gfx950 code objects. flydsl 0.3 emits AMDGPU code
-#: object v6, which LLVM first supported in release 19. Seen working: Debian's lld-22; seen
-#: failing: Debian's default lld 14 ("unknown abi version") -- shared/reference/flydsl-compile-only.md.
+#: object v6 (``.amdhsa_code_object_version 6`` in its ISA), which arrived with LLVM 19's generic
+#: targets; only two versions were tried: Debian's lld-22 works, Debian's default lld 14 fails
+#: ("unknown abi version") -- shared/reference/flydsl-compile-only.md.
 MIN_LLD_MAJOR = 19
 
 
