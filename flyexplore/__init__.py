@@ -8,5 +8,7 @@ Public entry points (each documented where it lives):
 - :class:`flyexplore.timing.Timer` -- honest timing, returning a :class:`~flyexplore.timing.Measurement`.
 - :func:`flyexplore.sweep.run_sweep` -- sweeps that keep every row.
 - :mod:`flyexplore.results` -- the result schema, load/save, speedups and geometric means.
+- :func:`flyexplore.xray.xray` -- compile the FlyDSL kernel torch would run on gfx950 (no GPU
+  needed) and show its registers, LDS, occupancy, instruction mix and ISA.
 """
 __version__ = "0.1.0"

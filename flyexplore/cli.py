@@ -70,6 +70,43 @@ def _cmd_demo(a):
     print(f"report: {path}")
 
 
+def _cmd_xray(a):
+    from .errors import bad_choice
+    from .xray import XRAY_DTYPES, XRayUnavailable, coverage_text, resources_figure, xray_batch, xray_frame
+
+    if a.coverage:
+        print(coverage_text())
+        return
+    if not a.op or not a.shape:
+        raise UsageError("xray needs --op and --shape (or --coverage)")
+    if a.op not in XRAY_DTYPES:
+        raise bad_choice("operator for xray", a.op, XRAY_DTYPES)
+    if a.op == "grouped_gemm":
+        shapes = [s.strip() for s in a.shape.split(";") if s.strip()]
+    else:
+        from .ops import get_op
+        shapes = [c.label for c in get_op(a.op).parse_shapes(a.shape)]
+    dtypes = [d.strip() for d in a.dtype.split(",") if d.strip()]
+    try:
+        res = xray_batch([(a.op, s, d) for s in shapes for d in dtypes], arch=a.arch, out=a.out,
+                         autotune=a.autotune, keep_ir=a.keep_ir)
+    except XRayUnavailable as exc:
+        print(f"flyexplore: {exc}", file=sys.stderr)
+        sys.exit(1)
+    if a.json:
+        print(json.dumps([x.to_dict() for x in res], indent=2, default=str))
+    else:
+        print("\n\n".join(x.to_text() for x in res))
+    if a.figure:
+        fig = resources_figure(xray_frame(res))
+        if a.figure.endswith(".html"):
+            fig.write_html(a.figure)
+        else:
+            fig.write_image(a.figure)
+        if not a.json:
+            print(f"figure: {a.figure}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="flyexplore", description="Measure and explain PyTorch's FlyDSL, ATen, "
                 "Triton and vendor paths (MI350 gfx950, any CUDA/ROCm GPU, or CPU).")
@@ -106,6 +143,24 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="flyexplore-demo", help="output folder (default: flyexplore-demo)")
     d.add_argument("--quiet", action="store_true")
     d.set_defaults(func=_cmd_demo)
+
+    x = sub.add_parser("xray", help="compile the FlyDSL kernel torch would run on gfx950 (no GPU needed) "
+                       "and show its registers, LDS, occupancy and ISA")
+    x.add_argument("--op", help="rmsnorm, topk, gemm or grouped_gemm")
+    x.add_argument("--shape", help="e.g. 8192x4096 (rmsnorm), 4096x4096x8 (topk), 4096x4096x4096:NT "
+                   "(gemm), 8x512x4096x4096 (grouped_gemm G x M x N x K); several with ';'")
+    x.add_argument("--dtype", default="bf16", help="bf16, fp16, fp32 (gemm also mxfp8, mxfp4); "
+                   "comma-separated for several")
+    x.add_argument("--arch", default="gfx950", help="target arch (torch 2.15 runs FlyDSL on gfx950 only)")
+    x.add_argument("--out", default="flyexplore-xray", help="folder for the ISA and xray.json "
+                   "(default: flyexplore-xray)")
+    x.add_argument("--json", action="store_true")
+    x.add_argument("--autotune", action="store_true", help="GEMMs: every FlyDSL autotuning candidate, "
+                   "not just the baseline config")
+    x.add_argument("--keep-ir", action="store_true", help="also keep every IR stage flydsl dumped")
+    x.add_argument("--figure", help="write the resources figure (.html, or .png/.svg/.pdf via kaleido)")
+    x.add_argument("--coverage", action="store_true", help="list what the X-ray covers and what not")
+    x.set_defaults(func=_cmd_xray)
     return p
 
 

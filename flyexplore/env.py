@@ -30,6 +30,8 @@ import json
 import os
 import platform as _platform
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +117,8 @@ class Environment:
     flydsl_compile: Readiness
     env_vars: dict[str, str] = field(default_factory=dict)
     host: str = ""
+    #: Can ``flyexplore xray`` compile FlyDSL kernels for gfx950 here (no GPU needed)?
+    flydsl_xray: Readiness | None = None
 
     @property
     def device(self) -> Device:
@@ -146,6 +150,8 @@ class Environment:
         out = dataclasses.asdict(self)
         out["flydsl_eager"]["ready"] = self.flydsl_eager.ready
         out["flydsl_compile"]["ready"] = self.flydsl_compile.ready
+        if self.flydsl_xray is not None:
+            out["flydsl_xray"]["ready"] = self.flydsl_xray.ready
         out["fingerprint"] = self.fingerprint()
         return out
 
@@ -161,7 +167,9 @@ class Environment:
             lines.append(f"  {k}: {v}")
         tgt = self.target_arch or "none"
         lines.append(f"FlyDSL target arch: {tgt} (from {self.target_arch_source})")
-        for r in (self.flydsl_eager, self.flydsl_compile):
+        for r in (self.flydsl_eager, self.flydsl_compile, self.flydsl_xray):
+            if r is None:
+                continue
             lines.append(f"FlyDSL {r.path}: {'READY' if r.ready else 'not available'}")
             for c in r.checks:
                 mark = "ok " if c.ok else "NO "
@@ -288,6 +296,137 @@ def _readiness(platform: str, versions: dict[str, str], target_arch: str | None,
     return Readiness("eager overrides", tuple(eager_checks)), Readiness("compile templates", tuple(compile_checks))
 
 
+#: Oldest LLD taken as able to link FlyDSL's gfx950 code objects. flydsl 0.3 emits AMDGPU code
+#: object v6 (``.amdhsa_code_object_version 6`` in its ISA), which arrived with LLVM 19's generic
+#: targets; only two versions were tried: Debian's lld-22 works, Debian's default lld 14 fails
+#: ("unknown abi version") -- shared/reference/flydsl-compile-only.md.
+MIN_LLD_MAJOR = 19
+
+
+@dataclass(frozen=True)
+class Lld:
+    """An ``ld.lld`` found on this machine: ``path``, ``major`` version (0 if unreadable),
+    the ``version`` line it printed and where it was found (``source``)."""
+
+    path: str
+    major: int
+    version: str
+    source: str
+
+    @property
+    def amdgpu_capable(self) -> bool:
+        return self.major >= MIN_LLD_MAJOR
+
+
+def _lld_version(path: str) -> tuple[int, str]:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 0, "did not run"
+    line = (out.stdout or out.stderr).strip().splitlines()
+    line = line[0] if line else ""
+    m = re.search(r"LLD (\d+)", line)
+    return (int(m.group(1)) if m else 0), line
+
+
+def _lld_candidates(environ: dict[str, str]) -> list[tuple[str, str]]:
+    cands = []
+    if environ.get("FLYEXPLORE_LD_LLD"):
+        cands.append((environ["FLYEXPLORE_LD_LLD"], "FLYEXPLORE_LD_LLD"))
+    if environ.get("ROCM_PATH"):
+        cands.append((os.path.join(environ["ROCM_PATH"], "llvm", "bin", "ld.lld"), "$ROCM_PATH/llvm/bin"))
+    cands.append(("/opt/rocm/llvm/bin/ld.lld", "/opt/rocm"))
+    versioned = []
+    for d in glob.glob("/usr/lib/llvm-*/bin/ld.lld"):
+        m = re.search(r"llvm-(\d+)", d)
+        versioned.append((int(m.group(1)) if m else 0, d))
+    cands += [(d, "Debian/Ubuntu lld package") for _, d in sorted(versioned, reverse=True)]
+    on_path = shutil.which("ld.lld", path=environ.get("PATH"))
+    if on_path:
+        cands.append((on_path, "PATH"))
+    return cands
+
+
+def find_amdgpu_lld(environ: dict[str, str] | None = None) -> Lld | None:
+    """The ``ld.lld`` FlyDSL should link gfx950 code objects with, or ``None`` if there is none.
+
+    Looks at ``$FLYEXPLORE_LD_LLD``, ``$ROCM_PATH/llvm/bin``, ``/opt/rocm/llvm/bin``,
+    ``/usr/lib/llvm-*/bin`` (newest first) and ``PATH``; returns the first one new enough
+    (LLD >= :data:`MIN_LLD_MAJOR`), else the newest too-old one found (so the report can name
+    it), else ``None``. FlyDSL itself looks only at ``$ROCM_PATH/llvm/bin/ld.lld``; the X-ray
+    points ``ROCM_PATH`` at a folder linking to the one found here.
+    """
+    environ = dict(os.environ) if environ is None else environ
+    found: list[Lld] = []
+    seen = set()
+    for path, source in _lld_candidates(environ):
+        real = os.path.realpath(path)
+        if real in seen or not (os.path.isfile(real) and os.access(real, os.X_OK)):
+            continue
+        seen.add(real)
+        major, line = _lld_version(path)
+        lld = Lld(path, major, line, source)
+        if lld.amdgpu_capable:
+            return lld
+        found.append(lld)
+    return max(found, key=lambda x: x.major) if found else None
+
+
+#: torch files whose builders the X-ray calls (checked without importing torch).
+_XRAY_BUILDERS = ("_native/ops/norm/flydsl_rmsnorm_fwd.py", "_native/ops/topk/flydsl_kernels.py",
+                  "_inductor/kernel/vendored_templates/flydsl/kernels/gemm_gfx950.py")
+
+
+def _torch_files_present(paths: tuple[str, ...]) -> bool:
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.origin:
+        return False
+    root = os.path.dirname(spec.origin)
+    return all(os.path.isfile(os.path.join(root, *p.split("/"))) for p in paths)
+
+
+def _torch_at_least(version: str, want: tuple[int, int]) -> bool:
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= want
+
+
+def xray_readiness(versions: dict[str, str] | None = None,
+                   environ: dict[str, str] | None = None) -> Readiness:
+    """Can the kernel X-ray (``flyexplore xray``) compile FlyDSL kernels for gfx950 here?
+
+    Needs no GPU and no ROCm: torch >= 2.15 (whose ``torch._native`` / Inductor code builds the
+    kernels), flydsl in the series that torch accepts (0.3.x for torch 2.15) and an
+    AMDGPU-capable ``ld.lld`` (LLD >= :data:`MIN_LLD_MAJOR`; Debian: ``apt-get install lld-22``).
+    ``versions`` as in :attr:`Environment.versions` (read from the installed packages if not given).
+    """
+    environ = dict(os.environ) if environ is None else environ
+    if versions is None:
+        versions = {"torch": _pkg_version("torch"), "flydsl": _pkg_version("flydsl")}
+    tv = versions.get("torch", "not installed")
+    builders = _torch_files_present(_XRAY_BUILDERS)
+    torch_ok = _torch_at_least(tv, (2, 15)) and builders
+    torch_check = Check("torch >= 2.15 with FlyDSL kernel builders", torch_ok,
+                        f"torch {tv}" + (" has torch._native FlyDSL ops and Inductor FlyDSL templates"
+                                         if torch_ok else " has no FlyDSL kernel builders (first in 2.15)"),
+                        None if torch_ok else "pip install 'torch>=2.15'")
+    ver = flydsl_version_check(tv, versions.get("flydsl", "not installed"))
+    lld = find_amdgpu_lld(environ)
+    if lld is None:
+        lld_check = Check("AMDGPU-capable ld.lld", False, "no ld.lld found",
+                          "apt-get install lld-22 (Debian/Ubuntu), or set FLYEXPLORE_LD_LLD / ROCM_PATH")
+    elif not lld.amdgpu_capable:
+        lld_check = Check("AMDGPU-capable ld.lld", False,
+                          f"{lld.path} is {lld.version or 'of unknown version'}; LLD >= {MIN_LLD_MAJOR} "
+                          "is needed for FlyDSL's code object v6",
+                          "apt-get install lld-22 (Debian/Ubuntu), or set FLYEXPLORE_LD_LLD")
+    else:
+        lld_check = Check("AMDGPU-capable ld.lld", True, f"{lld.path} ({lld.version}; from {lld.source})")
+    return Readiness("kernel X-ray (compile-only, gfx950)", (torch_check, ver, lld_check))
+
+
 def _devices(torch) -> tuple[str, tuple[Device, ...]]:
     if torch.cuda.is_available():
         plat = "rocm" if getattr(torch.version, "hip", None) else "cuda"
@@ -348,4 +487,5 @@ def collect(refresh: bool = False, environ: dict[str, str] | None = None) -> Env
     arch, src = resolve_target_arch(devs, plat, environ)
     eager, comp = _readiness(plat, versions, arch, src, environ)
     env_vars = {k: environ[k] for k in RELEVANT_ENV_VARS if k in environ}
-    return Environment(plat, devs, versions, arch, src, eager, comp, env_vars, _platform.node())
+    xray = xray_readiness(versions, environ)
+    return Environment(plat, devs, versions, arch, src, eager, comp, env_vars, _platform.node(), xray)
