@@ -66,7 +66,103 @@ def _cmd_sweep(a):
 def _cmd_demo(a):
     from .demo import run_demo
 
-    path = run_demo(a.out, progress=not a.quiet)
+    path = run_demo(a.out, progress=not a.quiet, static=not a.no_images)
+    print(f"report: {path}")
+
+
+def _baseline(text: str):
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise UsageError(f"empty --baseline {text!r} (e.g. aten, or aten,triton for the faster of both)")
+    return parts[0] if len(parts) == 1 else parts
+
+
+def _cmd_published(a):
+    import pandas as pd
+
+    from . import published as P
+    from . import results as R
+
+    names = [n.strip() for n in (a.suite or "").split(",") if n.strip()] or None
+    for n in names or ():
+        if n not in P.SUITE_NAMES:
+            from .errors import bad_choice
+            raise bad_choice("published suite", n, P.SUITE_NAMES)
+    special = [n for n in names or () if n in ("vllm", "ranges")]
+    if special and len(names) > 1:
+        raise UsageError(f"--suite {special[0]} is not per-kernel rows; ask for it alone "
+                         f"(kernel suites: {', '.join(P.SUITES)})")
+    pd.set_option("display.width", 200)
+    if special == ["ranges"]:
+        df = P.ranges()
+    elif special == ["vllm"]:
+        df = P.vllm_published()
+    else:
+        df = P.load(names)
+    if a.out:
+        from pathlib import Path
+
+        out = Path(a.out)
+        if special:
+            from .export import TABLE_FORMATS, save_table
+            if out.suffix.lstrip(".") not in TABLE_FORMATS:
+                raise UsageError(f"unknown table file extension {out.suffix!r} in {a.out!r} "
+                                 f"(valid: {', '.join('.' + f for f in TABLE_FORMATS)})")
+            save_table(df, out)
+        else:
+            R.save(df, out)
+        print(f"{len(df)} rows written to {a.out}")
+        return
+    if special:
+        print(df.drop(columns=[c for c in ("provenance",) if c in df]).to_string(index=False))
+        return
+    print(P.summary(df).to_string(index=False))
+    if names is None:
+        print("\nHeadline numbers recomputed from the per-case rows (flyexplore.results.speedup/geomean):")
+        h = P.headlines(df)
+        h["value"] = h["value"].map(lambda v: f"{v:.4f}")
+        print(h.to_string(index=False))
+        print("\nPublic only as ranges (no per-case values):")
+        print(P.ranges()[["what", "subject", "low", "high"]].to_string(index=False))
+    print("\nAll rows: status=published, source=published, device AMD Instinct MI355X (gfx950); "
+          "not measured by flyexplore. Write them with --out FILE (.parquet, .csv, .jsonl).")
+
+
+def _load_many(paths):
+    from . import results as R
+
+    return R.concat([R.load(p) for p in paths])
+
+
+def _cmd_report(a):
+    from .report import write_report
+
+    df = _load_many(a.results)
+    if a.with_published:
+        pub = True
+    else:
+        pub = False
+    path = write_report(df, a.out, title=a.title or f"flyexplore report: {', '.join(a.results)}",
+                        baseline=_baseline(a.baseline), static=not a.no_images, published=pub)
+    print(f"report: {path}")
+
+
+def _cmd_compare(a):
+    from .report import write_compare_report, write_vllm_report
+    from .vllm import looks_like_vllm
+
+    names = tuple(n.strip() for n in a.names.split(",")) if a.names else ("A", "B")
+    if len(names) != 2 or not all(names):
+        raise UsageError(f"--names needs two comma-separated names, got {a.names!r}")
+    va, vb = looks_like_vllm(a.a), looks_like_vllm(a.b)
+    if va != vb:
+        raise UsageError(f"cannot compare a vllm bench result with a flyexplore result file ({a.a!r}, {a.b!r})")
+    if va:
+        path = write_vllm_report(a.a, a.b, a.out, names, title=a.title, static=not a.no_images)
+    else:
+        from . import results as R
+        path = write_compare_report(R.load(a.a), R.load(a.b), a.out, names, a.a_backend, a.b_backend,
+                                    title=a.title, static=not a.no_images)
     print(f"report: {path}")
 
 
@@ -142,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="the main job: a sweep and an HTML report sized for this machine")
     d.add_argument("--out", default="flyexplore-demo", help="output folder (default: flyexplore-demo)")
     d.add_argument("--quiet", action="store_true")
+    d.add_argument("--no-images", action="store_true", help="skip the PNG/SVG/PDF figure files (faster)")
     d.set_defaults(func=_cmd_demo)
 
     x = sub.add_parser("xray", help="compile the FlyDSL kernel torch would run on gfx950 (no GPU needed) "
@@ -161,6 +258,35 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--figure", help="write the resources figure (.html, or .png/.svg/.pdf via kaleido)")
     x.add_argument("--coverage", action="store_true", help="list what the X-ray covers and what not")
     x.set_defaults(func=_cmd_xray)
+
+    pb = sub.add_parser("published", help="the published MI355X figures as result rows, with the "
+                        "headline numbers recomputed")
+    pb.add_argument("--suite", help="comma-separated: dense, mxfp, grouped, rmsnorm, topk; or vllm, or "
+                    "ranges alone (default: all kernel suites)")
+    pb.add_argument("--out", help="write the rows: .parquet, .csv or .jsonl (vllm/ranges: .csv, .md, .tex, .html)")
+    pb.set_defaults(func=_cmd_published)
+
+    r = sub.add_parser("report", help="one HTML report (environment, tables, figures) plus static images")
+    r.add_argument("results", nargs="+", help="result files (.parquet, .csv, .jsonl)")
+    r.add_argument("--out", required=True, help="output folder")
+    r.add_argument("--baseline", default="aten", help="backend for speedups, or several comma-separated "
+                   "(the faster of them per case); default aten")
+    r.add_argument("--with-published", action="store_true", help="add measured vs published (MI355X) figures")
+    r.add_argument("--title")
+    r.add_argument("--no-images", action="store_true", help="skip the PNG/SVG/PDF figure files")
+    r.set_defaults(func=_cmd_report)
+
+    c = sub.add_parser("compare", help="A/B report of two result files paired by case (or two "
+                       "vllm bench serve --save-result files/folders)")
+    c.add_argument("a", help="side A (baseline): result file, or vllm JSON file/folder")
+    c.add_argument("b", help="side B: result file, or vllm JSON file/folder")
+    c.add_argument("--out", required=True, help="output folder")
+    c.add_argument("--names", help="display names of A and B, comma-separated (default A,B)")
+    c.add_argument("--a-backend", help="compare this backend of A ...")
+    c.add_argument("--b-backend", help="... with this backend of B (e.g. aten vs flydsl of one sweep)")
+    c.add_argument("--title")
+    c.add_argument("--no-images", action="store_true", help="skip the PNG/SVG/PDF figure files")
+    c.set_defaults(func=_cmd_compare)
     return p
 
 

@@ -21,9 +21,11 @@ DEMO_SUITES = (("gemm", "cpu-small", "llama3.1-8b"),
                ("topk", "cpu-small", "llm"))
 
 
-def run_demo(out_dir: str | Path = "flyexplore-demo", progress: bool = True, timer: dict | None = None) -> Path:
+def run_demo(out_dir: str | Path = "flyexplore-demo", progress: bool = True, timer: dict | None = None,
+             static: bool = True) -> Path:
     """Run the demo sweep into ``out_dir`` (results.parquet, results.csv, env.json,
-    report.html); returns the report's path. Earlier demo files in ``out_dir`` are replaced.
+    report.html, and with ``static`` the figures as PNG/SVG/PDF under ``figures/``); returns
+    the report's path. Earlier demo files in ``out_dir`` are replaced.
     Raises :class:`~flyexplore.errors.UsageError` if ``out_dir`` cannot be written."""
     out = Path(out_dir)
     R.check_path(out / "results.parquet")
@@ -38,4 +40,5 @@ def run_demo(out_dir: str | Path = "flyexplore-demo", progress: bool = True, tim
     R.save(df, out / "results.parquet")
     R.save(df, out / "results.csv")
     (out / "env.json").write_text(json.dumps(env.to_dict(), indent=2, default=str))
-    return write_report(df, out, env, title=f"flyexplore demo on {env.device.name} ({env.platform})")
+    return write_report(df, out, env, title=f"flyexplore demo on {env.device.name} ({env.platform})",
+                        static=static)

@@ -1,14 +1,27 @@
-"""Figures: functions that take a result set (tidy DataFrame) and return a plotly figure.
-Rendering never changes the data. Colours are fixed per backend across all figures
-(:data:`BACKEND_COLORS`).
+"""Figures: functions that take result sets (tidy DataFrames, :mod:`flyexplore.results`) and
+return plotly figures. Rendering never changes the data: every function works on a copy and
+plots the numbers it is given (speedups via :func:`flyexplore.results.speedup`).
+
+Colours are fixed per backend in every figure (:data:`BACKEND_COLORS`, :func:`backend_color`).
+Speedup axes start at zero and carry a dashed 1.0x line; ratios within +-1%
+(:data:`flyexplore.results.TIE_BAND`) are ties and are outlined.
+
+Figures: :func:`speedup_figure`, :func:`sweep_figure`, :func:`heatmap_figure` (with
+:func:`speedup_grid`), :func:`roofline_figure`, :func:`ab_figure`,
+:func:`published_vs_measured_figure`, :func:`vllm_figure`. Export: :mod:`flyexplore.export`.
 """
 from __future__ import annotations
 
+import json
+import math
+import textwrap
+import zlib
 from typing import Sequence
 
 import pandas as pd
 
 from . import results as R
+from .errors import UsageError, bad_choice
 
 #: One colour per backend, the same in every figure.
 BACKEND_COLORS = {
@@ -16,32 +29,591 @@ BACKEND_COLORS = {
     "emulated": "#FFA15A", "reference": "#19D3F3", "flash": "#FF6692", "efficient": "#B6E880",
     "cudnn": "#FF97FF", "math": "#FECB52", "ck": "#8C564B", "aotriton": "#1F77B4",
 }
+_EXTRA = ("#2E91E5", "#E15F99", "#1CA71C", "#FB0D0D", "#DA16FF", "#B68100", "#750D86", "#EB663B",
+          "#511CFB", "#00A08B", "#FB00D1", "#6C7C32", "#778AAE", "#862A16", "#A777F1", "#620042")
+#: Colours for series that are not backends (models in vLLM figures), in order.
+SERIES_COLORS = ("#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD", "#8C564B", "#E377C2",
+                 "#7F7F7F", "#BCBD22", "#17BECF")
+HEIGHT = 560
+_FONT = dict(family="Arial, Helvetica, sans-serif", size=13)
 
 
-def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", title: str | None = None):
-    """Grouped bars of speedup per case (baseline time / backend time) for each non-baseline
-    backend, a dashed 1.0x line, the geometric mean per backend in the legend, ties within
-    +-1% marked with an outline, and the y axis from zero. Raises ``UsageError`` when the
-    baseline has no rows."""
+def backend_color(name: str) -> str:
+    """The colour of ``name``: :data:`BACKEND_COLORS`, else a stable colour from its hash (so
+    an unknown backend has the same colour in every figure and every run)."""
+    return BACKEND_COLORS.get(name) or _EXTRA[zlib.crc32(str(name).encode()) % len(_EXTRA)]
+
+
+def _style(fig, title: str, xtitle: str, ytitle: str, height: int = HEIGHT, legend_title: str = ""):
+    fig.update_layout(title=dict(text=title, x=0.01, xanchor="left", font=dict(size=16)),
+                      template="plotly_white", font=_FONT, height=height,
+                      margin=dict(l=70, r=30, t=90, b=60), legend_title_text=legend_title,
+                      hoverlabel=dict(align="left"))
+    fig.update_xaxes(title_text=xtitle, automargin=True)
+    fig.update_yaxes(title_text=ytitle, automargin=True)
+    return fig
+
+
+def _ref_line(fig, v: float, color: str, dash: str, name: str, horizontal: bool = False, **kw):
+    """A reference line across the plot at ``v`` (y, or x when ``horizontal``) with a legend
+    entry named ``name`` (a line shape does not appear in the legend by itself)."""
+    if horizontal:
+        fig.add_vline(x=v, line_dash=dash, line_color=color, line_width=1.5, **kw)
+    else:
+        fig.add_hline(y=v, line_dash=dash, line_color=color, line_width=1.5, **kw)
+    fig.add_scatter(x=[None], y=[None], mode="lines", name=name, line=dict(color=color, dash=dash, width=1.5),
+                    hoverinfo="skip", showlegend=True)
+
+
+def _wrap(text, width: int = 70) -> str:
+    if text is None or (isinstance(text, float) and math.isnan(text)) or text is pd.NA:
+        return ""
+    return "<br>".join(textwrap.wrap(str(text), width)) or ""
+
+
+def _base_name(baseline) -> str:
+    return baseline if isinstance(baseline, str) else "the faster of " + ", ".join(baseline)
+
+
+def _label_fn(d: pd.DataFrame, cols=("op", "dtype")):
+    vary = [c for c in cols if c in d and d[c].nunique() > 1]
+
+    def f(r):
+        parts = [str(r[c]) for c in vary if c == "op"] + [str(r["case"])] + \
+                [str(r[c]) for c in vary if c != "op"]
+        return " ".join(parts)
+    return f
+
+
+# -- speedup ---------------------------------------------------------------------------------
+def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", title: str | None = None,
+                   backends: Sequence[str] | None = None, show_values: bool | None = None,
+                   horizontal: bool | None = None):
+    """Bars of speedup per case (baseline time / backend time) for each non-baseline backend.
+
+    ``baseline`` is one backend or several (then the faster of them per case, e.g.
+    ``["aten", "triton"]`` as in the published dense suite). Shows a dashed 1.0x line, the
+    geometric mean per backend (legend, and a dotted line when there is one op and dtype),
+    ties within +-1% outlined in black, the y axis from zero, and per-bar values when there are
+    at most 40 bars (``show_values``). With more than 30 cases (``horizontal=None``) the bars
+    run horizontally, one row per case, so every case label stays readable. Hover: times in
+    µs, which baseline won, source. ``backends`` limits the backends drawn. Raises
+    ``UsageError`` when the baseline has no rows or no backend remains."""
     import plotly.graph_objects as go
 
     s = R.speedup(df, baseline)
-    base = baseline if isinstance(baseline, str) else " / faster of " + ", ".join(baseline)
+    if backends is not None:
+        s = s[s["backend"].isin(list(backends))]
+    if s.empty:
+        raise UsageError(f"no case has both {_base_name(baseline)} and another backend")
+    label = _label_fn(s)
+    s = s.assign(x=s.apply(label, axis=1))
+    groups = list(s.groupby(["op", "dtype", "backend"], sort=False))
+    single = s[["op", "dtype"]].drop_duplicates().shape[0] == 1
+    if show_values is None:
+        show_values = len(s) <= 40
+    ncase = s["x"].nunique()
+    if horizontal is None:
+        horizontal = ncase > 30
     fig = go.Figure()
-    for (op, dtype, backend), g in s.groupby(["op", "dtype", "backend"], sort=False):
+    for (op, dtype, backend), g in groups:
         gm = R.geomean(g["speedup"])
+        ties = int(g["tie"].sum())
+        name = f"{backend}: geomean {gm:.2f}x" if single else f"{backend} {op} {dtype}: geomean {gm:.2f}x"
+        c = backend_color(backend)
+        xy = dict(x=g["speedup"], y=g["x"], orientation="h") if horizontal else dict(x=g["x"], y=g["speedup"])
         fig.add_bar(
-            x=[f"{op} {c} {dtype}" for c in g["case"]], y=g["speedup"],
-            name=f"{backend} {op} {dtype} (geomean {gm:.2f}x)",
-            marker_color=BACKEND_COLORS.get(backend),
-            marker_line_width=[3 if t else 0 for t in g["tie"]], marker_line_color="black",
-            customdata=list(zip(g["time_ms"] * 1e3, g["baseline_ms"] * 1e3, g["baseline"], g["source"])),
-            hovertemplate="%{x}<br>speedup %{y:.3f}x<br>time %{customdata[0]:.2f} us<br>"
-                          "baseline %{customdata[2]} %{customdata[1]:.2f} us<br>%{customdata[3]}<extra></extra>",
+            **xy, name=name, legendgroup=backend, marker_color=c,
+            marker_line_width=[2.5 if t else 0 for t in g["tie"]], marker_line_color="black",
+            text=[f"{v:.2f}" for v in g["speedup"]] if show_values else None,
+            textposition="outside", textfont=dict(size=10), cliponaxis=False,
+            customdata=list(zip(g["time_ms"] * 1e3, g["baseline_ms"] * 1e3, g["baseline"], g["source"],
+                                ["tie (within 1%)" if t else "" for t in g["tie"]])),
+            hovertemplate=(f"<b>{backend}</b> %{{{'y' if horizontal else 'x'}}}<br>speedup "
+                           f"%{{{'x' if horizontal else 'y'}:.3f}}x %{{customdata[4]}}<br>"
+                           "time %{customdata[0]:.2f} µs<br>baseline %{customdata[2]} %{customdata[1]:.2f} µs"
+                           "<br>source %{customdata[3]}<extra></extra>"),
         )
-    fig.add_hline(y=1.0, line_dash="dash", line_color="gray")
-    fig.update_layout(title=title or f"Speedup over {base} (higher is better; outlined: tie within 1%)",
-                      barmode="group", yaxis_title=f"speedup vs {base} (x)", xaxis_title="case",
-                      legend_title="backend", template="plotly_white")
+        if ties:
+            fig.data[-1].name += f" ({ties} tie{'s' if ties > 1 else ''})"
+        if single:
+            _ref_line(fig, gm, c, "dot", f"{backend} geomean (dotted)", horizontal)
+    _ref_line(fig, 1.0, "#555", "dash", "1.0x (baseline)", horizontal)
+    base = _base_name(baseline)
+    ttl = title or f"Speedup over {base}"
+    ttl += "<br><sup>baseline time / backend time per case; higher is better; outlined: tie within ±1%</sup>"
+    vlab = f"speedup vs {base} (x)"
+    _style(fig, ttl, vlab if horizontal else "case", "case" if horizontal else vlab, legend_title="backend",
+           height=max(HEIGHT, 200 + 18 * ncase * s["backend"].nunique()) if horizontal else HEIGHT)
+    fig.update_layout(barmode="group", bargap=0.25, showlegend=True)
+    if horizontal:
+        fig.update_xaxes(rangemode="tozero")
+        fig.update_yaxes(type="category", autorange="reversed", dtick=1)
+    else:
+        fig.update_yaxes(rangemode="tozero")
+        fig.update_xaxes(type="category")
+    return fig
+
+
+# -- sweeps ----------------------------------------------------------------------------------
+_Y = {"time_ms": "time", "tflops": "TFLOP/s", "gbps": "GB/s"}
+
+
+def _params(df: pd.DataFrame) -> pd.DataFrame:
+    """Case parameters as columns (from ``params`` JSON where a column is missing)."""
+    p = pd.DataFrame([json.loads(v) if isinstance(v, str) and v else {} for v in df["params"]],
+                     index=df.index) if "params" in df else pd.DataFrame(index=df.index)
+    out = df.copy()
+    for c in p.columns:
+        if c not in out or out[c].isna().all():
+            out[c] = p[c]
+    return out, list(p.columns)
+
+
+def _num(v) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def sweep_figure(df: pd.DataFrame, x: str = "m", y: str = "time_ms", title: str | None = None,
+                 log_x: bool = True, log_y: bool = False, backends: Sequence[str] | None = None,
+                 fixed: dict | None = None, min_points: int = 2):
+    """Time, TFLOP/s or GB/s (``y``: ``time_ms`` | ``tflops`` | ``gbps``) across one swept case
+    parameter ``x`` (``m``, ``n``, ``k``, ...), one line per backend (colour) and per setting of
+    the other parameters that vary (dash and marker). Times are drawn in µs when all are below
+    1 ms. Several rows of one point (runs) are reduced to their median. ``fixed`` keeps only
+    cases with those parameter values (e.g. ``{"n": 4096, "k": 4096}``); series with fewer than
+    ``min_points`` points are left out (counted in the subtitle), so a suite that is not a grid
+    still gives readable lines. Raises ``UsageError`` for an unknown ``y``, ``x`` or ``fixed``
+    parameter, or when nothing is left to draw."""
+    import plotly.graph_objects as go
+
+    if y not in _Y:
+        raise bad_choice("sweep y", y, _Y)
+    d = df[df["status"].isin(["ok", "published"]) & df[y].notna()]
+    if backends is not None:
+        d = d[d["backend"].isin(list(backends))]
+    if d.empty:
+        raise UsageError(f"no rows with {y} to plot")
+    d, pcols = _params(d)
+    if x not in d or d[x].isna().all():
+        raise bad_choice("sweep dimension", x, [c for c in pcols if c != "layout"] or ["m", "n", "k"])
+    d = d[d[x].notna()]
+    for c, v in (fixed or {}).items():
+        if c not in d:
+            raise bad_choice("sweep fixed parameter", c, pcols)
+        d = d[d[c].map(_num) == _num(v)]
+    other = [c for c in pcols if c != x and d[c].map(_num).nunique() > 1]
+    unit, scale = _Y[y], 1.0
+    if y == "time_ms":
+        unit, scale = ("time (µs)", 1e3) if d[y].max() < 1.0 else ("time (ms)", 1.0)
+    fig = go.Figure()
+    dashes = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+    symbols = ("circle", "square", "diamond", "triangle-up", "x", "star")
+    series, dropped = {}, 0
+    for keys, g in d.groupby(["op", "dtype", "backend", *other], sort=False, dropna=False):
+        op, dtype, backend, *rest = keys
+        tag = ", ".join(f"{c}={_num(v)}" for c, v in zip(other, rest))
+        pts = g.groupby(x)[y].median().sort_index()
+        if len(pts) < min_points:
+            dropped += len(pts)
+            continue
+        idx = series.setdefault((op, dtype, tag), len(series))
+        name = " ".join(p for p in (backend, op if d["op"].nunique() > 1 else "",
+                                    dtype if d["dtype"].nunique() > 1 else "", tag) if p)
+        fig.add_scatter(x=pts.index.astype(float), y=pts.values.astype(float) * scale, mode="lines+markers",
+                        name=name, legendgroup=backend, line=dict(color=backend_color(backend),
+                                                                  dash=dashes[idx % len(dashes)], width=2),
+                        marker=dict(symbol=symbols[idx % len(symbols)], size=8),
+                        hovertemplate=f"<b>{name}</b><br>{x}=%{{x}}<br>{unit} %{{y:.4g}}<extra></extra>")
+    if not fig.data:
+        raise UsageError(f"no series with {min_points} or more values of {x} to draw")
+    xs = sorted(float(v) for v in d[x].unique())
+    ttl = title or f"{unit.split(' (')[0]} across {x}"
+    sub = [f"{c}={_num(v)}" for c, v in (fixed or {}).items()]
+    if dropped:
+        sub.append(f"{dropped} point(s) of series with fewer than {min_points} values not drawn")
+    if sub:
+        ttl += "<br><sup>" + "; ".join(sub) + "</sup>"
+    _style(fig, ttl, x, unit, legend_title="backend")
+    if log_x and min(xs) > 0:
+        fig.update_xaxes(type="log", tickvals=xs, ticktext=[f"{v:g}" for v in xs])
+    if log_y:
+        fig.update_yaxes(type="log")
+    else:
+        fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+# -- heatmaps --------------------------------------------------------------------------------
+def speedup_grid(df: pd.DataFrame, x: str = "n", y: str = "m", backend: str = "flydsl",
+                 baseline: str | Sequence[str] = "aten", dtype: str | None = None) -> pd.DataFrame:
+    """Speedup of ``backend`` over ``baseline`` per (x, y) case parameter pair, as a DataFrame
+    with columns ``y, x, value`` ready for :func:`heatmap_figure`. ``dtype`` picks one dtype
+    (required when the set has several). Raises ``UsageError`` otherwise or when nothing is
+    left."""
+    d = df if dtype is None else df[df["dtype"] == dtype]
+    dts = sorted(d["dtype"].dropna().unique())
+    if len(dts) > 1:
+        raise UsageError(f"several dtypes ({', '.join(dts)}): pick one with dtype=")
+    s = R.speedup(d, baseline)
+    s = s[s["backend"] == backend]
+    if s.empty:
+        raise UsageError(f"no speedup of {backend} over {_base_name(baseline)} in this set")
+    key = d.drop_duplicates(subset=["op", "case", "dtype"])
+    key, _ = _params(key)
+    for c in (x, y):
+        if c not in key:
+            raise UsageError(f"case parameter {c!r} not in this set")
+    s = s.merge(key[["op", "case", "dtype", x, y]], on=["op", "case", "dtype"])
+    return s.groupby([y, x])["speedup"].median().rename("value").reset_index()
+
+
+def heatmap_figure(data: pd.DataFrame, x: str = "n", y: str = "m", value: str = "value",
+                   title: str | None = None, kind: str = "auto", hover: str | None = None,
+                   **grid_kw):
+    """A heatmap of ``value`` over two case parameters (``x`` columns, ``y`` rows; numeric
+    labels sorted, smallest M at the bottom).
+
+    ``data``: a DataFrame with columns ``x, y, value`` (for example FlyDSL eligibility from the
+    explainer: ``m, n, value`` with bool / 0-1 values and an optional ``reason`` column shown on
+    hover), or a result set (it has ``backend`` and ``time_ms``), which is turned into a speedup
+    grid by :func:`speedup_grid` (``grid_kw``: ``backend``, ``baseline``, ``dtype``).
+    ``kind``: ``speedup`` (diverging colours centred on 1.0x, cell text "1.23x"),
+    ``eligibility`` (two colours: taken / not taken), ``value`` (sequential), or ``auto``
+    (bool values -> eligibility; a result set -> speedup; else value). ``hover``: a column
+    added to the hover text (default ``reason`` when present). Missing cells stay blank."""
+    import plotly.graph_objects as go
+
+    if "backend" in data and "time_ms" in data:
+        data = speedup_grid(data, x=x, y=y, **grid_kw)
+        kind = "speedup" if kind == "auto" else kind
+    for c in (x, y, value):
+        if c not in data:
+            raise UsageError(f"heatmap data has no column {c!r} (columns: {', '.join(map(str, data.columns))})")
+    if kind == "auto":
+        vals = data[value].dropna()
+        kind = "eligibility" if vals.map(lambda v: isinstance(v, bool) or str(v) in ("True", "False")).all() \
+            else "value"
+    if kind not in ("speedup", "eligibility", "value"):
+        raise bad_choice("heatmap kind", kind, ("auto", "speedup", "eligibility", "value"))
+    d = data.copy()
+    hover = hover or ("reason" if "reason" in d else None)
+
+    def order(col):
+        u = d[col].dropna().unique()
+        try:
+            return sorted(u, key=float)
+        except (TypeError, ValueError):
+            return sorted(u, key=str)
+
+    xs, ys = order(x), order(y)
+    grid = d.pivot_table(index=y, columns=x, values=value, aggfunc="first").reindex(index=ys, columns=xs)
+    hv = (d.pivot_table(index=y, columns=x, values=hover, aggfunc="first").reindex(index=ys, columns=xs)
+          if hover else None)
+    z = grid.to_numpy(dtype=object)
+    fig = go.Figure()
+    xl, yl = [f"{v:g}" if isinstance(v, float) else str(v) for v in xs], \
+             [f"{v:g}" if isinstance(v, float) else str(v) for v in ys]
+    custom = None if hv is None else [[_wrap(v, 60) for v in row] for row in hv.to_numpy(dtype=object)]
+    if kind == "eligibility":
+        zz = [[None if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA
+               else float(v in (True, 1, "True", "true")) for v in row] for row in z]
+        text = [["" if v is None else ("yes" if v else "no") for v in row] for row in zz]
+        fig.add_heatmap(x=xl, y=yl, z=zz, zmin=0, zmax=1, text=text, texttemplate="%{text}",
+                        colorscale=[[0, "#D9D9D9"], [0.5, "#D9D9D9"], [0.5, backend_color("flydsl")],
+                                    [1, backend_color("flydsl")]],
+                        colorbar=dict(tickvals=[0.25, 0.75], ticktext=["not taken", "taken"], title=""),
+                        customdata=custom, xgap=2, ygap=2,
+                        hovertemplate=f"{y}=%{{y}} {x}=%{{x}}<br>%{{text}}" +
+                                      ("<br>%{customdata}" if custom else "") + "<extra></extra>")
+        ttl = title or f"FlyDSL eligibility over {y} and {x}"
+    else:
+        zz = [[None if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) else float(v)
+               for v in row] for row in z]
+        flat = [v for row in zz for v in row if v is not None]
+        if kind == "speedup":
+            lo, hi = min(flat + [1.0]), max(flat + [1.0])
+            span = max(abs(math.log(lo)), abs(math.log(hi)), 0.05)
+            text = [["" if v is None else f"{v:.2f}x" for v in row] for row in zz]
+            fig.add_heatmap(x=xl, y=yl, z=[[None if v is None else math.log(v) for v in row] for row in zz],
+                            zmin=-span, zmax=span, zmid=0, colorscale="RdBu", text=text,
+                            texttemplate="%{text}", xgap=2, ygap=2, customdata=custom,
+                            colorbar=dict(title="speedup", tickvals=[math.log(t) for t in (0.5, 0.8, 1, 1.25, 2, 4)
+                                                                      if abs(math.log(t)) <= span],
+                                          ticktext=[f"{t:g}x" for t in (0.5, 0.8, 1, 1.25, 2, 4)
+                                                    if abs(math.log(t)) <= span]),
+                            hovertemplate=f"{y}=%{{y}} {x}=%{{x}}<br>speedup %{{text}}" +
+                                          ("<br>%{customdata}" if custom else "") + "<extra></extra>")
+            ttl = title or f"Speedup over {y} and {x}"
+        else:
+            text = [["" if v is None else f"{v:.3g}" for v in row] for row in zz]
+            fig.add_heatmap(x=xl, y=yl, z=zz, colorscale="Viridis", text=text, texttemplate="%{text}",
+                            xgap=2, ygap=2, customdata=custom, colorbar=dict(title=value),
+                            hovertemplate=f"{y}=%{{y}} {x}=%{{x}}<br>{value} %{{z:.4g}}" +
+                                          ("<br>%{customdata}" if custom else "") + "<extra></extra>")
+            ttl = title or f"{value} over {y} and {x}"
+    _style(fig, ttl, x, y)
+    fig.update_xaxes(type="category", showgrid=False)
+    fig.update_yaxes(type="category", showgrid=False)
+    return fig
+
+
+# -- roofline --------------------------------------------------------------------------------
+def roofline_figure(df: pd.DataFrame, device: str | None = None, kind: str = "datasheet",
+                    title: str | None = None):
+    """Roofline: achieved TFLOP/s against arithmetic intensity (FLOP per ideal byte, log-log)
+    for each row with a FLOP and byte count, coloured by backend, under the device's roofs
+    (min(peak TFLOP/s, intensity x peak bandwidth)) for each dtype class present, from
+    :mod:`flyexplore.peaks`. With ``kind="measured"`` measured peaks (where known) are drawn
+    dashed beside the datasheet roofs. ``device`` defaults to the rows' one device. Rows
+    without a FLOP count (TopK) cannot be placed and are counted in a note. Raises
+    ``UsageError`` for an unknown device, several devices without ``device=``, or no
+    plottable row."""
+    import plotly.graph_objects as go
+
+    from . import peaks as P
+
+    d = df[df["status"].isin(["ok", "published"]) & df["time_ms"].notna()].copy()
+    if device is None:
+        devs = sorted(d["device"].dropna().unique())
+        if len(devs) != 1:
+            raise UsageError(f"roofline needs one device; this set has {', '.join(devs) or 'none'}: pass device=")
+        device = devs[0]
+    peak = P.find_device(device, required=True)
+    fl = pd.to_numeric(d["flops"], errors="coerce")
+    nb = pd.to_numeric(d["bytes"], errors="coerce")
+    ok = ((fl > 0) & (nb > 0)).fillna(False).astype(bool)
+    skipped = int((~ok).sum())
+    d = d[ok]
+    if d.empty:
+        raise UsageError("no row with a FLOP and byte count to place on a roofline")
+    d["ai"] = fl[ok] / nb[ok]
+    d["perf"] = fl[ok] / (d["time_ms"].astype(float) / 1e3) / 1e12
+    d = P.percent_of_peak(d, device=peak.name)
+    fig = go.Figure()
+    classes: dict[str, list[str]] = {}
+    for t in sorted(d["dtype"].unique(), key=str):
+        classes.setdefault(P.DTYPE_CLASS.get(str(t), str(t)), []).append(str(t))
+    roofs = {"/".join(ts): peak.peak(ts[0], "datasheet") for ts in classes.values()}
+    ridges = [tf / (bw / 1e3) for tf, bw in roofs.values() if not math.isnan(tf)]
+    lo = min([d["ai"].min() / 3] + [r / 3 for r in ridges])
+    hi = max([d["ai"].max() * 3] + [r * 3 for r in ridges])
+    for cls_dtype, (tf, bw) in roofs.items():
+        if math.isnan(tf):
+            continue
+        xs = [lo, tf / (bw / 1e3), hi]
+        fig.add_scatter(x=xs, y=[min(tf, a * bw / 1e3) for a in xs], mode="lines",
+                        line=dict(color="#333", width=1.5), name=f"{cls_dtype}: {tf:g} TFLOP/s, {bw / 1e3:g} TB/s",
+                        legendgroup="roof", legendgrouptitle_text=f"{peak.name} datasheet roofs",
+                        hovertemplate=f"{peak.name} {cls_dtype} roof<br>%{{y:.0f}} TFLOP/s<extra></extra>")
+        fig.add_annotation(x=math.log10(hi), y=math.log10(tf), text=f"{cls_dtype} {tf:g}", showarrow=False,
+                           xanchor="right", yanchor="bottom", font=dict(size=11, color="#333"))
+        if kind == "measured" and (peak.measured_tflops or peak.measured_tbps):
+            mt, mb = peak.peak(cls_dtype.split("/")[0], "measured")
+            if (mt, mb) != (tf, bw):
+                fig.add_scatter(x=xs, y=[min(mt, a * mb / 1e3) for a in xs], mode="lines",
+                                line=dict(color="#333", width=1.5, dash="dash"), legendgroup="roofm",
+                                legendgrouptitle_text="measured roofs",
+                                name=f"{cls_dtype}: {mt:g} TFLOP/s, {mb / 1e3:g} TB/s",
+                                hovertemplate=f"{peak.name} {cls_dtype} measured<br>%{{y:.0f}} TFLOP/s<extra></extra>")
+    shapes = ("circle", "diamond", "square", "triangle-up", "star", "cross", "x", "hexagon")
+    sym = {t: shapes[i % len(shapes)] for i, t in enumerate(sorted(d["dtype"].astype(str).unique()))}
+    for backend, g in d.groupby("backend", sort=False):
+        fig.add_scatter(x=g["ai"], y=g["perf"], mode="markers", name=backend, legendgroup="backends",
+                        legendgrouptitle_text="backend (colour)",
+                        marker=dict(color=backend_color(backend), size=9, line=dict(width=0.5, color="white"),
+                                    symbol=[sym[str(t)] for t in g["dtype"]]),
+                        customdata=list(zip(g["op"], g["case"], g["dtype"], g["gbps"].astype(float),
+                                            g["pct_peak_tflops"].astype(float), g["pct_peak_gbps"].astype(float),
+                                            g["source"])),
+                        hovertemplate=("<b>" + backend + "</b> %{customdata[0]} %{customdata[1]} %{customdata[2]}"
+                                       "<br>%{y:.1f} TFLOP/s (%{customdata[4]:.1f}% of peak)"
+                                       "<br>%{customdata[3]:.0f} GB/s (%{customdata[5]:.1f}% of peak)"
+                                       "<br>intensity %{x:.1f} FLOP/byte<br>%{customdata[6]}<extra></extra>"))
+    if len(sym) > 1:
+        for t, sh in sym.items():
+            fig.add_scatter(x=[None], y=[None], mode="markers", name=t, legendgroup="dtypes",
+                            legendgrouptitle_text="dtype (symbol)", marker=dict(symbol=sh, color="#777", size=9))
+    note = f"; {skipped} row(s) without a FLOP or byte count not shown" if skipped else ""
+    ttl = title or f"Roofline on {peak.name}"
+    ttl += f"<br><sup>datasheet peaks{' and measured (dashed)' if kind == 'measured' else ''}; ideal bytes (each input read once){note}</sup>"
+    _style(fig, ttl, "arithmetic intensity (FLOP / byte)", "achieved TFLOP/s", legend_title="")
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    return fig
+
+
+# -- A/B -------------------------------------------------------------------------------------
+def ab_figure(ab, title: str | None = None):
+    """Ratio time_A / time_B per paired case (bars, coloured by backend; > 1: B faster) and
+    the distribution of the ratios per backend (box with every point), from a
+    :class:`flyexplore.compare.ABResult`. Dashed 1.0x line, geometric means in the legend,
+    ties within +-1% outlined, cases present on one side only counted in the subtitle."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    a, b = ab.names
+    p = ab.pairs.copy()
+    p["x"] = p.apply(_label_fn(p), axis=1)
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.78, 0.22], horizontal_spacing=0.06,
+                        subplot_titles=("per case", "distribution"))
+    bcol = "backend" if "backend" in p else None
+    groups = p.groupby(bcol, sort=False) if bcol else [("all", p)]
+    for be, g in groups:
+        gm = R.geomean(g["ratio"])
+        c = backend_color(str(be).split(" -> ")[-1])
+        fig.add_bar(x=g["x"], y=g["ratio"], name=f"{be}: geomean {gm:.3f}x", legendgroup=str(be),
+                    marker_color=c, marker_line_width=[2.5 if t else 0 for t in g["tie"]],
+                    marker_line_color="black", row=1, col=1,
+                    customdata=list(zip(g["time_a_ms"] * 1e3, g["time_b_ms"] * 1e3)),
+                    hovertemplate=(f"<b>{be}</b> %{{x}}<br>{a}/{b} %{{y:.3f}}x<br>{a} %{{customdata[0]:.2f}} µs"
+                                   f"<br>{b} %{{customdata[1]:.2f}} µs<extra></extra>"))
+        fig.add_box(y=g["ratio"], name=str(be), legendgroup=str(be), showlegend=False, marker_color=c,
+                    boxpoints="all", jitter=0.4, pointpos=0, row=1, col=2,
+                    hovertemplate=f"{be}<br>%{{y:.3f}}x<extra></extra>")
+    for col in (1, 2):
+        fig.add_hline(y=1.0, line_dash="dash", line_color="#555", line_width=1.5, row=1, col=col)
+    fig.add_scatter(x=[None], y=[None], mode="lines", name="1.0x (no change)",
+                    line=dict(color="#555", dash="dash", width=1.5), hoverinfo="skip", row=1, col=1)
+    only = f"{len(ab.only_a)} case(s) only in {a}, {len(ab.only_b)} only in {b}"
+    ttl = (title or f"A/B: {b} vs {a}") + \
+        f"<br><sup>time {a} / time {b} per case (> 1: {b} faster); {len(p)} pairs, geomean {ab.geomean:.3f}x; {only}</sup>"
+    _style(fig, ttl, "", f"time {a} / time {b} (x)", legend_title="backend")
+    fig.update_layout(barmode="group", margin=dict(t=110))
+    fig.update_yaxes(rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", title_text="", row=1, col=2)
+    fig.update_xaxes(type="category", title_text="case", row=1, col=1)
+    return fig
+
+
+# -- published vs measured -------------------------------------------------------------------
+_PVM = {"speedup": "speedup vs {base} (x)", "tflops": "TFLOP/s", "time_ms": "time (µs)"}
+
+
+def published_vs_measured_figure(measured: pd.DataFrame, published: pd.DataFrame | None = None,
+                                 metric: str = "speedup", baseline: str | Sequence[str] = "aten",
+                                 title: str | None = None):
+    """Measured and published numbers side by side for the (op, case, dtype, backend) keys
+    both have: per backend a solid bar (measured here) and a hatched, lighter bar (published).
+
+    ``metric``: ``speedup`` over ``baseline`` (the comparable number across devices; default),
+    ``tflops`` or ``time_ms`` (drawn in µs). Hover shows each bar's device and, for published
+    bars, the provenance (publication, setup, file). ``published`` defaults to
+    :func:`flyexplore.published.load`. Raises ``UsageError`` for an unknown metric or when no
+    key is in both."""
+    import plotly.graph_objects as go
+
+    if metric not in _PVM:
+        raise bad_choice("metric", metric, _PVM)
+    if published is None:
+        from .published import load
+
+        published = load()
+    key = ["op", "case", "dtype", "backend"]
+
+    def values(d):
+        d = d[d["status"].isin(["ok", "published"]) & d["time_ms"].notna()]
+        if metric == "speedup":
+            v = R.speedup(d, baseline).rename(columns={"speedup": "v"})
+            extra = d.drop_duplicates(subset=key)[key + [c for c in ("device", "provenance", "torch") if c in d]]
+            return v.merge(extra, on=key, how="left")
+        g = d.groupby(key, sort=False).agg(v=(metric, "median"), device=("device", "first")).reset_index()
+        if "provenance" in d:
+            g = g.merge(d.drop_duplicates(subset=key)[key + ["provenance"]], on=key, how="left")
+        if metric == "time_ms":
+            g["v"] = g["v"] * 1e3
+        return g
+
+    m, p = values(measured[measured["source"] != "published"]), values(published)
+    j = m.merge(p, on=key, suffixes=("_m", "_p"))
+    if j.empty:
+        raise UsageError("no (op, case, dtype, backend) of the measured set is in the published figures "
+                         f"(published ops: {', '.join(sorted(published['op'].dropna().unique()))})")
+    j["x"] = j.apply(_label_fn(j), axis=1)
+    fig = go.Figure()
+    for be, g in j.groupby("backend", sort=False):
+        c = backend_color(be)
+        dev_m = g["device_m"].fillna("?").astype(str) if "device_m" in g else "?"
+        fig.add_bar(x=g["x"], y=g["v_m"], name=f"{be} measured", legendgroup=be, marker_color=c,
+                    offsetgroup=f"{be}-m", customdata=list(zip(dev_m, g.get("torch", pd.Series([""] * len(g))).fillna(""))),
+                    hovertemplate=(f"<b>{be} measured</b> %{{x}}<br>%{{y:.3f}}<br>device %{{customdata[0]}}"
+                                   "<br>torch %{customdata[1]}<extra></extra>"))
+        prov = g["provenance_p"] if "provenance_p" in g else g.get("provenance", pd.Series([""] * len(g)))
+        fig.add_bar(x=g["x"], y=g["v_p"], name=f"{be} published", legendgroup=be, marker_color=c,
+                    opacity=0.55, marker_pattern_shape="/", offsetgroup=f"{be}-p",
+                    customdata=[[_wrap(v, 70), dv] for v, dv in zip(prov, g["device_p"].fillna("?"))],
+                    hovertemplate=(f"<b>{be} published</b> %{{x}}<br>%{{y:.3f}}<br>device %{{customdata[1]}}"
+                                   "<br>%{customdata[0]}<extra></extra>"))
+    ylab = _PVM[metric].format(base=_base_name(baseline))
+    if metric == "speedup":
+        _ref_line(fig, 1.0, "#555", "dash", "1.0x (baseline)")
+    devs_m = ", ".join(sorted(j["device_m"].dropna().astype(str).unique())) if "device_m" in j else "?"
+    ttl = (title or f"Measured vs published: {ylab.split(' (')[0]}") + \
+        f"<br><sup>solid: measured ({devs_m}); hatched: published (AMD Instinct MI355X); hover for provenance</sup>"
+    _style(fig, ttl, "case", ylab, legend_title="")
+    fig.update_layout(barmode="group")
     fig.update_yaxes(rangemode="tozero")
+    fig.update_xaxes(type="category")
+    return fig
+
+
+# -- vLLM ------------------------------------------------------------------------------------
+def vllm_figure(ab: pd.DataFrame, title: str | None = None):
+    """Whole-request A/B of vLLM serving: speedup (> 1: arm B better) against concurrency, one
+    line per model (and precision), one panel per metric (TTFT, TPOT, ITL, request
+    throughput, ... or the published whole-request figure per precision). ``ab`` is
+    :func:`flyexplore.vllm.ab_table` or :func:`flyexplore.published.vllm_published` output
+    (or both concatenated). Dashed 1.0x line, y from zero."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    if ab.empty:
+        raise UsageError("no vLLM A/B rows to plot")
+    d = ab.copy()
+    d["panel"] = d.apply(lambda r: f"{r['metric']}" + (f" ({r['precision']})" if "precision" in d and
+                                                       pd.notna(r.get("precision")) else "") +
+                         (" [published]" if r.get("source") == "published" else ""), axis=1)
+    d["panel"] = d["panel"].str.replace("whole_request", "whole request", regex=False)
+    if "label" in d:
+        d["panel"] = [lab.split(" (")[0] if isinstance(lab, str) and s != "published" else pn
+                      for lab, s, pn in zip(d["label"], d.get("source", ""), d["panel"])]
+    panels = list(dict.fromkeys(d["panel"]))
+    ncol = min(3, len(panels))
+    nrow = math.ceil(len(panels) / ncol)
+    fig = make_subplots(rows=nrow, cols=ncol, subplot_titles=panels, shared_xaxes=False,
+                        horizontal_spacing=0.08, vertical_spacing=0.16 if nrow > 1 else 0.1)
+    models = list(dict.fromkeys(d["model"]))
+    conc = sorted({int(c) for c in d["concurrency"].dropna()})
+    arms = ", ".join(dict.fromkeys(f"{a} → {b}" for a, b in zip(d["a"], d["b"])))
+    ttl = (title or "vLLM serving A/B") + \
+        f"<br><sup>speedup of B over A (> 1: B better; latency A/B, throughput B/A); {arms}</sup>"
+    _style(fig, ttl, "", "", height=max(HEIGHT, 330 * nrow + 150), legend_title="model")
+    fig.update_layout(margin=dict(t=120))
+    for i, pn in enumerate(panels):
+        r, c = divmod(i, ncol)
+        g = d[d["panel"] == pn]
+        for mdl, gm in g.groupby("model", sort=False):
+            gm = gm.sort_values("concurrency")
+            col = SERIES_COLORS[models.index(mdl) % len(SERIES_COLORS)]
+            fig.add_scatter(x=[str(int(v)) if pd.notna(v) else "∞" for v in gm["concurrency"]], y=gm["speedup"],
+                            mode="lines+markers", name=mdl, legendgroup=mdl, showlegend=i == 0,
+                            line=dict(color=col, width=2), marker=dict(size=7), row=r + 1, col=c + 1,
+                            customdata=list(zip(gm["a"], gm["b"], gm["a_value"], gm["b_value"],
+                                                gm.get("provenance", pd.Series([""] * len(gm))).fillna("").map(lambda v: _wrap(v, 70)))),
+                            hovertemplate=(f"<b>{mdl}</b> concurrency %{{x}}<br>speedup %{{y:.3f}}x"
+                                           "<br>%{customdata[0]}: %{customdata[2]:.4g}<br>%{customdata[1]}: %{customdata[3]:.4g}"
+                                           "<br>%{customdata[4]}<extra></extra>"))
+        fig.add_hline(y=1.0, line_dash="dash", line_color="#555", line_width=1.5, row=r + 1, col=c + 1)
+        if "noise_pct" in g and g["noise_pct"].notna().any():
+            nz = float(g["noise_pct"].max()) / 100
+            fig.add_hrect(y0=1 - nz, y1=1 + nz, fillcolor="#888", opacity=0.2, line_width=0, row=r + 1, col=c + 1)
+            if not any(t.name and t.name.startswith("noise floor") for t in fig.data):
+                fig.add_scatter(x=[None], y=[None], mode="markers", name=f"noise floor ±{nz * 100:.2f}% (shaded)",
+                                marker=dict(symbol="square", size=12, color="#888", opacity=0.4), hoverinfo="skip")
+        fig.update_xaxes(type="category", categoryorder="array",
+                         categoryarray=[str(v) for v in conc] + ["∞"], row=r + 1, col=c + 1,
+                         title_text="concurrency" if r == nrow - 1 else "")
+        fig.update_yaxes(rangemode="tozero", row=r + 1, col=c + 1, title_text="speedup (x)" if c == 0 else "")
     return fig

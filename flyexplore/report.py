@@ -1,55 +1,328 @@
-"""Reports: one self-contained HTML file (environment, tables, figures) that opens offline."""
+"""Reports: one self-contained HTML file (environment, tables, figures) that opens offline,
+plus the figures as PNG/SVG/PDF and the tables as CSV/Markdown/LaTeX beside it.
+
+- :func:`write_report`: one or more result sets (``flyexplore report``, ``flyexplore demo``).
+- :func:`write_compare_report`: an A/B of two result sets paired by case (``flyexplore compare``).
+- :func:`write_vllm_report`: an A/B of two arms of ``vllm bench serve --save-result`` files.
+
+Layout of ``out_dir``: ``report.html`` (plotly.js embedded once), ``figures/<name>.{png,svg,pdf}``
+(when static export works here; see :mod:`flyexplore.export`), ``tables/<name>.{csv,md,tex}``.
+Figures never change the data; every number in a report comes from the result rows given.
+"""
 from __future__ import annotations
 
+import datetime as _dt
 import html
+import os
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import pandas as pd
 
+from . import __version__
 from . import results as R
-from .plots import speedup_figure
+from .export import IMAGE_FORMATS, plain, save_figures, save_tables
 
 _TABLE_COLS = ["op", "case", "dtype", "backend", "status", "time_ms", "per_call_ms", "timing_mode",
-               "tflops", "gbps", "err_rel", "accuracy_ok", "noisy", "host_bound", "source", "message"]
+               "tflops", "gbps", "err_rel", "accuracy_ok", "noisy", "host_bound", "source", "device", "message"]
+_ENV_COLS = ["platform", "device", "arch", "torch", "triton", "flydsl", "aotriton", "gpu_runtime", "python",
+             "host", "env_id"]
+_CSS = ("body{font-family:Arial,Helvetica,sans-serif;margin:2em;max-width:1500px;color:#222}"
+        "table{border-collapse:collapse;font-size:12px;margin:0.5em 0 1.5em}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}th{background:#f3f3f3}"
+        ".note{background:#fff7e0;border-left:4px solid #e0a800;padding:6px 10px}"
+        ".diff{background:#ffe8e8}pre{background:#f7f7f7;padding:8px;overflow-x:auto}"
+        "h2{border-bottom:1px solid #ddd;padding-bottom:3px;margin-top:1.6em}")
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     """The rows a report shows: key, status, time in µs (headline and per call), TFLOP/s,
-    GB/s, error, flags, source and message."""
+    GB/s, error, flags, source, device and message."""
     t = df[[c for c in _TABLE_COLS if c in df]].copy()
     t["time_us"] = t.pop("time_ms") * 1e3
     t["per_call_us"] = t.pop("per_call_ms") * 1e3
     return t
 
 
-def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "flyexplore report",
-                 baseline: str | Sequence[str] = "aten") -> Path:
-    """Write ``report.html`` to ``out_dir``: the environment, a speedup figure per operator
-    (when the baseline has rows) with geometric means, and the result table. plotly.js is
-    embedded once, so the file opens offline. Returns the report's path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    parts = [f"<h1>{html.escape(title)}</h1>"]
-    if env is not None:
-        parts.append(f"<h2>Environment</h2><pre>{html.escape(env.to_text())}</pre>")
-    first = True
-    for op, d in df.groupby("op", sort=False):
+def env_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """The distinct environments of a result set (one row per device/version combination)
+    with the number of rows and the sources (measured / emulated / published) of each."""
+    cols = [c for c in _ENV_COLS if c in df]
+    if not cols or df.empty:
+        return pd.DataFrame(columns=cols + ["rows", "source"])
+    d = df[cols + ["source"]].astype(object).where(df[cols + ["source"]].notna(), "")
+    return (d.groupby(cols, sort=False).agg(rows=("source", "size"),
+                                            source=("source", lambda v: ",".join(sorted(set(v)))))
+            .reset_index())
+
+
+class _Page:
+    """Collects the parts of one report and its figures/tables."""
+
+    def __init__(self, title: str):
+        self.title = title
+        self.parts: list[str] = [f"<h1>{html.escape(title)}</h1>"]
+        self.figs: dict[str, object] = {}
+        self.tables: dict[str, pd.DataFrame] = {}
+        self._js = True
+
+    def h2(self, text):
+        self.parts.append(f"<h2>{html.escape(text)}</h2>")
+
+    def h3(self, text):
+        self.parts.append(f"<h3>{html.escape(text)}</h3>")
+
+    def p(self, text, cls: str | None = None):
+        c = f" class='{cls}'" if cls else ""
+        self.parts.append(f"<p{c}>{html.escape(text)}</p>")
+
+    def pre(self, text):
+        self.parts.append(f"<pre>{html.escape(text)}</pre>")
+
+    def fig(self, name: str, fig):
+        self.figs[name] = fig
+        self.parts.append(fig.to_html(full_html=False, include_plotlyjs=True if self._js else False,
+                                      div_id=f"fig-{name}", config={"displaylogo": False}))
+        self._js = False
+
+    def table(self, name: str | None, df: pd.DataFrame, fmt: str = "{:.4g}", highlight: str | None = None):
+        if name:
+            self.tables[name] = df
+        classes = None
+        if highlight and highlight in df:
+            classes = list(df[highlight].fillna(False).astype(bool))
+        d = plain(df)
+        for c in d.columns:
+            if d[c].dtype == object:
+                d[c] = d[c].where(d[c].notna(), "")
+        h = d.to_html(index=False, na_rep="", escape=True, float_format=lambda v: fmt.format(v))
+        if classes:
+            h = _mark_rows(h, classes)
+        self.parts.append(h)
+
+    def write(self, out: Path, static: bool, formats: Sequence[str], table_formats: Sequence[str]) -> Path:
+        files = []
+        if self.tables and table_formats:
+            files += save_tables(self.tables, out / "tables", table_formats)
+        if static and self.figs:
+            why = None
+            try:
+                files += save_figures(self.figs, out / "figures", [f for f in formats if f in IMAGE_FORMATS])
+            except RuntimeError as exc:
+                why = str(exc)
+            if why:
+                self.parts.append(f"<p class='note'>Static images not written: {html.escape(why)}</p>")
+                self.static_problem = why
+        if files:
+            links = "".join(f"<li><a href='{html.escape(os.path.relpath(f, out))}'>"
+                            f"{html.escape(os.path.relpath(f, out))}</a></li>" for f in files)
+            self.parts.append(f"<h2>Files</h2><ul>{links}</ul>")
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        self.parts.append(f"<p style='color:#777;font-size:11px'>written by flyexplore {__version__} at {stamp}</p>")
+        page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + html.escape(self.title) +
+                f"</title><style>{_CSS}</style></head><body>" + "\n".join(self.parts) + "</body></html>")
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / "report.html"
+        tmp = out / ".report.html.tmp"
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+
+def _mark_rows(h: str, flags: list[bool]) -> str:
+    """Give the flagged body rows of a pandas HTML table the ``diff`` class."""
+    head, sep, body = h.partition("<tbody>")
+    rows = body.split("<tr>")  # rows[0] is whitespace before the first row
+    for i, flag in enumerate(flags, start=1):
+        if flag and i < len(rows):
+            rows[i] = "<tr class='diff'>" + rows[i]
+        elif i < len(rows):
+            rows[i] = "<tr>" + rows[i]
+    return head + sep + "".join(rows)
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
+
+
+def _sweep_dim(d: pd.DataFrame) -> str | None:
+    from .plots import _params
+
+    d, pcols = _params(d)
+    best, nbest = None, 2
+    for c in pcols:
         try:
-            fig = speedup_figure(d, baseline, title=f"{op}: speedup over {baseline}")
-        except Exception as exc:  # no baseline rows for this op
-            parts.append(f"<p>{html.escape(op)}: no speedup figure ({html.escape(str(exc))})</p>")
+            n = pd.to_numeric(d[c], errors="coerce").dropna().nunique()
+        except (TypeError, ValueError):
             continue
-        parts.append(fig.to_html(full_html=False, include_plotlyjs="inline" if first else False))
-        first = False
+        if n > nbest:
+            best, nbest = c, n
+    return best
+
+
+def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> None:
+    from . import plots as F
+    from .errors import UsageError
+
+    page.h2(f"{op}")
+    src = ", ".join(f"{n} {s}" for s, n in d["source"].value_counts().items())
+    page.p(f"{len(d)} rows ({src}); {d['case'].nunique()} cases; dtypes {', '.join(sorted(d['dtype'].dropna().unique()))}; "
+           f"backends {', '.join(d['backend'].dropna().unique())}.")
+    bad = d[~d["status"].isin(["ok", "published"])]
+    if len(bad):
+        page.p(f"{len(bad)} row(s) not ok: " + "; ".join(
+            f"{r.backend} {r.case} {r.dtype}: {r.status} ({r.message})" for r in bad.head(8).itertuples())
+            + (" ..." if len(bad) > 8 else ""), cls="note")
+    name = _safe(f"{idx:02d}_{op}")
+    bname = baseline if isinstance(baseline, str) else "faster of " + ", ".join(baseline)
+    try:
+        fig = F.speedup_figure(d, baseline, title=f"{op}: speedup over {bname}")
+        page.fig(f"{name}_speedup", fig)
         gm = R.geomean_speedup(d, baseline)
-        parts.append(gm.to_html(index=False, float_format=lambda v: f"{v:.3f}"))
-    parts.append("<h2>Results</h2>")
-    parts.append(summary_table(df).to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}"))
-    page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + html.escape(title) +
-            "</title><style>body{font-family:sans-serif;margin:2em} table{border-collapse:collapse;"
-            "font-size:12px} td,th{border:1px solid #ccc;padding:2px 6px}</style></head><body>"
-            + "\n".join(parts) + "</body></html>")
-    path = out / "report.html"
-    path.write_text(page, encoding="utf-8")
-    return path
+        page.table(f"{name}_geomean", gm)
+    except UsageError as exc:
+        page.p(f"No speedup figure: {exc}.")
+    dim = _sweep_dim(d)
+    if dim:
+        y = "tflops" if d["tflops"].notna().any() else ("gbps" if d["gbps"].notna().any() else "time_ms")
+        try:
+            ylab = {"tflops": "TFLOP/s", "gbps": "GB/s", "time_ms": "time"}[y]
+            page.fig(f"{name}_sweep_{dim}", F.sweep_figure(d, x=dim, y=y, title=f"{op}: {ylab} across {dim}",
+                                                           min_points=3))
+        except UsageError:
+            pass
+
+
+def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "flyexplore report",
+                 baseline: str | Sequence[str] = "aten", static: bool = True,
+                 formats: Iterable[str] = IMAGE_FORMATS, table_formats: Iterable[str] = ("csv", "md", "tex"),
+                 published: bool | pd.DataFrame = False, peak_kind: str = "datasheet") -> Path:
+    """Write ``report.html`` to ``out_dir`` and return its path.
+
+    Contents: the environment (``env.to_text()`` when an :class:`~flyexplore.env.Environment`
+    is given, and always the distinct environments found in the rows), per operator a speedup
+    figure against ``baseline`` (one backend, or a list: the faster of them) with its geometric
+    means and, when a case parameter takes three or more values, a sweep figure; a roofline
+    and a % of peak table when the rows come from one device with known peaks
+    (:mod:`flyexplore.peaks`); the published-vs-measured comparison when ``published`` is true
+    (or a published result set); and the result table.
+
+    ``static``: also write the figures as ``figures/*.{png,svg,pdf}`` (``formats``) with kaleido;
+    when that is impossible here the report says why and is written without them.
+    ``table_formats``: tables under ``tables/`` (csv, md, tex, html). Raises ``UsageError``
+    for an unwritable ``out_dir``."""
+    from . import peaks as K
+    from . import plots as F
+    from .errors import UsageError
+
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write report folder {str(out)!r}: {exc.strerror or exc}") from None
+    df = R.normalize(df)
+    page = _Page(title)
+    n_pub = int((df["source"] == "published").sum())
+    counts = ", ".join(f"{n} {s}" for s, n in df["source"].value_counts().items())
+    page.p(f"{len(df)} result rows ({counts or 'none'}).")
+    if n_pub:
+        page.p(f"{n_pub} row(s) are published figures (AMD Instinct MI355X, see the provenance column "
+               "and data/published/SOURCES.md); flyexplore did not measure them.", cls="note")
+    page.h2("Environment")
+    if env is not None:
+        page.pre(env.to_text())
+    page.table("environments", env_summary(df))
+    for i, (op, d) in enumerate(df.groupby("op", sort=False)):
+        _op_section(page, str(op), d, baseline, i)
+    devs = [v for v in df["device"].dropna().unique() if K.find_device(str(v))]
+    ok = df[df["status"].isin(["ok", "published"])]
+    if len(devs) == 1 and ok["flops"].fillna(0).gt(0).any():
+        page.h2(f"Roofline and % of peak ({devs[0]})")
+        try:
+            page.fig("roofline", F.roofline_figure(ok, device=str(devs[0]), kind="measured"))
+        except UsageError as exc:
+            page.p(f"No roofline: {exc}.")
+        pk = K.percent_of_peak(ok, kind=peak_kind)
+        page.table("percent_of_peak", pk[["op", "case", "dtype", "backend", "tflops", "pct_peak_tflops", "gbps",
+                                         "pct_peak_gbps", "peak_device", "peak_tflops", "peak_gbps"]])
+        d = K.find_device(str(devs[0]))
+        page.p(f"Peaks ({peak_kind}): {d.source}" + (f"; measured: {d.measured_source}" if d.measured_source else ""))
+    if published is not False and published is not None:
+        from .published import load
+
+        pub = load() if published is True else published
+        page.h2("Measured vs published (MI355X)")
+        meas = df[df["source"] != "published"]
+        try:
+            page.fig("published_vs_measured", F.published_vs_measured_figure(meas, pub, "speedup", baseline))
+        except UsageError as exc:
+            page.p(f"No comparison: {exc}.")
+    page.h2("Results")
+    page.table("results", summary_table(df))
+    return page.write(out, static, list(formats), list(table_formats))
+
+
+def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,
+                         names: tuple[str, str] = ("A", "B"), a_backend: str | None = None,
+                         b_backend: str | None = None, title: str | None = None, static: bool = True,
+                         formats: Iterable[str] = IMAGE_FORMATS,
+                         table_formats: Iterable[str] = ("csv", "md", "tex")) -> Path:
+    """Write the A/B report of two result sets to ``out_dir/report.html`` (see
+    :func:`flyexplore.compare.pair`): the two environments side by side (differing fields
+    marked), the summary per (op, dtype, backend) with geometric means, the ratio figure and its
+    distribution, the paired table and the cases present in one side only. Returns the path.
+    Raises ``UsageError`` when nothing pairs."""
+    from . import plots as F
+    from .compare import pair
+
+    ab = pair(R.normalize(a), R.normalize(b), names, a_backend, b_backend)
+    page = _Page(title or f"A/B: {names[1]} vs {names[0]}")
+    page.p(f"ratio = time {names[0]} / time {names[1]} per case (> 1: {names[1]} faster); "
+           f"{len(ab.pairs)} pairs, geometric mean {ab.geomean:.4f}x; ties within ±1%.")
+    page.h2("Environments")
+    page.table("environments", ab.env, highlight="differs")
+    page.h2("Summary")
+    page.table("summary", ab.summary)
+    page.fig("ab", F.ab_figure(ab))
+    page.h2("Pairs")
+    page.table("pairs", ab.pairs)
+    for side, d in ((names[0], ab.only_a), (names[1], ab.only_b)):
+        page.h3(f"Only in {side} ({len(d)})")
+        if len(d):
+            page.table(_safe(f"only_in_{side}"), d)
+        else:
+            page.p("none")
+    return page.write(Path(out_dir), static, list(formats), list(table_formats))
+
+
+def write_vllm_report(a_paths, b_paths, out_dir: str | Path, names: tuple[str, str] = ("A", "B"),
+                      title: str | None = None, static: bool = True, with_published: bool = True,
+                      formats: Iterable[str] = IMAGE_FORMATS,
+                      table_formats: Iterable[str] = ("csv", "md", "tex")) -> Path:
+    """Write the vLLM serving A/B report of two arms (files or folders of
+    ``vllm bench serve --save-result`` JSON, see :mod:`flyexplore.vllm`): the runs of each arm,
+    the per-metric speedups of B over A against concurrency, the paired table, keys present in
+    one arm only, and (``with_published``) the published MI355X whole-request A/B for
+    reference. Returns the path of ``report.html``."""
+    from . import plots as F
+    from . import vllm as V
+    from .published import vllm_published
+
+    ra, rb = V.load_runs(a_paths), V.load_runs(b_paths)
+    ab = V.ab_table(ra, rb, names=names)
+    page = _Page(title or f"vLLM serving A/B: {names[1]} vs {names[0]}")
+    page.p(f"speedup of {names[1]} over {names[0]} per (model, concurrency, request rate) and metric: "
+           f"latency {names[0]}/{names[1]}, throughput {names[1]}/{names[0]}; > 1: {names[1]} better.")
+    page.fig("vllm_ab", F.vllm_figure(ab, title=f"vLLM serving A/B: {names[1]} vs {names[0]}"))
+    page.h2("Pairs")
+    page.table("vllm_pairs", ab)
+    for side, lst in ((names[0], ab.attrs["only_a"]), (names[1], ab.attrs["only_b"])):
+        page.p(f"Only in {side}: {', '.join(lst) if lst else 'none'}")
+    page.h2("Runs")
+    for side, r in ((names[0], ra), (names[1], rb)):
+        page.h3(side)
+        page.table(_safe(f"runs_{side}"), r)
+    if with_published:
+        page.h2("Published MI355X whole-request A/B (for reference)")
+        page.fig("vllm_published", F.vllm_figure(vllm_published(), title="Published vLLM A/B on MI355X"))
+    return page.write(Path(out_dir), static, list(formats), list(table_formats))

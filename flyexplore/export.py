@@ -1,0 +1,156 @@
+"""Export figures (PNG, SVG, PDF, standalone HTML) and tables (CSV, Markdown, LaTeX).
+
+Static images are rendered by kaleido (>= 1.0), which drives a Chromium/Chrome browser: on
+Debian/Ubuntu ``apt-get install chromium`` (kaleido finds ``/usr/bin/chromium`` by itself), or
+``plotly_get_chrome`` / ``kaleido.get_chrome_sync()`` to download one. HTML needs neither:
+plotly.js is embedded, so the file opens offline. Markdown needs ``tabulate``; LaTeX needs
+``jinja2`` (both pandas' optional dependencies, installed with flyexplore).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import pandas as pd
+
+from .errors import UsageError, bad_choice
+
+IMAGE_FORMATS = ("png", "svg", "pdf")
+FIGURE_FORMATS = (*IMAGE_FORMATS, "html")
+TABLE_FORMATS = ("csv", "md", "tex", "html")
+#: Default size of static images, CSS pixels (PNG is rendered at ``scale`` x this).
+WIDTH, HEIGHT, SCALE = 1100, 560, 2
+
+_BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+
+
+def static_export_problem() -> str | None:
+    """Why static image export cannot work here, or ``None`` when kaleido and a browser are
+    found (``BROWSER_PATH``, a Chromium/Chrome on PATH, or one kaleido downloaded)."""
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return "kaleido is not installed (pip install 'kaleido>=1.0')"
+    if os.environ.get("BROWSER_PATH") and Path(os.environ["BROWSER_PATH"]).exists():
+        return None
+    if any(shutil.which(b) for b in _BROWSERS):
+        return None
+    try:
+        from choreographer.browsers.chromium import Chromium
+
+        if Chromium.find_browser(skip_local=False):
+            return None
+    except Exception:  # noqa: BLE001 - any failure means: not found
+        pass
+    return ("no Chromium/Chrome for kaleido: install one (Debian: apt-get install chromium) or run "
+            "plotly_get_chrome")
+
+
+def write_html(fig, path: str | os.PathLike) -> Path:
+    """Write ``fig`` as one standalone HTML file with plotly.js embedded (opens offline)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.write_html(str(p), include_plotlyjs=True, full_html=True)
+    return p
+
+
+def save_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
+                 formats: Iterable[str] = IMAGE_FORMATS, width: int = WIDTH, height: int | None = None,
+                 scale: float = SCALE) -> list[Path]:
+    """Write each figure of ``figs`` (name -> plotly figure) as ``out_dir/<name>.<fmt>`` for
+    every format (png, svg, pdf, html). Static formats are rendered in one kaleido session.
+    ``height`` defaults to the figure's own layout height, else :data:`HEIGHT`.
+
+    Returns the written paths. Raises :class:`UsageError` for an unknown format and
+    ``RuntimeError`` (with :func:`static_export_problem`'s reason) when static export is not
+    possible here."""
+    import plotly.io as pio
+
+    formats = list(formats)
+    for f in formats:
+        if f not in FIGURE_FORMATS:
+            raise bad_choice("figure format", f, FIGURE_FORMATS)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    static = [f for f in formats if f in IMAGE_FORMATS]
+    if static and figs:
+        why = static_export_problem()
+        if why:
+            raise RuntimeError(f"static figure export unavailable: {why}")
+        fl, paths, fmts, heights = [], [], [], []
+        for name, fig in figs.items():
+            for f in static:
+                fl.append(fig)
+                paths.append(out / f"{name}.{f}")
+                fmts.append(f)
+                heights.append(height or fig.layout.height or HEIGHT)
+        pio.write_images(fl, paths, format=fmts, width=[fig.layout.width or width for fig in fl],
+                         height=heights, scale=scale)
+        written.extend(paths)
+    if "html" in formats:
+        for name, fig in figs.items():
+            written.append(write_html(fig, out / f"{name}.html"))
+    return written
+
+
+def save_figure(fig, path: str | os.PathLike, width: int = WIDTH, height: int | None = None,
+                scale: float = SCALE) -> Path:
+    """Write one figure to ``path``; the format is the extension (.png, .svg, .pdf, .html).
+    Raises :class:`UsageError` for another extension."""
+    p = Path(path)
+    fmt = p.suffix.lstrip(".").lower()
+    if fmt not in FIGURE_FORMATS:
+        raise UsageError(f"unknown figure file extension {p.suffix!r} in {str(p)!r} "
+                         f"(valid: {', '.join('.' + f for f in FIGURE_FORMATS)})")
+    tmp = save_figures({p.stem: fig}, p.parent, [fmt], width, height, scale)
+    return tmp[0]
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def plain(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy with pandas' nullable dtypes made plain (Float64 -> float64 with NaN; Int64,
+    boolean, string -> objects with None) so that formatters apply and NA prints empty."""
+    d = df.copy()
+    for c in d.columns:
+        t = str(d[c].dtype)
+        if t == "Float64":
+            d[c] = d[c].astype("float64")
+        elif t in ("Int64", "boolean", "string", "str"):
+            d[c] = d[c].astype(object).where(d[c].notna(), None)
+    return d
+
+
+def save_table(df: pd.DataFrame, path: str | os.PathLike, float_format: str = "{:.4g}") -> Path:
+    """Write a table; the format is the extension: ``.csv`` (full precision), ``.md``
+    (GitHub Markdown via tabulate), ``.tex`` (LaTeX tabular via pandas/jinja2, special
+    characters escaped) or ``.html``. Raises :class:`UsageError` for another extension."""
+    p = Path(path)
+    fmt = p.suffix.lstrip(".").lower()
+    if fmt not in TABLE_FORMATS:
+        raise UsageError(f"unknown table file extension {p.suffix!r} in {str(p)!r} "
+                         f"(valid: {', '.join('.' + f for f in TABLE_FORMATS)})")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    d = plain(df)
+    if fmt == "csv":
+        df.to_csv(p, index=False)
+    elif fmt == "md":
+        p.write_text(d.to_markdown(index=False, floatfmt=".4g", missingval="") + "\n", encoding="utf-8")
+    elif fmt == "tex":
+        p.write_text(d.to_latex(index=False, escape=True, na_rep="",
+                                float_format=lambda v: float_format.format(v)), encoding="utf-8")
+    else:
+        p.write_text(d.to_html(index=False, na_rep="", float_format=lambda v: float_format.format(v)),
+                     encoding="utf-8")
+    return p
+
+
+def save_tables(tables: Mapping[str, pd.DataFrame], out_dir: str | os.PathLike,
+                formats: Iterable[str] = ("csv", "md", "tex")) -> list[Path]:
+    """Write each table (name -> DataFrame) as ``out_dir/<name>.<fmt>``; returns the paths."""
+    return [save_table(df, Path(out_dir) / f"{name}.{f}") for name, df in tables.items() for f in formats]

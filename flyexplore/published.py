@@ -1,0 +1,386 @@
+"""The published MI355X (gfx950) figures as result sets.
+
+The per-case numbers behind the FlyDSL-in-PyTorch headlines live in ``data/published/*.csv``
+with their provenance in ``data/published/SOURCES.md``. None of them was measured by
+flyexplore. :func:`load` turns them into rows of the result schema
+(:mod:`flyexplore.results`) with ``source="published"`` and ``status="published"``, so the same
+speedup, geometric-mean and plotting functions work on them and on a user's own sweeps.
+
+Per suite (``SUITES``):
+
+============  ==============  =====================================  ============================
+suite         op              case label                             published as
+============  ==============  =====================================  ============================
+``dense``     ``gemm``        ``MxNxK`` (layout NT, the default)      TFLOP/s; aten/triton/flydsl
+``mxfp``      ``scaled_gemm`` ``MxNxK`` (NT), dtype mxfp8 / mxfp4     TFLOP/s; aten/flydsl
+``grouped``   ``grouped_gemm`` the CSV's own label (see below)       TFLOP/s; aten/triton/flydsl
+``rmsnorm``   ``rmsnorm``     ``MxN``, dtype per case                 µs; aten/flydsl
+``topk``      ``topk``        ``MxNxK`` (``:deterministic=1`` for     µs; aten/flydsl
+                              the deterministic-mode runs)
+============  ==============  =====================================  ============================
+
+Where only TFLOP/s is published, ``time_ms`` is derived as FLOPs / throughput with the
+operator's FLOP count (GEMM 2*M*N*K; grouped 2*sum(M_g)*N*K) and the row's ``message`` says
+so. Where time is published, ``tflops``/``gbps`` are derived with flyexplore's FLOP and byte
+counts (also said in ``message``). Every row carries ``provenance`` (publication, setup, file),
+``device="AMD Instinct MI355X"``, ``arch="gfx950"``, ``platform="rocm"``.
+
+Grouped GEMM case labels are the ones printed in pytorch/pytorch PR 194032:
+``g{G}x{M}x{N}x{K}`` for the 14 uniform cases (the order of N and K is as printed and not
+confirmed; it does not change the FLOP count), ``K4096 x N14336 (MoE up)`` style labels for the
+five K/N variants (G=8, M=512 per group) and the per-group M list, e.g.
+``[1024,512,256,128,2048,64,512,1024]``, for the five ragged cases (G=8, K=N=4096). The MXFP
+op name ``scaled_gemm`` and the grouped op name ``grouped_gemm`` are the names of the
+operator modules ``flyexplore/ops/scaled_gemm.py`` and ``ops/grouped_gemm.py``
+(:data:`SCALED_OP`, :data:`GROUPED_OP`).
+
+The vLLM whole-request A/B (``vllm_e2e.csv``) is not per-kernel data: :func:`vllm_published`
+returns it as a serving A/B table (see :mod:`flyexplore.vllm`). Figures that are public only
+as ranges are in :data:`RANGES` (:func:`ranges`), marked ``kind="range only"``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from typing import Sequence
+
+import pandas as pd
+
+from . import results as R
+from .errors import UsageError, bad_choice
+from .paths import published_dir
+
+DEVICE = "AMD Instinct MI355X"
+ARCH = "gfx950"
+#: Operator names of the MXFP scaled GEMM and BF16 grouped GEMM families.
+SCALED_OP = "scaled_gemm"
+GROUPED_OP = "grouped_gemm"
+
+
+@dataclass(frozen=True)
+class PublishedSuite:
+    """One published table: its file under ``data/published``, the operator family, where it
+    was published and the setup as published (from ``SOURCES.md``)."""
+
+    name: str
+    file: str
+    op: str
+    publication: str
+    setup: str
+    timing_mode: str | None = None
+
+    @property
+    def provenance(self) -> str:
+        return f"{self.publication}; {self.setup}; data/published/{self.file}"
+
+
+SUITES: dict[str, PublishedSuite] = {s.name: s for s in (
+    PublishedSuite("dense", "dense_gemm_bf16.csv", "gemm",
+                   "pytorch/pytorch PR 190903, benchmark comment",
+                   "BF16, NT layout (A @ B.T), MI355 gfx950, graph replay, median of four "
+                   "accuracy-checked runs; FlyDSL and Triton with EXHAUSTIVE search, ATen default",
+                   "graph"),
+    PublishedSuite("mxfp", "mxfp_gemm.csv", SCALED_OP,
+                   "pytorch/pytorch PR 196719, benchmark comment",
+                   "MI355X gfx950, NT layout, FlyDSL vs ATen; output dtype and iteration counts "
+                   "not published"),
+    PublishedSuite("grouped", "grouped_gemm_bf16.csv", GROUPED_OP,
+                   "pytorch/pytorch PR 194032",
+                   "BF16 gfx950 F.grouped_mm; isolated process and fresh cache per backend/shape; "
+                   "steady-state TFLOP/s excluding compilation"),
+    PublishedSuite("rmsnorm", "rmsnorm.csv", "rmsnorm",
+                   "pytorch/pytorch PR 191447",
+                   "MI355X, FlyDSL 0.3.0, GPU events, 10 warm-up + 50 timed iterations, one run per "
+                   "case; ATen measured with FlyDSL disabled", "event"),
+    PublishedSuite("topk", "topk.csv", "topk",
+                   "pytorch/pytorch PR 193548",
+                   "fp32, MI355X, GPU events, 20 warm-up + 100 timed iterations, median of 3 runs "
+                   "for each torch.use_deterministic_algorithms setting", "event"),
+)}
+
+VLLM = PublishedSuite("vllm", "vllm_e2e.csv", "vllm", "the FlyDSL blog's vLLM A/B",
+                      "vllm bench serve, one MI355X, TP=1, ISL 256 / OSL 512 with --ignore-eos, "
+                      "concurrency 8..256, max_num_batched_tokens=2048, piecewise graphs, prefix "
+                      "caching off; BF16 arms ATEN,TRITON vs ATEN,TRITON,FLYDSL (ABBA, medians, "
+                      "noise floor 1.79%); MXFP8 ATen vs ATen+FlyDSL, one run per cell; "
+                      "speedup = 1 + whole_request_speedup_pct/100")
+
+#: Every name ``flyexplore published --suite`` accepts.
+SUITE_NAMES = (*SUITES, "vllm", "ranges")
+
+#: Figures public only as ranges (no per-case values exist); never mix them with per-case rows.
+RANGES = (
+    {"what": "MXFP4 vLLM whole-request speedup", "subject": "Qwen3-32B", "low": 1.53, "high": 3.01},
+    {"what": "MXFP4 vLLM whole-request speedup", "subject": "Llama-3.1-8B", "low": 1.25, "high": 1.85},
+    {"what": "MXFP4 vLLM whole-request speedup", "subject": "Llama-3.3-70B (lm_head unquantized)",
+     "low": 1.50, "high": 2.82},
+    {"what": "AOTriton 0.14.2b vs 0.13b on gfx950", "subject": "SDPA forward", "low": 0.92, "high": 2.34},
+    {"what": "AOTriton 0.14.2b vs 0.13b on gfx950", "subject": "SDPA backward", "low": 0.93, "high": 2.47},
+)
+
+
+def ranges() -> pd.DataFrame:
+    """The published figures known only as ranges: columns ``what, subject, low, high, unit,
+    kind`` (``kind`` is always ``"range only"``: no per-case values are public; the AOTriton
+    per-case table is on the AOTriton 0.14b release page, which flyexplore does not carry),
+    ``source``."""
+    rows = [{**r, "unit": "x", "kind": "range only",
+             "source": "data/published/SOURCES.md (not per-case public)"} for r in RANGES]
+    return pd.DataFrame(rows)
+
+
+def _read(suite: PublishedSuite) -> list[dict]:
+    with open(published_dir() / suite.file, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _row(suite: PublishedSuite, op: str, case: str, params: dict, dtype: str, backend: str, *,
+         time_ms: float, flops: float | None, nbytes: float | None, message: str,
+         extra: dict | None = None) -> dict:
+    sec = time_ms / 1e3
+    row = {"schema_version": R.SCHEMA_VERSION, "run_id": f"published:{suite.name}",
+           "op": op, "case": case, "params": json.dumps(params, sort_keys=True), "dtype": dtype,
+           "backend": backend, "status": "published", "source": "published",
+           "timing_mode": suite.timing_mode, "time_ms": time_ms,
+           "flops": flops or None, "bytes": nbytes,
+           "tflops": flops / sec / 1e12 if flops else None,
+           "gbps": nbytes / sec / 1e9 if nbytes else None,
+           "message": message, "platform": "rocm", "device": DEVICE, "arch": ARCH,
+           "provenance": suite.provenance, "published_in": suite.publication}
+    row.update(params)
+    row.update(extra or {})
+    return row
+
+
+_TFLOPS_MSG = ("published as TFLOP/s ({v} TFLOP/s); time_ms derived as {f} / throughput; "
+               "not measured by flyexplore")
+_US_MSG = ("published as {v} us; tflops/gbps (where set) derived with flyexplore's FLOP and byte "
+           "counts; not measured by flyexplore")
+
+
+def _dense(suite: PublishedSuite) -> list[dict]:
+    from .ops import get_op
+
+    op = get_op("gemm")
+    rows = []
+    for r in _read(suite):
+        case = op.case(f"{r['m']}x{r['n']}x{r['k']}:NT")
+        fl, nb = op.flops(case), op.bytes(case, "bf16")
+        for be in ("aten", "triton", "flydsl"):
+            v = float(r[f"{be}_tflops"])
+            rows.append(_row(suite, "gemm", case.label, case.p, "bf16", be,
+                             time_ms=fl / (v * 1e12) * 1e3, flops=fl, nbytes=nb,
+                             message=_TFLOPS_MSG.format(v=r[f"{be}_tflops"], f="2*M*N*K")))
+    return rows
+
+
+def _mxfp(suite: PublishedSuite) -> list[dict]:
+    rows = []
+    for r in _read(suite):
+        m, n, k, fmt = int(r["m"]), int(r["n"]), int(r["k"]), r["format"]
+        fl = 2.0 * m * n * k
+        eb = 1.0 if fmt == "mxfp8" else 0.5
+        # operands + one e8m0 scale byte per 32 elements of K + a 2-byte (bf16/fp16) output
+        nb = (m * k + n * k) * eb + (m * k + n * k) / 32 + m * n * 2.0
+        params = {"m": m, "n": n, "k": k, "layout": "NT"}
+        for be in ("aten", "flydsl"):
+            v = float(r[f"{be}_tflops"])
+            rows.append(_row(suite, SCALED_OP, f"{m}x{n}x{k}", params, fmt, be,
+                             time_ms=fl / (v * 1e12) * 1e3, flops=fl, nbytes=nb,
+                             message=_TFLOPS_MSG.format(v=r[f"{be}_tflops"], f="2*M*N*K")))
+    return rows
+
+
+def grouped_params(subset: str, label: str) -> dict:
+    """Parameters of a published grouped GEMM case from its CSV label (see module doc):
+    ``g`` groups, ``m`` rows per group (``m_list`` for ragged cases), ``n``, ``k``,
+    ``total_m``. Raises ``ValueError`` for a label of no known form."""
+    import re
+
+    if subset == "standard":
+        g, m, n, k = (int(x) for x in label[1:].split("x"))
+        return {"g": g, "m": m, "n": n, "k": k, "total_m": g * m}
+    if subset == "kn_variants":
+        hit = re.match(r"K(\d+) x N(\d+)", label)
+        if not hit:
+            raise ValueError(f"unknown grouped GEMM label {label!r}")
+        return {"g": 8, "m": 512, "n": int(hit.group(2)), "k": int(hit.group(1)), "total_m": 8 * 512}
+    if subset == "ragged_m":
+        ms = json.loads(label)
+        return {"g": len(ms), "m_list": label, "n": 4096, "k": 4096, "total_m": sum(ms)}
+    raise ValueError(f"unknown grouped GEMM subset {subset!r}")
+
+
+def _grouped(suite: PublishedSuite) -> list[dict]:
+    rows = []
+    for r in _read(suite):
+        p = grouped_params(r["suite"], r["case"])
+        fl = 2.0 * p["total_m"] * p["n"] * p["k"]
+        nb = (p["total_m"] * p["k"] + p["g"] * p["k"] * p["n"] + p["total_m"] * p["n"]) * 2.0
+        for be in ("aten", "triton", "flydsl"):
+            v = float(r[f"{be}_tflops"])
+            rows.append(_row(suite, GROUPED_OP, r["case"], p, "bf16", be,
+                             time_ms=fl / (v * 1e12) * 1e3, flops=fl, nbytes=nb,
+                             message=_TFLOPS_MSG.format(v=r[f"{be}_tflops"], f="2*sum(M_g)*N*K"),
+                             extra={"subset": r["suite"]}))
+    return rows
+
+
+def _rmsnorm(suite: PublishedSuite) -> list[dict]:
+    from .ops import get_op
+
+    op = get_op("rmsnorm")
+    rows = []
+    for r in _read(suite):
+        case, dt = op.case(f"{r['m']}x{r['n']}"), r["dtype"]
+        for be in ("aten", "flydsl"):
+            rows.append(_row(suite, "rmsnorm", case.label, case.p, dt, be,
+                             time_ms=float(r[f"{be}_us"]) / 1e3, flops=op.flops(case),
+                             nbytes=op.bytes(case, dt), message=_US_MSG.format(v=r[f"{be}_us"]),
+                             extra={"flydsl": "0.3.0"} if be == "flydsl" else None))
+    return rows
+
+
+def _topk(suite: PublishedSuite) -> list[dict]:
+    from .ops import get_op
+
+    op = get_op("topk")
+    rows = []
+    for r in _read(suite):
+        for det in (False, True):
+            case = op.make_case(m=int(r["m"]), n=int(r["n"]), k=int(r["k"]), deterministic=det)
+            word = "deterministic" if det else "nondeterministic"
+            for be in ("aten", "flydsl"):
+                v = r[f"{be}_{word}_us"]
+                rows.append(_row(suite, "topk", case.label, case.p, "fp32", be,
+                                 time_ms=float(v) / 1e3, flops=None, nbytes=op.bytes(case, "fp32"),
+                                 message=_US_MSG.format(v=v),
+                                 extra={"family": r["family"], "k_band": r["k_band"]}))
+    return rows
+
+
+_LOADERS = {"dense": _dense, "mxfp": _mxfp, "grouped": _grouped, "rmsnorm": _rmsnorm, "topk": _topk}
+
+
+def _names(suite: str | Sequence[str] | None, allowed: Sequence[str]) -> list[str]:
+    if suite is None:
+        return list(allowed)
+    names = [s.strip() for s in suite.split(",")] if isinstance(suite, str) else list(suite)
+    names = [n for n in names if n]
+    if not names:
+        raise UsageError(f"no published suite given (valid: {', '.join(allowed)})")
+    for n in names:
+        if n not in allowed:
+            raise bad_choice("published suite", n, allowed)
+    return names
+
+
+def load(suite: str | Sequence[str] | None = None) -> pd.DataFrame:
+    """The published per-case kernel figures as one result set.
+
+    ``suite``: ``None`` (all of :data:`SUITES`), a name, a comma-separated text or a list.
+    Returns a normalized result set (:func:`flyexplore.results.normalize`) with one row per
+    (case, dtype, backend): ``status="published"``, ``source="published"``, times in ms, and
+    the extra columns ``provenance``, ``published_in`` and the case parameters (``m``, ``n``,
+    ``k``, ...; grouped: ``g``, ``total_m``, ``m_list``, ``subset``; topk: ``family``,
+    ``k_band``). Raises :class:`UsageError` for an unknown suite name (``vllm`` and ``ranges``
+    are not kernel rows: use :func:`vllm_published` and :func:`ranges`).
+    """
+    rows: list[dict] = []
+    for n in _names(suite, tuple(SUITES)):
+        rows.extend(_LOADERS[n](SUITES[n]))
+    return R.frame(rows)
+
+
+def vllm_published() -> pd.DataFrame:
+    """The published vLLM whole-request A/B (``vllm_e2e.csv``) as a serving A/B table in the
+    format of :func:`flyexplore.vllm.ab_table`: one row per (precision, model, concurrency)
+    with ``metric="whole_request"``, ``speedup = 1 + whole_request_speedup_pct/100`` (> 1: the
+    FlyDSL arm is faster), ``a``/``b`` arm names, ``a_value``/``b_value`` empty (not
+    published), ``noise_pct`` (the published noise floor of the BF16 A/B, 1.79%; not given for
+    MXFP8, one run per cell), ``source="published"`` and ``provenance``."""
+    rows = []
+    for r in _read(VLLM):
+        pct = float(r["whole_request_speedup_pct"])
+        bf16 = r["precision"] == "bf16"
+        rows.append({
+            "model": r["model"], "precision": r["precision"], "concurrency": int(r["concurrency"]),
+            "request_rate": "inf", "metric": "whole_request",
+            "a": "ATEN,TRITON" if bf16 else "ATen", "b": "ATEN,TRITON,FLYDSL" if bf16 else "ATen+FlyDSL",
+            "a_value": float("nan"), "b_value": float("nan"), "pct": pct, "speedup": 1.0 + pct / 100.0,
+            "higher_is_better": True, "noise_pct": 1.79 if bf16 else float("nan"),
+            "source": "published", "device": DEVICE,
+            "provenance": VLLM.provenance,
+        })
+    return pd.DataFrame(rows)
+
+
+def summary(df: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Rows, cases, dtypes and backends per published suite (what ``flyexplore published``
+    prints first)."""
+    df = load() if df is None else df
+    out = []
+    for name, s in SUITES.items():
+        d = df[df["run_id"] == f"published:{name}"]
+        out.append({"suite": name, "op": s.op, "rows": len(d), "cases": d[["case", "dtype"]].drop_duplicates().shape[0],
+                    "dtypes": ",".join(sorted(d["dtype"].dropna().unique())),
+                    "backends": ",".join(sorted(d["backend"].dropna().unique())),
+                    "published in": s.publication})
+    return pd.DataFrame(out)
+
+
+def headlines(df: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The headline numbers, recomputed from the per-case rows with
+    :func:`flyexplore.results.speedup` and :func:`~flyexplore.results.geomean`, beside the
+    value printed in the publication (``printed``). Columns ``headline, value, printed,
+    cases, how``. Ratios within +-1% (:data:`flyexplore.results.TIE_BAND`) are ties; ties
+    count in the geometric mean like any other case (``SOURCES.md``)."""
+    df = load() if df is None else df
+    out = []
+
+    def add(name, value, printed, cases, how):
+        out.append({"headline": name, "value": value, "printed": printed, "cases": cases, "how": how})
+
+    d = df[df["run_id"] == "published:dense"]
+    s = R.speedup(d, ["aten", "triton"])
+    s = s[s["backend"] == "flydsl"]
+    wins, ties = int((~s["tie"] & (s["speedup"] > 1)).sum()), int(s["tie"].sum())
+    add("dense BF16 GEMM, FlyDSL over the faster of ATen/Triton (geomean)", R.geomean(s["speedup"]),
+        "1.1027 (1.10x)", len(s), f"{wins} wins, {ties} ties (within 1%), {len(s) - wins - ties} losses")
+    d = df[df["run_id"] == "published:mxfp"]
+    s = R.speedup(d, "aten")
+    for fmt, printed in (("mxfp8", "1.5755"), ("mxfp4", "1.6804")):
+        x = s[s["dtype"] == fmt]
+        add(f"{fmt.upper()} scaled GEMM, FlyDSL over ATen (geomean)", R.geomean(x["speedup"]), printed,
+            len(x), "graph-replay TFLOP/s ratio per shape")
+    d = df[df["run_id"] == "published:grouped"]
+    for base, printed in (("triton", "1.2000"), ("aten", "1.9505")):
+        x = R.speedup(d[d["backend"].isin([base, "flydsl"])], base)
+        add(f"grouped BF16 GEMM, FlyDSL over {base} (geomean)", R.geomean(x["speedup"]), printed,
+            len(x), "all 24 cases")
+    d = df[df["run_id"] == "published:rmsnorm"]
+    s = R.speedup(d, "aten")
+    top = s.loc[s["speedup"].idxmax()]
+    add("RMSNorm, FlyDSL over ATen (lowest case)", s["speedup"].min(), "1.17x", len(s), "per-case range")
+    add("RMSNorm, FlyDSL over ATen (highest case)", s["speedup"].max(), "3.66x", len(s),
+        f"peak: {top['dtype']} {top['case']}")
+    d = df[df["run_id"] == "published:topk"]
+    det = d["deterministic"].astype(bool)
+    for on, printed in ((False, "4.8157 (4.82x)"), (True, "4.02x")):
+        x = R.speedup(d[(d["family"] == "register") & (det == on)], "aten")
+        add(f"TopK register family, FlyDSL over ATen, determinism {'on' if on else 'off'} (geomean)",
+            R.geomean(x["speedup"]), printed, len(x), "K in {2,4,8,16}")
+    band_printed = {"64-256": "1.69x", "257-383": "1.81x", "384-831": "1.97x", "832-1024": "1.63x"}
+    rad = d[(d["family"] == "radix") & ~det]
+    for band, printed in band_printed.items():
+        x = R.speedup(rad[rad["k_band"] == band], "aten")
+        add(f"TopK radix band {band}, FlyDSL over ATen, determinism off (geomean)",
+            R.geomean(x["speedup"]), printed, len(x), "K band")
+    v = vllm_published()
+    for prec, printed in (("bf16", "1.13x"), ("mxfp8", "2.04x")):
+        x = v[v["precision"] == prec]
+        top = x.loc[x["speedup"].idxmax()]
+        add(f"vLLM {prec.upper()} whole-request speedup (peak)", top["speedup"], printed, len(x),
+            f"{top['model']}, concurrency {top['concurrency']}")
+    return pd.DataFrame(out)
