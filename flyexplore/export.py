@@ -140,7 +140,8 @@ def save_table(df: pd.DataFrame, path: str | os.PathLike, float_format: str = "{
     if fmt == "csv":
         df.to_csv(p, index=False)
     elif fmt == "md":
-        p.write_text(d.to_markdown(index=False, floatfmt=".4g", missingval="") + "\n", encoding="utf-8")
+        m = d.astype(object).where(d.notna(), None)  # tabulate's missingval covers None, not NaN
+        p.write_text(m.to_markdown(index=False, floatfmt=".4g", missingval="") + "\n", encoding="utf-8")
     elif fmt == "tex":
         p.write_text(d.to_latex(index=False, escape=True, na_rep="",
                                 float_format=lambda v: float_format.format(v)), encoding="utf-8")

@@ -173,7 +173,7 @@ def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> No
         page.p(f"{len(bad)} row(s) not ok: " + "; ".join(
             f"{r.backend} {r.case} {r.dtype}: {r.status} ({r.message})" for r in bad.head(8).itertuples())
             + (" ..." if len(bad) > 8 else ""), cls="note")
-    name = _safe(f"{idx:02d}_{op}")
+    name = _safe(f"{idx:02d}_{op.split(' on ')[0]}")
     bname = baseline if isinstance(baseline, str) else "faster of " + ", ".join(baseline)
     try:
         fig = F.speedup_figure(d, baseline, title=f"{op}: speedup over {bname}")
@@ -232,20 +232,30 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
     if env is not None:
         page.pre(env.to_text())
     page.table("environments", env_summary(df))
-    for i, (op, d) in enumerate(df.groupby("op", sort=False)):
-        _op_section(page, str(op), d, baseline, i)
+    # one section per operator and device: speedups never mix rows of different devices
+    groups = list(df.assign(_dev=df["device"].astype(object).where(df["device"].notna(), "unknown device"))
+                  .groupby(["op", "_dev"], sort=False))
+    ndev = df["device"].nunique(dropna=False)
+    for i, ((op, dev), d) in enumerate(groups):
+        label = f"{op} on {dev}" if ndev > 1 else str(op)
+        _op_section(page, label, d.drop(columns="_dev"), baseline, i)
     devs = [v for v in df["device"].dropna().unique() if K.find_device(str(v))]
     ok = df[df["status"].isin(["ok", "published"])]
-    if len(devs) == 1 and ok["flops"].fillna(0).gt(0).any():
-        page.h2(f"Roofline and % of peak ({devs[0]})")
+    for j, dev in enumerate(devs):
+        od = ok[ok["device"] == dev]
+        if not od["flops"].fillna(0).gt(0).any() and not od["gbps"].notna().any():
+            continue
+        sfx = "" if len(devs) == 1 else f"_{j}"
+        page.h2(f"Roofline and % of peak ({dev})")
         try:
-            page.fig("roofline", F.roofline_figure(ok, device=str(devs[0]), kind="measured"))
+            page.fig(f"roofline{sfx}", F.roofline_figure(od, device=str(dev), kind="measured",
+                                                         title=f"Roofline on {K.find_device(str(dev)).name} ({dev})"))
         except UsageError as exc:
             page.p(f"No roofline: {exc}.")
-        pk = K.percent_of_peak(ok, kind=peak_kind)
-        page.table("percent_of_peak", pk[["op", "case", "dtype", "backend", "tflops", "pct_peak_tflops", "gbps",
-                                         "pct_peak_gbps", "peak_device", "peak_tflops", "peak_gbps"]])
-        d = K.find_device(str(devs[0]))
+        pk = K.percent_of_peak(od, kind=peak_kind)
+        page.table(f"percent_of_peak{sfx}", pk[["op", "case", "dtype", "backend", "tflops", "pct_peak_tflops", "gbps",
+                                                "pct_peak_gbps", "peak_device", "peak_tflops", "peak_gbps"]])
+        d = K.find_device(str(dev))
         page.p(f"Peaks ({peak_kind}): {d.source}" + (f"; measured: {d.measured_source}" if d.measured_source else ""))
     if published is not False and published is not None:
         from .published import load
