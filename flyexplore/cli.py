@@ -66,6 +66,7 @@ def _cmd_sweep(a):
 def _cmd_demo(a):
     from .demo import run_demo
 
+    _static_note(a.no_images)
     path = run_demo(a.out, progress=not a.quiet, static=not a.no_images)
     print(f"report: {path}")
 
@@ -128,6 +129,16 @@ def _cmd_published(a):
           "not measured by flyexplore. Write them with --out FILE (.parquet, .csv, .jsonl).")
 
 
+def _static_note(no_images: bool) -> None:
+    """Say on stderr when static figure files will be skipped (the report says it too)."""
+    if not no_images:
+        from .export import static_export_problem
+
+        why = static_export_problem()
+        if why:
+            print(f"flyexplore: note: PNG/SVG/PDF figures skipped: {why}", file=sys.stderr)
+
+
 def _load_many(paths):
     from . import results as R
 
@@ -138,12 +149,9 @@ def _cmd_report(a):
     from .report import write_report
 
     df = _load_many(a.results)
-    if a.with_published:
-        pub = True
-    else:
-        pub = False
+    _static_note(a.no_images)
     path = write_report(df, a.out, title=a.title or f"flyexplore report: {', '.join(a.results)}",
-                        baseline=_baseline(a.baseline), static=not a.no_images, published=pub)
+                        baseline=_baseline(a.baseline), static=not a.no_images, published=a.with_published)
     print(f"report: {path}")
 
 
@@ -155,6 +163,7 @@ def _cmd_compare(a):
     if len(names) != 2 or not all(names):
         raise UsageError(f"--names needs two comma-separated names, got {a.names!r}")
     va, vb = looks_like_vllm(a.a), looks_like_vllm(a.b)
+    _static_note(a.no_images)
     if va != vb:
         raise UsageError(f"cannot compare a vllm bench result with a flyexplore result file ({a.a!r}, {a.b!r})")
     if va:

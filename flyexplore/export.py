@@ -64,8 +64,8 @@ def save_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
     ``height`` defaults to the figure's own layout height, else :data:`HEIGHT`.
 
     Returns the written paths. Raises :class:`UsageError` for an unknown format and
-    ``RuntimeError`` (with :func:`static_export_problem`'s reason) when static export is not
-    possible here."""
+    ``RuntimeError`` (with :func:`static_export_problem`'s reason, or kaleido's error) when
+    static export is not possible here."""
     import plotly.io as pio
 
     formats = list(formats)
@@ -73,13 +73,14 @@ def save_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
         if f not in FIGURE_FORMATS:
             raise bad_choice("figure format", f, FIGURE_FORMATS)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     static = [f for f in formats if f in IMAGE_FORMATS]
     if static and figs:
         why = static_export_problem()
         if why:
             raise RuntimeError(f"static figure export unavailable: {why}")
+    out.mkdir(parents=True, exist_ok=True)
+    if static and figs:
         fl, paths, fmts, heights = [], [], [], []
         for name, fig in figs.items():
             for f in static:
@@ -87,8 +88,11 @@ def save_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
                 paths.append(out / f"{name}.{f}")
                 fmts.append(f)
                 heights.append(height or fig.layout.height or HEIGHT)
-        pio.write_images(fl, paths, format=fmts, width=[fig.layout.width or width for fig in fl],
-                         height=heights, scale=scale)
+        try:
+            pio.write_images(fl, paths, format=fmts, width=[fig.layout.width or width for fig in fl],
+                             height=heights, scale=scale)
+        except Exception as exc:  # noqa: BLE001 - browser start/render failures of any kind
+            raise RuntimeError(f"static figure export failed: {type(exc).__name__}: {exc}") from exc
         written.extend(paths)
     if "html" in formats:
         for name, fig in figs.items():

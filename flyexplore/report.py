@@ -111,7 +111,7 @@ class _Page:
             except RuntimeError as exc:
                 why = str(exc)
             if why:
-                self.parts.append(f"<p class='note'>Static images not written: {html.escape(why)}</p>")
+                self.parts.insert(1, f"<p class='note'>Static images not written: {html.escape(why)}</p>")
                 self.static_problem = why
         if files:
             links = "".join(f"<li><a href='{html.escape(os.path.relpath(f, out))}'>"
@@ -267,6 +267,12 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
             page.fig("published_vs_measured", F.published_vs_measured_figure(meas, pub, "speedup", baseline))
         except UsageError as exc:
             page.p(f"No comparison: {exc}.")
+        from .published import headlines, ranges
+
+        page.h3("Published headline numbers (recomputed from the per-case figures)")
+        page.table("published_headlines", headlines())
+        page.h3("Published only as ranges (no per-case values are public)")
+        page.table("published_ranges", ranges())
     page.h2("Results")
     page.table("results", summary_table(df))
     return page.write(out, static, list(formats), list(table_formats))
@@ -335,4 +341,9 @@ def write_vllm_report(a_paths, b_paths, out_dir: str | Path, names: tuple[str, s
     if with_published:
         page.h2("Published MI355X whole-request A/B (for reference)")
         page.fig("vllm_published", F.vllm_figure(vllm_published(), title="Published vLLM A/B on MI355X"))
+        from .published import ranges
+
+        rg = ranges()
+        page.p("MXFP4 is public only as ranges (no per-case values):")
+        page.table("published_ranges", rg[rg["what"].str.contains("vLLM")])
     return page.write(Path(out_dir), static, list(formats), list(table_formats))

@@ -181,3 +181,19 @@ def test_demo_writes_the_same_report(tmp_path, monkeypatch, measured):
     path = D.run_demo(tmp_path / "demo", progress=False, static=False)
     assert path == tmp_path / "demo" / "report.html" and "gemm: speedup over aten" in path.read_text()
     assert (tmp_path / "demo" / "results.parquet").exists() and not (tmp_path / "demo" / "figures").exists()
+
+
+def test_report_without_a_browser_still_writes_html(tmp_path, monkeypatch, measured, capsys):
+    """No Chromium: the HTML report and tables are written, the report and the CLI say why
+    the static images are missing."""
+    import flyexplore.export as X
+
+    monkeypatch.setattr(X, "static_export_problem", lambda: "no Chromium/Chrome for kaleido (test)")
+    f = tmp_path / "m.parquet"
+    R.save(measured, f)
+    assert main(["report", str(f), "--out", str(tmp_path / "r")]) == 0
+    assert "PNG/SVG/PDF figures skipped: no Chromium" in capsys.readouterr().err
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert "Static images not written" in html and not (tmp_path / "r" / "figures").exists()
+    with pytest.raises(RuntimeError, match="static figure export unavailable"):
+        X.save_figures({"x": speedup_figure(measured)}, tmp_path / "x", ["png"])
