@@ -95,8 +95,9 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
     ``["aten", "triton"]`` as in the published dense suite). Shows a dashed 1.0x line, the
     geometric mean per backend (legend, and a dotted line when there is one op and dtype),
     ties within +-1% outlined in black, the y axis from zero, and per-bar values when there are
-    at most 40 bars (``show_values``). With more than 30 cases (``horizontal=None``) the bars
-    run horizontally, one row per case, so every case label stays readable. Hover: times in
+    at most 40 bars (``show_values``). With more than 30 cases or long case labels
+    (``horizontal=None``) the bars run horizontally, one row per case, so every label stays
+    readable. Hover: times in
     µs, which baseline won, source. ``backends`` limits the backends drawn. Raises
     ``UsageError`` when the baseline has no rows or no backend remains."""
     import plotly.graph_objects as go
@@ -113,8 +114,8 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
     if show_values is None:
         show_values = len(s) <= 40
     ncase = s["x"].nunique()
-    if horizontal is None:
-        horizontal = ncase > 30
+    if horizontal is None:  # many or long case labels read better one per row
+        horizontal = ncase > 30 or sum(len(x) for x in s["x"].unique()) > 350
     fig = go.Figure()
     for (op, dtype, backend), g in groups:
         gm = R.geomean(g["speedup"])
@@ -211,7 +212,7 @@ def sweep_figure(df: pd.DataFrame, x: str = "m", y: str = "time_ms", title: str 
     fig = go.Figure()
     dashes = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
     symbols = ("circle", "square", "diamond", "triangle-up", "x", "star")
-    series, dropped = {}, 0
+    series, dropped, drawn = {}, 0, 0
     for keys, g in d.groupby(["op", "dtype", "backend", *other], sort=False, dropna=False):
         op, dtype, backend, *rest = keys
         tag = ", ".join(f"{c}={_num(v)}" for c, v in zip(other, rest))
@@ -219,6 +220,7 @@ def sweep_figure(df: pd.DataFrame, x: str = "m", y: str = "time_ms", title: str 
         if len(pts) < min_points:
             dropped += len(pts)
             continue
+        drawn += len(pts)
         idx = series.setdefault((op, dtype, tag), len(series))
         name = " ".join(p for p in (backend, op if d["op"].nunique() > 1 else "",
                                     dtype if d["dtype"].nunique() > 1 else "", tag) if p)
@@ -238,11 +240,19 @@ def sweep_figure(df: pd.DataFrame, x: str = "m", y: str = "time_ms", title: str 
         ttl += "<br><sup>" + "; ".join(sub) + "</sup>"
     _style(fig, ttl, x, unit, legend_title="backend")
     if log_x and min(xs) > 0:
-        fig.update_xaxes(type="log", tickvals=xs, ticktext=[f"{v:g}" for v in xs])
+        ticks = []  # every value, except ones too close (on the log axis) to the previous tick
+        for v in xs:
+            if not ticks or math.log10(v / ticks[-1]) >= 0.06 * max(1.0, math.log10(xs[-1] / xs[0])):
+                ticks.append(v)
+        fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{v:g}" for v in ticks])
     if log_y:
         fig.update_yaxes(type="log")
     else:
         fig.update_yaxes(rangemode="tozero")
+    if len(fig.data) > 18:  # room for the legend, one row per line
+        fig.update_layout(height=150 + 24 * len(fig.data))
+    # points drawn / left out and lines, for callers choosing a dimension (not plotted data)
+    fig._flyexplore_points = (drawn, dropped, len(fig.data))
     return fig
 
 

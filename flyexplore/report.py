@@ -145,19 +145,16 @@ def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
 
 
-def _sweep_dim(d: pd.DataFrame) -> str | None:
+def _sweep_candidates(d: pd.DataFrame) -> list[str]:
+    """Case parameters with three or more numeric values (candidates for a sweep figure)."""
     from .plots import _params
 
     d, pcols = _params(d)
-    best, nbest = None, 2
+    out = []
     for c in pcols:
-        try:
-            n = pd.to_numeric(d[c], errors="coerce").dropna().nunique()
-        except (TypeError, ValueError):
-            continue
-        if n > nbest:
-            best, nbest = c, n
-    return best
+        if pd.to_numeric(d[c], errors="coerce").dropna().nunique() >= 3:
+            out.append(c)
+    return out
 
 
 def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> None:
@@ -182,15 +179,29 @@ def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> No
         page.table(f"{name}_geomean", gm)
     except UsageError as exc:
         page.p(f"No speedup figure: {exc}.")
-    dim = _sweep_dim(d)
-    if dim:
-        y = "tflops" if d["tflops"].notna().any() else ("gbps" if d["gbps"].notna().any() else "time_ms")
+    # compute-bound families (FLOP per byte >= 10) in TFLOP/s, memory-bound ones in GB/s
+    ai = (pd.to_numeric(d["flops"], errors="coerce") / pd.to_numeric(d["bytes"], errors="coerce")).median()
+    if d["tflops"].notna().any() and not (pd.notna(ai) and ai < 10 and d["gbps"].notna().any()):
+        y = "tflops"
+    else:
+        y = "gbps" if d["gbps"].notna().any() else "time_ms"
+    # the swept dimension whose lines cover the most rows (at least 40% of them, in at most
+    # 8 lines: more is not readable; sweep_figure draws any set on request)
+    best = None
+    for dim in _sweep_candidates(d):
         try:
-            ylab = {"tflops": "TFLOP/s", "gbps": "GB/s", "time_ms": "time"}[y]
-            page.fig(f"{name}_sweep_{dim}", F.sweep_figure(d, x=dim, y=y, title=f"{op}: {ylab} across {dim}",
-                                                           min_points=3))
+            fig = F.sweep_figure(d, x=dim, y=y, min_points=3)
         except UsageError:
-            pass
+            continue
+        drawn, dropped, lines = fig._flyexplore_points
+        if drawn >= 0.4 * (drawn + dropped) and lines <= 8 and (best is None or drawn > best[0]):
+            best = (drawn, dim, fig)
+    if best:
+        ylab = {"tflops": "TFLOP/s", "gbps": "GB/s", "time_ms": "time"}[y]
+        fig = best[2]
+        fig.layout.title.text = f"{op}: {ylab} across {best[1]}" + (
+            "<br>" + fig.layout.title.text.split("<br>", 1)[1] if "<br>" in fig.layout.title.text else "")
+        page.fig(f"{name}_sweep_{best[1]}", fig)
 
 
 def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "flyexplore report",
