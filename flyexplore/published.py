@@ -8,31 +8,32 @@ speedup, geometric-mean and plotting functions work on them and on a user's own 
 
 Per suite (``SUITES``):
 
-============  ==============  =====================================  ============================
-suite         op              case label                             published as
-============  ==============  =====================================  ============================
-``dense``     ``gemm``        ``MxNxK`` (layout NT, the default)      TFLOP/s; aten/triton/flydsl
-``mxfp``      ``scaled_gemm`` ``MxNxK`` (NT), dtype mxfp8 / mxfp4     TFLOP/s; aten/flydsl
-``grouped``   ``grouped_gemm`` the CSV's own label (see below)       TFLOP/s; aten/triton/flydsl
-``rmsnorm``   ``rmsnorm``     ``MxN``, dtype per case                 µs; aten/flydsl
-``topk``      ``topk``        ``MxNxK`` (``:deterministic=1`` for     µs; aten/flydsl
-                              the deterministic-mode runs)
-============  ==============  =====================================  ============================
+============  ================  ======================================  ===========================
+suite         op                case label                              published as
+============  ================  ======================================  ===========================
+``dense``     ``gemm``          ``MxNxK`` (layout NT, the default)       TFLOP/s; aten/triton/flydsl
+``mxfp``      ``scaled_gemm``   ``MxNxK`` (NT), dtype mxfp8 / mxfp4      TFLOP/s; aten/flydsl
+``grouped``   ``grouped_gemm``  ``GxMxNxK`` or ``GxMxNxK:ms=r0/r1/..``   TFLOP/s; aten/triton/flydsl
+``rmsnorm``   ``rmsnorm``       ``MxN``, dtype per case                  µs; aten/flydsl
+``topk``      ``topk``          ``MxNxK`` (``:deterministic=1`` for      µs; aten/flydsl
+                                the deterministic-mode runs)
+============  ================  ======================================  ===========================
 
+Case labels, parameters and FLOP/byte counts come from the operator modules
+(:mod:`flyexplore.ops`), so published rows pair with a user's own sweeps of the same suites.
 Where only TFLOP/s is published, ``time_ms`` is derived as FLOPs / throughput with the
 operator's FLOP count (GEMM 2*M*N*K; grouped 2*sum(M_g)*N*K) and the row's ``message`` says
 so. Where time is published, ``tflops``/``gbps`` are derived with flyexplore's FLOP and byte
 counts (also said in ``message``). Every row carries ``provenance`` (publication, setup, file),
 ``device="AMD Instinct MI355X"``, ``arch="gfx950"``, ``platform="rocm"``.
 
-Grouped GEMM case labels are the ones printed in pytorch/pytorch PR 194032:
-``g{G}x{M}x{N}x{K}`` for the 14 uniform cases (the order of N and K is as printed and not
-confirmed; it does not change the FLOP count), ``K4096 x N14336 (MoE up)`` style labels for the
-five K/N variants (G=8, M=512 per group) and the per-group M list, e.g.
-``[1024,512,256,128,2048,64,512,1024]``, for the five ragged cases (G=8, K=N=4096). The MXFP
-op name ``scaled_gemm`` and the grouped op name ``grouped_gemm`` are the names of the
-operator modules ``flyexplore/ops/scaled_gemm.py`` and ``ops/grouped_gemm.py``
-(:data:`SCALED_OP`, :data:`GROUPED_OP`).
+Grouped GEMM: the label printed in pytorch/pytorch PR 194032 is kept in ``published_label``
+(``g8x512x2048x8192``, ``K4096 x N14336 (MoE up)``, ``[1024,512,...]``) with ``subset``
+(standard / kn_variants / ragged_m) and ``total_m``; the flyexplore label is
+:func:`flyexplore.ops.grouped_gemm.published_case_label` of it (uniform cases take the printed
+G x M x N x K order, which SOURCES.md notes is unconfirmed; the FLOP count does not depend on
+the order of N and K). MXFP rows use op ``scaled_gemm`` (:data:`SCALED_OP`) with its default
+``scaling=block``; grouped rows op ``grouped_gemm`` (:data:`GROUPED_OP`).
 
 The vLLM whole-request A/B (``vllm_e2e.csv``) is not per-kernel data: :func:`vllm_published`
 returns it as a serving A/B table (see :mod:`flyexplore.vllm`). Figures that are public only
@@ -176,54 +177,38 @@ def _dense(suite: PublishedSuite) -> list[dict]:
 
 
 def _mxfp(suite: PublishedSuite) -> list[dict]:
+    from .ops import get_op
+
+    op = get_op(SCALED_OP)
     rows = []
     for r in _read(suite):
-        m, n, k, fmt = int(r["m"]), int(r["n"]), int(r["k"]), r["format"]
-        fl = 2.0 * m * n * k
-        eb = 1.0 if fmt == "mxfp8" else 0.5
-        # operands + one e8m0 scale byte per 32 elements of K + a 2-byte (bf16/fp16) output
-        nb = (m * k + n * k) * eb + (m * k + n * k) / 32 + m * n * 2.0
-        params = {"m": m, "n": n, "k": k, "layout": "NT"}
+        fmt = r["format"]
+        case = op.case(f"{r['m']}x{r['n']}x{r['k']}")
+        fl, nb = op.flops(case), op.bytes(case, fmt)
         for be in ("aten", "flydsl"):
             v = float(r[f"{be}_tflops"])
-            rows.append(_row(suite, SCALED_OP, f"{m}x{n}x{k}", params, fmt, be,
+            rows.append(_row(suite, SCALED_OP, case.label, case.p, fmt, be,
                              time_ms=fl / (v * 1e12) * 1e3, flops=fl, nbytes=nb,
                              message=_TFLOPS_MSG.format(v=r[f"{be}_tflops"], f="2*M*N*K")))
     return rows
 
 
-def grouped_params(subset: str, label: str) -> dict:
-    """Parameters of a published grouped GEMM case from its CSV label (see module doc):
-    ``g`` groups, ``m`` rows per group (``m_list`` for ragged cases), ``n``, ``k``,
-    ``total_m``. Raises ``ValueError`` for a label of no known form."""
-    import re
-
-    if subset == "standard":
-        g, m, n, k = (int(x) for x in label[1:].split("x"))
-        return {"g": g, "m": m, "n": n, "k": k, "total_m": g * m}
-    if subset == "kn_variants":
-        hit = re.match(r"K(\d+) x N(\d+)", label)
-        if not hit:
-            raise ValueError(f"unknown grouped GEMM label {label!r}")
-        return {"g": 8, "m": 512, "n": int(hit.group(2)), "k": int(hit.group(1)), "total_m": 8 * 512}
-    if subset == "ragged_m":
-        ms = json.loads(label)
-        return {"g": len(ms), "m_list": label, "n": 4096, "k": 4096, "total_m": sum(ms)}
-    raise ValueError(f"unknown grouped GEMM subset {subset!r}")
-
-
 def _grouped(suite: PublishedSuite) -> list[dict]:
+    from .ops import get_op
+    from .ops.grouped_gemm import group_sizes, published_case_label
+
+    op = get_op(GROUPED_OP)
     rows = []
     for r in _read(suite):
-        p = grouped_params(r["suite"], r["case"])
-        fl = 2.0 * p["total_m"] * p["n"] * p["k"]
-        nb = (p["total_m"] * p["k"] + p["g"] * p["k"] * p["n"] + p["total_m"] * p["n"]) * 2.0
+        case = op.case(published_case_label(r["suite"], r["case"]))
+        fl, nb = op.flops(case), op.bytes(case, "bf16")
         for be in ("aten", "triton", "flydsl"):
             v = float(r[f"{be}_tflops"])
-            rows.append(_row(suite, GROUPED_OP, r["case"], p, "bf16", be,
+            rows.append(_row(suite, GROUPED_OP, case.label, case.p, "bf16", be,
                              time_ms=fl / (v * 1e12) * 1e3, flops=fl, nbytes=nb,
                              message=_TFLOPS_MSG.format(v=r[f"{be}_tflops"], f="2*sum(M_g)*N*K"),
-                             extra={"subset": r["suite"]}))
+                             extra={"subset": r["suite"], "published_label": r["case"],
+                                    "total_m": sum(group_sizes(case))}))
     return rows
 
 
@@ -283,8 +268,8 @@ def load(suite: str | Sequence[str] | None = None) -> pd.DataFrame:
     Returns a normalized result set (:func:`flyexplore.results.normalize`) with one row per
     (case, dtype, backend): ``status="published"``, ``source="published"``, times in ms, and
     the extra columns ``provenance``, ``published_in`` and the case parameters (``m``, ``n``,
-    ``k``, ...; grouped: ``g``, ``total_m``, ``m_list``, ``subset``; topk: ``family``,
-    ``k_band``). Raises :class:`UsageError` for an unknown suite name (``vllm`` and ``ranges``
+    ``k``, ...; grouped: ``g``, ``ms``, ``total_m``, ``subset``, ``published_label``; topk:
+    ``family``, ``k_band``). Raises :class:`UsageError` for an unknown suite name (``vllm`` and ``ranges``
     are not kernel rows: use :func:`vllm_published` and :func:`ranges`).
     """
     rows: list[dict] = []

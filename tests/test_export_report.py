@@ -82,15 +82,16 @@ def test_bad_export_names(tmp_path, measured):
 
 
 def test_tables_csv_markdown_latex(tmp_path):
-    t = P.load("grouped")[["case", "backend", "time_ms", "tflops", "subset"]]
+    t = P.load("grouped")[["published_label", "case", "backend", "time_ms", "tflops", "subset"]]
     t = t[t["backend"] == "flydsl"]
     save_table(t, tmp_path / "t.csv")
     back = pd.read_csv(tmp_path / "t.csv")
     assert list(back["case"]) == list(t["case"]) and back["tflops"].iloc[0] == pytest.approx(t["tflops"].iloc[0])
     md = save_table(t, tmp_path / "t.md").read_text()
-    assert md.splitlines()[0].startswith("| case") and "K4096 x N14336 (MoE up)" in md
+    assert md.splitlines()[0].startswith("| published_label") and "K4096 x N14336 (MoE up)" in md
     tex = save_table(t, tmp_path / "t.tex").read_text()
     assert "\\begin{tabular}" in tex and "time\\_ms" in tex and "kn\\_variants" in tex
+    assert "ms=0/1024/0/512/2048/128/0/896" in tex
     assert "1016" in tex  # float formatted with 4 significant digits
     nul = R.frame([{"op": "gemm", "case": "1x1x1", "dtype": "bf16", "backend": "aten", "status": "unavailable"}])
     md = save_table(nul[["case", "time_ms", "accuracy_ok"]], tmp_path / "n.md").read_text()

@@ -51,11 +51,19 @@ def test_case_labels_match_the_operator_modules(pub):
     # params JSON is the operator's own parameter dict
     row = d[d["case"] == "8x4096x4096"].iloc[0]
     assert json.loads(row["params"]) == gemm.case("8x4096x4096").p
-    # grouped / MXFP keep the CSV's own labels
+    # grouped GEMM: the operator's labels, the printed label kept beside them
+    grouped, scaled = get_op("grouped_gemm"), get_op("scaled_gemm")
     g = _suite(pub, "grouped")
+    assert set(g["case"]) == {c.label for c in grouped.suites["published"].cases}
     with open(published_dir() / "grouped_gemm_bf16.csv") as f:
-        assert set(g["case"]) == {r["case"] for r in csv.DictReader(f)}
-    assert set(_suite(pub, "mxfp")["dtype"]) == {"mxfp8", "mxfp4"}
+        assert set(g["published_label"]) == {r["case"] for r in csv.DictReader(f)}
+    row = g[g["published_label"] == "[0,1024,0,512,2048,128,0,896]"].iloc[0]
+    assert row["case"] == "8x2048x4096x4096:ms=0/1024/0/512/2048/128/0/896" and row["subset"] == "ragged_m"
+    assert g[g["published_label"] == "K4096 x N14336 (MoE up)"]["case"].iloc[0] == "8x512x14336x4096"
+    m = _suite(pub, "mxfp")
+    assert set(m["dtype"]) == {"mxfp8", "mxfp4"}
+    assert set(zip(m["case"], m["dtype"])) == {(c.label, dt) for c, dt in scaled.suites["published"].pairs()}
+    assert json.loads(m["params"].iloc[0]) == scaled.case(m["case"].iloc[0]).p
 
 
 def test_times_are_derived_from_published_throughput_and_vice_versa(pub):
@@ -65,7 +73,7 @@ def test_times_are_derived_from_published_throughput_and_vice_versa(pub):
     assert row["time_ms"] == pytest.approx(2 * 8 * 4096 * 4096 / 22.9e12 * 1e3)
     assert "time_ms derived" in row["message"]
     g = _suite(pub, "grouped")
-    row = g[(g["case"] == "[1,3,7,15,31,63,127,255]") & (g["backend"] == "triton")].iloc[0]
+    row = g[(g["published_label"] == "[1,3,7,15,31,63,127,255]") & (g["backend"] == "triton")].iloc[0]
     assert row["total_m"] == 502 and row["tflops"] == pytest.approx(160.0)
     assert row["time_ms"] == pytest.approx(2 * 502 * 4096 * 4096 / 160.0e12 * 1e3)
     r = _suite(pub, "rmsnorm")
