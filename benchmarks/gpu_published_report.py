@@ -2,11 +2,12 @@
 measured-vs-published comparison. Not a test: run on a GPU and commit the output with its
 environment.
 
-    python benchmarks/gpu_published_report.py OUT_DIR [--budget-s 240] [--no-images]
+    python benchmarks/gpu_published_report.py OUT_DIR [--budget-s 250] [--no-images]
 
-Sweeps (GPU): ``gemm`` suite ``published-bf16`` with aten + triton (the published dense suite's
-baselines), ``rmsnorm`` suite ``published`` with aten + inductor, ``topk`` suite ``published``
-with aten (both determinism settings). On a CPU (a smoke run of this script) the operators'
+Sweeps (GPU), in this order: ``gemm`` suite ``published-bf16`` and ``grouped_gemm`` suite
+``published`` with aten + triton (the published suites' baselines), ``topk`` suite
+``published`` with aten (both determinism settings), ``rmsnorm`` suite ``published`` with
+aten + inductor. On a CPU (a smoke run of this script) the operators'
 ``cpu-small`` suites with aten only. The sweeps stop starting new cases after ``--budget-s``
 seconds (finished rows are kept; the stop is printed).
 
@@ -26,15 +27,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 GPU_PLAN = (("gemm", "published-bf16", "aten,triton"),
-            ("rmsnorm", "published", "aten,inductor"),
-            ("topk", "published", "aten"))
+            ("grouped_gemm", "published", "aten,triton"),
+            ("topk", "published", "aten"),
+            ("rmsnorm", "published", "aten,inductor"))
 CPU_PLAN = (("gemm", "cpu-small", "aten"), ("rmsnorm", "cpu-small", "aten"), ("topk", "cpu-small", "aten"))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--budget-s", type=float, default=240.0, help="stop starting new cases after this")
+    ap.add_argument("--budget-s", type=float, default=250.0, help="stop starting new cases after this")
     ap.add_argument("--no-images", action="store_true")
     a = ap.parse_args(argv)
 
