@@ -65,6 +65,12 @@ def _ref_line(fig, v: float, color: str, dash: str, name: str, horizontal: bool 
                     hoverinfo="skip", showlegend=True)
 
 
+def _horizontal(labels) -> bool:
+    """Many (> 30) or long case labels read better one per row (horizontal bars)."""
+    u = pd.unique(pd.Series(list(labels)).astype(str))
+    return len(u) > 30 or sum(len(x) for x in u) > 350
+
+
 def _wrap(text, width: int = 70) -> str:
     if text is None or (isinstance(text, float) and math.isnan(text)) or text is pd.NA:
         return ""
@@ -114,8 +120,8 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
     if show_values is None:
         show_values = len(s) <= 40
     ncase = s["x"].nunique()
-    if horizontal is None:  # many or long case labels read better one per row
-        horizontal = ncase > 30 or sum(len(x) for x in s["x"].unique()) > 350
+    if horizontal is None:
+        horizontal = _horizontal(s["x"])
     fig = go.Figure()
     for (op, dtype, backend), g in groups:
         gm = R.geomean(g["speedup"])
@@ -542,30 +548,43 @@ def published_vs_measured_figure(measured: pd.DataFrame, published: pd.DataFrame
         raise UsageError("no (op, case, dtype, backend) of the measured set is in the published figures "
                          f"(published ops: {', '.join(sorted(published['op'].dropna().unique()))})")
     j["x"] = j.apply(_label_fn(j), axis=1)
+    horizontal = _horizontal(j["x"])
+    v, c_ = ("y", "x") if horizontal else ("x", "y")  # category axis, value axis
+
+    def xy(vals):
+        return dict(x=vals, y=g["x"], orientation="h") if horizontal else dict(x=g["x"], y=vals)
+
     fig = go.Figure()
     for be, g in j.groupby("backend", sort=False):
         c = backend_color(be)
         dev_m = g["device_m"].fillna("?").astype(str) if "device_m" in g else "?"
-        fig.add_bar(x=g["x"], y=g["v_m"], name=f"{be} measured", legendgroup=be, marker_color=c,
+        fig.add_bar(**xy(g["v_m"]), name=f"{be} measured", legendgroup=be, marker_color=c,
                     offsetgroup=f"{be}-m", customdata=list(zip(dev_m, g.get("torch", pd.Series([""] * len(g))).fillna(""))),
-                    hovertemplate=(f"<b>{be} measured</b> %{{x}}<br>%{{y:.3f}}<br>device %{{customdata[0]}}"
+                    hovertemplate=(f"<b>{be} measured</b> %{{{v}}}<br>%{{{c_}:.3f}}<br>device %{{customdata[0]}}"
                                    "<br>torch %{customdata[1]}<extra></extra>"))
         prov = g["provenance_p"] if "provenance_p" in g else g.get("provenance", pd.Series([""] * len(g)))
-        fig.add_bar(x=g["x"], y=g["v_p"], name=f"{be} published", legendgroup=be, marker_color=c,
+        fig.add_bar(**xy(g["v_p"]), name=f"{be} published", legendgroup=be, marker_color=c,
                     opacity=0.55, marker_pattern_shape="/", offsetgroup=f"{be}-p",
-                    customdata=[[_wrap(v, 70), dv] for v, dv in zip(prov, g["device_p"].fillna("?"))],
-                    hovertemplate=(f"<b>{be} published</b> %{{x}}<br>%{{y:.3f}}<br>device %{{customdata[1]}}"
+                    customdata=[[_wrap(p_, 70), dv] for p_, dv in zip(prov, g["device_p"].fillna("?"))],
+                    hovertemplate=(f"<b>{be} published</b> %{{{v}}}<br>%{{{c_}:.3f}}<br>device %{{customdata[1]}}"
                                    "<br>%{customdata[0]}<extra></extra>"))
     ylab = _PVM[metric].format(base=_base_name(baseline))
     if metric == "speedup":
-        _ref_line(fig, 1.0, "#555", "dash", "1.0x (baseline)")
+        _ref_line(fig, 1.0, "#555", "dash", "1.0x (baseline)", horizontal)
     devs_m = ", ".join(sorted(j["device_m"].dropna().astype(str).unique())) if "device_m" in j else "?"
     ttl = (title or f"Measured vs published: {ylab.split(' (')[0]}") + \
         f"<br><sup>solid: measured ({devs_m}); hatched: published (AMD Instinct MI355X); hover for provenance</sup>"
-    _style(fig, ttl, "case", ylab, legend_title="")
+    ncase = j["x"].nunique()
+    nbars = 2 * j["backend"].nunique()
+    if horizontal:
+        _style(fig, ttl, ylab, "case", legend_title="", height=max(HEIGHT, 200 + 12 * ncase * nbars))
+        fig.update_xaxes(rangemode="tozero")
+        fig.update_yaxes(type="category", autorange="reversed", dtick=1)
+    else:
+        _style(fig, ttl, "case", ylab, legend_title="")
+        fig.update_yaxes(rangemode="tozero")
+        fig.update_xaxes(type="category")
     fig.update_layout(barmode="group")
-    fig.update_yaxes(rangemode="tozero")
-    fig.update_xaxes(type="category")
     return fig
 
 
