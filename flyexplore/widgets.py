@@ -33,10 +33,16 @@ from .ops import get_op, list_ops
 
 #: Suite dropdown entry for shapes typed into the shapes box.
 CUSTOM = "(custom shapes)"
+#: Suite chosen first when the sweep runs on the CPU.
+CPU_SUITE = "cpu-small"
 #: Columns of the results table, in order.
-TABLE_COLUMNS = ("case", "dtype", "backend", "status", "time_ms", "time_iqr_ms", "tflops",
-                 "gbps", "err_rel", "timing_mode", "message")
+TABLE_COLUMNS = ("case", "dtype", "backend", "status", "time_ms", "time_iqr_ms", "noisy",
+                 "tflops", "gbps", "err_rel", "timing_mode", "message")
 
+_TABLE_CSS = ("<style>.flyexplore-table{border-collapse:collapse;font-size:12px;line-height:1.35}"
+              ".flyexplore-table th,.flyexplore-table td{padding:2px 8px;text-align:left;"
+              "border-bottom:1px solid #e5e5e5;white-space:nowrap}"
+              ".flyexplore-table td:last-child{white-space:normal;min-width:240px}</style>")
 _COLORS = {"info": "#444", "ok": "#1a7f37", "error": "#b42318", "warn": "#9a6700"}
 
 
@@ -63,8 +69,9 @@ class SweepPanel:
     Parameters (all optional; they set the initial control values): ``op`` (an operator of
     :func:`flyexplore.ops.list_ops`), ``suite`` or ``shapes`` (shape text such as
     ``"4096x4096x4096;8x4096x4096"``), ``dtypes`` and ``backends`` (lists or comma-separated
-    text; default: the suite's dtypes, all backends), ``baseline`` (the backend speedups are
-    measured against; default ``aten``), ``timer`` (options for
+    text; default: the suite's dtypes, all backends; the default suite is ``cpu-small`` on a CPU,
+    else the operator's first suite), ``baseline`` (the backend speedups are
+    measured against; default: the one the operator registers as baseline, ``aten``), ``timer`` (options for
     :class:`~flyexplore.timing.Timer`, e.g. ``{"rep": 20, "warmup": 3}``), ``device`` (default:
     the first GPU, else the CPU), ``save_path`` (initial text of the save box). An invalid
     initial value raises :class:`UsageError`; invalid values typed into the panel show a
@@ -76,8 +83,10 @@ class SweepPanel:
       :attr:`baseline` (ipywidgets; set ``.value``), :attr:`run_button`, :attr:`stop_button`,
       :attr:`save_path`, :attr:`save_button` (``.click()``).
     - outputs: :attr:`progress` (IntProgress: ``value`` rows done of ``max``), :attr:`status`
-      (current case, time left), :attr:`message` (HTML; errors and outcomes), :attr:`figure`
-      (plotly ``FigureWidget``, speedup vs :attr:`baseline`), :attr:`table` (HTML),
+      (rows done, the case now running, time left = mean seconds per finished row x rows
+      left), :attr:`message` (HTML; errors and outcomes), :attr:`figure`
+      (plotly ``FigureWidget``: :func:`flyexplore.plots.speedup_figure`, baseline time /
+      backend time per case), :attr:`table` (HTML; times in ms, TFLOP/s, GB/s),
       :attr:`row_select` and :attr:`details` (one finished row, every column).
     - :meth:`plan`, :meth:`start`, :meth:`stop`, :meth:`wait`, :meth:`save`, :attr:`running`,
       :attr:`results` (a DataFrame of the rows so far, :mod:`flyexplore.results` schema),
@@ -93,7 +102,7 @@ class SweepPanel:
     """
 
     def __init__(self, op: str = "gemm", *, suite: str | None = None, shapes: str | None = None,
-                 dtypes=None, backends=None, baseline: str = "aten", timer: dict | None = None,
+                 dtypes=None, backends=None, baseline: str | None = None, timer: dict | None = None,
                  device=None, save_path: str = "sweep-results.parquet"):
         import plotly.graph_objects as go
 
@@ -188,8 +197,20 @@ class SweepPanel:
             self.baseline.options = tuple(op.backends)
             self.baseline.value = base[0]
             self.suite.options = (*op.suites, CUSTOM)
-            self.suite.value = next(iter(op.suites), CUSTOM)
+            self.suite.value = self._default_suite(op)
         self._load_suite()
+
+    def _default_suite(self, op) -> str:
+        """``cpu-small`` when the sweep runs on the CPU (where the others take long), else the
+        operator's first suite."""
+        import torch
+
+        from .sweep import default_device
+
+        dev = torch.device(self.device) if self.device is not None else default_device()
+        if dev.type == "cpu" and CPU_SUITE in op.suites:
+            return CPU_SUITE
+        return next(iter(op.suites), CUSTOM)
 
     def _load_suite(self):
         """Show the chosen suite's shapes and dtypes (a custom entry keeps the typed text)."""
@@ -234,7 +255,8 @@ class SweepPanel:
         if backends is not None:
             bs = [b.strip() for b in backends.split(",")] if isinstance(backends, str) else list(backends)
             self.backends.value = tuple(op.get_backend(b).name for b in bs)
-        self.baseline.value = op.get_backend(baseline).name
+        if baseline is not None:
+            self.baseline.value = op.get_backend(baseline).name
 
     # -- plan and run --------------------------------------------------------------------
     def _sweep_args(self) -> dict:
@@ -434,14 +456,15 @@ class SweepPanel:
             else:
                 self.figure.add_traces(fig.data)
                 self.figure.layout = fig.layout
-                self.figure.update_layout(height=380)
+                # the legend names each backend with its geometric mean, even for one backend
+                self.figure.update_layout(height=380, showlegend=True)
 
     def _refresh_table(self) -> None:
         df = self.results
         cols = [c for c in TABLE_COLUMNS if c in df.columns]
         t = pd.DataFrame({c: [_cell(v) for v in df[c]] for c in cols})
         body = t.to_html(index=False, escape=True, classes="flyexplore-table", border=0)
-        self.table.value = f'<div style="max-height:320px;overflow:auto">{body}</div>'
+        self.table.value = f'{_TABLE_CSS}<div style="max-height:320px;overflow:auto">{body}</div>'
 
     def _row_chosen(self, change) -> None:
         i = change["new"]

@@ -204,3 +204,9 @@ def test_figure_waits_for_the_baseline_and_save_needs_rows(tmp_path):
     assert "nothing to save yet" in p.message.value
     run(p)
     assert len(p.figure.data) == 0 and "waiting for a aten row" in p.figure.layout.title.text
+
+
+def test_default_suite_depends_on_the_device():
+    assert SweepPanel("topk").suite.value == "cpu-small"  # this machine has no GPU
+    p = SweepPanel("gemm", device="cuda:0")  # only resolved, nothing runs
+    assert p.suite.value == "published-bf16" and p.dtypes.value == ("bf16",)
