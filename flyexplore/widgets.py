@@ -546,16 +546,18 @@ def environment_view(env=None) -> W.HTML:
         mem = f"{d.memory_bytes / 2**30:.1f} GiB" if d.memory_bytes else "?"
         parts.append(f"<b>device {d.index}</b>: {e(d.name)} ({e(d.arch)}), "
                      f"{d.compute_units} {unit}, {mem}<br>")
-    parts.append("<b>versions</b>: " + ", ".join(f"{e(k)} {e(str(v))}" for k, v in env.versions.items()))
+    parts.append("<b>versions</b>: " + ", ".join(f"{e(k)} {e(str(v) or 'none')}"
+                                                 for k, v in env.versions.items()))
     parts.append(f"<br><b>FlyDSL target arch</b>: {e(env.target_arch or 'none')} "
                  f"(from {e(env.target_arch_source)})")
     for r in (env.flydsl_eager, env.flydsl_compile):
         verdict = ('<span style="color:#1a7f37">READY</span>' if r.ready
                    else '<span style="color:#b42318">not available</span>')
         rows = "".join(
-            f"<tr><td>{'&#10003;' if c.ok else '&#10007;'}</td><td>{e(c.name)}</td>"
+            f"<tr><td style='color:{_COLORS['ok'] if c.ok else _COLORS['error']}'>"
+            f"{'&#10003;' if c.ok else '&#10007;'}</td><td>{e(c.name)}</td>"
             f"<td>{e(c.detail)}</td><td>{e(c.fix) if (c.fix and not c.ok) else ''}</td></tr>"
             for c in r.checks)
-        parts.append(f"<h4>FlyDSL {e(r.path)}: {verdict}</h4><table>"
+        parts.append(f"<h4>FlyDSL {e(r.path)}: {verdict}</h4><table class='flyexplore-table'>"
                      f"<tr><th></th><th>check</th><th>detail</th><th>fix</th></tr>{rows}</table>")
-    return W.HTML("".join(parts))
+    return W.HTML(_TABLE_CSS + "".join(parts))
