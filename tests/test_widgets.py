@@ -210,3 +210,16 @@ def test_default_suite_depends_on_the_device():
     assert SweepPanel("topk").suite.value == "cpu-small"  # this machine has no GPU
     p = SweepPanel("gemm", device="cuda:0")  # only resolved, nothing runs
     assert p.suite.value == "published-bf16" and p.dtypes.value == ("bf16",)
+
+
+def test_the_measuring_core_never_imports_ui_code():
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    code = ("import sys, flyexplore.cli, flyexplore.sweep, flyexplore.results, flyexplore.plots, "
+            "flyexplore.report, flyexplore.demo, flyexplore.notebooks, flyexplore.ops.gemm; "
+            "bad = [m for m in ('ipywidgets', 'flyexplore.widgets', 'anywidget', 'nbclient') "
+            "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
