@@ -1,0 +1,79 @@
+"""Execute every walkthrough notebook headless and keep the executed copies.
+
+    python benchmarks/run_notebooks.py OUT_DIR [--size cpu|gpu] [--timeout S] [--only NAME]
+
+For each ``notebooks/*.ipynb``: runs it top to bottom in a fresh kernel with
+``SIZE`` and ``OUT=OUT_DIR/<name>-out`` injected below its ``parameters`` cell
+(:func:`flyexplore.notebooks.execute`), and writes the executed copy to ``OUT_DIR/<name>.ipynb``
+(the plotly.js bundle of FigureWidgets left out: :func:`flyexplore.notebooks.slim_widget_state`).
+Also writes ``OUT_DIR/env.json`` (``flyexplore env --json``) and ``OUT_DIR/run.json`` (size,
+duration and outcome per notebook). A notebook that fails is written up to the failing cell
+and the script goes on; the exit code is 1 if any failed.
+
+Needs the ``notebook`` and ``test`` extras (nbclient, nbformat, ipykernel, ipywidgets,
+anywidget). On one H200 with ``--size gpu``: a few minutes (Triton max-autotune of three
+Llama-3.1-8B GEMMs, twice: panel and code; the second run hits Inductor's caches).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("--size", default="cpu", choices=("cpu", "gpu"))
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per cell")
+    ap.add_argument("--only", default=None, help="run only the notebook with this file name stem")
+    ap.add_argument("--keep-widget-js", action="store_true",
+                    help="keep the JavaScript bundles of FigureWidgets in the copies (5 MB each)")
+    a = ap.parse_args(argv)
+
+    missing = [m for m in ("nbclient", "nbformat", "ipykernel", "ipywidgets", "anywidget")
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"run_notebooks: missing {', '.join(missing)}; pip install -e '.[notebook,test]'",
+              file=sys.stderr)
+        return 2
+
+    from flyexplore import notebooks as N
+    from flyexplore.env import collect
+
+    paths = [p for p in N.list_notebooks() if a.only in (None, p.stem)]
+    if not paths:
+        names = ", ".join(p.stem for p in N.list_notebooks())
+        print(f"run_notebooks: no notebook named {a.only!r} (valid: {names})", file=sys.stderr)
+        return 2
+    out = a.out_dir.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    env = collect()
+    (out / "env.json").write_text(json.dumps(env.to_dict(), indent=2, default=str))
+    runs, failed = [], 0
+    for path in paths:
+        t0 = time.perf_counter()
+        dest = out / path.name
+        status, error = "ok", None
+        try:
+            N.execute(path, dest, parameters={"SIZE": a.size, "OUT": str(out / f"{path.stem}-out")},
+                      cwd=out, timeout=a.timeout, slim=not a.keep_widget_js)
+        except Exception as exc:  # a failing cell (copy written up to it), or the kernel died
+            status, error = "failed", f"{type(exc).__name__}: {str(exc).strip()[:2000]}"
+            failed += 1
+        dt = time.perf_counter() - t0
+        runs.append({"notebook": path.name, "size": a.size, "status": status, "seconds": round(dt, 1),
+                     "error": error, "device": env.device.name, "platform": env.platform})
+        print(f"{path.name}: {status} in {dt:.0f} s -> {dest}" + (f"\n  {error[:500]}" if error else ""))
+    (out / "run.json").write_text(json.dumps(runs, indent=2))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Walkthrough notebooks: their sizes, and running them headless.
+
+The notebooks in ``notebooks/`` only call the library. Their first code cell is a
+papermill-style ``parameters`` cell (a cell tagged ``parameters``) with ``SIZE`` (``"cpu"``:
+shapes that finish in seconds on a 2-core CPU; ``"gpu"``: LLM-sized shapes for one GPU) and
+``OUT`` (a folder for the files a notebook writes). :func:`execute` runs a notebook top to
+bottom with nbclient after inserting a cell tagged ``injected-parameters`` below the
+``parameters`` cell, as papermill does, so the same notebook runs on a CPU in CI and on a GPU.
+
+What each size sweeps is decided here (:func:`sweep_args`), not in the notebooks.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import UsageError, bad_choice
+
+#: Walkthrough sizes: ``cpu`` (seconds on a 2-core CPU) and ``gpu`` (one GPU, a few minutes).
+SIZES = ("cpu", "gpu")
+
+#: What a walkthrough sweeps per (operator, size): ``make_plan`` keyword arguments.
+#: CPU: each operator's ``cpu-small`` suite. GPU: three Llama-3.1-8B GEMMs (qkv projection at a
+#: decode batch M=16 and a prefill chunk M=2048, and the down projection at M=2048; shapes from
+#: the ``llama3.1-8b`` suite, trimmed so that Triton's max-autotune fits in a few minutes) and
+#: the ``llm`` suites of RMSNorm and TopK.
+WALKTHROUGH_SWEEPS: dict[tuple[str, str], dict[str, Any]] = {
+    ("gemm", "cpu"): {"suite": "cpu-small"},
+    ("gemm", "gpu"): {"shapes": "16x6144x4096;2048x6144x4096;2048x4096x14336", "dtypes": ["bf16"]},
+    ("rmsnorm", "cpu"): {"suite": "cpu-small"},
+    ("rmsnorm", "gpu"): {"suite": "llm"},
+    ("topk", "cpu"): {"suite": "cpu-small"},
+    ("topk", "gpu"): {"suite": "llm"},
+}
+
+#: Tag of the cell holding a notebook's default parameters, and of the inserted cell.
+PARAMETERS_TAG = "parameters"
+INJECTED_TAG = "injected-parameters"
+
+
+def check_size(size: str) -> str:
+    """Return ``size`` if it is one of :data:`SIZES`; else :class:`UsageError`."""
+    if size not in SIZES:
+        raise bad_choice("walkthrough size", size, SIZES)
+    return size
+
+
+def sweep_args(size: str, op: str = "gemm") -> dict[str, Any]:
+    """Keyword arguments for :func:`flyexplore.sweep.run_sweep` and
+    :class:`flyexplore.widgets.SweepPanel` that a walkthrough uses for ``op`` at ``size``:
+    ``{"op": ..., "suite": ...}`` or ``{"op": ..., "shapes": ..., "dtypes": [...]}``
+    (see :data:`WALKTHROUGH_SWEEPS`). Raises :class:`UsageError` for an unknown size or
+    operator."""
+    check_size(size)
+    ops = sorted({o for o, _ in WALKTHROUGH_SWEEPS})
+    if (op, size) not in WALKTHROUGH_SWEEPS:
+        raise bad_choice("walkthrough operator", op, ops)
+    return {"op": op, **WALKTHROUGH_SWEEPS[(op, size)]}
+
+
+def notebooks_dir() -> Path:
+    """``notebooks/`` at the top of the repository (next to the package; installed editable)."""
+    return Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def list_notebooks(folder: str | os.PathLike | None = None) -> list[Path]:
+    """The walkthrough notebooks (``*.ipynb``, sorted by name) in ``folder``
+    (default :func:`notebooks_dir`)."""
+    return sorted(Path(folder or notebooks_dir()).glob("*.ipynb"))
+
+
+def _tags(cell) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def inject_parameters(nb, parameters: Mapping[str, Any]):
+    """Insert a code cell tagged ``injected-parameters`` assigning ``parameters`` (as Python
+    literals) right below the cell tagged ``parameters``, replacing an earlier injected cell,
+    as papermill does. Modifies and returns the ``nbformat`` notebook. Raises
+    :class:`UsageError` if the notebook has no ``parameters`` cell or a name is not an
+    identifier."""
+    import nbformat
+
+    for name in parameters:
+        if not str(name).isidentifier():
+            raise UsageError(f"notebook parameter name {name!r} is not a Python identifier")
+    cells = [c for c in nb.cells if INJECTED_TAG not in _tags(c)]
+    idx = [i for i, c in enumerate(cells) if PARAMETERS_TAG in _tags(c)]
+    if not idx:
+        raise UsageError("notebook has no cell tagged 'parameters' to inject parameters after")
+    src = "# Parameters injected by flyexplore.notebooks.execute\n" + "".join(
+        f"{k} = {v!r}\n" for k, v in parameters.items())
+    cell = nbformat.v4.new_code_cell(src, metadata={"tags": [INJECTED_TAG]})
+    cells.insert(idx[0] + 1, cell)
+    nb.cells = cells
+    return nb
+
+
+def kernel_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a notebook kernel: this process's, with the folder holding the
+    ``flyexplore`` package first on ``PYTHONPATH`` (so an uninstalled checkout works too)."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.update(extra or {})
+    return env
+
+
+def execute(path: str | os.PathLike, out: str | os.PathLike | None = None, *,
+            parameters: Mapping[str, Any] | None = None, cwd: str | os.PathLike | None = None,
+            timeout: float = 600, kernel_name: str = "python3",
+            env: Mapping[str, str] | None = None, slim: bool = False):
+    """Run the notebook at ``path`` top to bottom in a fresh kernel and return the executed
+    ``nbformat`` notebook (outputs and widget state included); write it to ``out`` if given.
+
+    ``parameters`` are injected below the ``parameters`` cell (:func:`inject_parameters`);
+    ``cwd`` is the kernel's working folder (default: the notebook's folder); ``timeout`` bounds
+    each cell, in seconds; ``env`` adds environment variables for the kernel; ``slim`` applies
+    :func:`slim_widget_state` to the executed notebook. A failing cell
+    raises ``nbclient.exceptions.CellExecutionError`` (its traceback in the message); the
+    partly executed notebook is written to ``out`` first. Needs nbclient, nbformat and
+    ipykernel (the ``test`` or ``notebook`` extra).
+    """
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"notebook not found: {str(path)!r}")
+    nb = nbformat.read(path, as_version=4)
+    if parameters:
+        inject_parameters(nb, parameters)
+    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
+                            resources={"metadata": {"path": str(cwd or path.parent)}},
+                            store_widget_state=True)
+    try:
+        client.execute(env=kernel_env(env))
+    except CellExecutionError:
+        if slim:
+            slim_widget_state(nb)
+        if out is not None:
+            _write(nb, out)
+        raise
+    if slim:
+        slim_widget_state(nb)
+    if out is not None:
+        _write(nb, out)
+    return nb
+
+
+def _write(nb, out) -> None:
+    import nbformat
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, out)
+
+
+#: ES module stored instead of a large anywidget bundle by :func:`slim_widget_state`.
+SLIM_ESM = ("export default { render({ el }) { el.textContent = "
+            "'(interactive widget: its JavaScript bundle is not stored in this copy; "
+            "run the notebook to see it)'; } };")
+
+
+def slim_widget_state(nb, max_bytes: int = 100_000):
+    """Replace the JavaScript bundle (``_esm``) of stored anywidget states larger than
+    ``max_bytes`` with :data:`SLIM_ESM`, a module that says the widget is live-only. plotly's
+    ``FigureWidget`` stores plotly.js (about 5 MB) in every saved copy, while its traces are
+    sent as messages and are not in the stored state, so a static view could not draw it
+    anyway. Modifies and returns the notebook; other widget states are kept as they are."""
+    state = (nb.metadata.get("widgets", {})
+             .get("application/vnd.jupyter.widget-state+json", {}).get("state", {}))
+    for model in state.values():
+        s = model.get("state", {})
+        if isinstance(s.get("_esm"), str) and len(s["_esm"]) > max_bytes:
+            s["_esm"] = SLIM_ESM
+    return nb

@@ -1,0 +1,203 @@
+"""A real browser: JupyterLab (token-less, 127.0.0.1, a free port, a temporary folder with a
+copy of the quickstart) driven by headless Chromium through Playwright. Runs all cells from the
+Run menu and checks that the sweep panel renders, fills in from its worker thread, and that
+plotly figures appear. Keeps screenshots under ``$FLYEXPLORE_ARTIFACTS`` (else pytest's tmp)
+and copies them to ``test-artifacts/`` (ignored by git).
+
+Needs Debian's ``/usr/bin/chromium`` (installed by ``.ci/run``) and the ``playwright`` Python
+package (the ``test`` extra; its own browser download is not used). Outside CI a missing
+Chromium skips; in CI (``CI`` set) it fails.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from flyexplore.notebooks import kernel_env
+
+from conftest import ROOT
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+SERVER_START_S = 90
+PAGE_LOAD_S = 90
+RUN_ALL_S = 240
+
+# JupyterLab user settings: start the notebook's kernel without asking, render every cell (no
+# virtualized notebook, so all outputs are in the page), no news requests or toasts.
+LAB_SETTINGS = {
+    "notebook-extension/tracker": {"windowingMode": "none", "autoStartDefaultKernel": True},
+    "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False,
+                                        "doNotDisturbMode": True},
+}
+
+
+def _need(ok: bool, why: str):
+    if not ok:
+        if os.environ.get("CI"):
+            pytest.fail(f"browser test cannot run in CI: {why}")
+        pytest.skip(why)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop the server we started (its own process group: the server and its kernels)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """A JupyterLab server on 127.0.0.1; yields (base URL, working folder, log path)."""
+    _need(Path(CHROMIUM).exists(), f"{CHROMIUM} not installed (apt-get install chromium)")
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(ROOT / "notebooks" / "quickstart.ipynb", work)
+    for name, values in LAB_SETTINGS.items():
+        f = tmp_path / "settings" / "@jupyterlab" / f"{name}.jupyterlab-settings"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(values))
+    port = _free_port()
+    log = tmp_path / "jupyterlab.log"
+    env = kernel_env({"JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+                      "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+                      "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces")})
+    cmd = [sys.executable, "-m", "jupyterlab", "--ServerApp.ip=127.0.0.1",
+           f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+           "--IdentityProvider.token=", "--ServerApp.password=",
+           "--ServerApp.open_browser=False", "--allow-root", "--ServerApp.terminals_enabled=False",
+           f"--ServerApp.root_dir={work}",
+           "--LabApp.news_url=None",
+           "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+           f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
+           f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}"]
+    with open(log, "w") as logf:
+        proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=logf, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"JupyterLab exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/api/status", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"JupyterLab did not answer in {SERVER_START_S} s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield url, work, log
+    finally:
+        _stop(proc)
+
+
+def _artifacts(tmp_path) -> list[Path]:
+    dirs = [Path(os.environ.get("FLYEXPLORE_ARTIFACTS") or tmp_path / "artifacts"),
+            ROOT / "test-artifacts"]
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    return dirs
+
+
+ALL_RUN = """() => {
+  const p = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(e => e.textContent);
+  return p.length > 0 && p.every(t => /\\[\\d+\\]/.test(t));
+}"""
+
+
+def test_quickstart_runs_in_jupyterlab_with_panel_and_figures(lab, tmp_path):
+    try:
+        from playwright.sync_api import expect, sync_playwright
+    except ImportError:
+        _need(False, "playwright is not installed (pip install playwright; no 'playwright install')")
+    url, work, log = lab
+    t0 = time.monotonic()
+    shots = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+                                     timeout=60_000)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            page.set_default_timeout(PAGE_LOAD_S * 1000)
+            page.goto(f"{url}/lab/tree/quickstart.ipynb", wait_until="domcontentloaded")
+            page.wait_for_selector(".jp-Notebook .jp-CodeCell", state="attached")
+            # the kernel is up before Run All (queued cells would wait anyway; this bounds it)
+            page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"Python 3 .*\| Idle")).wait_for()
+            page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+            page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+            try:
+                page.wait_for_function(ALL_RUN, timeout=RUN_ALL_S * 1000, polling=500)
+            finally:
+                # a screenshot even when the wait fails, to see where it stopped
+                panel = page.locator(".widget-vbox", has=page.locator(".widget-button", has_text="Run")).first
+                if panel.count():
+                    panel.scroll_into_view_if_needed()
+                for d in _artifacts(tmp_path):
+                    page.screenshot(path=str(d / "quickstart-lab.png"))
+                shots.append("quickstart-lab.png")
+
+            text = page.locator(".jp-Notebook").inner_text()
+            assert "Traceback" not in text, text[text.index("Traceback"):][:2000]
+            # environment view
+            assert "FlyDSL eager overrides" in text and "FlyDSL compile templates" in text
+            # the sweep panel rendered and finished from its worker thread
+            panel = page.locator(".widget-vbox", has=page.locator(".widget-button", has_text="Run")).first
+            panel.wait_for(state="visible")
+            page.locator(".widget-html", has_text="done: 12 rows").first.wait_for(timeout=30_000)
+            assert panel.locator(".widget-dropdown select").first.input_value() == "gemm"
+            assert panel.locator("table.flyexplore-table tbody tr").count() == 12
+            # the panel's FigureWidget drew the inductor bars; the static figure is there too
+            fw = panel.locator(".js-plotly-plot").first
+            fw.wait_for(state="visible", timeout=30_000)
+            assert fw.locator(".barlayer .trace").count() == 1
+            assert fw.locator(".barlayer .trace .point").count() == 3
+            assert "inductor gemm fp32 (geomean" in fw.locator(".legend").text_content()
+            assert page.locator(".js-plotly-plot").count() == 2
+            static = page.locator(".jp-CodeCell").last.locator(".js-plotly-plot")
+            assert static.locator(".barlayer .trace .point").count() == 3
+            for d in _artifacts(tmp_path):
+                panel.screenshot(path=str(d / "quickstart-panel.png"))
+                static.screenshot(path=str(d / "quickstart-figure.png"))
+            shots += ["quickstart-panel.png", "quickstart-figure.png"]
+            # the user's path: type a shape, click Run in the page; the kernel is idle while
+            # the worker thread's updates arrive
+            panel.locator("textarea").fill("64x64x64")
+            expect(panel.locator(".widget-dropdown select").nth(1)).to_have_value(
+                "(custom shapes)", timeout=30_000)  # the kernel saw the edit and answered
+            panel.locator(".widget-button", has_text="Run").click()
+            page.locator(".widget-html", has_text="done: 4 rows").first.wait_for(timeout=90_000)
+            assert panel.locator("table.flyexplore-table tbody tr").count() == 4
+            assert fw.locator(".barlayer .trace .point").count() == 1
+        finally:
+            browser.close()
+    for d in _artifacts(tmp_path):
+        for s in shots:
+            assert (d / s).stat().st_size > 10_000, s
+    # the notebook wrote the sweep from code into its OUT folder, in the lab's working folder
+    assert (work / "quickstart-out" / "gemm.parquet").exists()
+    assert time.monotonic() - t0 < RUN_ALL_S + 2 * PAGE_LOAD_S
