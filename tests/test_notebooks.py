@@ -104,7 +104,7 @@ def test_quickstart_shows_environment_panel_rows_and_figure(executed):
             if "application/vnd.plotly.v1+json" in o.get("data", {})]
     assert len(figs) == 1
     traces = [t for t in figs[0]["data"] if t["type"] == "bar"]
-    assert [t["name"].split(" (")[0] for t in traces] == ["inductor gemm fp32"]
+    assert [t["name"].split(":")[0] for t in traces] == ["inductor"]
     assert len(traces[0]["x"]) == 3
 
 

@@ -21,7 +21,9 @@ def run(panel):
 
 def test_controls_follow_the_operator_registry():
     p = SweepPanel("gemm", timer=FAST)
-    assert p.op.options == ("gemm", "rmsnorm", "topk")
+    from flyexplore.ops import list_ops
+
+    assert p.op.options == list_ops() and {"gemm", "rmsnorm", "topk"} <= set(p.op.options)
     assert p.backends.options == ("aten", "triton", "inductor", "flydsl")
     assert p.backends.value == p.backends.options and p.baseline.value == "aten"
     assert p.suite.options[-1] == CUSTOM and "cpu-small" in p.suite.options
@@ -91,8 +93,8 @@ def test_run_fills_rows_progress_table_and_figure(tmp_path):
     assert len(done) == 1 and len(done[0]) == 9
     # figure: one bar trace (inductor vs aten), one bar per case, the 1.0x line
     bars = [t for t in p.figure.data if t.type == "bar"]
-    assert len(bars) == 1 and bars[0].name.startswith("inductor gemm fp32 (geomean ")
-    assert list(bars[0].x) == [f"gemm {c} fp32" for c in ("128x128x128", "256x256x256", "384x256x512")]
+    assert len(bars) == 1 and bars[0].name.startswith("inductor: geomean ")
+    assert list(bars[0].x) == ["128x128x128", "256x256x256", "384x256x512"]  # one op and dtype: bare case labels
     sp = R.speedup(df, "aten")
     assert list(bars[0].y) == pytest.approx(list(sp["speedup"]))
     assert p.figure.layout.shapes[0].y0 == 1.0
