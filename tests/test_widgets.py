@@ -97,10 +97,12 @@ def test_run_fills_rows_progress_table_and_figure(tmp_path):
     assert list(bars[0].x) == ["128x128x128", "256x256x256", "384x256x512"]  # one op and dtype: bare case labels
     sp = R.speedup(df, "aten")
     assert list(bars[0].y) == pytest.approx(list(sp["speedup"]))
-    assert p.figure.layout.shapes[0].y0 == 1.0
+    lines = {round(sh.y0, 6): sh.line.dash for sh in p.figure.layout.shapes}
+    assert lines[1.0] == "dash"  # the 1.0x line
+    assert lines[round(R.geomean(sp["speedup"]), 6)] == "dot"  # the geomean line
     # another baseline redraws the figure from the same rows
     p.baseline.value = "inductor"
-    assert [t.name.split()[0] for t in p.figure.data] == ["aten"]
+    assert [t.name.split(":")[0] for t in p.figure.data if t.type == "bar"] == ["aten"]
     # table: every row, with the unavailable reason
     assert p.table.value.count("<tr>") == 9 and "Triton GEMM templates need a CUDA or ROCm GPU" in p.table.value
     # row details and on_select
