@@ -8,5 +8,8 @@ Public entry points (each documented where it lives):
 - :class:`flyexplore.timing.Timer` -- honest timing, returning a :class:`~flyexplore.timing.Measurement`.
 - :func:`flyexplore.sweep.run_sweep` -- sweeps that keep every row.
 - :mod:`flyexplore.results` -- the result schema, load/save, speedups and geometric means.
+- :mod:`flyexplore.switches` -- FlyDSL on/off per operator (plain calls and contexts).
+- :func:`flyexplore.explain.explain` -- will a call take FlyDSL, and if not, why not.
+- :func:`flyexplore.trace.trace` -- the kernels a call really ran, and autotune decisions.
 """
 __version__ = "0.1.0"

@@ -11,7 +11,8 @@ from . import results as R
 from .plots import speedup_figure
 
 _TABLE_COLS = ["op", "case", "dtype", "backend", "status", "time_ms", "per_call_ms", "timing_mode",
-               "tflops", "gbps", "err_rel", "accuracy_ok", "noisy", "host_bound", "source", "message"]
+               "tflops", "gbps", "err_rel", "accuracy_ok", "noisy", "host_bound", "source", "observed",
+               "flydsl_taken", "message"]
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
