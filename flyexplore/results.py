@@ -77,7 +77,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "flydsl_reason": ("string", "for a flydsl request: why FlyDSL was or was not taken (the FlyDSL kernels "
                       "seen, the autotune decision that picked another backend, or the explainer's reason)"),
     "flydsl_taken": ("boolean", "for a flydsl request: True = FlyDSL kernels ran, False = they did not (the "
-                     "time is of the fallback; speedup() leaves the row out), NA = not traced / unknown"),
+                     "time is of the fallback; speedup() leaves the row out), NA = not traced or unknown (an unclassified "
+                     "kernel or no kernel record; kept, flydsl_reason says why)"),
     "autotune": ("string", "JSON list of Inductor autotune decisions made while compiling the call: op, "
                  "winner, winner_family, candidates [name, family, time_ms, description]"),
     "platform": ("string", "cpu | cuda | rocm"),

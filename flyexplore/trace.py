@@ -387,11 +387,13 @@ class Trace:
 
     @property
     def flydsl_taken(self) -> bool | None:
-        """True when a FlyDSL kernel ran; False when device kernels were seen and none is
-        FlyDSL, or the call ran on the CPU (FlyDSL is GPU-only); None when a GPU call left no
-        kernel record."""
+        """True when a FlyDSL kernel ran; False when every device kernel seen is classified
+        and none is FlyDSL, or the call ran on the CPU (FlyDSL is GPU-only); None (unknown)
+        when a GPU call left no kernel record or some kernel is unclassified."""
         if self.kernels:
-            return any(k.family == "FlyDSL" for k in self.kernels)
+            if any(k.family == "FlyDSL" for k in self.kernels):
+                return True
+            return None if any(k.family == "unclassified" for k in self.kernels) else False
         return False if self.device == "cpu" else None
 
     @property
@@ -543,7 +545,15 @@ def row_columns(tr: Trace, backend: str, op: str, case, dtype: str,
         cols["flydsl_reason"] = "taken: FlyDSL kernels " + ", ".join(names)[:300]
         return cols
     if taken is None:
-        cols["flydsl_reason"] = "unknown: the profiler recorded no device kernel for the call"
+        won = [d for d in tr.autotune if d.winner_family == "FlyDSL"]
+        if not tr.kernels:
+            why = "the profiler recorded no device kernel for the call"
+        else:
+            why = ("no kernel named like a FlyDSL kernel, but some kernels are unclassified: "
+                   + ", ".join(tr.unclassified)[:400])
+        if won:
+            why += "; the autotune picked FlyDSL (" + "; ".join(d.summary() for d in won) + ")"
+        cols["flydsl_reason"] = "unknown: " + why
         return cols
     reason = None
     if compile_options is None:

@@ -52,6 +52,8 @@ def gfx950():
         _clear_arch_caches()
         yield
     _clear_arch_caches()
+    from flyexplore import env
+    env._collect_cached.cache_clear()   # nothing collected under FLYDSL_GPU_ARCH survives this module
 
 
 @pytest.fixture(scope="module")

@@ -169,6 +169,8 @@ def test_from_kernels_reuses_the_timer_column():
     none = T.from_kernels([["Cijk_Alik_Bljk_BBS_BH_MT128", 1.0, 50.0]])
     assert none.flydsl_taken is False
     assert T.Trace((), (), (), "cuda").flydsl_taken is None
+    unknown = T.from_kernels([["Cijk_Alik_Bljk_BBS_BH_MT128", 1.0, 50.0], ["some_new_kernel_0", 1.0, 5.0]])
+    assert unknown.flydsl_taken is None and unknown.unclassified == ("some_new_kernel_0",)
 
 
 def test_row_columns_on_a_miss_gives_the_reason():
@@ -190,6 +192,11 @@ def test_row_columns_on_a_miss_gives_the_reason():
     ok = T.row_columns(T.from_kernels([["gemm_gfx950_kernel_0", 1, 1.0]]), "flydsl", "gemm", case, "bf16")
     assert ok["flydsl_taken"] is True and ok["flydsl_reason"].startswith("taken: FlyDSL kernels gemm_gfx950_kernel_0")
     assert "flydsl_taken" not in T.row_columns(tr, "aten", "gemm", case, "bf16")
+    won = T.AutotuneDecision("mm", (T.Candidate("flydsl_mm_flydsl_0", "FlyDSL", 0.04),), "feedback_saver")
+    odd = T.Trace((T.TracedKernel("gemm_variant_x", "unclassified", "", 1, 40.0),), (), (won,), "cuda")
+    cols3 = T.row_columns(odd, "flydsl", "gemm", case, "bf16")
+    assert cols3["flydsl_taken"] is None and "unclassified: gemm_variant_x" in cols3["flydsl_reason"]
+    assert "autotune picked FlyDSL" in cols3["flydsl_reason"]
 
 
 def _cpu_flydsl_rmsnorm():
