@@ -112,9 +112,10 @@ def run(out: Path, small: bool = False, reps: int = 5, skip_compile: bool = Fals
 
             def make(backends=backends):
                 torch._dynamo.reset()
-                opts = {"max_autotune": True, "max_autotune_gemm_backends": backends, "triton.cudagraphs": False}
-                if hasattr(torch._inductor.config, "force_disable_caches"):
-                    opts["force_disable_caches"] = True   # lower and autotune anew: the decision is seen
+                # Caches off (FX graph cache, autotune cache): lower and autotune anew, so the
+                # decision is seen. (force_disable_caches is no torch.compile option in 2.11.)
+                opts = {"max_autotune": True, "max_autotune_gemm_backends": backends, "triton.cudagraphs": False,
+                        "fx_graph_cache": False, "autotune_local_cache": False}
                 f = torch.compile(mm, dynamic=False, options=opts)
                 return lambda: f(a, b)
 

@@ -10,9 +10,11 @@ guess). On a CPU there are no device kernels: the trace lists the top-level CPU 
 the call instead and says so.
 
 :func:`capture_autotune` records each Inductor autotune decision (every candidate benchmarked,
-its time, the winner) through ``torch._inductor.select_algorithm.add_feedback_saver`` (torch
-2.15 passes six arguments, earlier releases five; only the first two are read), falling back
-to parsing the ``AUTOTUNE`` table Inductor prints to stderr where the hook does not exist.
+its time, the winner) through ``torch._inductor.select_algorithm.add_feedback_saver`` (present in torch 2.11 and
+2.15, both passing six arguments; only the first two -- timings, op name -- are read), falling
+back to parsing the ``AUTOTUNE`` table Inductor prints to stderr where the hook does not exist.
+Both paths were run on the CPU (bmm max-autotune, ATen vs Inductor's C++ template) with torch
+2.11 and 2.15.
 "FlyDSL enabled but Triton won" is then visible: :attr:`AutotuneDecision.winner_family`.
 
 Sweeps reuse the kernel list :class:`~flyexplore.timing.Timer` already collects in ``kernel``
@@ -316,8 +318,8 @@ def capture_autotune() -> Iterator[list[AutotuneDecision]]:
     removes only its own hook on exit; otherwise tees stderr and parses the AUTOTUNE tables.
     A cached autotune result is reported too (torch calls the hook after the cache lookup);
     a single-candidate op is not autotuned, and a graph served whole from Inductor's FX graph
-    cache is not lowered at all: neither produces a decision (``force_disable_caches=True``
-    makes every compile lower and autotune anew)."""
+    cache is not lowered at all: neither produces a decision (Inductor options
+    ``fx_graph_cache=False, autotune_local_cache=False`` make every compile lower and autotune anew)."""
     out: list[AutotuneDecision] = []
     try:
         from torch._inductor import select_algorithm as sa
@@ -506,7 +508,7 @@ def trace(fn: Callable[[], Any], *, device=None, reps: int = 3, warmup: int = 1,
     if autotune and not decisions:
         notes.append("no autotune decision captured (eager call, a single candidate, compiled before tracing, "
                      "or a graph served from Inductor's FX graph cache: set "
-                     "torch._inductor.config.force_disable_caches=True to see the decision)")
+                     "fx_graph_cache=False and autotune_local_cache=False to see the decision)")
     return Trace(kernels, cpu, tuple(decisions), "cuda" if gpu else "cpu", tuple(notes))
 
 

@@ -118,11 +118,11 @@ def test_autotune_capture_from_a_real_cpu_max_autotune(capfd):
     from torch._inductor import select_algorithm as sa
 
     torch._dynamo.reset()
-    # force_disable_caches: a graph served from Inductor's FX graph cache is not lowered
-    # again, so nothing would be autotuned (and nothing captured).
+    # Caches off: a graph served from Inductor's FX graph cache is not lowered again, so
+    # nothing would be autotuned (and nothing captured).
     f = torch.compile(torch.bmm, dynamic=False,
                       options={"max_autotune": True, "max_autotune_gemm_backends": "ATEN,CPP",
-                               "force_disable_caches": True})
+                               "fx_graph_cache": False, "autotune_local_cache": False})
     a, b = torch.randn(2, 32, 48), torch.randn(2, 48, 16)
     with T.capture_autotune() as got:
         f(a, b)
