@@ -192,8 +192,12 @@ def measure_one(op: Operator, case: Case, dtype: str, backend: str, ctx: RunCont
             if m.kernels:
                 tr = from_kernels(m.kernels, decisions)
             else:
-                t = run_trace(fn, device=ctx.device, reps=1, warmup=0, autotune=False)
-                tr = Trace(t.kernels, t.cpu_ops, tuple(decisions), t.device, t.notes)
+                try:
+                    t = run_trace(fn, device=ctx.device, reps=1, warmup=0, autotune=False)
+                    tr = Trace(t.kernels, t.cpu_ops, tuple(decisions), t.device, t.notes)
+                except Exception as exc:  # no profiler here: what ran stays unknown, the time stands
+                    tr = Trace((), (), tuple(decisions), "cuda" if ctx.gpu else "cpu",
+                               (f"tracing failed: {_first_line(exc)}",))
     row = {"status": "ok", "message": "; ".join(m.notes) or None, "source": bk.source,
            "first_call_ms": first_ms, **m.summary(), **errs}
     if tr is not None:

@@ -38,8 +38,13 @@ SETTINGS = settings(max_examples=300, deadline=None, derandomize=True,
 
 
 def _clear_arch_caches():
+    """torch caches the arch per process, and the FlyDSL config lists (validated against the
+    arch's LDS size) per process too: clear both."""
+    from torch._inductor.heuristics.template import flydsl as H
     from torch._native import flydsl_utils as fu
-    for fn in (fu._resolve_rocm_arch, fu._is_supported_arch, fu._get_flydsl_device_arch):
+    for fn in (fu._resolve_rocm_arch, fu._is_supported_arch, fu._get_flydsl_device_arch,
+               H.get_default_gemm_configs, H.get_exhaustive_gemm_configs, H.get_default_grouped_gemm_configs,
+               H.get_exhaustive_grouped_gemm_configs, H._get_mxfp_candidates):
         fn.cache_clear()
 
 
