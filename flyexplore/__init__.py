@@ -10,5 +10,8 @@ Public entry points (each documented where it lives):
 - :mod:`flyexplore.results` -- the result schema, load/save, speedups and geometric means.
 - :func:`flyexplore.xray.xray` -- compile the FlyDSL kernel torch would run on gfx950 (no GPU
   needed) and show its registers, LDS, occupancy, instruction mix and ISA.
+- :mod:`flyexplore.switches` -- FlyDSL on/off per operator (plain calls and contexts).
+- :func:`flyexplore.explain.explain` -- will a call take FlyDSL, and if not, why not.
+- :func:`flyexplore.trace.trace` -- the kernels a call really ran, and autotune decisions.
 """
 __version__ = "0.1.0"

@@ -24,7 +24,8 @@ from . import results as R
 from .export import IMAGE_FORMATS, plain, save_figures, save_tables
 
 _TABLE_COLS = ["op", "case", "dtype", "backend", "status", "time_ms", "per_call_ms", "timing_mode",
-               "tflops", "gbps", "err_rel", "accuracy_ok", "noisy", "host_bound", "source", "device", "message"]
+               "tflops", "gbps", "err_rel", "accuracy_ok", "noisy", "host_bound", "source", "observed",
+               "flydsl_taken", "device", "message"]
 _ENV_COLS = ["platform", "device", "arch", "torch", "triton", "flydsl", "aotriton", "gpu_runtime", "python",
              "host", "env_id"]
 _CSS = ("body{font-family:Arial,Helvetica,sans-serif;margin:2em;max-width:1500px;color:#222}"

@@ -7,6 +7,12 @@ backend, run). :data:`COLUMNS` documents every core column; operator parameters 
 MXFP by dequantize-then-matmul) or ``published`` (copied from a publication; never measured
 by flyexplore). Times are milliseconds; throughput TFLOP/s and GB/s.
 
+FlyDSL misses: a row that asked for FlyDSL (backend ``flydsl``) keeps status ``ok`` and its
+measured time, but when tracing saw no FlyDSL kernel it has ``flydsl_taken=False``, the kernel
+families that did run in ``observed`` and the reason in ``flydsl_reason``. Such a row is never
+a FlyDSL number: :func:`speedup` (and so :func:`geomean_speedup` and the figures) leaves out
+every row with ``flydsl_taken == False``.
+
 Files: Parquet (``.parquet``), CSV (``.csv``) or JSON Lines (``.jsonl``), chosen by extension.
 Writes are atomic (temporary file, then rename), so an interrupted save never damages an
 existing file. :data:`SCHEMA_VERSION` is stored in every row; :func:`load` upgrades older rows.
@@ -67,8 +73,15 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "err_tol": ("Float64", "tolerance on err_rel for this dtype"),
     "accuracy_ok": ("boolean", "err_rel <= err_tol"),
     "kernels": ("string", "JSON list of [kernel name, launches per call, device us per call] (kernel mode)"),
-    "observed": ("string", "kernel families seen for the call (filled by tracing), comma-separated"),
-    "flydsl_reason": ("string", "for a flydsl request: why FlyDSL was or was not taken"),
+    "observed": ("string", "kernel families seen for the call (filled by tracing), comma-separated, "
+                 "by time; 'CPU: ...' when the call ran on the CPU (no device kernels)"),
+    "flydsl_reason": ("string", "for a flydsl request: why FlyDSL was or was not taken (the FlyDSL kernels "
+                      "seen, the autotune decision that picked another backend, or the explainer's reason)"),
+    "flydsl_taken": ("boolean", "for a flydsl request: True = FlyDSL kernels ran, False = they did not (the "
+                     "time is of the fallback; speedup() leaves the row out), NA = not traced or unknown (an unclassified "
+                     "kernel or no kernel record; kept, flydsl_reason says why)"),
+    "autotune": ("string", "JSON list of Inductor autotune decisions made while compiling the call: op, "
+                 "winner, winner_family, candidates [name, family, time_ms, description]"),
     "platform": ("string", "cpu | cuda | rocm"),
     "device": ("string", "device name, e.g. NVIDIA H200, AMD Instinct MI355X"),
     "arch": ("string", "gfx950, sm_90, x86_64, ..."),
@@ -249,12 +262,15 @@ def speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
 
     ``baseline`` is one backend, or several: then the faster of them at each case (the
     published dense suite compares FlyDSL with the faster of ATen and Triton). Only ``ok`` and
-    ``published`` rows with a time count; when one key has several rows (several runs) the
+    ``published`` rows with a time count, and never a row with ``flydsl_taken == False`` (a
+    FlyDSL request that ran another kernel); when one key has several rows (several runs) the
     median time is used. Returns columns ``*by, backend, time_ms, baseline, baseline_ms,
     speedup, tie, source`` (one row per case and non-baseline backend).
     """
     bases = [baseline] if isinstance(baseline, str) else list(baseline)
     d = df[df["status"].isin(["ok", "published"]) & df["time_ms"].notna()]
+    if "flydsl_taken" in d:  # a FlyDSL request that ran something else is not a FlyDSL time
+        d = d[~(d["flydsl_taken"].astype("boolean") == False).fillna(False)]  # noqa: E712
     if d.empty:
         return pd.DataFrame(columns=[*by, "backend", "time_ms", "baseline", "baseline_ms",
                                      "speedup", "tie", "source"])

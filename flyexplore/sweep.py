@@ -155,26 +155,57 @@ def _base_row(plan_op: Operator, case: Case, dtype: str, backend: str, run_id: s
 
 
 def measure_one(op: Operator, case: Case, dtype: str, backend: str, ctx: RunContext,
-                inputs: dict, ref, timer_opts: dict) -> dict:
+                inputs: dict, ref, timer_opts: dict, trace: bool = False) -> dict:
     """Run one backend on one case and return the row's measured columns (status ``ok``),
-    or ``{"status": "unavailable", ...}``. Exceptions propagate (the caller records them)."""
+    or ``{"status": "unavailable", ...}``. Exceptions propagate (the caller records them).
+
+    With ``trace`` -- and always for the ``flydsl`` backend -- the row also gets what really
+    ran (:func:`flyexplore.trace.row_columns`: ``observed``, ``autotune``, ``flydsl_taken``,
+    ``flydsl_reason``), from the kernels the timer saw or one extra profiled call."""
     bk = op.get_backend(backend)
     why = bk.available(ctx, case, dtype)
     if why:
         return {"status": "unavailable", "message": why}
+    want_trace = trace or backend == "flydsl"
+    tr = None
     with bk.context(ctx, case):
-        fn = bk.build(case, dtype, inputs, ctx)
-        t0 = time.perf_counter()
-        outv = fn()
-        if ctx.gpu:
-            import torch
-            torch.cuda.synchronize(ctx.device)
-        first_ms = (time.perf_counter() - t0) * 1e3
+        if want_trace:
+            from .trace import capture_autotune
+            cap = capture_autotune()
+        else:
+            import contextlib
+            cap = contextlib.nullcontext([])
+        with cap as decisions:
+            fn = bk.build(case, dtype, inputs, ctx)
+            t0 = time.perf_counter()
+            outv = fn()
+            if ctx.gpu:
+                import torch
+                torch.cuda.synchronize(ctx.device)
+            first_ms = (time.perf_counter() - t0) * 1e3
         errs = op.error(outv, ref, case, dtype) if ref is not None else {}
         del outv
         m = Timer(fn, ctx.device, **timer_opts).measure()
+        if want_trace:
+            from .trace import Trace, from_kernels
+            from .trace import trace as run_trace
+            if m.kernels:
+                tr = from_kernels(m.kernels, decisions)
+            else:
+                try:
+                    t = run_trace(fn, device=ctx.device, reps=1, warmup=0, autotune=False)
+                    tr = Trace(t.kernels, t.cpu_ops, tuple(decisions), t.device, t.notes)
+                except Exception as exc:  # no profiler here: what ran stays unknown, the time stands
+                    tr = Trace((), (), tuple(decisions), "cuda" if ctx.gpu else "cpu",
+                               (f"tracing failed: {_first_line(exc)}",))
     row = {"status": "ok", "message": "; ".join(m.notes) or None, "source": bk.source,
            "first_call_ms": first_ms, **m.summary(), **errs}
+    if tr is not None:
+        from .trace import row_columns
+        row.update(row_columns(tr, backend, op.name, case, dtype))
+        if row.get("flydsl_taken") is False:
+            note = f"FlyDSL requested but not taken; the time is of what ran ({tr.observed})"
+            row["message"] = f"{row['message']}; {note}" if row["message"] else note
     if m.kernels:
         row["kernels"] = json.dumps([[k.name, k.calls_per_iter, round(k.us_per_iter, 3)] for k in m.kernels])
     flops, nbytes = op.flops(case), op.bytes(case, dtype)
@@ -196,12 +227,15 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
               backends=None, out: str | os.PathLike | None = None, resume: bool = False,
               overwrite: bool = False, device=None, seed: int = 0, timer: dict | None = None,
               progress: bool = True, on_row: Callable[[dict], None] | None = None,
-              should_stop: Callable[[], bool] | None = None) -> pd.DataFrame:
+              should_stop: Callable[[], bool] | None = None, trace: bool = False) -> pd.DataFrame:
     """Run a sweep and return its result set (resumed rows included).
 
     ``timer`` is passed to :class:`~flyexplore.timing.Timer` (``mode``, ``rep``, ``rep_ms``, ...).
     ``on_row(row)`` is called after each row is written; ``should_stop()`` is checked between
     rows, and a true answer ends the sweep keeping every finished row (the widgets' Stop).
+    ``trace=True`` records what ran for every row (``observed``, ``autotune``); rows of the
+    ``flydsl`` backend always get it, with ``flydsl_taken`` / ``flydsl_reason``
+    (see :mod:`flyexplore.trace`).
     Raises :class:`UsageError` for bad input before anything runs; ``KeyboardInterrupt`` is
     re-raised after the finished rows are saved.
     """
@@ -247,7 +281,7 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
                 try:
                     if setup_err is not None:
                         raise setup_err
-                    row.update(measure_one(plan.op, case, dtype, b, ctx, inputs, ref, timer_opts))
+                    row.update(measure_one(plan.op, case, dtype, b, ctx, inputs, ref, timer_opts, trace))
                 except KeyboardInterrupt:
                     raise
                 except Exception as exc:

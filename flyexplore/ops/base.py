@@ -312,25 +312,13 @@ def compile_context(options: dict) -> Callable:
     return ctx
 
 
-def flydsl_eager(enabled: bool):
-    """Context manager turning torch's FlyDSL eager overrides on or off, where the installed
-    torch has ``torch.backends.python_native`` (torch >= 2.13); a no-op elsewhere."""
-    try:
-        import torch.backends.python_native as pn
-    except ImportError:
-        return contextlib.nullcontext()
-    fly = getattr(pn, "flydsl", None)
-    if fly is None or not getattr(fly, "available", False):
-        return contextlib.nullcontext()
-    if enabled:
-        @contextlib.contextmanager
-        def _on():
-            was = fly.enabled
-            fly.enable()
-            try:
-                yield
-            finally:
-                if not was:
-                    fly.disable()
-        return _on()
-    return fly.disabled()
+def flydsl_eager(enabled: bool, ops: Iterable[str] = ("rmsnorm", "topk")):
+    """Context manager turning torch's FlyDSL eager overrides for ``ops`` on or off, through
+    :func:`flyexplore.switches.flydsl` (which restores every switch on exit). Where the
+    installed torch has no ``torch.backends.python_native`` (torch < 2.13) "off" is already
+    true and "on" cannot happen: both are silent no-ops here (backends check availability
+    first; :mod:`flyexplore.switches` itself warns). Off also turns torch's embedded native-AOT
+    kernels off, as ``python_native.flydsl.disabled()`` does, so "off" is stock ATen."""
+    from ..switches import flydsl
+
+    return flydsl(*ops, enabled=enabled, warn=False, native_aot=None if enabled else False)

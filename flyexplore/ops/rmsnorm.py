@@ -73,7 +73,7 @@ def _flydsl_available(ctx, case, dtype):
 
 
 @RMSNORM.backend("aten", "eager F.rms_norm with FlyDSL overrides off", baseline=True,
-                 context=lambda ctx, case: flydsl_eager(False))
+                 context=lambda ctx, case: flydsl_eager(False, ("rmsnorm",)))
 def _aten(case, dtype, inputs, ctx):
     x, w, n, eps = inputs["x"], inputs["w"], case["n"], case["eps"]
     return lambda: _rms(x, w, n, eps)
@@ -90,7 +90,7 @@ def _inductor(case, dtype, inputs, ctx):
 
 
 @RMSNORM.backend("flydsl", "eager F.rms_norm with FlyDSL overrides on (gfx950)",
-                 available=_flydsl_available, context=lambda ctx, case: flydsl_eager(True))
+                 available=_flydsl_available, context=lambda ctx, case: flydsl_eager(True, ("rmsnorm",)))
 def _flydsl(case, dtype, inputs, ctx):
     x, w, n, eps = inputs["x"], inputs["w"], case["n"], case["eps"]
     return lambda: _rms(x, w, n, eps)

@@ -87,7 +87,7 @@ def deterministic(on: bool):
 
 @contextlib.contextmanager
 def _ctx(flydsl_on: bool, case):
-    with flydsl_eager(flydsl_on), deterministic(case["deterministic"]):
+    with flydsl_eager(flydsl_on, ("topk",)), deterministic(case["deterministic"]):
         yield
 
 

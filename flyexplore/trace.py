@@ -1,0 +1,618 @@
+"""What really ran: the kernels a call launched, each put in a family, and the autotune
+decisions of torch.compile GEMMs.
+
+:func:`trace` runs a callable under ``torch.profiler`` and returns a :class:`Trace`: every
+device kernel the call launched (launches and device µs per call), classified by
+:func:`classify` into a family -- FlyDSL, Triton/Inductor, vendor BLAS (hipBLASLt, rocBLAS,
+cuBLAS, cuBLASLt, CUTLASS), AOTriton, CK, attention (flash, cuDNN, memory-efficient), ATen
+native, runtime (memcpy/memset) -- or ``unclassified`` when no rule knows the name (never a
+guess). On a CPU there are no device kernels: the trace lists the top-level CPU operators of
+the call instead and says so.
+
+:func:`capture_autotune` records each Inductor autotune decision (every candidate benchmarked,
+its time, the winner) through ``torch._inductor.select_algorithm.add_feedback_saver`` (present in torch 2.11 and
+2.15, both passing six arguments; only the first two -- timings, op name -- are read), falling
+back to parsing the ``AUTOTUNE`` table Inductor prints to stderr where the hook does not exist.
+Both paths were run on the CPU (bmm max-autotune, ATen vs Inductor's C++ template) with torch
+2.11 and 2.15.
+"FlyDSL enabled but Triton won" is then visible: :attr:`AutotuneDecision.winner_family`.
+
+Sweeps reuse the kernel list :class:`~flyexplore.timing.Timer` already collects in ``kernel``
+mode (:func:`from_kernels`) and profile one extra call only when it has none.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import re
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+#: Kernel families, in report order.
+FAMILIES = ("FlyDSL", "Triton/Inductor", "vendor BLAS", "AOTriton", "CK", "attention", "ATen native",
+            "runtime", "unclassified")
+
+# (family, library, pattern on the kernel's head, why) -- the head is the name without a
+# leading "void " and without template arguments / parameter list. First match wins.
+_FLYDSL_KERNELS = {
+    "rmsnorm_kernel": "FlyDSL RMSNorm (torch/_native/ops/norm/flydsl_rmsnorm_fwd.py)",
+    "register_topk_kernel": "FlyDSL TopK register (torch/_native/ops/topk/flydsl_kernels.py)",
+    "radix_select_topk_kernel": "FlyDSL TopK radix (torch/_native/ops/topk/flydsl_kernels.py)",
+    "gemm_gfx950_kernel": "FlyDSL GEMM (Inductor mm_flydsl, vendored gemm_gfx950.py)",
+    "gemm_hti_gfx950_kernel": "FlyDSL GEMM half-tile-interleaved (Inductor mm_flydsl)",
+    "gemm_gfx950_grouped_kernel": "FlyDSL grouped GEMM (Inductor grouped_gemm_flydsl)",
+    "gemm_hti_gfx950_grouped_kernel": "FlyDSL grouped GEMM half-tile-interleaved",
+}
+_RULES: tuple[tuple[str, str, re.Pattern, str], ...] = tuple(
+    (fam, lib, re.compile(pat), why) for fam, lib, pat, why in (
+        # FlyDSL: flyc names a kernel "<python function>_<id>" (flydsl/compiler/kernel_function.py);
+        # the functions are torch 2.15's @flyc.kernel definitions.
+        *(("FlyDSL", lib, rf"^{name}(_\d+)?$", "torch 2.15 @flyc.kernel function name")
+          for name, lib in _FLYDSL_KERNELS.items()),
+        # AOTriton: the Triton kernels of ROCm/aotriton's tritonsrc/flash.py.
+        ("AOTriton", "AOTriton (SDPA flash/efficient on ROCm)",
+         r"^(attn_fwd|bwd_kernel_dk_dv|bwd_kernel_dq|bwd_kernel_fuse|bwd_preprocess(_varlen)?|"
+         r"debug_fill_dropout_rng(_tensor)?|debug_simulate_encoded_softmax)$", "AOTriton kernel name"),
+        # attention libraries (CUDA): flash-attention 2 in ATen, cuDNN SDPA, memory-efficient (CUTLASS fmha).
+        ("attention", "flash-attention (ATen pytorch_flash)", r"^pytorch_flash::", "pytorch_flash namespace"),
+        ("attention", "flash-attention", r"^(flash_fwd|flash_bwd)\w*kernel", "flash_fwd/flash_bwd kernel"),
+        ("attention", "cuDNN SDPA", r"^cudnn_generated_fort_native_sdpa", "cuDNN generated SDPA kernel"),
+        ("attention", "memory-efficient attention (CUTLASS fmha)", r"^fmha_cutlass[FB]", "xformers-derived fmha"),
+        ("attention", "cuDNN", r"^cudnn[_:]", "cuDNN kernel"),
+        # CK (composable_kernel), incl. CK-tile FMHA used by SDPA when CK is preferred.
+        ("CK", "CK tile", r"^ck_tile::", "ck_tile namespace"),
+        ("CK", "CK", r"^ck::", "ck namespace"),
+        ("CK", "CK", r"^_ZN(2ck|7ck_tile)", "mangled ck namespace"),
+        # Triton: Inductor's generated kernels and templates; any triton_ prefix.
+        ("Triton/Inductor", "Inductor-generated Triton", r"^triton_(poi|red|per|tem|for|mm|bmm|spl)_?",
+         "Inductor kernel naming"),
+        ("Triton/Inductor", "Triton", r"^triton_", "triton_ prefix"),
+        # vendor BLAS.
+        ("vendor BLAS", "hipBLASLt/rocBLAS (Tensile)", r"^Cijk_", "Tensile kernel naming"),
+        ("vendor BLAS", "hipBLASLt", r"(?i)hipblaslt", "hipblaslt in name"),
+        ("vendor BLAS", "rocBLAS", r"^rocblas_", "rocblas_ prefix"),
+        ("vendor BLAS", "cuBLASLt", r"^cublasLt", "cublasLt namespace"),
+        ("vendor BLAS", "cuBLAS (nvjet)", r"^nvjet_", "cuBLAS nvjet kernel"),
+        ("vendor BLAS", "cuBLAS (xmma)", r"^(sm\d+_)?xmma_", "cuBLAS xmma kernel"),
+        ("vendor BLAS", "cuBLAS", r"^(ampere|volta|turing|hopper|maxwell|sm\d+)_\w*(gemm|gemv)", "cuBLAS arch-prefixed GEMM"),
+        ("vendor BLAS", "cuBLAS", r"^(gemv2[NT]_kernel|gemvx|gemmSN_|gemmk1_kernel|splitKreduce_kernel|gemm_kernel_splitk)",
+         "cuBLAS helper kernel"),
+        ("vendor BLAS", "CUTLASS", r"^cutlass(::|_)", "cutlass namespace/prefix"),
+        # ATen's own CUDA/HIP kernels (and the CUB/Thrust they instantiate).
+        ("ATen native", "ATen", r"^at::", "at:: namespace"),
+        ("ATen native", "ATen (CUB)", r"^at_cuda_detail::", "CUB as vendored by ATen"),
+        ("ATen native", "ATen", r"^c10::", "c10 namespace"),
+        # runtime memory operations as the CUDA profiler names them.
+        ("runtime", "memset/memcpy", r"^(Memset|Memcpy)( |$)", "CUDA runtime memory operation"),
+    ))
+
+
+@dataclass(frozen=True)
+class KernelClass:
+    """A kernel's family, the library inside it, and the rule that matched (empty when
+    ``unclassified``)."""
+
+    family: str
+    library: str
+    rule: str = ""
+
+
+def kernel_head(name: str) -> str:
+    """``"void at::native::foo<float>(int)"`` -> ``"at::native::foo"``: the name without a
+    leading return type ``void`` and without template arguments or parameters."""
+    s = name.strip()
+    if s.startswith("void "):
+        s = s[5:].lstrip()
+    cut = len(s)
+    for ch in "<(":
+        i = s.find(ch)
+        if i != -1:
+            cut = min(cut, i)
+    return s[:cut].strip()
+
+
+def classify(name: str) -> KernelClass:
+    """The :class:`KernelClass` of one device kernel name (as ``torch.profiler`` reports it),
+    or family ``"unclassified"`` when no rule matches. Rules are name patterns with a stated
+    reason (FlyDSL: torch 2.15's ``@flyc.kernel`` function names; AOTriton: its Triton kernel
+    names; cuBLAS: ``nvjet_`` / ``xmma`` / arch-prefixed names; Tensile ``Cijk_`` names are
+    hipBLASLt or rocBLAS, which their names do not tell apart)."""
+    head = kernel_head(name)
+    for fam, lib, pat, why in _RULES:
+        if pat.search(head):
+            return KernelClass(fam, lib, why)
+    return KernelClass("unclassified", "", "")
+
+
+#: CPU-side profiler events that are framework work, not the operator.
+_CPU_RUNTIME = re.compile(r"^(TorchDynamo Cache Lookup|Pregraph bytecode|AOTDispatcher|"
+                          r"AOTDispatcher Runtime Wrapper|cudaDeviceSynchronize|hipDeviceSynchronize)")
+
+
+def classify_cpu_op(name: str) -> KernelClass:
+    """Family of a top-level CPU profiler event: ``aten::*`` -> ATen native (CPU op);
+    ``Torch-Compiled Region`` / ``CompiledFxGraph`` -> Triton/Inductor (Inductor's compiled
+    graph: C++ on CPU); Dynamo/AOT wrappers -> runtime; else unclassified."""
+    if name.startswith("aten::"):
+        return KernelClass("ATen native", "ATen CPU op", "aten:: operator")
+    if name.startswith("Torch-Compiled Region") or "CompiledFxGraph" in name:
+        return KernelClass("Triton/Inductor", "Inductor compiled graph", "torch.compile region")
+    if _CPU_RUNTIME.search(name):
+        return KernelClass("runtime", "torch.compile wrapper", "Dynamo/AOTAutograd wrapper")
+    return KernelClass("unclassified", "", "")
+
+
+@dataclass(frozen=True)
+class TracedKernel:
+    """One kernel (``where="device"``) or top-level CPU operator (``where="cpu"``): launches
+    per call and time per call in µs (device time for kernels, CPU time for CPU ops)."""
+
+    name: str
+    family: str
+    library: str
+    calls: float
+    us: float
+    where: str = "device"
+
+
+# -- autotune decisions ------------------------------------------------------------------------
+
+_CHOICE_CLASSES = {
+    "FlyDSLTemplateCaller": ("FlyDSL", "FlyDSL template"),
+    "TritonTemplateCaller": ("Triton/Inductor", "Triton template"),
+    "ExternKernelCaller": ("ATen", "ATen extern kernel (vendor BLAS on GPU)"),
+    "CUTLASSTemplateCaller": ("CUTLASS", "CUTLASS template"),
+    "CUDATemplateCaller": ("CUTLASS", "CUTLASS template"),
+    "ROCmTemplateCaller": ("CK", "CK template"),
+    "CuteDSLTemplateCaller": ("CuTeDSL", "CuTeDSL template"),
+    "SubgraphChoiceCaller": ("Triton/Inductor", "Inductor subgraph (e.g. decompose_k)"),
+}
+#: Autotune candidate families.
+CHOICE_FAMILIES = ("FlyDSL", "Triton/Inductor", "ATen", "C++ template", "CUTLASS", "CK", "CuTeDSL", "unclassified")
+
+
+def classify_choice(name: str, class_name: str = "") -> tuple[str, str]:
+    """(family, library) of an Inductor autotune candidate, from its ChoiceCaller class
+    (``FlyDSLTemplateCaller``, ``TritonTemplateCaller``, ``ExternKernelCaller``, ...) or,
+    failing that, its name (``flydsl_*`` FlyDSL, ``triton_*`` Triton, ``cpp_*`` Inductor's
+    C++ CPU template, the aten op name for ATen)."""
+    if class_name in _CHOICE_CLASSES:
+        return _CHOICE_CLASSES[class_name]
+    if name.startswith("flydsl_"):
+        return "FlyDSL", "FlyDSL template"
+    if name.startswith("triton_"):
+        return "Triton/Inductor", "Triton template"
+    if name.startswith("cpp_"):
+        return "C++ template", "Inductor C++ GEMM template (CPU)"
+    if re.fullmatch(r"_?(mm|addmm|bmm|baddbmm|_?scaled_mm(_v2)?|_?fp8_mm(_v2)?|_?grouped_mm|_int_mm)", name):
+        return "ATen", "ATen extern kernel"
+    return "unclassified", ""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One autotune candidate: ``time_ms`` as Inductor benchmarked it (``inf`` = failed)."""
+
+    name: str
+    family: str
+    time_ms: float
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class AutotuneDecision:
+    """One Inductor autotune: the op (``mm``, ``grouped_mm``, ``scaled_mm``, ...), every
+    candidate sorted by time, and where the data came from (``feedback_saver`` or ``stderr``)."""
+
+    op: str
+    candidates: tuple[Candidate, ...]
+    source: str
+
+    @property
+    def winner(self) -> Candidate | None:
+        ok = [c for c in self.candidates if math.isfinite(c.time_ms)]
+        return min(ok, key=lambda c: c.time_ms) if ok else None
+
+    @property
+    def winner_family(self) -> str | None:
+        w = self.winner
+        return w.family if w else None
+
+    def best_of(self, family: str) -> Candidate | None:
+        cs = [c for c in self.candidates if c.family == family and math.isfinite(c.time_ms)]
+        return min(cs, key=lambda c: c.time_ms) if cs else None
+
+    def summary(self) -> str:
+        """``"mm: 12 candidates, winner triton_mm_3 (Triton/Inductor) 0.190 ms; best FlyDSL
+        flydsl_mm_flydsl_0 0.201 ms (1.06x slower)"``."""
+        w = self.winner
+        if w is None:
+            return f"{self.op}: {len(self.candidates)} candidates, none succeeded"
+        s = f"{self.op}: {len(self.candidates)} candidates, winner {w.name} ({w.family}) {w.time_ms:.4g} ms"
+        if w.family != "FlyDSL":
+            f = self.best_of("FlyDSL")
+            if f is not None:
+                s += f"; best FlyDSL {f.name} {f.time_ms:.4g} ms ({f.time_ms / w.time_ms:.2f}x slower)"
+            elif any(c.family == "FlyDSL" for c in self.candidates):
+                s += "; every FlyDSL candidate failed"
+        return s
+
+
+def decision_from_timings(name: str, timings: dict, source: str = "feedback_saver") -> AutotuneDecision:
+    """An :class:`AutotuneDecision` from Inductor's ``{ChoiceCaller: ms}`` timings."""
+    cands = []
+    for choice, t in timings.items():
+        cname = str(getattr(choice, "name", choice))
+        fam, _ = classify_choice(cname, type(choice).__name__)
+        try:
+            tm = float(t)
+        except (TypeError, ValueError):
+            tm = math.inf
+        cands.append(Candidate(cname, fam, tm if not math.isnan(tm) else math.inf,
+                               str(getattr(choice, "description", "") or "")[:300]))
+    cands.sort(key=lambda c: c.time_ms)
+    return AutotuneDecision(str(name), tuple(cands), source)
+
+
+_TABLE_HEAD = re.compile(r"^AUTOTUNE (\w+)\(")
+_TABLE_ROW = re.compile(r"^\s+(\S+)\s+([0-9.]+|inf|nan)\s+ms\s+([0-9.]+)%\s*(.*)$")
+
+
+def parse_autotune_tables(text: str) -> list[AutotuneDecision]:
+    """Decisions from the ``AUTOTUNE op(...)`` tables Inductor prints to stderr (header line,
+    ``strides:``/``dtypes:`` lines, then ``  name time ms pct% description`` rows, fastest
+    first). Families come from the candidate names only (:func:`classify_choice`)."""
+    out = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = _TABLE_HEAD.match(lines[i])
+        i += 1
+        if not m:
+            continue
+        while i < len(lines) and re.match(r"^(strides|dtypes|layout|shape)s?:", lines[i]):
+            i += 1
+        cands = []
+        while i < len(lines):
+            r = _TABLE_ROW.match(lines[i])
+            if not r:
+                break
+            fam, _ = classify_choice(r.group(1))
+            t = float(r.group(2)) if r.group(2) not in ("inf", "nan") else math.inf
+            cands.append(Candidate(r.group(1), fam, t, r.group(4).strip()))
+            i += 1
+        if cands:
+            out.append(AutotuneDecision(m.group(1), tuple(sorted(cands, key=lambda c: c.time_ms)), "stderr"))
+    return out
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def write(self, s):
+        self.b.write(s)
+        return self.a.write(s)
+
+    def flush(self):
+        self.a.flush()
+
+
+def _selector_cache(sa):
+    getter = getattr(sa, "get_algorithm_selector_cache", None)
+    if getter is not None:
+        try:
+            return getter()
+        except Exception:
+            return None
+    return getattr(sa, "_ALGORITHM_SELECTOR_CACHE", None)
+
+
+@contextlib.contextmanager
+def capture_autotune() -> Iterator[list[AutotuneDecision]]:
+    """Context manager collecting the Inductor autotune decisions made inside it (a list,
+    filled as they happen). Uses ``select_algorithm.add_feedback_saver`` where it exists and
+    removes only its own hook on exit; otherwise tees stderr and parses the AUTOTUNE tables.
+    A cached autotune result is reported too (torch calls the hook after the cache lookup);
+    a single-candidate op is not autotuned, and a graph served whole from Inductor's FX graph
+    cache is not lowered at all: neither produces a decision (Inductor options
+    ``fx_graph_cache=False, autotune_local_cache=False`` make every compile lower and autotune anew)."""
+    out: list[AutotuneDecision] = []
+    try:
+        from torch._inductor import select_algorithm as sa
+    except Exception:
+        yield out
+        return
+
+    def hook(*args):
+        try:
+            out.append(decision_from_timings(args[1] if len(args) > 1 else "?", args[0]))
+        except Exception as exc:  # never break a compile
+            out.append(AutotuneDecision(f"? ({type(exc).__name__})", (), "feedback_saver"))
+
+    if hasattr(sa, "add_feedback_saver"):
+        sa.add_feedback_saver(hook)
+        try:
+            yield out
+        finally:
+            cache = _selector_cache(sa)
+            fns = getattr(cache, "feedback_saver_fns", None)
+            if fns is not None and hook in fns:
+                fns.remove(hook)
+        return
+    buf = io.StringIO()
+    old = sys.stderr
+    sys.stderr = _Tee(old, buf)
+    try:
+        yield out
+    finally:
+        sys.stderr = old
+        out.extend(parse_autotune_tables(buf.getvalue()))
+
+
+# -- traces --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Trace:
+    """What one call ran. ``kernels``: device kernels (empty on CPU); ``cpu_ops``: top-level
+    CPU operators (filled when there are no device kernels); ``autotune``: the decisions
+    captured while the call was first run (compiled); ``device``: ``"cuda"`` or ``"cpu"``."""
+
+    kernels: tuple[TracedKernel, ...]
+    cpu_ops: tuple[TracedKernel, ...] = ()
+    autotune: tuple[AutotuneDecision, ...] = ()
+    device: str = "cuda"
+    notes: tuple[str, ...] = ()
+
+    @property
+    def items(self) -> tuple[TracedKernel, ...]:
+        return self.kernels if self.kernels else self.cpu_ops
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """Families seen, by time spent (device kernels if any, else CPU ops)."""
+        tot: dict[str, float] = {}
+        for k in self.items:
+            tot[k.family] = tot.get(k.family, 0.0) + k.us
+        return tuple(sorted(tot, key=lambda f: -tot[f]))
+
+    @property
+    def observed(self) -> str:
+        """Comma-separated families (the ``observed`` result column); CPU traces say so."""
+        if not self.items:
+            return "no kernels recorded"
+        fams = ",".join(self.families)
+        return fams if self.kernels else f"CPU: {fams}"
+
+    @property
+    def flydsl_taken(self) -> bool | None:
+        """True when a FlyDSL kernel ran; False when every device kernel seen is classified
+        and none is FlyDSL, or the call ran on the CPU (FlyDSL is GPU-only); None (unknown)
+        when a GPU call left no kernel record or some kernel is unclassified."""
+        if self.kernels:
+            if any(k.family == "FlyDSL" for k in self.kernels):
+                return True
+            return None if any(k.family == "unclassified" for k in self.kernels) else False
+        return False if self.device == "cpu" else None
+
+    @property
+    def unclassified(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.items if k.family == "unclassified")
+
+    def to_frame(self):
+        """One row per kernel / CPU op: name, family, library, calls, us, where."""
+        import pandas as pd
+
+        return pd.DataFrame([asdict(k) for k in self.items],
+                            columns=["name", "family", "library", "calls", "us", "where"])
+
+    def to_dict(self) -> dict:
+        return {"device": self.device, "observed": self.observed, "flydsl_taken": self.flydsl_taken,
+                "kernels": [asdict(k) for k in self.kernels], "cpu_ops": [asdict(k) for k in self.cpu_ops],
+                "autotune": [autotune_dict(d) for d in self.autotune], "notes": list(self.notes)}
+
+    def to_text(self) -> str:
+        lines = [f"observed: {self.observed}"]
+        if not self.kernels:
+            lines.append("no device kernels" + (" (CPU run: top-level CPU operators below)" if self.device == "cpu" else ""))
+        for k in self.items:
+            lines.append(f"  {k.us:10.2f} us  x{k.calls:g}  {k.family:16s} {k.library:34s} {k.name[:110]}")
+        for d in self.autotune:
+            lines.append("autotune " + d.summary())
+        for n in self.notes:
+            lines.append(f"note: {n}")
+        return "\n".join(lines)
+
+
+def autotune_dict(d: AutotuneDecision) -> dict:
+    w = d.winner
+    return {"op": d.op, "source": d.source, "winner": w.name if w else None,
+            "winner_family": w.family if w else None,
+            "candidates": [{"name": c.name, "family": c.family,
+                            "time_ms": c.time_ms if math.isfinite(c.time_ms) else None,
+                            "description": c.description} for c in d.candidates]}
+
+
+def from_kernels(kernels: Iterable, autotune: Sequence[AutotuneDecision] = (), device: str = "cuda") -> Trace:
+    """A :class:`Trace` from :class:`~flyexplore.timing.KernelTime` objects or the
+    ``kernels`` JSON column (``[[name, launches per call, us per call], ...]``)."""
+    if isinstance(kernels, str):
+        kernels = json.loads(kernels) if kernels.strip() else []
+    out = []
+    for k in kernels:
+        name, calls, us = (k.name, k.calls_per_iter, k.us_per_iter) if hasattr(k, "name") else (k[0], k[1], k[2])
+        c = classify(name)
+        out.append(TracedKernel(name, c.family, c.library, float(calls), float(us)))
+    return Trace(tuple(out), (), tuple(autotune), device)
+
+
+_LABEL = "flyexplore::trace"
+
+
+def _cpu_ops(prof, reps: int, label: str) -> tuple[TracedKernel, ...]:
+    agg: dict[str, list[float]] = {}
+    for evt in prof.events():
+        if evt.name != label:
+            continue
+        for child in evt.cpu_children:
+            agg.setdefault(child.name, []).append(float(child.cpu_time_total))
+    out = []
+    for name, ts in sorted(agg.items(), key=lambda kv: -sum(kv[1])):
+        c = classify_cpu_op(name)
+        out.append(TracedKernel(name, c.family, c.library, len(ts) / reps, sum(ts) / reps, "cpu"))
+    return tuple(out)
+
+
+def trace(fn: Callable[[], Any], *, device=None, reps: int = 3, warmup: int = 1,
+          autotune: bool = True) -> Trace:
+    """Run ``fn`` ``warmup`` times (the first call compiles and autotunes a compiled
+    callable; decisions are captured when ``autotune``), then ``reps`` times under
+    ``torch.profiler``, and classify what ran. ``device``: where ``fn`` runs (default: the
+    current CUDA/ROCm device if there is one, else the CPU). Times are per call (µs)."""
+    import torch
+    from torch.autograd.profiler import record_function
+    from torch.profiler import ProfilerActivity, profile
+
+    from .timing import kernel_times_from_profile
+
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    gpu = dev.type == "cuda"
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    cap = capture_autotune() if autotune else contextlib.nullcontext([])
+    with cap as decisions:
+        for _ in range(warmup):
+            fn()
+        if gpu:
+            torch.cuda.synchronize(dev)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    with profile(activities=acts) as prof:
+        for _ in range(reps):
+            with record_function(_LABEL):
+                fn()
+        if gpu:
+            torch.cuda.synchronize(dev)
+    notes = []
+    kernels: tuple[TracedKernel, ...] = ()
+    if gpu:
+        _, kts = kernel_times_from_profile(prof, reps, _LABEL)
+        kernels = from_kernels(kts).kernels
+        if not kernels:
+            notes.append("the profiler recorded no device kernel for the call")
+    cpu = () if kernels else _cpu_ops(prof, reps, _LABEL)
+    if not gpu:
+        notes.append("CPU run: no device kernels exist; listed are the call's top-level CPU operators")
+    if autotune and not decisions:
+        notes.append("no autotune decision captured (eager call, a single candidate, compiled before tracing, "
+                     "or a graph served from Inductor's FX graph cache: set "
+                     "fx_graph_cache=False and autotune_local_cache=False to see the decision)")
+    return Trace(kernels, cpu, tuple(decisions), "cuda" if gpu else "cpu", tuple(notes))
+
+
+# -- sweep rows ----------------------------------------------------------------------------
+
+def flydsl_compile_options(op: str) -> dict:
+    """The ``torch.compile`` options the catalogue's ``flydsl`` backend of ``op`` uses: the op
+    module's ``FLYDSL_OPTIONS`` if it has one, else :func:`flyexplore.switches.compile_options`."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(f"flyexplore.ops.{op}")
+        opts = getattr(mod, "FLYDSL_OPTIONS", None)
+        if isinstance(opts, dict):
+            return dict(opts)
+    except ImportError:
+        pass
+    from .switches import compile_options
+    return compile_options(True)
+
+
+def row_columns(tr: Trace, backend: str, op: str, case, dtype: str,
+                compile_options: dict | None = None) -> dict:
+    """The result columns a traced sweep row gets: ``observed``, ``autotune`` (JSON) and, for
+    a ``flydsl`` request, ``flydsl_taken`` and ``flydsl_reason`` (what ran, and on a miss the
+    explainer's reason or the autotune decision that picked another backend)."""
+    cols: dict[str, Any] = {"observed": tr.observed}
+    if tr.autotune:
+        cols["autotune"] = json.dumps([autotune_dict(d) for d in tr.autotune])
+    if backend != "flydsl":
+        return cols
+    taken = tr.flydsl_taken
+    cols["flydsl_taken"] = taken
+    if taken:
+        names = sorted({k.name for k in tr.kernels if k.family == "FlyDSL"})
+        cols["flydsl_reason"] = "taken: FlyDSL kernels " + ", ".join(names)[:300]
+        return cols
+    if taken is None:
+        won = [d for d in tr.autotune if d.winner_family == "FlyDSL"]
+        if not tr.kernels:
+            why = "the profiler recorded no device kernel for the call"
+        else:
+            why = ("no kernel named like a FlyDSL kernel, but some kernels are unclassified: "
+                   + ", ".join(tr.unclassified)[:400])
+        if won:
+            why += "; the autotune picked FlyDSL (" + "; ".join(d.summary() for d in won) + ")"
+        cols["flydsl_reason"] = "unknown: " + why
+        return cols
+    reason = None
+    if compile_options is None:
+        compile_options = flydsl_compile_options(op)
+    lost = [d for d in tr.autotune if d.best_of("FlyDSL") is not None and d.winner_family != "FlyDSL"]
+    if lost:
+        reason = "not taken: FlyDSL was a candidate but lost the autotune -- " + "; ".join(d.summary() for d in lost)
+    else:
+        try:
+            from .explain import explain_case
+            ex = explain_case(op, case, dtype, compile_options=compile_options)
+        except Exception as exc:  # the explainer must never break a sweep
+            ex = None
+            reason = f"not taken (explainer failed: {type(exc).__name__}: {exc})"
+        if ex is not None:
+            reason = (ex.reason if not ex.taken else
+                      "not taken although the explainer finds the call eligible; no autotune decision was "
+                      "captured (a graph from Inductor's FX graph cache is not autotuned again), and for a "
+                      "compiled GEMM another backend winning the autotune is the usual cause (observed: "
+                      + tr.observed + ")")
+        elif reason is None:
+            reason = f"not taken (observed: {tr.observed}; no explainer for {op})"
+    cols["flydsl_reason"] = reason[:1000]
+    return cols
+
+
+def trace_case(op: str, shape: str, backend: str, dtype: str | None = None, device=None,
+               reps: int = 3, seed: int = 0) -> dict:
+    """Trace one catalogue case (what ``flyexplore trace`` runs): build the inputs, enter the
+    backend's context, run it under :func:`trace`. Returns a dict with ``status`` (``ok`` or
+    ``unavailable``), ``message``, ``trace`` (a :class:`Trace` or ``None``) and, for the
+    ``flydsl`` backend, ``flydsl_taken`` / ``flydsl_reason``. Raises
+    :class:`~flyexplore.errors.UsageError` for an unknown operator, backend, dtype or a bad
+    shape."""
+    import torch
+
+    from .env import collect
+    from .ops import get_op
+    from .ops.base import RunContext
+    from .sweep import default_device
+
+    o = get_op(op)
+    case = o.case(shape)
+    dt = o.check_dtype(dtype or o.dtypes[0])
+    bk = o.get_backend(backend)
+    dev = torch.device(device) if device is not None else default_device()
+    ctx = RunContext(dev, collect())
+    out: dict[str, Any] = {"op": op, "case": case.label, "dtype": dt, "backend": backend, "device": str(dev)}
+    why = bk.available(ctx, case, dt)
+    if why:
+        return {**out, "status": "unavailable", "message": why, "trace": None}
+    with bk.context(ctx, case):
+        inputs = o.make_inputs(case, dt, dev, seed)
+        fn = bk.build(case, dt, inputs, ctx)
+        tr = trace(fn, device=dev, reps=reps, warmup=1)
+    out.update(status="ok", message=None, trace=tr)
+    if backend == "flydsl":
+        cols = row_columns(tr, backend, op, case, dt)
+        out.update(flydsl_taken=cols.get("flydsl_taken"), flydsl_reason=cols.get("flydsl_reason"))
+    return out

@@ -1,0 +1,177 @@
+"""The explainer's environment, switch and command-line parts, on the installed torch 2.15
+(CUDA wheel, CPU machine). Agreement with torch's own predicates is in
+test_explain_agreement.py."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from flyexplore import explain as E  # noqa: E402
+from flyexplore import switches as S  # noqa: E402
+from flyexplore.cli import main  # noqa: E402
+from flyexplore.errors import UsageError  # noqa: E402
+
+
+def _failed(ex, kind=None):
+    return {c.name for c in ex.conditions if c.ok is False and (kind is None or c.kind == kind)}
+
+
+def test_this_machine_is_explained_as_it_is():
+    """CUDA torch on a CPU: the environment fails for the right reasons, the call is judged
+    on its own, and every condition names its torch source."""
+    ex = E.explain_shape("rmsnorm", "8192x4096", "bf16")
+    assert not ex.taken and ex.call_ok and not ex.environment_ok
+    assert {"ROCm build", "arch gfx950"} <= _failed(ex, "environment")
+    assert all(c.source for c in ex.conditions)
+    assert any("flydsl_rmsnorm_impl.py" in c.source for c in ex.conditions)
+    assert "not a ROCm build" in ex.reason
+    d = json.loads(ex.to_json())
+    assert d["taken"] is False and d["call_ok"] is True and d["conditions"]
+
+
+def test_assumed_rocm_what_if():
+    ex = E.explain_shape("rmsnorm", "8192x4096", "bf16", assume_rocm=True)
+    assert ex.taken and ex.assumed and "gfx950" in ex.assumed
+    ex = E.explain_shape("rmsnorm", "2048x4096", "bf16", assume_rocm=True)
+    assert not ex.taken and _failed(ex) == {"tuned region"}
+    assert "needs M >= 8192" in ex.reason
+    ex = E.explain_shape("rmsnorm", "8192x4096", "bf16", assume_rocm=True, arch="gfx942")
+    assert _failed(ex) == {"arch gfx950"}
+
+
+def test_switches_show_up_in_the_explanation():
+    with S.flydsl("topk", enabled=False):
+        ex = E.explain_shape("topk", "4096x2048x8", "fp32", assume_rocm=True)
+        assert _failed(ex) == {"op enabled"}
+        assert "disable_operations('topk', 'topk.values')" in ex.reason
+    import torch.backends.python_native as pn
+
+    with pn.flydsl.disabled():                 # torch's own DSL-wide switch
+        ex = E.explain_shape("rmsnorm", "8192x4096", "bf16", assume_rocm=True)
+        assert _failed(ex) == {"flydsl DSL enabled"}
+    assert E.explain_shape("topk", "4096x2048x8", "fp32", assume_rocm=True).taken
+
+
+def test_environment_rules(monkeypatch):
+    f = E.facts(assume_rocm=True)
+    ok = E.explain("rmsnorm", env=f, x=E.TensorDesc((8192, 4096), "bf16"), normalized_shape=[4096],
+                   weight=E.TensorDesc((4096,), "bf16"))
+    assert ok.taken
+
+    def with_env(**kw):
+        return E.explain("rmsnorm", env=dataclasses.replace(f, **kw), x=E.TensorDesc((8192, 4096), "bf16"),
+                         normalized_shape=[4096], weight=E.TensorDesc((4096,), "bf16"))
+
+    assert _failed(with_env(environ={"TORCH_DISABLE_NATIVE_JIT": "1"})) == {"native JIT not disabled"}
+    assert with_env(environ={"TORCH_DISABLE_NATIVE_JIT": "0"}).taken       # torch reads int(value) == 1
+    assert _failed(with_env(flydsl_version="0.5.0")) == {"flydsl version"}
+    assert with_env(flydsl_version="0.5.0", environ={"TORCH_NATIVE_SKIP_VERSION_CHECK": "1"}).taken
+    assert _failed(with_env(flydsl_version="0.3.0rc1")) == {"flydsl version"}   # stable only (eager)
+    assert _failed(with_env(flydsl_version=None)) == {"flydsl installed"}
+    assert _failed(with_env(environ={"FLYDSL_GPU_ARCH": "gfx942"})) == {"arch gfx950"}
+    assert with_env(device_arch="gfx942", environ={"FLYDSL_GPU_ARCH": "gfx950"}).taken
+    assert _failed(with_env(registered=())) == {"override registered"}
+
+
+def test_compile_environment_rules():
+    f = E.facts(assume_rocm=True, compile_options=S.compile_options(True))
+    call = dict(a=E.TensorDesc((64, 64), "bf16"), b=E.TensorDesc((64, 64), "bf16", (1, 64)))
+    assert E.explain("gemm", env=f, **call).taken
+    # the Inductor gate reads the device's gcnArchName only: FLYDSL_GPU_ARCH does not help
+    g = dataclasses.replace(f, device_arch="gfx942", environ={"FLYDSL_GPU_ARCH": "gfx950"})
+    ex = E.explain("gemm", env=g, **call)
+    assert _failed(ex) == {"device arch gfx950"} and "not consulted" in ex.reason
+    # Inductor accepts 0.3 prereleases and ignores TORCH_NATIVE_SKIP_VERSION_CHECK
+    assert E.explain("gemm", env=dataclasses.replace(f, flydsl_version="0.3.0rc1"), **call).taken
+    h = dataclasses.replace(f, flydsl_version="0.5.0", environ={"TORCH_NATIVE_SKIP_VERSION_CHECK": "1"})
+    assert _failed(E.explain("gemm", env=h, **call)) == {"flydsl runtime"}
+    cur = E.facts(assume_rocm=True)        # this process: FLYDSL not listed, max-autotune off
+    assert _failed(E.explain("gemm", env=cur, **call)) == {"FLYDSL listed", "max-autotune"}
+
+
+def test_explanation_from_real_tensors():
+    x = torch.empty(8192, 4096, dtype=torch.bfloat16)
+    ex = E.explain("rmsnorm", env=E.facts(assume_rocm=True), x=x, normalized_shape=(4096,),
+                   weight=torch.empty(4096, dtype=torch.bfloat16))
+    assert "device" in _failed(ex)                          # a CPU tensor: FlyDSL needs the GPU
+    assert ex.arguments["x"] == "bf16[8192, 4096]"
+    assert E.TensorDesc.of(x.t()).stride == (1, 4096)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.integers(0, 5), min_size=0, max_size=4), st.data())
+def test_tensor_desc_contiguity_matches_torch(shape, data):
+    stride = data.draw(st.lists(st.integers(0, 40), min_size=len(shape), max_size=len(shape)))
+    t = torch.empty(4096).as_strided(shape, stride)
+    assert E.TensorDesc.of(t).is_contiguous() == t.is_contiguous()
+    assert E.TensorDesc(tuple(shape), "fp32").stride == tuple(torch.empty(shape).stride())
+
+
+def test_published_suites_are_eligible_under_assumed_rocm():
+    """Every published MI355X RMSNorm and TopK case qualifies (they were measured on FlyDSL)."""
+    from flyexplore.ops import get_op
+
+    f = E.facts(assume_rocm=True)
+    for op in ("rmsnorm", "topk"):
+        suite = get_op(op).get_suite("published")
+        for case, dtype in suite.pairs():
+            ex = E.explain_case(op, case, dtype, env=f)
+            assert ex.taken, (op, case.label, ex.reason)
+    ex = E.explain_case("topk", get_op("topk").case("4096x2048x8"), "fp32", env=f)
+    assert ex.kernel == "register"
+    ex = E.explain_case("topk", get_op("topk").case("4096x65536x512"), "fp32", env=f)
+    assert ex.kernel == "radix K 384-831, N 32768-131072"
+
+
+def test_describe_options_and_errors():
+    d = E.describe("gemm", "64x128x256:NN", "fp16", {"a_offset": "3", "bias": "1"})
+    assert d["a"].stride == (256, 1) and d["b"].stride == (128, 1) and d["a"].storage_offset == 3 and d["bias"]
+    d = E.describe("grouped_gemm", "g8x512x4096x4096", "bf16")
+    assert d["a"].shape == (4096, 4096) and d["b"].shape == (8, 4096, 4096)
+    d = E.describe("scaled_gemm", "32x4096x4096", "mxfp4")
+    assert d["a"].shape == (32, 2048) and d["scale_a"].shape == (32, 128)
+    with pytest.raises(UsageError, match="malformed grouped_gemm shape"):
+        E.describe("grouped_gemm", "8x512x4096", "bf16")
+    with pytest.raises(UsageError, match="unknown explain option for topk 'eps'"):
+        E.describe("topk", "256x1024x8", "fp32", {"eps": "1"})
+    with pytest.raises(UsageError, match="unknown dtype for topk 'int8'"):
+        E.describe("topk", "256x1024x8", "int8")
+    with pytest.raises(UsageError, match="unknown operator for explain 'conv'"):
+        E.explain("conv")
+    with pytest.raises(UsageError, match="stride"):
+        E.describe("gemm", "64x64x64", "bf16", {"a_stride": "1"})
+
+
+def test_cli_explain(capsys):
+    assert main(["explain", "--op", "gemm", "--shape", "4096x4096x4104:NT", "--assume-rocm", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["taken"] is False and "K=4104 is not a multiple of 32" in d["reason"]
+    assert d["compile_options"]["max_autotune_gemm_backends"].endswith("FLYDSL")
+    assert main(["explain", "--op", "grouped_gemm", "--shape", "g8x512x4096x4096", "--assume-rocm"]) == 0
+    assert "grouped_gemm: FlyDSL YES" in capsys.readouterr().out
+    assert main(["explain", "--op", "scaled_gemm", "--shape", "32x4096x4096", "--dtype", "mxfp8", "--assume-rocm",
+                 "--opt", "swizzle=swizzle_32_4_4"]) == 0
+    assert "FlyDSL needs NO_SWIZZLE" in capsys.readouterr().out
+    for argv, msg in ((["explain", "--op", "conv", "--shape", "1x1"], "unknown operator for explain 'conv'"),
+                      (["explain", "--op", "topk", "--shape", "1x0x1"], "non-positive topk n=0"),
+                      (["explain", "--op", "topk", "--shape", "256x1024x8", "--cu", "0"], "--cu"),
+                      (["explain", "--op", "gemm", "--shape", "8x8x8", "--compile-options", "{bad"], "JSON"),
+                      (["explain", "--op", "gemm", "--shape", "8x8x8", "--opt", "bias"], "malformed --opt"),
+                      (["explain", "--op", "rmsnorm"], "required")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("flyexplore: error:") and msg in err and "\n" not in err
+
+
+def test_cli_switches(capsys):
+    assert main(["switches", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["op"] for r in rows] == list(S.OPS)
+    assert main(["switches"]) == 0
+    assert "rmsnorm" in capsys.readouterr().out
