@@ -262,8 +262,18 @@ def _torch_has(module: str) -> bool:
         return False
 
 
+def _env_flag(environ: dict[str, str], name: str) -> bool:
+    """torch's reading of its switches: set means the value is the integer 1
+    (``torch/_native/common_utils.py``: ``int(os.getenv(NAME, 0)) == 1``)."""
+    try:
+        return int(environ.get(name, "0") or "0") == 1
+    except ValueError:
+        return False
+
+
 def _readiness(platform: str, versions: dict[str, str], target_arch: str | None,
-               arch_source: str, environ: dict[str, str]) -> tuple[Readiness, Readiness]:
+               arch_source: str, environ: dict[str, str],
+               device_arch: str | None = None) -> tuple[Readiness, Readiness]:
     tv = versions["torch"]
     rocm = Check("ROCm build of torch", platform == "rocm" or bool(versions.get("hip")),
                  "torch.version.hip is set" if versions.get("hip") else
@@ -279,12 +289,12 @@ def _readiness(platform: str, versions: dict[str, str], target_arch: str | None,
     eager_code = Check("torch has FlyDSL eager overrides", eager_mod,
                        "torch._native.ops (RMSNorm, TopK) present" if eager_mod
                        else f"torch {tv} has no torch._native FlyDSL ops", "install torch >= 2.15")
-    jit_off = environ.get("TORCH_DISABLE_NATIVE_JIT", "") not in ("", "0")
+    jit_off = _env_flag(environ, "TORCH_DISABLE_NATIVE_JIT")
     jit = Check("native overrides not disabled", not jit_off,
-                "TORCH_DISABLE_NATIVE_JIT is set: no overrides are registered" if jit_off
-                else "TORCH_DISABLE_NATIVE_JIT not set", "unset TORCH_DISABLE_NATIVE_JIT")
+                "TORCH_DISABLE_NATIVE_JIT=1: no overrides are registered" if jit_off
+                else "TORCH_DISABLE_NATIVE_JIT is not 1", "unset TORCH_DISABLE_NATIVE_JIT")
     eager_checks = [eager_code, rocm, ver, arch, jit]
-    skip = environ.get("TORCH_NATIVE_SKIP_VERSION_CHECK", "") not in ("", "0")
+    skip = _env_flag(environ, "TORCH_NATIVE_SKIP_VERSION_CHECK")
     if skip and not ver.ok and versions.get("flydsl") != "not installed":
         eager_checks[2] = Check(ver.name, True, ver.detail + "; TORCH_NATIVE_SKIP_VERSION_CHECK=1 "
                                 "overrides the check (eager side only)")
@@ -292,7 +302,15 @@ def _readiness(platform: str, versions: dict[str, str], target_arch: str | None,
     comp_code = Check("torch has FlyDSL Inductor templates", comp_mod,
                       "torch._inductor.codegen.flydsl present" if comp_mod
                       else f"torch {tv} has no FlyDSL Inductor templates", "install torch >= 2.15")
-    compile_checks = [comp_code, rocm, ver, arch]
+    # Inductor's gate reads the device's gcnArchName only
+    # (torch/_inductor/codegen/flydsl/flydsl_scheduling.py::_get_flydsl_device_arch):
+    # FLYDSL_GPU_ARCH and HSA_OVERRIDE_GFX_VERSION do not apply to the compile templates.
+    dev_ok = device_arch == FLYDSL_ARCH
+    dev_arch = Check("device arch gfx950", dev_ok,
+                     f"{device_arch} (device gcnArchName; Inductor ignores FLYDSL_GPU_ARCH)" if device_arch
+                     else "no ROCm device (Inductor reads the device's gcnArchName only)",
+                     None if dev_ok else "FlyDSL GEMM templates in torch 2.15 need a gfx950 device (MI350X/MI355X)")
+    compile_checks = [comp_code, rocm, ver, dev_arch]
     return Readiness("eager overrides", tuple(eager_checks)), Readiness("compile templates", tuple(compile_checks))
 
 
@@ -485,7 +503,8 @@ def collect(refresh: bool = False, environ: dict[str, str] | None = None) -> Env
     from . import __version__
     versions["flyexplore"] = __version__
     arch, src = resolve_target_arch(devs, plat, environ)
-    eager, comp = _readiness(plat, versions, arch, src, environ)
+    eager, comp = _readiness(plat, versions, arch, src, environ,
+                             devs[0].arch if plat == "rocm" and devs else None)
     env_vars = {k: environ[k] for k in RELEVANT_ENV_VARS if k in environ}
     xray = xray_readiness(versions, environ)
     return Environment(plat, devs, versions, arch, src, eager, comp, env_vars, _platform.node(), xray)

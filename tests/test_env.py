@@ -57,7 +57,7 @@ def test_disable_native_jit_and_arch_are_named():
     e = E.collect(environ={"TORCH_DISABLE_NATIVE_JIT": "1", "FLYDSL_GPU_ARCH": "gfx942"})
     by = {c.name: c for c in e.flydsl_eager.checks}
     assert not by["native overrides not disabled"].ok
-    assert "TORCH_DISABLE_NATIVE_JIT is set" in by["native overrides not disabled"].detail
+    assert "TORCH_DISABLE_NATIVE_JIT=1" in by["native overrides not disabled"].detail
     assert not by["target arch gfx950"].ok and "gfx942" in by["target arch gfx950"].detail
     assert e.env_vars["TORCH_DISABLE_NATIVE_JIT"] == "1"
     ok = E.collect(environ={"FLYDSL_GPU_ARCH": "gfx950"})
@@ -69,3 +69,18 @@ def test_aotriton_version_from_library_name(tmp_path):
     assert E.aotriton_version(str(tmp_path)) == "not present"
     (tmp_path / "lib" / "libaotriton_v2.so.0.14.2").write_text("")
     assert E.aotriton_version(str(tmp_path)) == "0.14.2"
+
+
+def test_switch_values_read_as_torch_reads_them():
+    """torch counts TORCH_DISABLE_NATIVE_JIT / TORCH_NATIVE_SKIP_VERSION_CHECK only when the value is 1."""
+    for value, off in (("1", True), ("0", False), ("true", False), ("2", False)):
+        e = E.collect(environ={"TORCH_DISABLE_NATIVE_JIT": value})
+        assert (not {c.name: c.ok for c in e.flydsl_eager.checks}["native overrides not disabled"]) is off
+
+
+def test_compile_templates_ignore_flydsl_gpu_arch():
+    """Inductor's FlyDSL gate reads the device's gcnArchName, not FLYDSL_GPU_ARCH."""
+    e = E.collect(environ={"FLYDSL_GPU_ARCH": "gfx950"})
+    assert {c.name: c.ok for c in e.flydsl_eager.checks}["target arch gfx950"]
+    dev = {c.name: c for c in e.flydsl_compile.checks}["device arch gfx950"]
+    assert not dev.ok and "gcnArchName" in dev.detail
