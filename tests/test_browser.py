@@ -176,7 +176,7 @@ def test_quickstart_runs_in_jupyterlab_with_panel_and_figures(lab, tmp_path):
             fw.wait_for(state="visible", timeout=30_000)
             assert fw.locator(".barlayer .trace").count() == 1
             assert fw.locator(".barlayer .trace .point").count() == 3
-            assert "inductor gemm fp32 (geomean" in fw.locator(".legend").text_content()
+            assert "inductor: geomean" in fw.locator(".legend").text_content()
             assert page.locator(".js-plotly-plot").count() == 2
             static = page.locator(".jp-CodeCell").last.locator(".js-plotly-plot")
             assert static.locator(".barlayer .trace .point").count() == 3

@@ -7,6 +7,7 @@ import pytest
 
 from flyexplore import results as R
 from flyexplore.errors import UsageError
+from flyexplore.ops import list_ops
 from flyexplore.widgets import CUSTOM, SweepPanel, environment_view
 
 FAST = {"rep": 3, "warmup": 1}
@@ -21,7 +22,7 @@ def run(panel):
 
 def test_controls_follow_the_operator_registry():
     p = SweepPanel("gemm", timer=FAST)
-    assert p.op.options == ("gemm", "rmsnorm", "topk")
+    assert p.op.options == list_ops() and p.op.options[:3] == ("gemm", "rmsnorm", "topk")
     assert p.backends.options == ("aten", "triton", "inductor", "flydsl")
     assert p.backends.value == p.backends.options and p.baseline.value == "aten"
     assert p.suite.options[-1] == CUSTOM and "cpu-small" in p.suite.options
@@ -91,14 +92,17 @@ def test_run_fills_rows_progress_table_and_figure(tmp_path):
     assert len(done) == 1 and len(done[0]) == 9
     # figure: one bar trace (inductor vs aten), one bar per case, the 1.0x line
     bars = [t for t in p.figure.data if t.type == "bar"]
-    assert len(bars) == 1 and bars[0].name.startswith("inductor gemm fp32 (geomean ")
-    assert list(bars[0].x) == [f"gemm {c} fp32" for c in ("128x128x128", "256x256x256", "384x256x512")]
+    assert len(bars) == 1 and bars[0].name.startswith("inductor: geomean ")
+    assert list(bars[0].x) == ["128x128x128", "256x256x256", "384x256x512"]
     sp = R.speedup(df, "aten")
     assert list(bars[0].y) == pytest.approx(list(sp["speedup"]))
-    assert p.figure.layout.shapes[0].y0 == 1.0
+    assert any(s.y0 == 1.0 and s.line.dash == "dash" for s in p.figure.layout.shapes)
+    # a lone backend's geometric mean is shown: legend on, and in the subtitle
+    gm = R.geomean(sp["speedup"])
+    assert p.figure.layout.showlegend is True and f"inductor geomean {gm:.2f}x" in p.figure.layout.title.text
     # another baseline redraws the figure from the same rows
     p.baseline.value = "inductor"
-    assert [t.name.split()[0] for t in p.figure.data] == ["aten"]
+    assert [t.name.split(":")[0] for t in p.figure.data if t.type == "bar"] == ["aten"]
     # table: every row, with the unavailable reason
     assert p.table.value.count("<tr>") == 9 and "Triton GEMM templates need a CUDA or ROCm GPU" in p.table.value
     # row details and on_select
