@@ -11,8 +11,11 @@ duration and outcome per notebook). A notebook that fails is written up to the f
 and the script goes on; the exit code is 1 if any failed.
 
 Needs the ``notebook`` and ``test`` extras (nbclient, nbformat, ipykernel, ipywidgets,
-anywidget). On one H200 with ``--size gpu``: a few minutes (Triton max-autotune of three
-Llama-3.1-8B GEMMs, twice: panel and code; the second run hits Inductor's caches).
+anywidget). On a 2-core CPU: 10-30 s per notebook. On one H200 with ``--size gpu``: the whole set
+is sized for about 5 minutes (what each notebook sweeps: ``flyexplore.notebooks.WALKTHROUGH_SWEEPS``;
+only the quickstart autotunes Triton GEMMs, three Llama-3.1-8B shapes, twice -- panel and
+code, the second run hitting Inductor's caches). Without a Chromium (GPU nodes) the
+static images of ``export_report`` are skipped with the reason; the notebooks still pass.
 """
 from __future__ import annotations
 

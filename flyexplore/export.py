@@ -100,6 +100,41 @@ def save_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
     return written
 
 
+def export_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
+                   formats: Iterable[str] = FIGURE_FORMATS, width: int = WIDTH, height: int | None = None,
+                   scale: float = SCALE) -> pd.DataFrame:
+    """Like :func:`save_figures`, but never fails for want of a browser: static formats (png,
+    svg, pdf) are skipped with the reason when :func:`static_export_problem` finds no Chromium
+    (or kaleido's rendering fails), and HTML is always written. For notebooks and scripts that
+    must run on machines without a browser (a GPU node).
+
+    Returns one row per (figure, format): ``figure``, ``format``, ``path``, ``status``
+    (``written`` or ``skipped``) and ``note`` (why it was skipped). Raises
+    :class:`UsageError` for an unknown format."""
+    formats = list(formats)
+    for f in formats:
+        if f not in FIGURE_FORMATS:
+            raise bad_choice("figure format", f, FIGURE_FORMATS)
+    out = Path(out_dir)
+    static = [f for f in formats if f in IMAGE_FORMATS]
+    why = static_export_problem() if static and figs else None
+    if static and figs and not why:
+        try:
+            save_figures(figs, out, static, width, height, scale)
+        except RuntimeError as exc:
+            why = str(exc)
+    if "html" in formats:
+        save_figures(figs, out, ["html"])
+    rows = []
+    for name in figs:
+        for f in formats:
+            skipped = f in IMAGE_FORMATS and why is not None
+            rows.append({"figure": name, "format": f, "path": str(out / f"{name}.{f}"),
+                         "status": "skipped" if skipped else "written",
+                         "note": f"static export unavailable: {why}" if skipped else ""})
+    return pd.DataFrame(rows, columns=["figure", "format", "path", "status", "note"])
+
+
 def save_figure(fig, path: str | os.PathLike, width: int = WIDTH, height: int | None = None,
                 scale: float = SCALE) -> Path:
     """Write one figure to ``path``; the format is the extension (.png, .svg, .pdf, .html).
@@ -159,3 +194,12 @@ def save_tables(tables: Mapping[str, pd.DataFrame], out_dir: str | os.PathLike,
                 formats: Iterable[str] = ("csv", "md", "tex")) -> list[Path]:
     """Write each table (name -> DataFrame) as ``out_dir/<name>.<fmt>``; returns the paths."""
     return [save_table(df, Path(out_dir) / f"{name}.{f}") for name, df in tables.items() for f in formats]
+
+
+def files_table(folder: str | os.PathLike) -> pd.DataFrame:
+    """Every file under ``folder`` (recursively, sorted): ``path`` relative to it and ``bytes``.
+    An empty table when the folder does not exist. For showing what an export wrote."""
+    root = Path(folder)
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+    return pd.DataFrame({"path": [str(p.relative_to(root)) for p in files],
+                         "bytes": [p.stat().st_size for p in files]}, columns=["path", "bytes"])

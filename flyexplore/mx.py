@@ -251,3 +251,93 @@ def dequantize_fp8(q, scale, dtype=None):
     import torch
 
     return (q.to(torch.float32) * scale).to(dtype or torch.float32)
+
+
+# -- tables for walkthroughs ------------------------------------------------------------------
+
+#: What :func:`format_errors` compares by default: (name, dtype, FP8 scaling or None).
+ERROR_FORMATS = (("fp8_e4m3 per-tensor", "fp8_e4m3", "tensor"), ("fp8_e4m3 per-row", "fp8_e4m3", "row"),
+                 ("mxfp8", "mxfp8", None), ("mxfp4", "mxfp4", None))
+
+
+def _rel(dq, x) -> tuple[float, float, float]:
+    """(relative error over all of x, worst relative error of one row, max absolute error)."""
+    import torch
+
+    d = dq.double() - x.double()
+    n = float(x.double().norm())
+    nr, dr = x.double().norm(dim=-1), d.norm(dim=-1)
+    rows = torch.where(nr > 0, dr / torch.where(nr > 0, nr, torch.ones_like(nr)), dr)
+    return ((float(d.norm()) / n if n > 0 else float(d.norm())), float(rows.max()),
+            (float(d.abs().max()) if d.numel() else 0.0))
+
+
+def block_table(x, fmt: str | ElementFormat):
+    """One row per MX block of ``x`` ([rows, K] or [K], K % 32 == 0): ``row``, ``block``
+    (index along K), ``amax`` (largest magnitude in the block), ``scale_byte`` (E8M0),
+    ``scale_exp`` (byte - 127, NaN for the NaN scale), ``scale`` (2**scale_exp), ``err_rel``
+    (||dequant - x|| / ||x|| over the block) and ``err_max_abs``, from :func:`quantize_mx` and
+    :func:`dequantize_mx`. A pandas DataFrame; raises :class:`UsageError` for a bad format or
+    K."""
+    import pandas as pd
+    import torch
+
+    f = _fmt(fmt)
+    x2 = x.reshape(1, -1) if x.dim() == 1 else x.reshape(-1, x.shape[-1])
+    data, scales = quantize_mx(x2, f)
+    dq = dequantize_mx(data, scales, f, torch.float64)
+    xb = x2.double().reshape(x2.shape[0], -1, BLOCK)
+    db = dq.reshape(x2.shape[0], -1, BLOCK) - xb
+    nx = xb.norm(dim=-1)
+    nd = db.norm(dim=-1)
+    rel = torch.where(nx > 0, nd / torch.where(nx > 0, nx, torch.ones_like(nx)), nd)
+    byte = scales.view(torch.uint8).long()
+    exp = torch.where(byte == E8M0_NAN, torch.full_like(byte, 0), byte - E8M0_BIAS).double()
+    exp = torch.where(byte == E8M0_NAN, torch.full_like(exp, math.nan), exp)
+    rows, blocks = torch.meshgrid(torch.arange(x2.shape[0]), torch.arange(scales.shape[-1]), indexing="ij")
+    return pd.DataFrame({
+        "row": rows.reshape(-1).numpy(), "block": blocks.reshape(-1).numpy(),
+        "amax": xb.abs().amax(dim=-1).reshape(-1).numpy(), "scale_byte": byte.reshape(-1).numpy(),
+        "scale_exp": exp.reshape(-1).numpy(), "scale": e8m0_to_float(scales).reshape(-1).numpy(),
+        "err_rel": rel.reshape(-1).numpy(), "err_max_abs": db.abs().amax(dim=-1).reshape(-1).numpy(),
+    })
+
+
+def format_errors(x, formats=ERROR_FORMATS):
+    """Quantize ``x`` (2-D [rows, K], K % 32 == 0; typically bf16) to each format and back, and
+    return one row per format: ``format``, ``dtype``, ``elements`` (element encoding),
+    ``scales`` (what carries a scale and its encoding), ``bits_per_value`` (element bits plus
+    the scale bits spread over the values they cover: MXFP8 8 + 8/32 = 8.25, MXFP4 4.25, FP8
+    per-tensor 8 + 32/numel, per-row 8 + 32/K), ``err_rel`` (||dequant(quant(x)) - x|| / ||x||),
+    ``err_rel_worst_row`` (the same per row, the largest: a per-tensor scale set by large rows
+    flushes small rows to zero, which the overall figure hides) and ``err_max_abs``, all against
+    ``x`` itself (the bf16 values). ``formats``: (name, dtype,
+    FP8 scaling) triples (:data:`ERROR_FORMATS`). A pandas DataFrame; raises
+    :class:`UsageError` for a bad shape, dtype or scaling."""
+    import pandas as pd
+
+    from .errors import UsageError, bad_choice
+
+    if x.dim() != 2:
+        raise UsageError(f"format_errors needs a 2-D tensor [rows, K], got shape {tuple(x.shape)}")
+    rows, k = x.shape
+    out = []
+    for name, dtype, scaling in formats:
+        if dtype in MX_FORMATS:
+            f = MX_FORMATS[dtype]
+            data, scales = quantize_mx(x, f)
+            dq = dequantize_mx(data, scales, f)
+            elem, sc, bits = f.name.upper(), f"E8M0 per {BLOCK} values along K", f.bits + 8 / BLOCK
+        elif dtype == "fp8_e4m3":
+            q, scale = quantize_fp8(x, scaling)
+            dq = dequantize_fp8(q, scale)
+            elem = "E4M3"
+            sc = {"tensor": "fp32 per tensor", "row": "fp32 per row"}[scaling]
+            bits = 8 + (32 / (rows * k) if scaling == "tensor" else 32 / k)
+        else:
+            raise bad_choice("format dtype", dtype, (*MX_FORMATS, "fp8_e4m3"))
+        err, worst, mabs = _rel(dq, x)
+        out.append({"format": name, "dtype": dtype, "elements": elem, "scales": sc,
+                    "bits_per_value": bits, "err_rel": err, "err_rel_worst_row": worst,
+                    "err_max_abs": mabs})
+    return pd.DataFrame(out)

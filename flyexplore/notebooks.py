@@ -20,14 +20,43 @@ from .errors import UsageError, bad_choice
 #: Walkthrough sizes: ``cpu`` (seconds on a 2-core CPU) and ``gpu`` (one GPU, a few minutes).
 SIZES = ("cpu", "gpu")
 
-#: What a walkthrough sweeps per (operator, size): ``make_plan`` keyword arguments.
-#: CPU: each operator's ``cpu-small`` suite. GPU: three Llama-3.1-8B GEMMs (qkv projection at a
-#: decode batch M=16 and a prefill chunk M=2048, and the down projection at M=2048; shapes from
-#: the ``llama3.1-8b`` suite, trimmed so that Triton's max-autotune fits in a few minutes) and
-#: the ``llm`` suites of RMSNorm and TopK.
+#: Timer options of the CPU walkthrough sweeps (few repetitions: seconds on 2 cores).
+CPU_TIMER = {"warmup": 2, "rep": 10}
+
+#: What a walkthrough sweeps per (name, size): keyword arguments of
+#: :func:`flyexplore.sweep.run_sweep` and :class:`flyexplore.widgets.SweepPanel` (``suite`` or
+#: ``shapes``, ``dtypes``, and where set ``backends`` and ``timer``). A name is an operator
+#: (``gemm``) or ``operator:purpose`` (``gemm:m-sweep``) when a walkthrough needs a second set.
+#: CPU: each operator's ``cpu-small`` suite or a few small shapes, with :data:`CPU_TIMER`.
+#: GPU: shapes sized for one GPU that keep all walkthroughs together within a few minutes on an
+#: H200, preferring backends that do not autotune (Triton's max-autotune costs 5-10 s per GEMM
+#: shape there): three Llama-3.1-8B GEMMs for the quickstart (shapes from the ``llama3.1-8b``
+#: suite), an M sweep at N=K=4096 (published dense shapes), grouped GEMMs of Mixtral-8x7B and
+#: Qwen3-30B-A3B experts, MXFP8/MXFP4 at two published MXFP shapes, four SDPA cases of
+#: Llama-3.1-8B (prefill causal forward and backward, GQA, decode), and the ``llm`` suites of
+#: RMSNorm and TopK. ``flydsl`` stays in every GPU list: unavailable rows cost nothing, and on
+#: an MI350 they are the point.
 WALKTHROUGH_SWEEPS: dict[tuple[str, str], dict[str, Any]] = {
     ("gemm", "cpu"): {"suite": "cpu-small"},
     ("gemm", "gpu"): {"shapes": "16x6144x4096;2048x6144x4096;2048x4096x14336", "dtypes": ["bf16"]},
+    ("gemm:m-sweep", "cpu"): {"shapes": "32x256x256;128x256x256;512x256x256;1024x256x256", "dtypes": ["fp32"],
+                              "backends": ["aten", "inductor", "flydsl"], "timer": CPU_TIMER},
+    ("gemm:m-sweep", "gpu"): {"shapes": "16x4096x4096;64x4096x4096;256x4096x4096;1024x4096x4096;4096x4096x4096",
+                              "dtypes": ["bf16"], "backends": ["aten", "inductor", "flydsl"]},
+    ("gemm:published", "cpu"): {"shapes": "8x4096x4096;16x4096x4096", "dtypes": ["bf16"],
+                                "backends": ["aten", "flydsl"], "timer": CPU_TIMER},
+    ("gemm:published", "gpu"): {"shapes": "16x4096x4096;128x4096x4096;1024x4096x4096;4096x4096x4096;16x28672x4096",
+                                "dtypes": ["bf16"], "backends": ["aten", "flydsl"]},
+    ("grouped_gemm", "cpu"): {"suite": "cpu-small", "timer": CPU_TIMER},
+    ("grouped_gemm", "gpu"): {"shapes": "8x128x28672x4096;8x1024x4096x14336;128x32x1536x2048;128x256x2048x768",
+                              "dtypes": ["bf16"], "backends": ["aten", "reference", "flydsl"]},
+    ("scaled_gemm", "cpu"): {"suite": "cpu-small", "timer": CPU_TIMER},
+    ("scaled_gemm", "gpu"): {"shapes": "128x4096x4096;2048x4096x4096", "dtypes": ["mxfp8", "mxfp4"],
+                             "backends": ["aten", "flydsl", "emulated"]},
+    ("attention", "cpu"): {"suite": "cpu-small", "timer": CPU_TIMER},
+    ("attention", "gpu"): {"shapes": "1x32x4096x4096x128:causal=1;1x32x4096x4096x128:causal=1,bwd;"
+                                     "1x32x4096x4096x128:causal=1,hkv=8;32x32x1x4096x128:hkv=8",
+                           "dtypes": ["bf16"]},
     ("rmsnorm", "cpu"): {"suite": "cpu-small"},
     ("rmsnorm", "gpu"): {"suite": "llm"},
     ("topk", "cpu"): {"suite": "cpu-small"},
@@ -48,15 +77,19 @@ def check_size(size: str) -> str:
 
 def sweep_args(size: str, op: str = "gemm") -> dict[str, Any]:
     """Keyword arguments for :func:`flyexplore.sweep.run_sweep` and
-    :class:`flyexplore.widgets.SweepPanel` that a walkthrough uses for ``op`` at ``size``:
-    ``{"op": ..., "suite": ...}`` or ``{"op": ..., "shapes": ..., "dtypes": [...]}``
-    (see :data:`WALKTHROUGH_SWEEPS`). Raises :class:`UsageError` for an unknown size or
+    :class:`flyexplore.widgets.SweepPanel` that a walkthrough uses for ``op`` (an operator or
+    ``operator:purpose``) at ``size``: ``{"op": ..., "suite": ...}`` or ``{"op": ...,
+    "shapes": ..., "dtypes": [...]}``, with ``backends`` and ``timer`` where set (see
+    :data:`WALKTHROUGH_SWEEPS`; the returned ``op`` is the operator name). Copies: changing
+    the result does not change the table. Raises :class:`UsageError` for an unknown size or
     operator."""
     check_size(size)
     ops = sorted({o for o, _ in WALKTHROUGH_SWEEPS})
     if (op, size) not in WALKTHROUGH_SWEEPS:
         raise bad_choice("walkthrough operator", op, ops)
-    return {"op": op, **WALKTHROUGH_SWEEPS[(op, size)]}
+    entry = {k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
+             for k, v in WALKTHROUGH_SWEEPS[(op, size)].items()}
+    return {"op": op.split(":")[0], **entry}
 
 
 def notebooks_dir() -> Path:

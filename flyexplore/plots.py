@@ -8,7 +8,8 @@ Speedup axes start at zero and carry a dashed 1.0x line; ratios within +-1%
 
 Figures: :func:`speedup_figure`, :func:`sweep_figure`, :func:`heatmap_figure` (with
 :func:`speedup_grid`), :func:`roofline_figure`, :func:`ab_figure`,
-:func:`published_vs_measured_figure`, :func:`vllm_figure`. Export: :mod:`flyexplore.export`.
+:func:`published_vs_measured_figure`, :func:`vllm_figure`, :func:`error_figure`,
+:func:`range_figure`. Export: :mod:`flyexplore.export`.
 """
 from __future__ import annotations
 
@@ -92,6 +93,10 @@ def _label_fn(d: pd.DataFrame, cols=("op", "dtype")):
 
 
 # -- speedup ---------------------------------------------------------------------------------
+#: Up to this many (backend, op, dtype) series, their geometric means are also in the subtitle.
+_SUBTITLE_MEANS = 4
+
+
 def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", title: str | None = None,
                    backends: Sequence[str] | None = None, show_values: bool | None = None,
                    horizontal: bool | None = None):
@@ -99,7 +104,8 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
 
     ``baseline`` is one backend or several (then the faster of them per case, e.g.
     ``["aten", "triton"]`` as in the published dense suite). Shows a dashed 1.0x line, the
-    geometric mean per backend (legend, and a dotted line when there is one op and dtype),
+    geometric mean per backend (legend -- shown even for a single backend --, subtitle for up to
+    four series, and a dotted line when there is one op and dtype),
     ties within +-1% outlined in black, the y axis from zero, and per-bar values when there are
     at most 40 bars (``show_values``). With more than 30 cases or long case labels
     (``horizontal=None``) the bars run horizontally, one row per case, so every label stays
@@ -123,10 +129,12 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
     if horizontal is None:
         horizontal = _horizontal(s["x"])
     fig = go.Figure()
+    means = []
     for (op, dtype, backend), g in groups:
         gm = R.geomean(g["speedup"])
         ties = int(g["tie"].sum())
         name = f"{backend}: geomean {gm:.2f}x" if single else f"{backend} {op} {dtype}: geomean {gm:.2f}x"
+        means.append(name.replace(": geomean", " geomean"))
         c = backend_color(backend)
         xy = dict(x=g["speedup"], y=g["x"], orientation="h") if horizontal else dict(x=g["x"], y=g["speedup"])
         fig.add_bar(
@@ -148,11 +156,16 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
     _ref_line(fig, 1.0, "#555", "dash", "1.0x (baseline)", horizontal)
     base = _base_name(baseline)
     ttl = title or f"Speedup over {base}"
-    ttl += "<br><sup>baseline time / backend time per case; higher is better; outlined: tie within ±1%</sup>"
+    # the geometric means also in the subtitle: visible wherever the legend is hidden or cut
+    gms = "; ".join(means) if len(means) <= _SUBTITLE_MEANS else f"geomeans of {len(means)} series in the legend"
+    ttl += ("<br><sup>baseline time / backend time per case; higher is better; outlined: tie within ±1%"
+            f"<br>{gms}</sup>")
     vlab = f"speedup vs {base} (x)"
     _style(fig, ttl, vlab if horizontal else "case", "case" if horizontal else vlab, legend_title="backend",
            height=max(HEIGHT, 200 + 18 * ncase * s["backend"].nunique()) if horizontal else HEIGHT)
-    fig.update_layout(barmode="group", bargap=0.25, showlegend=True)
+    # showlegend: plotly hides a legend with a single entry by default, which would hide the
+    # geometric mean of a lone backend
+    fig.update_layout(barmode="group", bargap=0.25, showlegend=True, margin=dict(t=110))
     if horizontal:
         fig.update_xaxes(rangemode="tozero")
         fig.update_yaxes(type="category", autorange="reversed", dtick=1)
@@ -589,12 +602,22 @@ def published_vs_measured_figure(measured: pd.DataFrame, published: pd.DataFrame
 
 
 # -- vLLM ------------------------------------------------------------------------------------
+def _source_tag(source) -> str:
+    """`` [synthetic example]`` etc. for a vLLM A/B row that is neither measured nor published
+    (published rows are tagged by their own panel title)."""
+    if not isinstance(source, str) or source in ("", "measured", "published"):
+        return ""
+    return f" [{source}]"
+
+
 def vllm_figure(ab: pd.DataFrame, title: str | None = None):
     """Whole-request A/B of vLLM serving: speedup (> 1: arm B better) against concurrency, one
     line per model (and precision), one panel per metric (TTFT, TPOT, ITL, request
     throughput, ... or the published whole-request figure per precision). ``ab`` is
     :func:`flyexplore.vllm.ab_table` or :func:`flyexplore.published.vllm_published` output
-    (or both concatenated). Dashed 1.0x line, y from zero."""
+    (or both concatenated). Dashed 1.0x line, y from zero. Panels of published rows are titled
+    ``[published]``; rows with another non-measured ``source`` (e.g. ``synthetic example``,
+    :func:`flyexplore.vllm.ab_table`'s ``source=``) carry it in brackets too."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -606,8 +629,9 @@ def vllm_figure(ab: pd.DataFrame, title: str | None = None):
                          (" [published]" if r.get("source") == "published" else ""), axis=1)
     d["panel"] = d["panel"].str.replace("whole_request", "whole request", regex=False)
     if "label" in d:
-        d["panel"] = [lab.split(" (")[0] if isinstance(lab, str) and s != "published" else pn
-                      for lab, s, pn in zip(d["label"], d.get("source", ""), d["panel"])]
+        srcs = d["source"] if "source" in d else [""] * len(d)
+        d["panel"] = [lab.split(" (")[0] + _source_tag(s) if isinstance(lab, str) and s != "published" else pn
+                      for lab, s, pn in zip(d["label"], srcs, d["panel"])]
     panels = list(dict.fromkeys(d["panel"]))
     ncol = min(3, len(panels))
     nrow = math.ceil(len(panels) / ncol)
@@ -645,4 +669,99 @@ def vllm_figure(ab: pd.DataFrame, title: str | None = None):
                          categoryarray=[str(v) for v in conc] + ["∞"], row=r + 1, col=c + 1,
                          title_text="concurrency" if r == nrow - 1 else "")
         fig.update_yaxes(rangemode="tozero", row=r + 1, col=c + 1, title_text="speedup (x)" if c == 0 else "")
+    return fig
+
+
+# -- numerical error -------------------------------------------------------------------------
+_ERR = {"err_rel": "relative error vs the high-precision reference",
+        "err_rel_dequant": "relative error vs the product of the dequantized inputs",
+        "err_max_abs": "max absolute error vs the reference"}
+
+
+def error_figure(df: pd.DataFrame, metric: str = "err_rel", title: str | None = None, log_y: bool = True):
+    """Numerical error per case, as dots: x = case, y = error, one series per (dtype, backend,
+    source), coloured by dtype (a format's error hardly depends on the backend that runs it);
+    filled markers for ``measured`` rows, open ones for ``emulated`` / ``published`` rows.
+    ``metric``: ``err_rel`` (against the operator's reference: for scaled GEMM the unquantized
+    bf16 product, i.e. what the format costs), ``err_rel_dequant`` (scaled GEMM: against the
+    dequantized inputs' product, i.e. the kernel's own error) or ``err_max_abs``. For
+    ``err_rel`` a dotted line marks each dtype's tolerance (``err_tol``) when it is one value.
+    Several rows of one point are reduced to their median. Log y axis by default. Raises
+    ``UsageError`` for an unknown metric or when no row has it."""
+    import plotly.graph_objects as go
+
+    if metric not in _ERR:
+        raise bad_choice("error metric", metric, _ERR)
+    d = df[df["status"].isin(["ok", "published"])]
+    d = d[pd.to_numeric(d[metric], errors="coerce").notna()] if metric in d else d.iloc[0:0]
+    if d.empty:
+        raise UsageError(f"no rows with {metric} to plot")
+    d = d.assign(x=d.apply(_label_fn(d, cols=("op",)), axis=1))
+    dtypes = sorted(d["dtype"].astype(str).unique())
+    order = list(dict.fromkeys(d["x"]))
+    fig = go.Figure()
+    symbols = ("circle", "diamond", "square", "triangle-up", "cross", "star")
+    backends = list(dict.fromkeys(d["backend"].astype(str)))
+    for (dtype, backend, source), g in d.groupby(["dtype", "backend", "source"], sort=False):
+        v = g.groupby("x", sort=False)[metric].median().astype(float)
+        tol = g.groupby("x", sort=False)["err_tol"].first().astype(float) if "err_tol" in g else None
+        c = SERIES_COLORS[dtypes.index(str(dtype)) % len(SERIES_COLORS)]
+        sym = symbols[backends.index(str(backend)) % len(symbols)] + ("" if source == "measured" else "-open")
+        fig.add_scatter(x=list(v.index), y=v.values, mode="markers", name=f"{dtype} {backend} ({source})",
+                        legendgroup=str(dtype), marker=dict(color=c, size=11, symbol=sym, line=dict(width=2, color=c)),
+                        customdata=list(zip([source] * len(v), tol.values if tol is not None else [math.nan] * len(v))),
+                        hovertemplate=(f"<b>{dtype} {backend}</b> %{{x}}<br>{metric} %{{y:.3g}}<br>tolerance "
+                                       "%{customdata[1]:.3g}<br>source %{customdata[0]}<extra></extra>"))
+    if "err_tol" in d and metric == "err_rel":
+        for dtype, g in d.groupby("dtype", sort=False):
+            tols = pd.to_numeric(g["err_tol"], errors="coerce").dropna().unique()
+            if len(tols) == 1:
+                c = SERIES_COLORS[dtypes.index(str(dtype)) % len(SERIES_COLORS)]
+                _ref_line(fig, float(tols[0]), c, "dot", f"{dtype} tolerance {float(tols[0]):g} (dotted)")
+    kinds = ", ".join(sorted(d["source"].dropna().unique()))
+    ttl = (title or f"Numerical error per case ({metric})") + \
+        f"<br><sup>{_ERR[metric]}; lower is better; sources: {kinds} (open markers: not measured)</sup>"
+    _style(fig, ttl, "case", metric, legend_title="dtype backend (source)")
+    fig.update_layout(showlegend=True)
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=order)
+    if log_y:
+        fig.update_yaxes(type="log")
+    else:
+        fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+# -- ranges ----------------------------------------------------------------------------------
+def range_figure(ranges: pd.DataFrame | None = None, title: str | None = None):
+    """Figures public only as ranges (``low``..``high``, e.g. AOTriton 0.14.2b vs 0.13b forward
+    0.92x-2.34x) as floating horizontal bars from low to high, one row per (what, subject),
+    with a dashed 1.0x line. ``ranges`` defaults to :func:`flyexplore.published.ranges` (columns
+    ``what, subject, low, high``). No per-case value is drawn because none is public. Raises
+    ``UsageError`` when ``ranges`` is empty or lacks those columns."""
+    import plotly.graph_objects as go
+
+    if ranges is None:
+        from .published import ranges as _r
+
+        ranges = _r()
+    need = ["what", "subject", "low", "high"]
+    if ranges.empty or any(c not in ranges for c in need):
+        raise UsageError(f"range_figure needs rows with columns {', '.join(need)}")
+    fig = go.Figure()
+    whats = list(dict.fromkeys(ranges["what"]))
+    for i, (what, g) in enumerate(ranges.groupby("what", sort=False)):
+        lo, hi = g["low"].astype(float), g["high"].astype(float)
+        fig.add_bar(y=[f"{what}: {s}" for s in g["subject"]], x=hi - lo, base=lo, orientation="h", name=what,
+                    marker_color=SERIES_COLORS[whats.index(what) % len(SERIES_COLORS)], opacity=0.75,
+                    text=[f"{a:.2f}x – {b:.2f}x" for a, b in zip(lo, hi)], textposition="outside",
+                    cliponaxis=False,
+                    hovertemplate="%{y}<br>%{text} (range only; no per-case values public)<extra></extra>")
+    _ref_line(fig, 1.0, "#555", "dash", "1.0x (no change)", horizontal=True)
+    ttl = (title or "Published only as ranges") + \
+        "<br><sup>low to high over the published cases; no per-case values are public</sup>"
+    _style(fig, ttl, "speedup (x)", "", height=max(340, 190 + 46 * len(ranges)), legend_title="")
+    fig.update_xaxes(range=[0, float(ranges["high"].astype(float).max()) * 1.3])  # room for the labels
+    fig.update_yaxes(type="category", autorange="reversed")
+    fig.update_layout(showlegend=True, margin=dict(b=110),
+                      legend=dict(orientation="h", yref="container", yanchor="bottom", y=0.01, x=0))
     return fig

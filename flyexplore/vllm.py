@@ -43,6 +43,8 @@ SETUP = ("date", "backend", "label", "model_id", "num_prompts", "request_rate", 
          "max_concurrency", "duration", "completed", "failed", "total_input_tokens",
          "total_output_tokens")
 PAIR_KEY = ("model", "concurrency", "request_rate")
+#: A field that marks a file as a made-up example (``data/examples/vllm``), not a measurement.
+SYNTHETIC_FIELD = "synthetic_example"
 
 
 def _files(paths: Iterable[str | os.PathLike]) -> list[Path]:
@@ -92,7 +94,8 @@ def load_runs(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> pd.Data
     """One row per saved run: ``file``, the :data:`SETUP` fields present, ``model`` (last part
     of ``model_id``), ``concurrency`` (``max_concurrency``; NaN when unlimited) and every
     metric field (``*_ms``, ``*_throughput``). Folders are searched for ``*.json`` (vllm's
-    ``*.pytorch.json`` side files are skipped). Raises :class:`UsageError` for a missing file
+    ``*.pytorch.json`` side files are skipped); ``synthetic_example`` for files marked as made-up
+    examples (:data:`SYNTHETIC_FIELD`). Raises :class:`UsageError` for a missing file
     or one that is not a vllm result."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -108,22 +111,30 @@ def load_runs(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> pd.Data
             mc = o.get("max_concurrency")
             r["concurrency"] = float(mc) if mc is not None else math.nan
             r["request_rate"] = str(o.get("request_rate", "inf"))
+            if o.get(SYNTHETIC_FIELD):
+                r[SYNTHETIC_FIELD] = str(o[SYNTHETIC_FIELD])
             rows.append(r)
     return pd.DataFrame(rows)
 
 
 def ab_table(a: pd.DataFrame, b: pd.DataFrame, metrics: Iterable[str] | None = None,
-             names: tuple[str, str] = ("A", "B")) -> pd.DataFrame:
+             names: tuple[str, str] = ("A", "B"), source: str | None = None) -> pd.DataFrame:
     """Pair runs of arm A (baseline) and arm B (candidate) from :func:`load_runs` by
     (model, concurrency, request_rate); several runs of one key are reduced to their median.
 
     Returns one row per pair and metric: ``model, concurrency, request_rate, metric, label,
     a, b`` (arm names), ``a_value, b_value, speedup`` (> 1: B better; latency A/B, throughput
-    B/A), ``pct`` ((speedup - 1) * 100), ``higher_is_better``, ``source="measured"``. Keys
+    B/A), ``pct`` ((speedup - 1) * 100), ``higher_is_better``, ``source`` (default:
+    ``"synthetic example"`` when a run of either arm is marked with :data:`SYNTHETIC_FIELD`, as
+    the files under ``data/examples/vllm`` are, else ``"measured"``; figures and reports show
+    it). Keys
     present in one arm only are in ``df.attrs["only_a"]`` / ``["only_b"]`` (lists of
     "model c=N rate=R" strings). ``metrics`` default: those of :data:`METRICS` both arms have.
     Raises :class:`UsageError` when no key is in both arms."""
     key = list(PAIR_KEY)
+    if source is None:
+        marked = any(SYNTHETIC_FIELD in d and d[SYNTHETIC_FIELD].notna().any() for d in (a, b))
+        source = "synthetic example" if marked else "measured"
     ms = [m for m in (metrics or METRICS) if m in a and m in b]
     if not ms:
         raise UsageError(f"no metric in both arms (wanted: {', '.join(metrics or METRICS)})")
@@ -156,7 +167,7 @@ def ab_table(a: pd.DataFrame, b: pd.DataFrame, metrics: Iterable[str] | None = N
                          "request_rate": r["request_rate"], "metric": m, "label": label,
                          "a": names[0], "b": names[1], "a_value": va, "b_value": vb,
                          "speedup": sp, "pct": (sp - 1) * 100, "higher_is_better": hib,
-                         "source": "measured"})
+                         "source": source})
     out = pd.DataFrame(rows)
     out.attrs["only_a"], out.attrs["only_b"] = only_a, only_b
     return out

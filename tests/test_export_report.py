@@ -198,3 +198,29 @@ def test_report_without_a_browser_still_writes_html(tmp_path, monkeypatch, measu
     assert "Static images not written" in html and not (tmp_path / "r" / "figures").exists()
     with pytest.raises(RuntimeError, match="static figure export unavailable"):
         X.save_figures({"x": speedup_figure(measured)}, tmp_path / "x", ["png"])
+
+
+def test_export_figures_skips_static_formats_without_a_browser(tmp_path, monkeypatch, measured):
+    """export_figures never fails for want of a browser: HTML is written, PNG/SVG/PDF are
+    listed as skipped with the reason (the notebooks rely on it on GPU nodes)."""
+    import flyexplore.export as X
+
+    figs = {"a": speedup_figure(measured), "b": speedup_figure(measured, title="b")}
+    monkeypatch.setattr(X, "static_export_problem", lambda: "no Chromium/Chrome for kaleido (test)")
+    t = X.export_figures(figs, tmp_path / "f", ["png", "html"])
+    assert list(t["status"]) == ["skipped", "written", "skipped", "written"]
+    assert t.loc[t["format"] == "png", "note"].str.contains("no Chromium/Chrome for kaleido").all()
+    assert sorted(p.name for p in (tmp_path / "f").iterdir()) == ["a.html", "b.html"]
+    assert X.files_table(tmp_path / "f").to_dict("list") == {
+        "path": ["a.html", "b.html"], "bytes": [(tmp_path / "f" / n).stat().st_size for n in ("a.html", "b.html")]}
+    # a browser that is found but fails to render: skipped with kaleido's error, not raised
+    monkeypatch.setattr(X, "static_export_problem", lambda: None)
+
+    def broken(*a, **k):
+        raise RuntimeError("static figure export failed: BrowserFailedError: boom")
+    monkeypatch.setattr(X, "save_figures", broken)
+    t = X.export_figures({"a": figs["a"]}, tmp_path / "g", ["svg"])
+    assert list(t["status"]) == ["skipped"] and "boom" in t["note"][0]
+    with pytest.raises(UsageError, match="unknown figure format 'gif'"):
+        X.export_figures(figs, tmp_path, ["gif"])
+    assert X.files_table(tmp_path / "missing").empty

@@ -172,3 +172,40 @@ def test_fp8_per_tensor_and_per_row():
     assert float(err.max()) <= 16 / 448                   # half an E4M3 step (32) in [256, 448]
     q, _ = mx.quantize_fp8(torch.zeros(2, 32), "row")     # all-zero rows do not divide by zero
     assert not q.float().any()
+
+
+def test_block_table_lists_each_block_scale_and_error():
+    x = torch.cat([_block([1.0, 0.5]), _block([300.0, -2.0]), _block([float("nan")])], dim=1)  # 1 row, 3 blocks
+    t = mx.block_table(x, "mxfp8")
+    assert list(t["block"]) == [0, 1, 2] and list(t["row"]) == [0, 0, 0]
+    assert list(t["scale_byte"]) == [119, 127, 255]                 # 2^-8, 2^0, NaN
+    assert list(t["scale_exp"][:2]) == [-8.0, 0.0] and math.isnan(t["scale_exp"][2])
+    assert list(t["amax"][:2]) == [1.0, 300.0]
+    assert t["err_rel"][0] == 0.0                                    # 1.0 and 0.5 are exact in E4M3
+    assert t["err_max_abs"][1] == pytest.approx(12.0)  # 300 -> 288: E4M3 steps by 32 in [256, 512)
+    t4 = mx.block_table(torch.randn(4, 64), "mxfp4")
+    assert len(t4) == 8 and (t4["err_rel"] > 0).all() and (t4["err_rel"] < 0.3).all()
+    with pytest.raises(UsageError, match="multiple of 32"):
+        mx.block_table(torch.ones(2, 48), "mxfp8")
+
+
+def test_format_errors_per_tensor_scale_flushes_small_rows():
+    # rows of 1e-3 and 1e3: one per-tensor scale (set by the large row) flushes the small row to
+    # zero (relative error 1), per-row and per-block scales keep it
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(2, 64, generator=g) * torch.tensor([[1e-3], [1e3]])).to(torch.bfloat16)
+    t = mx.format_errors(x).set_index("format")
+    assert list(t.index) == ["fp8_e4m3 per-tensor", "fp8_e4m3 per-row", "mxfp8", "mxfp4"]
+    assert t.loc["fp8_e4m3 per-tensor", "err_rel_worst_row"] == pytest.approx(1.0)
+    assert t.loc["fp8_e4m3 per-row", "err_rel_worst_row"] < 0.05
+    assert t.loc["mxfp8", "err_rel_worst_row"] < 0.05 and t.loc["mxfp4", "err_rel_worst_row"] < 0.3
+    assert t.loc["mxfp4", "err_rel"] > 2 * t.loc["mxfp8", "err_rel"]
+    assert list(t["bits_per_value"]) == pytest.approx([8 + 32 / 128, 8 + 32 / 64, 8.25, 4.25])
+    # the overall figure is the decoded tensor's relative error
+    q, s = mx.quantize_fp8(x, "row")
+    d = mx.dequantize_fp8(q, s).double() - x.double()
+    assert t.loc["fp8_e4m3 per-row", "err_rel"] == pytest.approx(float(d.norm() / x.double().norm()))
+    with pytest.raises(UsageError, match="2-D tensor"):
+        mx.format_errors(x[0])
+    with pytest.raises(UsageError, match="unknown format dtype 'int8'"):
+        mx.format_errors(x, [("int8", "int8", None)])

@@ -38,13 +38,33 @@ def _code_cells(nb):
     return [c for c in nb.cells if c.cell_type == "code"]
 
 
+def _figures(nb):
+    """The plotly figures a notebook displayed (JSON), in order."""
+    return [o["data"]["application/vnd.plotly.v1+json"] for c in _code_cells(nb) for o in c.outputs
+            if "application/vnd.plotly.v1+json" in o.get("data", {})]
+
+
+def _titles(nb):
+    return [f["layout"].get("title", {}).get("text", "") for f in _figures(nb)]
+
+
+def _text(nb):
+    """Every text output of a notebook (plain-text reprs and streams), joined."""
+    parts = []
+    for c in _code_cells(nb):
+        for o in c.outputs:
+            parts.append(o.get("text", "") if o.output_type == "stream" else o.get("data", {}).get("text/plain", ""))
+    return "\n".join(parts)
+
+
 def _widget_states(nb):
     st = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
     return [m for m in st.values()]
 
 
 def test_there_are_notebooks_and_each_has_a_parameters_cell():
-    assert "quickstart.ipynb" in [p.name for p in NOTEBOOKS]
+    assert {"quickstart.ipynb", "gemm_sweeps.ipynb", "mxfp_fp8.ipynb", "attention_aotriton.ipynb",
+            "published_mi355x.ipynb", "export_report.ipynb"} <= {p.name for p in NOTEBOOKS}
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
         params = [c for c in nb.cells if N.PARAMETERS_TAG in c.metadata.get("tags", [])]
@@ -100,12 +120,13 @@ def test_quickstart_shows_environment_panel_rows_and_figure(executed):
     df = R.load(out / "gemm.parquet")
     R.validate(df)
     assert len(df) == 12 and set(df.backend) == {"aten", "triton", "inductor", "flydsl"}
-    figs = [o["data"]["application/vnd.plotly.v1+json"] for c in _code_cells(nb) for o in c.outputs
-            if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    figs = _figures(nb)
     assert len(figs) == 1
     traces = [t for t in figs[0]["data"] if t["type"] == "bar"]
     assert [t["name"].split(":")[0] for t in traces] == ["inductor"]
     assert len(traces[0]["x"]) == 3
+    # one backend: its geometric mean is still shown (legend forced on, and in the subtitle)
+    assert figs[0]["layout"]["showlegend"] is True and "inductor geomean" in figs[0]["layout"]["title"]["text"]
 
 
 def test_parameters_are_injected_papermill_style():
@@ -125,10 +146,21 @@ def test_parameters_are_injected_papermill_style():
 
 
 def test_walkthrough_sizes_resolve_to_valid_plans():
-    for (op, size) in N.WALKTHROUGH_SWEEPS:
-        a = N.sweep_args(size, op)
-        plan = make_plan(a["op"], a.get("suite"), a.get("shapes"), a.get("dtypes"))
+    for (name, size) in N.WALKTHROUGH_SWEEPS:
+        a = N.sweep_args(size, name)
+        assert a["op"] == name.split(":")[0]
+        plan = make_plan(a["op"], a.get("suite"), a.get("shapes"), a.get("dtypes"), a.get("backends"))
         assert len(plan) > 0
+        if size == "cpu" and name in ("gemm:m-sweep", "gemm:published", "grouped_gemm", "scaled_gemm", "attention"):
+            assert len(plan) <= 30 and a.get("timer") == N.CPU_TIMER  # seconds on 2 cores
+        if size == "gpu" and name != "gemm":
+            # the GPU walkthroughs stay within minutes on one H200: no Triton max-autotune
+            # (5-10 s per GEMM shape there) beyond the quickstart's three shapes
+            assert "triton" not in plan.backends, name
+            assert "flydsl" in plan.backends or a["op"] not in ("gemm", "grouped_gemm", "scaled_gemm"), name
+    a = N.sweep_args("cpu", "gemm:m-sweep")
+    a["timer"]["rep"] = 1000  # a copy: the table is not changed
+    assert N.WALKTHROUGH_SWEEPS[("gemm:m-sweep", "cpu")]["timer"]["rep"] == N.CPU_TIMER["rep"]
     gpu = make_plan(**{k: v for k, v in N.sweep_args("gpu").items()})
     assert all(c["m"] in (16, 2048) for c, _ in gpu.pairs)
     with pytest.raises(UsageError, match=r"unknown walkthrough size 'tpu' \(valid: cpu, gpu\)"):
@@ -159,3 +191,100 @@ def test_run_notebooks_script_writes_env_and_run_log(executed):
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_notebooks.py"),
                         str(executed / "again"), "--only", "nope"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "no notebook named 'nope'" in p.stderr
+
+
+def _nb(executed, name):
+    return nbformat.read(executed / f"{name}.ipynb", as_version=4), executed / f"{name}-out"
+
+
+def test_every_notebook_says_what_it_needs():
+    for path in NOTEBOOKS:
+        first = nbformat.read(path, as_version=4).cells[0]
+        assert first.cell_type == "markdown", path.name
+        if path.stem != "quickstart":
+            assert "| you have |" in first.source and "CPU only" in first.source, path.name
+
+
+def test_gemm_sweeps_notebook(executed):
+    nb, out = _nb(executed, "gemm_sweeps")
+    dense, grouped = R.load(out / "dense.parquet"), R.load(out / "grouped.parquet")
+    R.validate(dense)
+    R.validate(grouped)
+    assert set(dense.backend) == {"aten", "inductor", "flydsl"} and dense["m"].nunique() == 4
+    assert (dense[dense.backend == "flydsl"].status == "unavailable").all()
+    assert set(grouped.backend) == {"aten", "triton", "flydsl", "reference"}
+    titles = _titles(nb)
+    assert any(t.startswith("Dense GEMM on ") and "TFLOP/s across M" in t for t in titles)
+    # the committed H200 rows are plotted and labelled as measured on the H200
+    h200 = [t for t in titles if t.startswith("Measured on NVIDIA H200")]
+    assert len(h200) == 4 and any("grouped GEMM" in t for t in h200)
+    roof = [f for f in _figures(nb) if "roofline" in f["layout"]["title"]["text"]]
+    assert any("989 TFLOP/s" in (t.get("name") or "") for t in roof[0]["data"])  # H200 bf16 roof
+    assert "pct_peak_tflops" in _text(nb)
+
+
+def test_mxfp_fp8_notebook(executed):
+    nb, out = _nb(executed, "mxfp_fp8")
+    sg = R.load(out / "scaled_gemm.parquet")
+    R.validate(sg)
+    emu = sg[sg.backend == "emulated"]
+    assert (emu.status == "ok").all() and set(emu.source) == {"emulated"}
+    assert set(sg[sg.backend != "emulated"].source) == {"measured"}
+    text = _text(nb)
+    assert "err_rel_worst_row" in text and "E8M0 per 32 values along K" in text
+    assert "refuses MXFP8" in text  # the H200's reason for no native MX
+    titles = _titles(nb)
+    assert sum(t.startswith("Published (AMD Instinct MI355X, not measured here)") for t in titles) == 2
+    assert sum(t.startswith("Measured on NVIDIA H200") for t in titles) == 2
+    errs = [f for f in _figures(nb) if "GEMM error" in f["layout"]["title"]["text"]]
+    assert len(errs) == 3 and any("(emulated)" in t["name"] for t in errs[0]["data"])
+
+
+def test_attention_notebook(executed):
+    nb, out = _nb(executed, "attention_aotriton")
+    att = R.load(out / "attention.parquet")
+    R.validate(att)
+    assert set(att.backend) == {"flash", "efficient", "cudnn", "ck", "math", "default"}
+    eff = att[att.backend == "efficient"]
+    assert (eff.status == "unavailable").all() and eff.message.str.contains("torch").all()
+    assert (out / "compare_flash_cudnn" / "report.html").exists()
+    text = _text(nb)
+    assert "flash -> cudnn" in text and "aotriton" in text
+    rng = [f for f in _figures(nb) if "AOTriton 0.14.2b vs 0.13b" in f["layout"]["title"]["text"]]
+    (bar,) = [t for t in rng[0]["data"] if t["type"] == "bar"]
+    assert bar["text"] == ["0.92x – 2.34x", "0.93x – 2.47x"]
+    titles = _titles(nb)
+    assert any("SDPA forward" in t for t in titles) and any("SDPA backward" in t for t in titles)
+
+
+def test_published_notebook(executed):
+    nb, out = _nb(executed, "published_mi355x")
+    text = _text(nb)
+    assert "1.1027 (1.10x)" in text and "1.102712" in text  # printed and recomputed
+    titles = _titles(nb)
+    assert sum(t.startswith("Published (MI355X)") for t in titles) == 7
+    assert sum(t.startswith("Different devices:") for t in titles) == 2
+    synth = [f for f in _figures(nb) if f["layout"]["title"]["text"].startswith("SYNTHETIC EXAMPLE")]
+    panels = [a["text"] for a in synth[0]["layout"]["annotations"]]
+    assert panels and all(p.endswith("[synthetic example]") for p in panels)
+    assert "synthetic example" in text
+    live = R.load(out / "dense_published_shapes.parquet")
+    assert set(live.case) == {"8x4096x4096", "16x4096x4096"}
+
+
+def test_export_report_notebook(executed):
+    from flyexplore.export import static_export_problem
+
+    nb, out = _nb(executed, "export_report")
+    for f in ("report/report.html", "compare/report.html", "single/gemm_roofline.html",
+              "tables/geomean_speedup.md", "tables/geomean_speedup.tex", "tables/results.csv",
+              "figures/gemm_speedup.html"):
+        assert (out / f).stat().st_size > 0, f
+    static = static_export_problem() is None
+    for f in ("figures/gemm_speedup.png", "figures/gemm_roofline.svg", "figures/rmsnorm_gbps.pdf",
+              "report/figures"):
+        assert (out / f).exists() == static, f
+    text = _text(nb)
+    assert ("skipped" in text) != static
+    assert "| op " in text and "\\begin{tabular}" in text  # the Markdown and LaTeX tables printed
+    assert "report/report.html" in text  # the list of files written

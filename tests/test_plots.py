@@ -211,3 +211,67 @@ def test_vllm_figure_published():
 def test_backend_colors_are_stable():
     assert F.backend_color("aten") == "#636EFA"
     assert F.backend_color("my-new-backend") == F.backend_color("my-new-backend")
+
+
+def test_speedup_figure_shows_the_geomean_of_a_lone_backend(gemm):
+    one = gemm[gemm["backend"].isin(["aten", "flydsl"])]
+    fig = F.speedup_figure(one, "aten")
+    gm = (2.0 * (0.030 / 0.0151) * 0.8) ** (1 / 3)
+    # plotly hides a one-entry legend unless told: the figure says showlegend, and the
+    # subtitle carries the geomean too (visible wherever the legend is hidden or cut)
+    assert fig.layout.showlegend is True
+    (bar,) = _bars(fig)
+    assert bar.name == f"flydsl: geomean {gm:.2f}x"
+    assert f"flydsl geomean {gm:.2f}x" in fig.layout.title.text
+    # several op/dtype series: each named in the subtitle, up to four of them
+    two = pd.concat([one, rows({("64x4096x4096", "aten"): 0.02, ("64x4096x4096", "flydsl"): 0.04}, dtype="fp16")])
+    fig = F.speedup_figure(two, "aten")
+    assert "flydsl gemm fp16 geomean 0.50x" in fig.layout.title.text
+    assert f"flydsl gemm bf16 geomean {gm:.2f}x" in fig.layout.title.text
+
+
+def test_error_figure_dots_per_format_and_source():
+    d = rows({("64x64x64", "aten"): 1.0, ("128x64x64", "aten"): 1.0}, dtype="fp8_e4m3",
+             err_rel=0.037, err_tol=0.1, err_rel_dequant=0.001)
+    e = rows({("64x64x64", "emulated"): 1.0}, dtype="mxfp4", err_rel=0.16, err_tol=0.3)
+    e["source"] = "emulated"
+    fig = F.error_figure(pd.concat([d, e]))
+    pts = {t.name: t for t in fig.data if t.mode == "markers"}
+    assert set(pts) == {"fp8_e4m3 aten (measured)", "mxfp4 emulated (emulated)"}
+    assert list(pts["fp8_e4m3 aten (measured)"].y) == pytest.approx([0.037, 0.037])
+    assert pts["mxfp4 emulated (emulated)"].marker.symbol.endswith("-open")  # not measured: open marker
+    assert not pts["fp8_e4m3 aten (measured)"].marker.symbol.endswith("-open")
+    tol = {s.y0 for s in fig.layout.shapes}
+    assert tol == {0.1, 0.3} and fig.layout.yaxis.type == "log"
+    fig = F.error_figure(pd.concat([d, e]), metric="err_rel_dequant")
+    assert [t.name for t in fig.data] == ["fp8_e4m3 aten (measured)"] and not fig.layout.shapes
+    with pytest.raises(UsageError, match="unknown error metric 'err'"):
+        F.error_figure(d, metric="err")
+    with pytest.raises(UsageError, match="no rows with err_rel"):
+        F.error_figure(rows({("8x8x8", "aten"): 1.0}))
+
+
+def test_range_figure_draws_only_the_published_ranges():
+    rg = P.ranges()
+    aot = rg[rg["what"].str.contains("AOTriton")]
+    fig = F.range_figure(aot)
+    (bar,) = _bars(fig)
+    assert list(bar.base) == pytest.approx([0.92, 0.93])
+    assert [b + x for b, x in zip(bar.base, bar.x)] == pytest.approx([2.34, 2.47])
+    assert list(bar.text) == ["0.92x – 2.34x", "0.93x – 2.47x"]
+    assert any(s.x0 == 1.0 for s in fig.layout.shapes)
+    assert "no per-case values are public" in fig.layout.title.text
+    assert len(_bars(F.range_figure())) == 2  # default: every published range, one trace per kind
+    with pytest.raises(UsageError, match="needs rows with columns"):
+        F.range_figure(rg.iloc[0:0])
+
+
+def test_vllm_figure_tags_non_measured_sources():
+    ab = pd.DataFrame({"model": ["m", "m"], "concurrency": [8, 32], "request_rate": ["inf", "inf"],
+                       "metric": ["median_ttft_ms"] * 2, "label": ["TTFT median (ms)"] * 2, "a": ["off"] * 2,
+                       "b": ["on"] * 2, "a_value": [10.0, 20.0], "b_value": [9.0, 19.0], "speedup": [10 / 9, 20 / 19],
+                       "source": ["synthetic example"] * 2})
+    titles = [a.text for a in F.vllm_figure(ab).layout.annotations]
+    assert titles == ["TTFT median [synthetic example]"]
+    titles = [a.text for a in F.vllm_figure(ab.assign(source="measured")).layout.annotations]
+    assert titles == ["TTFT median"]

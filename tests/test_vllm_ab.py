@@ -79,3 +79,25 @@ def test_bad_inputs(tmp_path):
     other = write(tmp_path / "o.json", result(model="Qwen/Qwen3-32B"))
     with pytest.raises(UsageError, match="no .model, concurrency, request rate. in both arms"):
         V.ab_table(V.load_runs(tmp_path / "ok.json"), V.load_runs(other))
+
+
+def test_synthetic_example_files_are_labelled_as_such(tmp_path):
+    """The shipped example files (data/examples/vllm) are made up: every run says so, and an A/B
+    of them is tagged source="synthetic example", never "measured"."""
+    from flyexplore.paths import data_dir
+
+    ex = data_dir() / "examples" / "vllm"
+    off, on = V.load_runs(ex / "flydsl_off"), V.load_runs(ex / "flydsl_on")
+    assert len(off) == len(on) == 3 and sorted(off["concurrency"]) == [8, 32, 128]
+    assert off[V.SYNTHETIC_FIELD].str.contains("not a measurement").all() and set(on["label"]) == {"synthetic example"}
+    ab = V.ab_table(off, on, names=("FlyDSL off", "FlyDSL on"))
+    assert set(ab["source"]) == {"synthetic example"} and len(ab) == 3 * len(V.METRICS)
+    ttft = ab[(ab["metric"] == "median_ttft_ms") & (ab["concurrency"] == 32)]["speedup"].item()
+    assert ttft == pytest.approx(95.0 / 90.0)
+    # a marked file on one side is enough; unmarked files stay "measured"; an explicit source wins
+    write(tmp_path / "real.json", result(model="example/synthetic-model", conc=8))
+    assert set(V.ab_table(V.load_runs(tmp_path / "real.json"), on)["source"]) == {"synthetic example"}
+    write(tmp_path / "real2.json", result(model="example/synthetic-model", conc=8))
+    assert set(V.ab_table(V.load_runs(tmp_path / "real.json"), V.load_runs(tmp_path / "real2.json"))["source"]) \
+        == {"measured"}
+    assert set(V.ab_table(off, on, source="measured elsewhere")["source"]) == {"measured elsewhere"}
