@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import html
 import math
-import re
 import threading
 import time
 from typing import Any, Callable, ContextManager
@@ -707,7 +706,7 @@ class SwitchPanel:
                     self.refresh(keep_message=True)
                     return
             warned = "; ".join(str(w.message) for w in caught)
-            self._say(f"{what(change)}" + (f" -- {warned}" if warned else ""), "warn" if warned else "ok")
+            self._say(f"nothing changed: {warned}" if warned else what(change), "warn" if warned else "ok")
             self.refresh(keep_message=True)
         return handler
 
@@ -889,7 +888,7 @@ class DispatchInspector:
         self.device = device
         self._sync = _Sync()
         self._thread: threading.Thread | None = None
-        self._xray_req = None
+        self._xray_req, self._xray_why = None, ""
         self.explanation = None
         self.trace_result: dict | None = None
         self.xray_result = None
@@ -1038,7 +1037,7 @@ class DispatchInspector:
         self.explanation = None
         self.verdict.value = self.conditions.value = ""
         self.xray_button.disabled = True
-        self._xray_req = None
+        self._xray_req, self._xray_why = None, ""
         self.xray_status.value = ""
 
     def explain(self, pick_backend: bool = False):
@@ -1090,7 +1089,7 @@ class DispatchInspector:
                 req, why = XR.xray_request(op, shape, dtype, options)
             except UsageError as exc:
                 req, why = None, str(exc)
-            self._xray_req = req
+            self._xray_req, self._xray_why = req, why
             self.xray_button.disabled = req is None
             self.xray_status.value = f"<small>{_span(why, 'info' if req else 'warn')}</small>" if why else \
                 "<small>ready: compiles the FlyDSL kernel for gfx950 (compile-only, a few seconds)</small>"
@@ -1223,7 +1222,7 @@ class DispatchInspector:
             return False
         req = self._xray_req
         if req is None:
-            self._say("no X-ray for this case: " + re.sub(r"<[^>]+>", "", self.xray_status.value), "warn")
+            self._say(f"no X-ray for this case: {self._xray_why}", "warn")
             return False
         self.xray_result = None
         self.xray_view.value = ""

@@ -81,7 +81,7 @@ def test_switch_panel_disables_what_this_torch_cannot_turn_on(monkeypatch):
     before = ic.max_autotune_gemm_backends
     p.toggles["gemm"].value = True  # what a script could still do: nothing changes, it says why
     assert ic.max_autotune_gemm_backends == before and not p.toggles["gemm"].value
-    assert "no FlyDSL Inductor templates" in p.message.value
+    assert "nothing changed: cannot turn FlyDSL on for gemm" in p.message.value
 
 
 def test_a_sweep_runs_under_the_panels_switches_and_rows_go_to_the_inspector():
@@ -194,3 +194,14 @@ def test_xray_button_fills_the_resource_view():
     assert f"<td>{k.resources.vgprs_total}</td>" in v and f"<td>{k.resources.lds_bytes}</td>" in v
     assert "ELIGIBLE" in i.xray_status.value and "nothing was run" in i.xray_status.value
     assert "X-ray done" in i.message.value and not i.xray_button.disabled
+
+
+def test_inspector_says_why_there_is_no_xray(monkeypatch):
+    """Where the X-ray cannot run (the H200 machine: torch 2.11, no flydsl, no lld-22)."""
+    from flyexplore import xray as XR
+
+    monkeypatch.setattr(XR, "unavailable_reason", lambda: "AMDGPU-capable ld.lld: no ld.lld found")
+    i = DispatchInspector("rmsnorm", "8192x4096", "bf16")
+    assert i.explanation.taken and i.xray_button.disabled and "no ld.lld found" in i.xray_status.value
+    assert not i.run_xray() and not i.busy
+    assert "no X-ray for this case: the kernel X-ray cannot run here: AMDGPU-capable ld.lld" in i.message.value
