@@ -1235,3 +1235,207 @@ def explain_case(op_name: str, case, dtype: str, env: EnvFacts | None = None,
     call.pop("_cu", None)
     f = env or facts(compile_options=compile_options if op_name not in EAGER else None)
     return explain(op_name, env=f, **call)
+
+
+# -- the dispatch inspector's front door and the eligibility grid ---------------------------------
+
+#: An example shape per explainable operator, in the operator catalogue's syntax.
+EXAMPLES = {"rmsnorm": "8192x4096", "topk": "4096x2048x8", "gemm": "16x28672x4096:NT",
+            "grouped_gemm": "8x512x4096x4096", "scaled_gemm": "32x4096x4096"}
+
+#: Architectures the inspector offers to judge against (gcnArchName -> devices). torch 2.15
+#: dispatches FlyDSL on gfx950 only; the others show which rule says no.
+ARCHES = {"gfx950": "MI350X / MI355X", "gfx942": "MI300X / MI325X", "gfx90a": "MI200",
+          "gfx1201": "Radeon RX 9070"}
+
+
+def dtypes_for(op: str) -> tuple[str, ...]:
+    """The dtype names an explainable operator takes (its catalogue's, first = default).
+    Raises :class:`UsageError` for an operator the explainer does not cover."""
+    if op not in OPS:
+        raise bad_choice("operator for explain", op, OPS)
+    from .ops import get_op
+    return tuple(get_op(op).dtypes)
+
+
+def parse_options(text: str | Mapping[str, Any] | None) -> dict[str, Any]:
+    """``"a_offset=3; bias=1"`` (``;`` or new lines between ``key=value`` pairs; values may hold
+    commas, e.g. ``a_stride=1,4096``) -> ``{"a_offset": "3", "bias": "1"}``. A mapping is
+    copied; ``None`` or blank text gives ``{}``. Raises :class:`UsageError` for a pair without
+    ``=`` or an empty key (names are checked by :func:`describe`)."""
+    if text is None:
+        return {}
+    if isinstance(text, Mapping):
+        return dict(text)
+    out: dict[str, Any] = {}
+    for tok in filter(None, (t.strip() for t in re.split(r"[;\n]", str(text)))):
+        k, eq, v = tok.partition("=")
+        if not eq or not k.strip():
+            raise UsageError(f"malformed option {tok!r} (expected key=value, pairs separated by ';')")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _catalogue_to_explain(op: str, shape: str, opts: dict) -> tuple[str, list[str]]:
+    """grouped_gemm / scaled_gemm shapes in the catalogue's syntax (``GxMxNxK:layout=NT``,
+    ``MxNxK:scaling=row``) -> the explainer's shape text, with the catalogue options turned
+    into explainer options where they change a rule, and notes for what is not modelled."""
+    from .ops import get_op
+
+    text = shape.strip()
+    if op == "grouped_gemm" and text[:1].lower() == "g":
+        text = text[1:]
+    head, _, tail = text.partition(":")
+    if not tail.strip():
+        return head, []  # bare dimensions: the explainer judges them itself (no catalogue rules first)
+    if any(k.split("=")[0].strip() in EXPLAIN_OPTIONS[op] for k in tail.split(",") if k.strip()):
+        return shape, []  # explainer options written inline (explain's own syntax)
+    p = get_op(op).case(text).p
+    notes = []
+    if op == "grouped_gemm":
+        g, m, n, k = p["g"], p["m"], p["n"], p["k"]
+        if p.get("layout") == "NT":
+            opts.setdefault("b_stride", f"{k * n},1,{k}")   # B = w.transpose(-2, -1) of a [G, N, K] w
+        if p.get("ms"):
+            notes.append(f"ragged groups ms={p['ms']}: judged with G x M = {g * m} rows of A "
+                         "(the rules read only shapes and strides, not the group sizes)")
+        return f"{g}x{m}x{n}x{k}", notes
+    scaling = p.get("scaling", "block")
+    if scaling != "block":
+        opts.setdefault("recipe", {"tensor": "tensorwise", "row": "rowwise"}.get(scaling, scaling))
+    return f"{p['m']}x{p['n']}x{p['k']}", notes
+
+
+def explain_text(op: str, shape: str, dtype: str | None = None,
+                 options: str | Mapping[str, Any] | None = None, *, arch: str | None = FLYDSL_ARCH,
+                 cu: int | None = None, compile_options: Mapping[str, Any] | None = None) -> Explanation:
+    """The dispatch inspector's question, from text: would ``op`` on ``shape`` (the operator
+    catalogue's syntax -- ``8192x4096``, ``4096x2048x8``, ``16x28672x4096:NT``,
+    ``8x512x4096x4096[:layout=NT]``, ``32x4096x4096[:scaling=row]`` -- or :func:`describe`'s)
+    in ``dtype`` take FlyDSL, and why (not)?
+
+    ``options``: more of the call as ``"key=value; key=value"`` text or a mapping
+    (:data:`EXPLAIN_OPTIONS`). ``arch``: a gcnArchName (default gfx950): judged as on a ROCm
+    torch 2.15 with flydsl 0.3.x on that arch (:func:`facts` with ``assume_rocm``), with this
+    process's switches; ``None``: this process's real environment. ``cu``: CU count for TopK's
+    row gate (default 256, an MI355X). ``compile_options`` (GEMMs): the ``torch.compile``
+    options to judge under; default FLYDSL added to this process's
+    ``max_autotune_gemm_backends`` with max-autotune, i.e. what the catalogue's ``flydsl``
+    backend compiles with (as ``flyexplore explain`` does). Raises :class:`UsageError` for bad
+    input (the message names the bad value and the valid choices)."""
+    if op not in OPS:
+        raise bad_choice("operator for explain", op, OPS)
+    if not str(shape or "").strip():
+        raise UsageError(f"no {op} shape given (e.g. {EXAMPLES[op]})")
+    if arch is not None and not re.fullmatch(r"gfx\d{2,3}[0-9a-f]?", str(arch)):
+        raise UsageError(f"bad arch {arch!r} (expected a gfx name, e.g. {', '.join(ARCHES)})")
+    opts = parse_options(options)
+    notes: list[str] = []
+    if op in ("grouped_gemm", "scaled_gemm"):
+        shape, notes = _catalogue_to_explain(op, str(shape), opts)
+    comp = None
+    if op not in EAGER:
+        if compile_options is not None:
+            comp = dict(compile_options)
+        else:
+            from torch._inductor import config as ic
+
+            from .switches import compile_options as flydsl_options
+            comp = flydsl_options(True, backends=ic.max_autotune_gemm_backends)
+    ex = explain_shape(op, str(shape), dtype, opts, arch=arch, cu=cu, assume_rocm=arch is not None,
+                       compile_options=comp)
+    if notes:
+        from dataclasses import replace
+        ex = replace(ex, notes=ex.notes + tuple(notes))
+    return ex
+
+
+def eligibility_grid(op: str, ms: Sequence[int] | int | None = None, ns: Sequence[int] | int | None = None,
+                     dtype: str | None = None, *, dims: Mapping[str, Sequence[int] | int] | None = None,
+                     options: str | Mapping[str, Any] | None = None, arch: str | None = FLYDSL_ARCH,
+                     cu: int | None = None, compile_options: Mapping[str, Any] | None = None):
+    """Where in the shape space FlyDSL is taken: :func:`explain` at every combination of the
+    given dimension values, as a tidy ``pandas.DataFrame`` for
+    :func:`flyexplore.plots.heatmap_figure` (``kind="eligibility"``).
+
+    ``ms`` / ``ns``: M and N values (a list sweeps a dimension, an int fixes it); ``dims``: the
+    operator's other dimensions the same way (topk ``k``, gemm/scaled_gemm ``k``, grouped_gemm
+    ``g`` and ``k``; or ``m`` / ``n`` instead of ``ms`` / ``ns``). Every dimension of the
+    operator (:func:`flyexplore.ops.get_op` ``.dims``) must be given. ``dtype``, ``options``,
+    ``arch``, ``cu`` and ``compile_options`` as in :func:`explain_text` (default: judged for
+    gfx950 with this process's switches; GEMMs with FLYDSL on).
+
+    Columns: the operator's dimensions (ints), ``dtype``, ``value`` (bool: FlyDSL taken),
+    ``call_ok`` (the call qualifies, whatever the environment), ``kernel`` (the FlyDSL kernel
+    family, e.g. TopK ``register`` or ``radix K 64-256, N 8192-32768``; ``None`` when the call
+    does not qualify) and ``reason`` (one line: the failed conditions, or the kernel). One row
+    per combination, the operator's first dimension varying slowest. Raises :class:`UsageError` for an
+    unknown operator, a missing or unknown dimension or a non-positive value."""
+    import itertools
+
+    import pandas as pd
+
+    from .ops import get_op
+
+    if op not in OPS:
+        raise bad_choice("operator for explain", op, OPS)
+    order = get_op(op).dims
+    given: dict[str, Any] = {}
+    if ms is not None:
+        given["m"] = ms
+    if ns is not None:
+        given["n"] = ns
+    for k, v in (dims or {}).items():
+        if k in given:
+            raise UsageError(f"dimension {k!r} given twice")
+        given[k] = v
+    for k in given:
+        if k not in order:
+            raise bad_choice(f"dimension of {op}", k, order)
+    missing = [d for d in order if d not in given]
+    if missing:
+        raise UsageError(f"eligibility_grid {op} needs values for {', '.join(missing)} "
+                         f"(dimensions {'x'.join(order)})")
+    axes = []
+    for d in order:
+        v = given[d]
+        vals = [int(v)] if isinstance(v, (int, float)) else [int(x) for x in v]
+        if not vals or min(vals) <= 0:
+            raise UsageError(f"{op} {d} values must be positive integers, got {v!r}")
+        axes.append(vals)
+    opts = parse_options(options)
+    if arch is not None and not re.fullmatch(r"gfx\d{2,3}[0-9a-f]?", str(arch)):
+        raise UsageError(f"bad arch {arch!r} (expected a gfx name, e.g. {', '.join(ARCHES)})")
+    comp = None
+    if op not in EAGER:
+        if compile_options is not None:
+            comp = dict(compile_options)
+        else:
+            from torch._inductor import config as ic
+
+            from .switches import compile_options as flydsl_options
+            comp = flydsl_options(True, backends=ic.max_autotune_gemm_backends)
+    f = facts(arch=arch, cu=cu, assume_rocm=arch is not None, compile_options=comp)
+    dt = dtype or dtypes_for(op)[0]
+    rows = []
+    for combo in itertools.product(*axes):
+        shape = "x".join(map(str, combo))
+        call = describe(op, shape, dt, dict(opts))
+        call.pop("_cu", None)
+        ex = explain(op, env=f, **call)
+        rows.append({**dict(zip(order, combo)), "dtype": dt, "value": ex.taken, "call_ok": ex.call_ok,
+                     "kernel": ex.kernel, "reason": ex.reason})
+    return pd.DataFrame(rows, columns=[*order, "dtype", "value", "call_ok", "kernel", "reason"])
+
+
+def topk_bands():
+    """TopK's FlyDSL kernel families on gfx950 and the (K, N) band each covers, as a
+    ``pandas.DataFrame`` (columns ``kernel, k, n``; ``torch/_native/ops/topk/flydsl_impl.py``
+    ``_kernel_for``). Rows outside every band run ATen."""
+    import pandas as pd
+
+    rows = [{"kernel": "register", "k": ", ".join(map(str, TOPK_REGISTER_KS)),
+             "n": f"power of two in {TOPK_REGISTER_N[0]}..{TOPK_REGISTER_N[1]}"}]
+    for k0, k1, n0, n1 in TOPK_RADIX_BANDS:
+        rows.append({"kernel": f"radix K {k0}-{k1}, N {n0}-{n1}", "k": f"{k0}..{k1}", "n": f"{n0}..{n1}"})
+    return pd.DataFrame(rows, columns=["kernel", "k", "n"])

@@ -7,7 +7,10 @@ shapes that finish in seconds on a 2-core CPU; ``"gpu"``: LLM-sized shapes for o
 bottom with nbclient after inserting a cell tagged ``injected-parameters`` below the
 ``parameters`` cell, as papermill does, so the same notebook runs on a CPU in CI and on a GPU.
 
-What each size sweeps is decided here (:func:`sweep_args`), not in the notebooks.
+What each size sweeps is decided here (:func:`sweep_args`), not in the notebooks; so are the
+RMSNorm/TopK walkthrough's eligibility grids (:data:`ELIGIBILITY_GRIDS`) and X-ray cases
+(:data:`XRAY_RMSNORM`), and :func:`xray_figure` gives that figure or, where the X-ray cannot run,
+a :class:`Note` saying why (a notebook cell has no ``if``).
 """
 from __future__ import annotations
 
@@ -62,6 +65,57 @@ WALKTHROUGH_SWEEPS: dict[tuple[str, str], dict[str, Any]] = {
     ("topk", "cpu"): {"suite": "cpu-small"},
     ("topk", "gpu"): {"suite": "llm"},
 }
+
+#: Eligibility grids of the RMSNorm/TopK walkthrough (pure rules, the same at every size):
+#: M and N of RMSNorm around its tuned region's edges (N 4096 / 8192 / 16384 / 114688; M 2048 /
+#: 4096 / 8192), N and K of TopK across its register and radix bands (M = 2048 rows: at least one
+#: per CU of an MI355X, and every band's largest N within the 4 GiB buffer span in fp32).
+ELIGIBILITY_GRIDS: dict[str, dict[str, Any]] = {
+    "rmsnorm": {"ms": [256, 1024, 2048, 4096, 8192, 16384, 65536],
+                "ns": [1024, 2048, 4096, 6144, 8192, 12288, 16384, 32768, 65536, 114688, 131072]},
+    "topk": {"ms": 2048, "ns": [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144],
+             "dims": {"k": [2, 8, 16, 32, 64, 128, 256, 300, 512, 1024]}},
+}
+#: RMSNorm cases of the walkthrough's kernel X-ray: N across the tuned region at an M it takes
+#: (compile-only, about 1 s per kernel after a 3 s start), and one case it does not take.
+XRAY_RMSNORM = ("8192x4096", "4096x8192", "2048x16384", "2048x32768", "2048x65536", "2048x114688",
+                "1024x4096")
+
+
+class Note:
+    """A message a walkthrough shows instead of a result it cannot produce here (Markdown in
+    Jupyter, plain text elsewhere); ``text`` says what is missing and how to get it."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def _repr_markdown_(self) -> str:
+        return f"> **Not shown here.** {self.text}"
+
+    def __repr__(self) -> str:
+        return f"Not shown here. {self.text}"
+
+
+def xray_figure(op: str = "rmsnorm", shapes=XRAY_RMSNORM, dtype: str = "bf16", out=None):
+    """The kernel X-ray resources figure (:func:`flyexplore.xray.resources_figure`) of ``op``
+    at ``shapes`` in ``dtype`` for gfx950 (compile-only, one subprocess), or, where
+    :mod:`flyexplore.env` says the X-ray cannot run on this machine (no torch >= 2.15, no flydsl
+    0.3, no LLD >= 19), a :class:`Note` naming every failed check and its fix. ``out``: a folder
+    for the ISA files and ``xray.json`` per case (also ``xray.csv`` with every row). Raises
+    :class:`UsageError` for a bad operator, shape or dtype."""
+    from . import xray as XR
+
+    why = XR.unavailable_reason()
+    if why:
+        return Note(f"The kernel X-ray cannot run on this machine: {why}. It needs no GPU: torch >= 2.15, "
+                    "flydsl 0.3.x and an AMDGPU-capable ld.lld (Debian: apt-get install lld-22).")
+    xs = XR.xray_batch([(op, s, dtype) for s in shapes], arch="gfx950", out=None if out is None else str(out))
+    df = XR.xray_frame(xs)
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        df.to_csv(Path(out) / "xray.csv", index=False)
+    return XR.resources_figure(df)
+
 
 #: Tag of the cell holding a notebook's default parameters, and of the inserted cell.
 PARAMETERS_TAG = "parameters"

@@ -550,33 +550,54 @@ def flydsl(*ops: str, enabled: bool = True, autotuning: bool | None = None,
         restore(snap)
 
 
+#: ROCm flash-attention libraries ``torch.backends.cuda.preferred_rocm_fa_library`` accepts.
+ROCM_FA_LIBRARIES = ("aotriton", "ck", "default")
+
+
+def _sdpa_names(backends: Iterable[str] | str) -> set[str]:
+    want = set()
+    for b in ([backends] if isinstance(backends, str) else backends):
+        key = str(b).split(".")[-1].lower()
+        if key not in _SDPA_ALIASES:
+            raise bad_choice("SDPA backend", b, ("flash", "efficient", "cudnn", "math"))
+        want.add(_SDPA_ALIASES[key])
+    return want
+
+
+def set_sdpa(backends: Iterable[str] | str | None = None, rocm_fa_library: str | None = None) -> None:
+    """Plain-call twin of :func:`sdpa`: enable only ``backends`` (flash, efficient /
+    mem_efficient, cudnn, math; ``None`` leaves them) through
+    ``torch.backends.cuda.enable_<name>_sdp``, and prefer ``rocm_fa_library`` (``"aotriton"``,
+    ``"ck"``, ``"default"``; ``None`` leaves it) through
+    ``torch.backends.cuda.preferred_rocm_fa_library``. Nothing is restored afterwards. Raises
+    :class:`UsageError` for an unknown name (before changing anything)."""
+    import torch
+
+    want = None if backends is None else _sdpa_names(backends)
+    if rocm_fa_library is not None and rocm_fa_library not in ROCM_FA_LIBRARIES:
+        raise bad_choice("ROCm flash-attention library", rocm_fa_library, ROCM_FA_LIBRARIES)
+    if want is not None:
+        for name in SDPA_BACKENDS:
+            fn = getattr(torch.backends.cuda, f"enable_{name}_sdp", None)
+            if fn is not None:
+                fn(name in want)
+    if rocm_fa_library is not None:
+        torch.backends.cuda.preferred_rocm_fa_library(rocm_fa_library)
+
+
 @contextlib.contextmanager
 def sdpa(backends: Iterable[str] | None = None, rocm_fa_library: str | None = None) -> Iterator[Snapshot]:
     """Context manager over SDPA: only ``backends`` enabled (names: flash, efficient /
     mem_efficient, cudnn, math; ``None`` leaves them) and, on ROCm, ``rocm_fa_library``
     (``"aotriton"``, ``"ck"`` or ``"default"``) preferred. Restores everything on exit, like
     :func:`flydsl`. Raises :class:`UsageError` for an unknown name."""
-    import torch
-
-    want = None
     if backends is not None:
-        want = set()
-        for b in ([backends] if isinstance(backends, str) else backends):
-            key = str(b).split(".")[-1].lower()
-            if key not in _SDPA_ALIASES:
-                raise bad_choice("SDPA backend", b, ("flash", "efficient", "cudnn", "math"))
-            want.add(_SDPA_ALIASES[key])
-    if rocm_fa_library is not None and rocm_fa_library not in ("aotriton", "ck", "default"):
-        raise bad_choice("ROCm flash-attention library", rocm_fa_library, ("aotriton", "ck", "default"))
+        _sdpa_names(backends)
+    if rocm_fa_library is not None and rocm_fa_library not in ROCM_FA_LIBRARIES:
+        raise bad_choice("ROCm flash-attention library", rocm_fa_library, ROCM_FA_LIBRARIES)
     snap = snapshot()
     try:
-        if want is not None:
-            for name in SDPA_BACKENDS:
-                fn = getattr(torch.backends.cuda, f"enable_{name}_sdp", None)
-                if fn is not None:
-                    fn(name in want)
-        if rocm_fa_library is not None:
-            torch.backends.cuda.preferred_rocm_fa_library(rocm_fa_library)
+        set_sdpa(backends, rocm_fa_library)
         yield snap
     finally:
         restore(snap)
@@ -596,3 +617,166 @@ def compile_options(enabled: bool = True, *, autotuning: bool | None = None,
     if search_space is not None:
         opts["max_autotune_gemm_search_space"] = search_space.upper()
     return opts
+
+
+# -- a whole choice of switches (what a switch panel holds) --------------------------------
+
+def unavailable() -> dict[str, str]:
+    """Every switch that cannot be turned on in this process, with the reason in words.
+
+    Keys: operator names of :data:`OPS` (eager: no python_native / no FlyDSL override in this
+    torch; compiled GEMMs: no FlyDSL Inductor templates; attention: not a ROCm build),
+    ``"compile_settings"`` (``flydsl_enable_autotuning`` and the search space: no FlyDSL
+    templates) and ``"rocm_fa_library"`` (not a ROCm build: the preference exists but selects
+    nothing). A switch that exists but cannot change what runs here (a CUDA build of torch 2.15)
+    is not in this dict: :func:`table` says "no effect here" for it."""
+    import torch
+
+    out: dict[str, str] = {}
+    comp = compile_mechanism()
+    rocm = bool(getattr(torch.version, "hip", None))
+    for op in OPS:
+        if op in EAGER_OPS:
+            why = eager_mechanism(op)
+        elif op in COMPILE_OPS:
+            why = comp
+        else:
+            why = None if rocm else ("FlyDSL attention kernels exist only inside ROCm builds' AOTriton "
+                                     "(>= 0.14 'flyc'); this torch is not a ROCm build")
+        if why:
+            out[op] = why
+    if comp:
+        out["compile_settings"] = comp
+    if not rocm:
+        out["rocm_fa_library"] = (f"torch {torch.__version__} is not a ROCm build: "
+                                  "preferred_rocm_fa_library chooses between AOTriton and CK on ROCm only")
+    return out
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A complete choice of switches, as :class:`flyexplore.widgets.SwitchPanel` holds it.
+
+    ``flydsl``: operator -> FlyDSL on/off, for the operators whose switch exists here (an
+    operator left out is left as it is; ``gemm``, ``grouped_gemm`` and ``scaled_gemm`` share one
+    torch setting and must agree; ``attention`` on = AOTriton allowed and preferred, off = CK
+    preferred); ``autotuning``: ``flydsl_enable_autotuning``; ``search_space``:
+    ``max_autotune_gemm_search_space`` (``"DEFAULT"`` / ``"EXHAUSTIVE"``); ``sdpa_backends``:
+    the SDPA backends left enabled (names of :data:`SDPA_BACKENDS`); ``rocm_fa_library``:
+    ``"aotriton"``, ``"ck"`` or ``"default"`` (ROCm builds). ``None`` leaves a setting as it is.
+    """
+
+    flydsl: dict[str, bool] = field(default_factory=dict)
+    autotuning: bool | None = None
+    search_space: str | None = None
+    sdpa_backends: tuple[str, ...] | None = None
+    rocm_fa_library: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"flydsl": dict(self.flydsl), "autotuning": self.autotuning, "search_space": self.search_space,
+                "sdpa_backends": None if self.sdpa_backends is None else list(self.sdpa_backends),
+                "rocm_fa_library": self.rocm_fa_library}
+
+
+def settings() -> Settings:
+    """The switches as they are now, as :class:`Settings` (switches that cannot be turned on
+    here -- :func:`unavailable` -- are left out, so applying the result changes nothing)."""
+    from torch._inductor import config as ic
+
+    missing = unavailable()
+    snap = snapshot()
+    fly: dict[str, bool] = {}
+    for st in states():
+        if st.op not in missing:
+            fly[st.op] = st.flydsl in ("on", "possible")
+    comp = "compile_settings" not in missing
+    return Settings(fly,
+                    bool(ic.flydsl_enable_autotuning) if comp else None,
+                    str(ic.max_autotune_gemm_search_space).upper() if comp else None,
+                    tuple(n for n in SDPA_BACKENDS if snap.sdpa.get(n)) if snap.sdpa else None,
+                    _fa_name(snap.rocm_fa) if "rocm_fa_library" not in missing and snap.rocm_fa is not None
+                    else None)
+
+
+def rocm_fa_library() -> str | None:
+    """``torch.backends.cuda.preferred_rocm_fa_library()`` as a name (``"aotriton"``, ``"ck"``,
+    ``"default"``), or ``None`` where this torch has no such preference. A CUDA build answers
+    too (``"default"``), though the preference selects nothing there."""
+    snap = snapshot()
+    return None if snap.rocm_fa is None else _fa_name(snap.rocm_fa)
+
+
+def _check_settings(s: Settings) -> None:
+    for op in s.flydsl:
+        _check_ops([op])
+    comp = {s.flydsl[o] for o in COMPILE_OPS if o in s.flydsl}
+    if len(comp) > 1:
+        raise UsageError("gemm, grouped_gemm and scaled_gemm share one torch setting "
+                         "(max_autotune_gemm_backends): give them the same value, got "
+                         + ", ".join(f"{o}={s.flydsl[o]}" for o in COMPILE_OPS if o in s.flydsl))
+    if s.search_space is not None and str(s.search_space).upper() not in ("DEFAULT", "EXHAUSTIVE"):
+        raise bad_choice("search space", s.search_space, ("DEFAULT", "EXHAUSTIVE"))
+    if s.sdpa_backends is not None:
+        _sdpa_names(s.sdpa_backends)
+    if s.rocm_fa_library is not None and s.rocm_fa_library not in ROCM_FA_LIBRARIES:
+        raise bad_choice("ROCm flash-attention library", s.rocm_fa_library, ROCM_FA_LIBRARIES)
+
+
+def set_compile_settings(autotuning: bool | None = None, search_space: str | None = None,
+                         strict: bool = False) -> None:
+    """Set FlyDSL's search space for compiled GEMMs without switching FlyDSL on or off:
+    ``torch._inductor.config.flydsl_enable_autotuning`` (``autotuning``; off = one baseline
+    config per shape) and ``max_autotune_gemm_search_space`` (``"DEFAULT"`` / ``"EXHAUSTIVE"``;
+    exhaustive with autotuning on = the exhaustive config list,
+    ``torch/_inductor/heuristics/template/flydsl.py::get_gemm_configs``). ``None`` leaves a value.
+    Where this torch has no FlyDSL templates nothing changes; ``strict=True`` raises
+    :class:`SwitchUnavailable` then. Raises :class:`UsageError` for a bad search space."""
+    from torch._inductor import config as ic
+
+    if search_space is not None and str(search_space).upper() not in ("DEFAULT", "EXHAUSTIVE"):
+        raise bad_choice("search space", search_space, ("DEFAULT", "EXHAUSTIVE"))
+    if autotuning is None and search_space is None:
+        return
+    missing = compile_mechanism()
+    if missing:
+        if strict:
+            raise SwitchUnavailable(f"cannot set FlyDSL's search space: {missing}")
+        return
+    if autotuning is not None:
+        ic.flydsl_enable_autotuning = bool(autotuning)
+    if search_space is not None:
+        ic.max_autotune_gemm_search_space = str(search_space).upper()
+
+
+def apply_settings(s: Settings, *, strict: bool = False, warn: bool = True) -> None:
+    """Put every switch to ``s`` (checked first: :class:`UsageError` for unknown names,
+    disagreeing compiled GEMMs, a bad search space or SDPA name; nothing changed then). FlyDSL
+    on/off per operator first (attention before the SDPA settings, so that explicit SDPA
+    settings win), then the compile settings, then SDPA. Turning on what
+    :func:`unavailable` lists warns (:class:`SwitchUnavailableWarning`) or, with ``strict``,
+    raises :class:`SwitchUnavailable`."""
+    _check_settings(s)
+    missing = unavailable()
+    on = [o for o, v in s.flydsl.items() if v]
+    off = [o for o, v in s.flydsl.items() if not v]
+    if off:
+        set_flydsl(off, False, strict=strict, warn=warn)
+    if on:
+        set_flydsl(on, True, strict=strict, warn=warn)
+    set_compile_settings(s.autotuning, s.search_space, strict=strict)
+    fa = s.rocm_fa_library if "rocm_fa_library" not in missing else None
+    set_sdpa(s.sdpa_backends, fa)
+
+
+@contextlib.contextmanager
+def using(s: Settings, *, strict: bool = False, warn: bool = False) -> Iterator[Snapshot]:
+    """Context manager: every switch as in ``s`` inside the block (:func:`apply_settings`);
+    on exit exactly the state found on entry (also after an exception). Yields the entry
+    :class:`Snapshot`. What :class:`flyexplore.widgets.SwitchPanel` gives a sweep."""
+    _check_settings(s)
+    snap = snapshot()
+    try:
+        apply_settings(s, strict=strict, warn=warn)
+        yield snap
+    finally:
+        restore(snap)

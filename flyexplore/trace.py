@@ -409,6 +409,39 @@ class Trace:
         return pd.DataFrame([asdict(k) for k in self.items],
                             columns=["name", "family", "library", "calls", "us", "where"])
 
+    def family_frame(self):
+        """One row per family, by time: ``family``, ``kernels`` (distinct names), ``calls``
+        (launches per call), ``us`` (µs per call) and ``share`` (of the traced time, 0..1).
+        Device kernels if any, else the CPU operators (``where`` says which)."""
+        import pandas as pd
+
+        cols = ["family", "kernels", "calls", "us", "share", "where"]
+        items = self.items
+        if not items:
+            return pd.DataFrame(columns=cols)
+        total = sum(k.us for k in items)
+        rows = []
+        for fam in self.families:
+            ks = [k for k in items if k.family == fam]
+            us = sum(k.us for k in ks)
+            rows.append({"family": fam, "kernels": len({k.name for k in ks}), "calls": sum(k.calls for k in ks),
+                         "us": us, "share": us / total if total > 0 else float("nan"), "where": ks[0].where})
+        return pd.DataFrame(rows, columns=cols)
+
+    def autotune_frame(self):
+        """Every autotune candidate seen: ``op``, ``name``, ``family``, ``time_ms`` (``inf``: it
+        failed), ``winner`` (bool), ``source`` (``feedback_saver`` or ``stderr``); fastest first
+        within each decision."""
+        import pandas as pd
+
+        rows = []
+        for d in self.autotune:
+            w = d.winner
+            for c in d.candidates:
+                rows.append({"op": d.op, "name": c.name, "family": c.family, "time_ms": c.time_ms,
+                             "winner": w is not None and c.name == w.name, "source": d.source})
+        return pd.DataFrame(rows, columns=["op", "name", "family", "time_ms", "winner", "source"])
+
     def to_dict(self) -> dict:
         return {"device": self.device, "observed": self.observed, "flydsl_taken": self.flydsl_taken,
                 "kernels": [asdict(k) for k in self.kernels], "cpu_ops": [asdict(k) for k in self.cpu_ops],
@@ -616,3 +649,91 @@ def trace_case(op: str, shape: str, backend: str, dtype: str | None = None, devi
         cols = row_columns(tr, backend, op, case, dt)
         out.update(flydsl_taken=cols.get("flydsl_taken"), flydsl_reason=cols.get("flydsl_reason"))
     return out
+
+
+def backend_status(op: str, shape: str, dtype: str | None = None, device=None) -> dict[str, str | None]:
+    """Which of ``op``'s catalogue backends can run ``shape`` in ``dtype`` on ``device``
+    (default: the first GPU, else the CPU): backend name -> ``None`` (can run) or the reason it
+    cannot (what :func:`trace_case` would report as ``unavailable``). Raises
+    :class:`~flyexplore.errors.UsageError` for an unknown operator, dtype or a bad shape."""
+    import torch
+
+    from .env import collect
+    from .ops import get_op
+    from .ops.base import RunContext
+    from .sweep import default_device
+
+    o = get_op(op)
+    case = o.case(shape)
+    dt = o.check_dtype(dtype or o.dtypes[0])
+    ctx = RunContext(torch.device(device) if device is not None else default_device(), collect())
+    return {name: b.available(ctx, case, dt) for name, b in o.backends.items()}
+
+
+#: Default autotune case per device type: (shape MxNxK, dtype).
+AUTOTUNE_CASES = {"cpu": ("32x16x48", "fp32"), "cuda": ("4096x4096x4096", "bf16")}
+
+
+def trace_autotune(shape: str | None = None, dtype: str | None = None, device=None,
+                   backends: str | None = None, reps: int = 3) -> Trace:
+    """Compile one GEMM with max-autotune (Inductor's FX graph and autotune caches off, so the
+    autotune really runs), trace it and return the :class:`Trace`: the autotune decision (every
+    candidate, its time, the winner: :meth:`Trace.autotune_frame`) and what then ran.
+
+    On a GPU: ``torch.mm`` of A [M, K] and B [K, N] (``shape`` ``MxNxK``, default 4096^3 bf16),
+    ``max_autotune_gemm_backends`` = ``backends`` or ``ATEN,TRITON``, plus ``FLYDSL`` where
+    :func:`flyexplore.env.collect` finds the FlyDSL compile templates ready (ROCm torch 2.15 on
+    gfx950), so "FlyDSL enabled but Triton won" shows. On a CPU: ``torch.bmm`` over a batch of 2
+    (default 32x16x48 fp32) with ``ATEN,CPP``: Inductor's CPU max-autotune benchmarks ATen
+    against its C++ GEMM template for it (the case ``tests/test_trace.py`` uses; a plain CPU mm
+    was not autotuned in torch 2.15). The options used are valid in torch 2.11 and 2.15.
+    Compiling takes seconds on a CPU and tens of seconds on a GPU (Triton autotuning).
+    Raises :class:`~flyexplore.errors.UsageError` for a malformed shape or unknown dtype."""
+    import torch
+
+    from .env import collect
+    from .ops import get_op
+    from .ops.base import torch_dtype
+    from .sweep import default_device
+
+    dev = torch.device(device) if device is not None else default_device()
+    kind = "cuda" if dev.type == "cuda" else "cpu"
+    d_shape, d_dtype = AUTOTUNE_CASES[kind]
+    p = get_op("gemm").case(shape or d_shape).p
+    dt = torch_dtype(dtype or d_dtype)
+    if backends is None:
+        backends = "ATEN,CPP" if kind == "cpu" else "ATEN,TRITON"
+        if kind == "cuda" and collect().flydsl_compile.ready:
+            backends += ",FLYDSL"
+    opts = {"max_autotune": True, "max_autotune_gemm_backends": backends, "fx_graph_cache": False,
+            "autotune_local_cache": False}
+    if kind == "cuda":
+        opts["triton.cudagraphs"] = False
+    m, n, k = p["m"], p["n"], p["k"]
+    g = torch.Generator(device="cpu").manual_seed(0)
+    torch._dynamo.reset()
+    if kind == "cpu":
+        a = torch.randn(2, m, k, generator=g, dtype=torch.float32).to(dt)
+        b = torch.randn(2, k, n, generator=g, dtype=torch.float32).to(dt)
+        f = torch.compile(torch.bmm, dynamic=False, options=opts)
+    else:
+        a = torch.randn(m, k, generator=g, dtype=torch.float32).to(dev, dt)
+        b = torch.randn(k, n, generator=g, dtype=torch.float32).to(dev, dt)
+        f = torch.compile(torch.mm, dynamic=False, options=opts)
+    tr = trace(lambda: f(a, b), device=dev, reps=reps, warmup=1)
+    what = (f"torch.{'bmm' if kind == 'cpu' else 'mm'} {'2x' if kind == 'cpu' else ''}{m}x{k} @ "
+            f"{'2x' if kind == 'cpu' else ''}{k}x{n} {dtype or d_dtype}, max-autotune over {backends}")
+    return Trace(tr.kernels, tr.cpu_ops, tr.autotune, tr.device, (what,) + tr.notes)
+
+
+def result_text(r: dict) -> str:
+    """A :func:`trace_case` result as text (what ``flyexplore trace`` prints): the case, the
+    status and, when it ran, the :meth:`Trace.to_text` and the FlyDSL verdict."""
+    lines = [f"{r['op']} {r['case']} {r['dtype']} backend {r['backend']} on {r['device']}: {r['status']}"]
+    if r.get("message"):
+        lines.append(str(r["message"]))
+    if r.get("trace") is not None:
+        lines.append(r["trace"].to_text())
+    if r.get("flydsl_reason"):
+        lines.append(f"FlyDSL: {r['flydsl_reason']}")
+    return "\n".join(lines)

@@ -1,9 +1,11 @@
-"""Jupyter widgets on top of the library: :class:`SweepPanel` and :func:`environment_view`.
+"""Jupyter widgets on top of the library: :class:`SweepPanel`, :class:`SwitchPanel`,
+:class:`DispatchInspector` and :func:`environment_view`.
 
-UI only. Everything these widgets show or do is a call into the measuring core
+UI only. Everything these widgets show or do is a call into the library
 (:func:`flyexplore.sweep.make_plan` / :func:`~flyexplore.sweep.run_sweep`,
 :mod:`flyexplore.results`, :func:`flyexplore.plots.speedup_figure`,
-:func:`flyexplore.env.collect`); the core never imports this module. Needs ipywidgets >= 8 and
+:func:`flyexplore.env.collect`, :mod:`flyexplore.switches`, :mod:`flyexplore.explain`,
+:mod:`flyexplore.trace`, :mod:`flyexplore.xray`); the core never imports this module. Needs ipywidgets >= 8 and
 plotly's ``FigureWidget`` (plotly >= 6 builds it on anywidget): the ``notebook`` extra.
 
 Threading. A sweep runs in a background thread so that the notebook stays responsive while it
@@ -28,7 +30,7 @@ import ipywidgets as W
 import pandas as pd
 
 from . import results as R
-from .errors import UsageError
+from .errors import UsageError, bad_choice
 from .ops import get_op, list_ops
 
 #: Suite dropdown entry for shapes typed into the shapes box.
@@ -534,7 +536,8 @@ class SweepPanel:
 
 def environment_view(env=None) -> W.HTML:
     """The environment report as an HTML widget: platform, devices, versions and, for each
-    FlyDSL path (eager overrides, compile templates), every readiness check with its fix.
+    FlyDSL path (eager overrides, compile templates, the compile-only kernel X-ray), every
+    readiness check with its fix.
     ``env`` defaults to :func:`flyexplore.env.collect()`."""
     from .env import collect
 
@@ -550,7 +553,9 @@ def environment_view(env=None) -> W.HTML:
                                                  for k, v in env.versions.items()))
     parts.append(f"<br><b>FlyDSL target arch</b>: {e(env.target_arch or 'none')} "
                  f"(from {e(env.target_arch_source)})")
-    for r in (env.flydsl_eager, env.flydsl_compile):
+    for r in (env.flydsl_eager, env.flydsl_compile, getattr(env, "flydsl_xray", None)):
+        if r is None:
+            continue
         verdict = ('<span style="color:#1a7f37">READY</span>' if r.ready
                    else '<span style="color:#b42318">not available</span>')
         rows = "".join(
@@ -561,3 +566,683 @@ def environment_view(env=None) -> W.HTML:
         parts.append(f"<h4>FlyDSL {e(r.path)}: {verdict}</h4><table class='flyexplore-table'>"
                      f"<tr><th></th><th>check</th><th>detail</th><th>fix</th></tr>{rows}</table>")
     return W.HTML(_TABLE_CSS + "".join(parts))
+
+
+# -- shared helpers for the panels below -----------------------------------------------------
+
+def _frame_html(df: pd.DataFrame, max_height: int = 320) -> str:
+    """A DataFrame as the panels' table style (floats to 4 significant digits)."""
+    t = pd.DataFrame({c: [_cell(v) for v in df[c]] for c in df.columns})
+    body = t.to_html(index=False, escape=True, classes="flyexplore-table", border=0)
+    return f'{_TABLE_CSS}<div style="max-height:{max_height}px;overflow:auto">{body}</div>'
+
+
+def _span(text: str, kind: str = "info") -> str:
+    return (f'<span style="color:{_COLORS.get(kind, _COLORS["info"])}">'
+            f'{html.escape(str(text), quote=False)}</span>') if text else ""
+
+
+class _Sync:
+    """Marks control changes a panel makes itself (refreshing from the library), so that its
+    observers do not act on them."""
+
+    def __init__(self):
+        self.depth = 0
+
+    @contextlib.contextmanager
+    def __call__(self):
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+
+
+# -- the switch panel ------------------------------------------------------------------------
+
+class SwitchPanel:
+    """FlyDSL on/off per operator, FlyDSL's compile settings and the SDPA settings, over
+    :mod:`flyexplore.switches`, with the live state of every switch.
+
+    Display it by making it the last expression of a cell. Every change of a control changes
+    torch's real settings at once (python_native filter sets, ``torch._inductor.config``,
+    ``torch.backends.cuda`` SDPA flags and ROCm FA preference) and the panel then re-reads all
+    of them (:func:`flyexplore.switches.states` / :func:`~flyexplore.switches.table`), so the
+    controls and the state table always show what torch will do -- also the knock-on effects
+    (``gemm``, ``grouped_gemm`` and ``scaled_gemm`` share one torch setting; turning FlyDSL
+    attention on enables flash and efficient SDPA). A switch this torch cannot turn on
+    (:func:`flyexplore.switches.unavailable`: torch 2.11 has no python_native and no FlyDSL
+    templates; a CUDA build has no AOTriton) is disabled with the reason beside it; a switch
+    that exists but cannot change what runs here (torch 2.15 on CUDA or without gfx950) stays
+    usable and says "no effect here".
+
+    Controls: :attr:`toggles` (operator -> ``Checkbox``), :attr:`autotuning` (``Checkbox``:
+    ``flydsl_enable_autotuning``), :attr:`search_space` (``Dropdown``: DEFAULT / EXHAUSTIVE),
+    :attr:`sdpa` (SDPA backend name -> ``Checkbox``), :attr:`rocm_fa` (``Dropdown``:
+    aotriton / ck / default), :attr:`refresh_button`, :attr:`restore_button`. Outputs:
+    :attr:`notes` (operator -> ``HTML``: state and reason), :attr:`gemm_backends` (``HTML``:
+    ``max_autotune_gemm_backends`` and max-autotune), :attr:`table` (``HTML``: the state table),
+    :attr:`message` (``HTML``: the outcome of the last change, warnings included).
+
+    Programmatic API: set a control's ``.value`` (what a click does), :meth:`refresh`,
+    :meth:`restore` (every switch back as found when the panel was made), :attr:`settings`
+    (the :class:`flyexplore.switches.Settings` the controls show), :meth:`apply`,
+    :meth:`context` (a context manager running code under these settings and restoring
+    afterwards), :meth:`attach` (feed a :class:`SweepPanel`: its sweeps run under the chosen
+    switches, and the panel appears below it), :attr:`widget`.
+    """
+
+    def __init__(self):
+        from . import switches as S
+
+        self.initial = S.snapshot()
+        self._sync = _Sync()
+        self._locked = False
+        self.toggles = {op: W.Checkbox(description=op, indent=False, layout=W.Layout(width="130px"))
+                        for op in S.OPS}
+        self.notes = {op: W.HTML(layout=W.Layout(width="auto")) for op in S.OPS}
+        self.autotuning = W.Checkbox(description="flydsl_enable_autotuning", indent=False)
+        self.search_space = W.Dropdown(options=("DEFAULT", "EXHAUSTIVE"), description="search space",
+                                       style={"description_width": "initial"})
+        self.gemm_backends = W.HTML()
+        self.compile_note = W.HTML()
+        self.sdpa = {n: W.Checkbox(description=n, indent=False, layout=W.Layout(width="130px"))
+                     for n in S.SDPA_BACKENDS}
+        self.rocm_fa = W.Dropdown(options=S.ROCM_FA_LIBRARIES, description="ROCm FA library",
+                                  style={"description_width": "initial"})
+        self.sdpa_note = W.HTML()
+        self.refresh_button = W.Button(description="Refresh", icon="refresh",
+                                       tooltip="re-read every switch from torch")
+        self.restore_button = W.Button(description="Restore", icon="undo",
+                                       tooltip="every switch back as it was when this panel was made")
+        self.message = W.HTML()
+        self.table = W.HTML()
+
+        for op, cb in self.toggles.items():
+            cb.observe(self._on(lambda ch, op=op: S.set_flydsl([op], ch["new"]),
+                                lambda ch, op=op: f"FlyDSL {'on' if ch['new'] else 'off'} for {op}"), names="value")
+        self.autotuning.observe(self._on(lambda ch: S.set_compile_settings(autotuning=ch["new"]),
+                                         lambda ch: f"flydsl_enable_autotuning={ch['new']}"), names="value")
+        self.search_space.observe(self._on(lambda ch: S.set_compile_settings(search_space=ch["new"]),
+                                           lambda ch: f"max_autotune_gemm_search_space={ch['new']}"), names="value")
+        for n, cb in self.sdpa.items():
+            cb.observe(self._on(lambda ch: S.set_sdpa([k for k, c in self.sdpa.items() if c.value]),
+                                lambda ch, n=n: f"SDPA {n} {'enabled' if ch['new'] else 'disabled'}"), names="value")
+        self.rocm_fa.observe(self._on(lambda ch: S.set_sdpa(rocm_fa_library=ch["new"]),
+                                      lambda ch: f"preferred_rocm_fa_library={ch['new']}"), names="value")
+        self.refresh_button.on_click(lambda _b: self.refresh())
+        self.restore_button.on_click(lambda _b: self.restore())
+
+        self.refresh()
+        rows = [W.HBox([self.toggles[op], self.notes[op]]) for op in S.OPS]
+        self.widget = W.VBox([
+            W.HTML("<b>FlyDSL per operator</b>"), *rows,
+            W.HTML("<b>Compiled GEMMs</b> (torch.compile max-autotune; one setting for gemm, grouped_gemm "
+                   "and scaled_gemm)"),
+            W.HBox([self.autotuning, self.search_space]), self.gemm_backends, self.compile_note,
+            W.HTML("<b>SDPA</b> (backends allowed; on ROCm the preferred flash-attention library)"),
+            W.HBox([*self.sdpa.values(), self.rocm_fa]), self.sdpa_note,
+            W.HBox([self.refresh_button, self.restore_button]), self.message,
+            W.HTML("<b>State of every switch</b>"), self.table,
+        ], layout=W.Layout(width="auto"))
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def _on(self, action: Callable, what: Callable):
+        """An observer: run ``action(change)`` through the library, say what happened (with any
+        warning the library gave), then re-read every switch."""
+        import warnings
+
+        def handler(change):
+            if self._sync.depth:
+                return
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    action(change)
+                except UsageError as exc:
+                    self._say(str(exc), "error")
+                    self.refresh(keep_message=True)
+                    return
+            warned = "; ".join(str(w.message) for w in caught)
+            self._say(f"nothing changed: {warned}" if warned else what(change), "warn" if warned else "ok")
+            self.refresh(keep_message=True)
+        return handler
+
+    def _say(self, text: str, kind: str = "info") -> None:
+        self.message.value = _span(text, kind)
+
+    @property
+    def settings(self):
+        """The :class:`flyexplore.switches.Settings` the controls show (disabled controls --
+        switches this torch cannot turn on -- are left out)."""
+        from . import switches as S
+
+        fly = {op: cb.value for op, cb in self.toggles.items() if not self._unavailable.get(op)}
+        comp = "compile_settings" not in self._unavailable
+        return S.Settings(fly, self.autotuning.value if comp else None,
+                          self.search_space.value if comp else None,
+                          tuple(n for n, cb in self.sdpa.items() if cb.value),
+                          None if "rocm_fa_library" in self._unavailable else self.rocm_fa.value)
+
+    def refresh(self, keep_message: bool = False) -> None:
+        """Re-read every switch from torch into the controls, the notes and the state table."""
+        from torch._inductor import config as ic
+
+        from . import switches as S
+
+        self._unavailable = S.unavailable()
+        states = {st.op: st for st in S.states()}
+        now = S.settings()
+        with self._sync():
+            for op, cb in self.toggles.items():
+                st = states[op]
+                cb.value = st.flydsl in ("on", "possible")
+                cb.disabled = self._locked or op in self._unavailable
+                if op in self._unavailable:
+                    note = _span(f"unavailable: {self._unavailable[op]}", "error")
+                else:
+                    kind = "ok" if st.effective else "warn"
+                    note = (f"<b>{html.escape(st.flydsl)}</b> " + _span(st.note, kind)) if st.note else \
+                        f"<b>{html.escape(st.flydsl)}</b>"
+                self.notes[op].value = f"<small>{note}</small>"
+            comp_missing = self._unavailable.get("compile_settings")
+            self.autotuning.value = bool(getattr(ic, "flydsl_enable_autotuning", False))
+            ss = str(getattr(ic, "max_autotune_gemm_search_space", "DEFAULT")).upper()
+            self.search_space.value = ss if ss in self.search_space.options else "DEFAULT"
+            for w in (self.autotuning, self.search_space):
+                w.disabled = self._locked or bool(comp_missing)
+            self.gemm_backends.value = (f"<small><code>max_autotune_gemm_backends = "
+                                        f"{html.escape(repr(ic.max_autotune_gemm_backends))}</code>; "
+                                        f"max_autotune={ic.max_autotune}, max_autotune_gemm={ic.max_autotune_gemm}"
+                                        "</small>")
+            self.compile_note.value = f"<small>{_span(f'unavailable: {comp_missing}', 'error')}</small>" \
+                if comp_missing else ""
+            on = set(now.sdpa_backends or ())
+            for n, cb in self.sdpa.items():
+                cb.value = n in on
+                cb.disabled = self._locked
+            fa_missing = self._unavailable.get("rocm_fa_library")
+            fa = now.rocm_fa_library or S.rocm_fa_library()
+            if fa in self.rocm_fa.options:
+                self.rocm_fa.value = fa
+            self.rocm_fa.disabled = self._locked or bool(fa_missing)
+            notes = []
+            if not on:
+                notes.append(_span("no SDPA backend enabled: F.scaled_dot_product_attention will raise", "warn"))
+            if fa_missing:
+                notes.append(_span(f"ROCm FA library unavailable: {fa_missing}", "error"))
+            self.sdpa_note.value = "<small>" + "<br>".join(notes) + "</small>"
+        cols = ["op", "flydsl", "effective", "mechanism", "setting"]  # notes are beside the toggles
+        self.table.value = _frame_html(S.table()[cols], max_height=420)
+        if not keep_message:
+            self._say("")
+
+    def apply(self, settings) -> None:
+        """Put every switch to ``settings`` (:func:`flyexplore.switches.apply_settings`) and
+        refresh. Raises :class:`UsageError` for inconsistent settings."""
+        from . import switches as S
+
+        S.apply_settings(settings, warn=False)
+        self.refresh()
+
+    def restore(self) -> None:
+        """What Restore does: every switch back to the state found when the panel was made
+        (:func:`flyexplore.switches.restore`)."""
+        from . import switches as S
+
+        S.restore(self.initial)
+        self.refresh()
+        self._say("every switch restored to the state found when this panel was made", "ok")
+
+    def _lock(self, on: bool) -> None:
+        self._locked = on
+        self.refresh(keep_message=True)
+
+    @contextlib.contextmanager
+    def context(self):
+        """Context manager: code inside runs under the switches the panel shows
+        (:func:`flyexplore.switches.using`, applied again in case something changed them since);
+        afterwards every switch is as it was before. The controls are disabled meanwhile (a
+        sweep must not see its switches change half-way)."""
+        from . import switches as S
+
+        chosen = self.settings
+        self._lock(True)
+        self._say("a sweep is running under these switches; controls are locked until it ends", "info")
+        try:
+            with S.using(chosen) as snap:
+                yield snap
+        finally:
+            self._lock(False)
+            self._say("")
+
+    def attach(self, panel: "SweepPanel") -> "SwitchPanel":
+        """Feed ``panel``: its sweeps run under the switches chosen here (``panel.add_context``),
+        and this panel is shown below it (``panel.add_section``). Returns ``self``."""
+        panel.add_context(self.context)
+        panel.add_section("FlyDSL switches", self.widget)
+        return self
+
+
+# -- the dispatch inspector ------------------------------------------------------------------
+
+#: Arch dropdown entry for "judge this process's real environment".
+THIS_MACHINE = "this machine"
+#: Columns of the X-ray resource table.
+XRAY_COLUMNS = ("kernel", "family", "vgprs_total", "agprs", "sgprs", "vgpr_spills", "sgpr_spills",
+                "scratch_bytes", "lds_bytes", "workgroup_size", "waves_per_simd", "occupancy", "limited_by",
+                "inst_total", "compile_s")
+
+
+class DispatchInspector:
+    """Will this call take FlyDSL, and if not, why not? What really ran? What does the FlyDSL
+    kernel cost in registers and LDS on gfx950?
+
+    Pick a case -- operator (those :mod:`flyexplore.explain` covers), shape (the operator
+    catalogue's syntax, e.g. ``8192x4096``), dtype, explainer options (``key=value; ...``:
+    strides, offsets, bias, ...) -- or take one from a :class:`SweepPanel` row (:meth:`attach`,
+    :meth:`show_row`), and see:
+
+    - the verdict and every condition torch 2.15 applies, in words with its torch source
+      (:func:`flyexplore.explain.explain_text`), for gfx950 by default or another arch, or for
+      "this machine" (the real environment; CUDA builds say why not);
+    - **Run traced**: the catalogue case run with the chosen backend under
+      :func:`flyexplore.trace.trace_case` -- the kernels that ran, by family; on a CPU the
+      top-level CPU operators and "no device kernels", said as such; a backend that cannot run
+      here is reported with its reason, never replaced;
+    - **X-ray**: where :func:`flyexplore.xray.xray_request` allows (the X-ray can run here,
+      covers the case, and the call qualifies on gfx950), the FlyDSL kernel compiled for gfx950
+      (compile-only; nothing runs): registers, spills, LDS, occupancy, instruction counts.
+
+    Tracing and the X-ray run in a background thread (an X-ray compile takes seconds: a
+    subprocess starting torch, then flydsl); :attr:`xray_status` counts the seconds. Invalid
+    input is a message in :attr:`message`, never a traceback.
+
+    Parameters set the initial controls: ``op``, ``shape`` (default the operator's example),
+    ``dtype``, ``options``, ``arch`` (a key of :data:`flyexplore.explain.ARCHES` or
+    ``"this machine"``/``None``), ``backend`` (for Run traced; default ``flydsl`` where it can run
+    here, else the operator's baseline), ``device`` (default the first GPU, else the CPU).
+
+    Programmatic API: controls :attr:`op`, :attr:`shape`, :attr:`dtype`, :attr:`options`,
+    :attr:`arch`, :attr:`backend` (set ``.value``), :attr:`explain_button`,
+    :attr:`trace_button`, :attr:`xray_button` (``.click()``); :meth:`set_case`,
+    :meth:`show_row`, :meth:`explain`, :meth:`run_trace`, :meth:`run_xray`, :meth:`wait`,
+    :attr:`busy`; results :attr:`explanation` (:class:`~flyexplore.explain.Explanation`),
+    :attr:`trace_result` (the dict of :func:`~flyexplore.trace.trace_case`), :attr:`xray_result`
+    (:class:`~flyexplore.xray.XRay`); outputs :attr:`message`, :attr:`verdict`,
+    :attr:`conditions`, :attr:`trace_view`, :attr:`xray_status`, :attr:`xray_view` (``HTML``).
+    """
+
+    def __init__(self, op: str = "rmsnorm", shape: str | None = None, dtype: str | None = None,
+                 options: str = "", *, arch: str | None = "gfx950", backend: str | None = None, device=None):
+        from . import explain as X
+
+        if op not in X.OPS:
+            raise bad_choice("operator for the dispatch inspector", op, X.OPS)
+        arch = arch or THIS_MACHINE
+        arches = [(f"{a} ({d})", a) for a, d in X.ARCHES.items()] + [(THIS_MACHINE, THIS_MACHINE)]
+        if arch not in [v for _, v in arches]:
+            raise bad_choice("arch", arch, [v for _, v in arches])
+        self.device = device
+        self._sync = _Sync()
+        self._thread: threading.Thread | None = None
+        self._xray_req, self._xray_why = None, ""
+        self.explanation = None
+        self.trace_result: dict | None = None
+        self.xray_result = None
+        self.op = W.Dropdown(options=list(X.OPS), value=op, description="operator")
+        self.shape = W.Text(description="shape", continuous_update=False)
+        self.dtype = W.Dropdown(description="dtype")
+        self.options = W.Text(value=options, description="options", continuous_update=False,
+                              placeholder="key=value; key=value", layout=W.Layout(width="420px"))
+        self.options_help = W.HTML()
+        self.arch = W.Dropdown(options=arches, value=arch, description="judge for")
+        self.backend = W.Dropdown(description="trace with")
+        self.explain_button = W.Button(description="Explain", icon="question")
+        self.trace_button = W.Button(description="Run traced", icon="search")
+        self.xray_button = W.Button(description="X-ray (gfx950)", icon="microchip", disabled=True)
+        self.message = W.HTML()
+        self.verdict = W.HTML()
+        self.conditions = W.HTML()
+        self.trace_view = W.HTML()
+        self.xray_status = W.HTML()
+        self.xray_view = W.HTML()
+
+        self.op.observe(self._op_changed, names="value")
+        for w in (self.shape, self.dtype, self.options, self.arch):
+            w.observe(lambda ch: None if self._sync.depth else self.explain(), names="value")
+        self.explain_button.on_click(lambda _b: self.explain())
+        self.trace_button.on_click(lambda _b: self.run_trace())
+        self.xray_button.on_click(lambda _b: self.run_xray())
+
+        with self._sync():
+            self._load_op(op)
+            if shape is not None:
+                self.shape.value = shape
+            if dtype is not None:
+                self.dtype.value = self._check_dtype(dtype)
+            if backend is not None:
+                self.backend.value = self._check_backend(backend)
+        self.widget = W.VBox([
+            W.HBox([self.op, self.dtype, self.arch]),
+            W.HBox([self.shape, self.options]), self.options_help,
+            W.HBox([self.explain_button, self.backend, self.trace_button, self.xray_button]),
+            self.message,
+            W.HTML("<b>Verdict</b>"), self.verdict, self.conditions,
+            W.HTML("<b>What ran</b>"), self.trace_view,
+            W.HTML("<b>Kernel X-ray for gfx950</b>"), self.xray_status, self.xray_view,
+        ], layout=W.Layout(width="auto"))
+        self.explain(pick_backend=backend is None)
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    # -- controls ------------------------------------------------------------------------
+    def _check_dtype(self, dtype: str) -> str:
+        if dtype not in self.dtype.options:
+            raise bad_choice(f"dtype for {self.op.value}", dtype, self.dtype.options)
+        return dtype
+
+    def _check_backend(self, backend: str) -> str:
+        names = [v for _, v in self.backend.options]
+        if backend not in names:
+            raise bad_choice(f"backend for {self.op.value}", backend, names)
+        return backend
+
+    def _load_op(self, op: str) -> None:
+        from . import explain as X
+        from .ops import get_op
+
+        self.dtype.options = X.dtypes_for(op)
+        self.dtype.value = self.dtype.options[0]
+        self.shape.placeholder = X.EXAMPLES[op]
+        self.shape.value = X.EXAMPLES[op]
+        self.options.value = ""
+        self.options_help.value = (f"<small>options for {html.escape(op)}: "
+                                   f"{html.escape(', '.join(X.EXPLAIN_OPTIONS[op]))}</small>")
+        names = list(get_op(op).backends)
+        self.backend.options = [(n, n) for n in names]
+        self.backend.value = names[0]
+
+    def _op_changed(self, change) -> None:
+        if self._sync.depth:
+            return
+        with self._sync():
+            self._load_op(change["new"])
+        self.explain(pick_backend=True)
+
+    def _case(self) -> tuple[str, str, str, str, str | None]:
+        shape = self.shape.value.strip()
+        if not shape:
+            raise UsageError(f"type a {self.op.value} shape (e.g. {self.shape.placeholder})")
+        if self.op.value == "grouped_gemm" and shape[:1] in "gG":
+            shape = shape[1:]  # the explainer's g8x512x... is the catalogue's 8x512x...
+        arch = None if self.arch.value == THIS_MACHINE else self.arch.value
+        return self.op.value, shape, self.dtype.value, self.options.value, arch
+
+    def _say(self, text: str, kind: str = "info") -> None:
+        self.message.value = _span(text, kind)
+
+    # -- explain -------------------------------------------------------------------------
+    def set_case(self, op: str, shape: str, dtype: str | None = None, options: str | None = None,
+                 backend: str | None = None):
+        """Set every control of the case at once and explain it. Returns the
+        :class:`~flyexplore.explain.Explanation`, or ``None`` with :attr:`message` saying what is
+        wrong with the input."""
+        from . import explain as X
+
+        try:
+            if op not in X.OPS:
+                raise bad_choice("operator for the dispatch inspector", op, X.OPS)
+            with self._sync():
+                if op != self.op.value:
+                    self.op.value = op
+                    self._load_op(op)
+                self.shape.value = shape
+                self.dtype.value = self._check_dtype(dtype or self.dtype.options[0])
+                self.options.value = options or ""
+                if backend is not None:
+                    self.backend.value = self._check_backend(backend)
+        except UsageError as exc:
+            self._clear()
+            self._say(str(exc), "error")
+            return None
+        return self.explain(pick_backend=backend is None)
+
+    def show_row(self, row: dict):
+        """Inspect a sweep row (a dict with ``op``, ``case``, ``dtype``, ``backend``; what
+        :meth:`SweepPanel.on_select` passes). Returns the explanation, or ``None`` with a
+        message (for example an operator the explainer does not cover)."""
+        from . import explain as X
+
+        op = row.get("op")
+        if op not in X.OPS:
+            self._clear()
+            self._say(f"the explainer covers {', '.join(X.OPS)}; {op} is not one of them"
+                      + (" (SDPA: AOTriton chooses its FlyDSL kernels itself; see flyexplore switches)"
+                         if op == "attention" else ""), "warn")
+            return None
+        return self.set_case(op, str(row.get("case", "")), row.get("dtype"), None, row.get("backend"))
+
+    def attach(self, panel: "SweepPanel") -> "DispatchInspector":
+        """Inspect the row picked in ``panel``'s row list (``panel.on_select``) and show this
+        inspector below ``panel`` (``panel.add_section``). Returns ``self``."""
+        panel.on_select(self.show_row)
+        panel.add_section("Dispatch inspector", self.widget)
+        return self
+
+    def _clear(self) -> None:
+        self.explanation = None
+        self.verdict.value = self.conditions.value = ""
+        self.xray_button.disabled = True
+        self._xray_req, self._xray_why = None, ""
+        self.xray_status.value = ""
+
+    def explain(self, pick_backend: bool = False):
+        """What Explain does (and every change of the case): explain the case and show the
+        verdict, the conditions and whether the X-ray can show its kernel. Returns the
+        :class:`~flyexplore.explain.Explanation`, or ``None`` with :attr:`message` saying why."""
+        from . import explain as X
+        from . import xray as XR
+        from .trace import backend_status
+
+        try:
+            op, shape, dtype, options, arch = self._case()
+            ex = X.explain_text(op, shape, dtype, options, arch=arch)
+        except UsageError as exc:
+            self._clear()
+            self._say(str(exc), "error")
+            return None
+        self.explanation = ex
+        self._say("")
+        ok = ex.taken
+        where = ex.assumed or "this machine, as it is"
+        head = (_span("FlyDSL YES", "ok") if ok else _span("FlyDSL NO", "error"))
+        kernel = (f"<br>kernel: {html.escape(ex.kernel)}" if ex.kernel and ok else
+                  f"<br>kernel if the environment allowed: {html.escape(ex.kernel)}" if ex.kernel else "")
+        qual = "" if ok else (f"<br>the call itself {'qualifies' if ex.call_ok else 'does not qualify'}; "
+                              f"the environment {'qualifies' if ex.environment_ok else 'does not qualify'}")
+        self.verdict.value = (f"<b>{head}</b> -- {html.escape(ex.path)}<br><small>judged for: "
+                              f"{html.escape(where)}</small><br>{_span(ex.reason, 'ok' if ok else 'error')}"
+                              f"{kernel}{qual}")
+        rows = pd.DataFrame([{"": {True: "ok", False: "NO", None: "-"}[c.ok], "kind": c.kind,
+                              "condition": c.detail, "torch source": c.source} for c in ex.conditions])
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in ex.notes)
+        self.conditions.value = _frame_html(rows, 360) + (f"<small><ul>{notes}</ul></small>" if notes else "")
+        # backends this case can be traced with here
+        try:
+            status = backend_status(op, shape, dtype, self.device)
+        except UsageError:
+            status = None
+        if status is not None:
+            cur = self.backend.value
+            with self._sync():
+                self.backend.options = [(n if why is None else f"{n} (unavailable here)", n)
+                                        for n, why in status.items()]
+                if pick_backend:
+                    cur = "flydsl" if status.get("flydsl", "x") is None else next(iter(status))
+                self.backend.value = cur if cur in status else next(iter(status))
+        if not self.busy:
+            try:
+                req, why = XR.xray_request(op, shape, dtype, options)
+            except UsageError as exc:
+                req, why = None, str(exc)
+            self._xray_req, self._xray_why = req, why
+            self.xray_button.disabled = req is None
+            self.xray_status.value = f"<small>{_span(why, 'info' if req else 'warn')}</small>" if why else \
+                "<small>ready: compiles the FlyDSL kernel for gfx950 (compile-only, a few seconds)</small>"
+        return ex
+
+    # -- background work -----------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        """True while a trace or an X-ray runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the running trace or X-ray (if any) ends; ``True`` if none runs then."""
+        t = self._thread
+        if t is not None:
+            t.join(timeout)
+        return not self.busy
+
+    def _start(self, name: str, work: Callable[[], Any], show: Callable[[Any], None],
+               status: W.HTML, label: str) -> bool:
+        if self.busy:
+            self._say("a trace or X-ray is running; wait for it to end", "warn")
+            return False
+        done = threading.Event()
+        t0 = time.perf_counter()
+        for b in (self.trace_button, self.xray_button):
+            b.disabled = True
+        status.value = f"<small>{html.escape(label)}...</small>"
+
+        def tick():
+            while not done.wait(0.5):
+                status.value = f"<small>{html.escape(label)}... {time.perf_counter() - t0:.0f} s</small>"
+
+        ticker = threading.Thread(target=tick, daemon=True, name=f"flyexplore-{name}-tick")
+
+        def run():
+            try:
+                res, err = work(), None
+            except UsageError as exc:
+                res, err = None, str(exc)
+            except Exception as exc:  # shown in the widget, never a traceback
+                lines = str(exc).strip().splitlines()
+                res, err = None, f"{name} failed: {type(exc).__name__}: {lines[0] if lines else ''}"
+            done.set()
+            ticker.join()
+            took = time.perf_counter() - t0
+            self.trace_button.disabled = False
+            self.xray_button.disabled = self._xray_req is None
+            if err is not None:
+                status.value = f"<small>{_span(err, 'error')}</small>"
+                self._say(err, "error")
+            else:
+                try:
+                    show(res)
+                    self._say(f"{name} done in {_fmt_seconds(took)}", "ok")
+                except Exception as exc:
+                    self._say(f"showing the {name} failed: {type(exc).__name__}: {exc}", "error")
+
+        ticker.start()
+        self._thread = threading.Thread(target=run, daemon=True, name=f"flyexplore-{name}")
+        self._thread.start()
+        return True
+
+    # -- trace ---------------------------------------------------------------------------
+    def run_trace(self) -> bool:
+        """What Run traced does: explain the case again (refusing invalid input), then run it
+        (catalogue shape, dtype; explainer options are not applied) with the chosen backend under
+        :func:`flyexplore.trace.trace_case` in a background thread. Returns ``True`` if it
+        started; ``False`` with :attr:`message` saying why (bad input, already busy)."""
+        from .trace import trace_case
+
+        if self.busy:
+            self._say("a trace or X-ray is running; wait for it to end", "warn")
+            return False
+        if self.explain() is None:  # invalid input: the message says why
+            return False
+        op, shape, dtype, options, _ = self._case()
+        backend, dev = self.backend.value, self.device
+        self.trace_result = None
+        self.trace_view.value = ""
+        note = ("explainer options are not applied to the traced run (it runs the catalogue case, "
+                "contiguous inputs)" if options.strip() else "")
+        return self._start("trace", lambda: trace_case(op, shape, backend, dtype, dev, reps=3),
+                           lambda r: self._show_trace(r, note), self.trace_view,
+                           f"running {op} {shape} {dtype} with {backend}, traced")
+
+    def _show_trace(self, r: dict, note: str = "") -> None:
+        self.trace_result = r
+        head = f"<b>{html.escape(r['op'])} {html.escape(r['case'])} {html.escape(r['dtype'])}</b>, backend " \
+               f"<b>{html.escape(r['backend'])}</b> on {html.escape(r['device'])}: "
+        if r["status"] != "ok":
+            self.trace_view.value = head + _span(f"{r['status']}: {r.get('message') or ''}", "warn")
+            return
+        tr = r["trace"]
+        parts = [head + html.escape(tr.observed)]
+        if not tr.kernels:
+            parts.append(_span("no device kernels" + (" (a CPU run: below are the call's top-level CPU "
+                                                     "operators)" if tr.device == "cpu" else ""), "warn"))
+        if "flydsl_taken" in r:
+            kind = "ok" if r["flydsl_taken"] else "warn"
+            parts.append(_span(f"FlyDSL taken: {r['flydsl_taken']} -- {r.get('flydsl_reason') or ''}", kind))
+        out = "<br>".join(parts)
+        fams = tr.family_frame()
+        if not fams.empty:
+            out += "<br><small>by family</small>" + _frame_html(fams, 200)
+        ks = tr.to_frame()
+        if not ks.empty:
+            out += "<small>kernels</small>" if tr.kernels else "<small>CPU operators</small>"
+            out += _frame_html(ks, 260)
+        at = tr.autotune_frame()
+        if not at.empty:
+            out += "<small>autotune</small>" + _frame_html(at, 220)
+        notes = list(tr.notes) + ([note] if note else [])
+        if notes:
+            out += "<small><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul></small>"
+        self.trace_view.value = out
+
+    # -- X-ray ---------------------------------------------------------------------------
+    def run_xray(self) -> bool:
+        """What X-ray does: compile the case's FlyDSL kernel for gfx950
+        (:func:`flyexplore.xray.xray`, compile-only) in a background thread and show its
+        resources. Returns ``True`` if it started; ``False`` with a message when the X-ray cannot
+        show this case (:func:`flyexplore.xray.xray_request` says why) or something runs."""
+        from . import xray as XR
+
+        if self.busy:
+            self._say("a trace or X-ray is running; wait for it to end", "warn")
+            return False
+        if self.explain() is None:
+            return False
+        req = self._xray_req
+        if req is None:
+            self._say(f"no X-ray for this case: {self._xray_why}", "warn")
+            return False
+        self.xray_result = None
+        self.xray_view.value = ""
+        op, shape, dtype = req
+        return self._start("X-ray", lambda: XR.xray(op, shape, dtype, arch="gfx950"), self._show_xray,
+                           self.xray_status, f"compiling {op} {shape} {dtype} for gfx950 (compile-only, "
+                           "in a subprocess)")
+
+    def _show_xray(self, x) -> None:
+        from .xray import xray_frame
+
+        self.xray_result = x
+        df = xray_frame([x])
+        cols = [c for c in XRAY_COLUMNS if c in df.columns]
+        verdict = _span(f"{'ELIGIBLE' if x.eligible else 'not eligible'}: {x.reason}", "ok" if x.eligible else "warn")
+        self.xray_status.value = f"<small>{verdict}<br>verdict from {html.escape(x.verdict_source)}; " \
+                                 "compiler output for gfx950, nothing was run</small>"
+        head = (f"<b>{html.escape(x.op)} {html.escape(x.case)} {html.escape(x.dtype)}</b> for "
+                f"{html.escape(x.arch)}<br>")
+        table = head + (_frame_html(df[cols], 200) if x.kernels else "")
+        err = _span(f"error: {x.error}", "error") if x.error else ""
+        self.xray_view.value = (table + err + "<details><summary>full X-ray report</summary><pre style="
+                                f"'font-size:11px'>{html.escape(x.to_text())}</pre></details>")

@@ -725,6 +725,62 @@ def _ensure_ready() -> None:
         raise XRayUnavailable(f"the kernel X-ray cannot run here: {msg}")
 
 
+def unavailable_reason() -> str | None:
+    """Why the X-ray cannot run on this machine (every failed check of
+    :func:`flyexplore.env.xray_readiness`, with its fix; as cached by
+    :func:`flyexplore.env.collect`), or ``None`` when it can."""
+    from .env import collect, xray_readiness
+
+    r = getattr(collect(), "flydsl_xray", None) or xray_readiness()
+    if r.ready:
+        return None
+    return "; ".join(f"{c.name}: {c.detail}" + (f" (fix: {c.fix})" if c.fix else "") for c in r.failed)
+
+
+def xray_request(op: str, shape: str, dtype: str | None = None,
+                 options=None) -> tuple[tuple[str, str, str] | None, str]:
+    """Can the X-ray show the kernel of this case (operator, shape and dtype as
+    :func:`flyexplore.explain.explain_text` takes them), and which request would it compile?
+
+    Returns ``((op, shape, dtype), note)`` for :func:`xray` -- MXFP8/MXFP4 ``scaled_gemm``
+    becomes ``gemm`` with dtype ``mxfp8``/``mxfp4`` (NT), ``grouped_gemm`` loses a leading
+    ``g`` -- with ``note`` saying what the X-ray leaves out (explainer ``options`` such as
+    strides and offsets: it compiles the contiguous case), or ``(None, reason)`` when it cannot:
+    this machine cannot compile (:func:`unavailable_reason`), the case is not covered
+    (:data:`NOT_COVERED`, :data:`XRAY_DTYPES`), or the call does not qualify for FlyDSL on
+    gfx950 (``flyexplore.explain``; there is no kernel to compile). Raises
+    :class:`~flyexplore.errors.UsageError` for input the explainer rejects."""
+    from .explain import dtypes_for, explain_text, parse_options
+
+    dt = dtype or dtypes_for(op)[0]
+    ex = explain_text(op, shape, dt, options, arch="gfx950")
+    if not ex.call_ok:
+        bad = [c.detail for c in ex.failed if c.kind in ("call", "config")]
+        return None, "not eligible on gfx950, so there is no FlyDSL kernel to compile: " + "; ".join(bad)
+    text = str(shape).strip()
+    if op == "scaled_gemm":
+        if dt not in ("mxfp8", "mxfp4"):
+            return None, f"{dt} scaled GEMM is not covered: {NOT_COVERED['fp8 scaled_mm (tensor-wise, row-wise, 1x128 blocks)']}"
+        from .ops import get_op
+        p = get_op("scaled_gemm").case(text).p
+        req = ("gemm", f"{p['m']}x{p['n']}x{p['k']}", dt)
+    elif op == "grouped_gemm":
+        head = text.split(":", 1)[0].strip().lower()
+        req = ("grouped_gemm", head[1:] if head.startswith("g") else head, dt)
+    else:
+        req = (op, text, dt)
+    if req[0] not in XRAY_DTYPES or req[2] not in XRAY_DTYPES[req[0]]:
+        covered = "; ".join(f"{o} {'/'.join(d)}" for o, d in XRAY_DTYPES.items())
+        return None, f"{op} {dt} is not covered by the X-ray (covered: {covered}; see coverage_text())"
+    why = unavailable_reason()
+    if why:
+        return None, f"the kernel X-ray cannot run here: {why}"
+    opts = parse_options(options)
+    note = (f"options {', '.join(f'{k}={v}' for k, v in opts.items())} are not part of the X-ray: it compiles "
+            "the contiguous case" if opts else "")
+    return req, note
+
+
 def xray_batch(requests: Iterable[tuple[str, str, str]], arch: str = "gfx950", out: str | None = None,
                autotune: bool = False, keep_ir: bool = False, use_explainer: bool = True,
                timeout_s: float = 1800.0) -> list[XRay]:

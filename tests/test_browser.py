@@ -1,7 +1,8 @@
 """A real browser: JupyterLab (token-less, 127.0.0.1, a free port, a temporary folder with a
-copy of the quickstart) driven by headless Chromium through Playwright. Runs all cells from the
-Run menu and checks that the sweep panel renders, fills in from its worker thread, and that
-plotly figures appear. Keeps screenshots under ``$FLYEXPLORE_ARTIFACTS`` (else pytest's tmp)
+copy of the quickstart and the dispatch walkthrough) driven by headless Chromium through
+Playwright. Runs all cells from the Run menu and checks that the sweep panel renders, fills in
+from its worker thread, and that plotly figures appear; and that the switch panel and the
+dispatch inspector render and answer a click. Keeps screenshots under ``$FLYEXPLORE_ARTIFACTS`` (else pytest's tmp)
 and copies them to ``test-artifacts/`` (ignored by git).
 
 Needs Debian's ``/usr/bin/chromium`` (installed by ``.ci/run``) and the ``playwright`` Python
@@ -74,7 +75,8 @@ def lab(tmp_path):
     _need(Path(CHROMIUM).exists(), f"{CHROMIUM} not installed (apt-get install chromium)")
     work = tmp_path / "work"
     work.mkdir()
-    shutil.copy(ROOT / "notebooks" / "quickstart.ipynb", work)
+    for name in ("quickstart.ipynb", "dispatch_switches.ipynb"):
+        shutil.copy(ROOT / "notebooks" / name, work)
     for name, values in LAB_SETTINGS.items():
         f = tmp_path / "settings" / "@jupyterlab" / f"{name}.jupyterlab-settings"
         f.parent.mkdir(parents=True, exist_ok=True)
@@ -201,3 +203,51 @@ def test_quickstart_runs_in_jupyterlab_with_panel_and_figures(lab, tmp_path):
     # the notebook wrote the sweep from code into its OUT folder, in the lab's working folder
     assert (work / "quickstart-out" / "gemm.parquet").exists()
     assert time.monotonic() - t0 < RUN_ALL_S + 2 * PAGE_LOAD_S
+
+
+def _run_all(page, url, name):
+    page.goto(f"{url}/lab/tree/{name}", wait_until="domcontentloaded")
+    page.wait_for_selector(".jp-Notebook .jp-CodeCell", state="attached")
+    page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"Python 3 .*\| Idle")).wait_for()
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    page.wait_for_function(ALL_RUN, timeout=RUN_ALL_S * 1000, polling=500)
+
+
+def test_switch_panel_and_inspector_render_and_answer_clicks(lab, tmp_path):
+    """dispatch_switches.ipynb in JupyterLab: the switch panel's state table follows a click on a
+    checkbox (the kernel changed torch's python_native filter), the inspector shows its verdict
+    and the gfx950 X-ray of the RMSNorm kernel."""
+    try:
+        from playwright.sync_api import expect, sync_playwright
+    except ImportError:
+        _need(False, "playwright is not installed (pip install playwright; no 'playwright install')")
+    url, work, log = lab
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+                                     timeout=60_000)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            page.set_default_timeout(PAGE_LOAD_S * 1000)
+            _run_all(page, url, "dispatch_switches.ipynb")
+            text = page.locator(".jp-Notebook").inner_text()
+            assert "Traceback" not in text, text[text.index("Traceback"):][:2000]
+            switches = page.locator(".widget-vbox", has=page.locator(".widget-html", has_text="FlyDSL per operator")).first
+            switches.scroll_into_view_if_needed()
+            box = switches.get_by_role("checkbox", name="topk", exact=True)
+            expect(box).to_be_checked()  # restored at the end of the notebook
+            assert "topk enabled" in switches.inner_text()
+            box.click()
+            expect(switches.locator(".widget-html", has_text="FlyDSL off for topk")).to_be_visible(timeout=30_000)
+            expect(switches.locator("table.flyexplore-table", has_text="topk disabled")).to_have_count(1)
+            inspector = page.locator(".widget-vbox", has=page.locator(".widget-html", has_text="Kernel X-ray for gfx950")).first
+            inspector.scroll_into_view_if_needed()
+            assert "rmsnorm_kernel_0" in inspector.inner_text() and "waves_per_simd" in inspector.inner_text()
+            for d in _artifacts(tmp_path):
+                switches.screenshot(path=str(d / "dispatch-switches.png"))
+                inspector.screenshot(path=str(d / "dispatch-inspector.png"))
+        finally:
+            browser.close()
+    for d in _artifacts(tmp_path):
+        for s in ("dispatch-switches.png", "dispatch-inspector.png"):
+            assert (d / s).stat().st_size > 10_000, s

@@ -175,3 +175,86 @@ def test_cli_switches(capsys):
     assert [r["op"] for r in rows] == list(S.OPS)
     assert main(["switches"]) == 0
     assert "rmsnorm" in capsys.readouterr().out
+
+
+# -- the dispatch inspector's front door and the eligibility grid -----------------------------
+
+def test_eligibility_grid_agrees_with_explain_cell_by_cell():
+    ms, ns = [1024, 2048, 4096, 8192], [2048, 4096, 8192, 16384, 114688, 131072]
+    g = E.eligibility_grid("rmsnorm", ms, ns, "bf16")
+    assert list(g.columns) == ["m", "n", "dtype", "value", "call_ok", "kernel", "reason"]
+    assert len(g) == len(ms) * len(ns) and list(g["m"][:len(ns)]) == [1024] * len(ns)
+    for row in g.itertuples():
+        ex = E.explain_text("rmsnorm", f"{row.m}x{row.n}", "bf16")
+        assert (row.value, row.call_ok, row.reason) == (ex.taken, ex.call_ok, ex.reason)
+    taken = {(r.m, r.n) for r in g.itertuples() if r.value}
+    # RMSNorm's tuned region (torch 2.15 _fused_rms_norm_fwd_perf_wins)
+    assert taken == {(8192, 4096), (4096, 8192), (8192, 8192), (2048, 16384), (4096, 16384), (8192, 16384),
+                     (2048, 114688), (4096, 114688), (8192, 114688)}
+    assert g.set_index(["m", "n"]).loc[(8192, 131072), "reason"].startswith("not taken: N=131072 is outside")
+
+
+def test_eligibility_grid_topk_kernel_families_and_switches():
+    g = E.eligibility_grid("topk", 2048, [1024, 8192, 16384, 262144], dims={"k": [8, 32, 256, 1024]})
+    kern = g.set_index(["n", "k"])["kernel"]
+    assert kern[(1024, 8)] == kern[(8192, 8)] == "register"
+    assert kern[(16384, 256)] == "radix K 64-256, N 8192-32768" and kern[(262144, 1024)].startswith("radix K 832")
+    assert kern.isna()[(16384, 8)] and kern.isna()[(8192, 32)]
+    assert set(g["dtype"]) == {"fp32"}  # the operator's first dtype
+    with S.flydsl("topk", enabled=False):  # judged with this process's switches
+        off = E.eligibility_grid("topk", 2048, 1024, dims={"k": 8})
+    assert not off["value"][0] and off["call_ok"][0] and "disabled" in off["reason"][0]
+    gemm = E.eligibility_grid("gemm", [16, 17], [4096, 4100], "bf16", dims={"k": 4096})
+    assert list(gemm["value"]) == [True, False, True, False]  # N % 8; M is free (A row-major)
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(op="rmsnorm", ms=[8], ns=None), "needs values for n"),
+    (dict(op="topk", ms=[8], ns=[8]), "needs values for k"),
+    (dict(op="rmsnorm", ms=[8], ns=[8], dims={"k": [1]}), "unknown dimension of rmsnorm 'k'"),
+    (dict(op="rmsnorm", ms=[0], ns=[8]), "must be positive"),
+    (dict(op="rmsnorm", ms=[8], ns=[8], dims={"m": 4}), "dimension 'm' given twice"),
+    (dict(op="attention", ms=[8], ns=[8]), "unknown operator for explain 'attention'"),
+])
+def test_eligibility_grid_bad_input(kw, msg):
+    with pytest.raises(UsageError, match=msg):
+        E.eligibility_grid(**kw)
+
+
+def test_explain_text_takes_catalogue_shapes_options_and_archs():
+    nt = E.explain_text("grouped_gemm", "8x512x4096x4096:layout=NT")
+    assert not nt.call_ok and "B contiguous" in _failed(nt)
+    assert E.explain_text("grouped_gemm", "g8x512x4096x4096").taken
+    ragged = E.explain_text("grouped_gemm", "4x1024x4096x4096:ms=0/1024/512/1024")
+    assert ragged.taken and any("ragged groups" in n for n in ragged.notes)
+    row = E.explain_text("scaled_gemm", "32x4096x4096:scaling=row", "fp8_e4m3")
+    assert {"recipe A", "recipe B"} <= _failed(row)
+    assert E.explain_text("scaled_gemm", "32x4096x4096", "mxfp4").taken
+    off = E.explain_text("gemm", "16x28672x4096:NT", "bf16", "a_offset=3; b_stride=1,4096")
+    assert _failed(off) == {"A origin aligned"} and off.arguments["b"] == "bf16[4096, 28672] stride (1, 4096)"
+    assert "arch gfx942" in E.explain_text("rmsnorm", "8192x4096", "bf16", arch="gfx942").reason
+    here = E.explain_text("rmsnorm", "8192x4096", "bf16", arch=None)
+    assert here.assumed is None and "ROCm build" in _failed(here)
+    # GEMMs are judged with FLYDSL on by default (the flydsl backend's options), or as given
+    assert E.explain_text("gemm", "64x64x64", "bf16").taken
+    assert "FLYDSL listed" in _failed(E.explain_text("gemm", "64x64x64", "bf16", compile_options={}))
+    assert E.parse_options("a=1; b=2,3\nc = x") == {"a": "1", "b": "2,3", "c": "x"}
+    assert E.parse_options(None) == {} and E.parse_options({"a": 1}) == {"a": 1}
+
+
+@pytest.mark.parametrize("args, msg", [
+    (("rmsnorm", ""), "no rmsnorm shape given"),
+    (("rmsnorm", "8x8", "bf16", "eps"), "malformed option 'eps'"),
+    (("rmsnorm", "8x8", "bf16", "=1"), "malformed option '=1'"),
+    (("sdpa", "8x8"), "unknown operator for explain 'sdpa'"),
+])
+def test_explain_text_bad_input(args, msg):
+    with pytest.raises(UsageError, match=msg):
+        E.explain_text(*args)
+    with pytest.raises(UsageError, match="bad arch 'mi355'"):
+        E.explain_text("rmsnorm", "8x8", arch="mi355")
+
+
+def test_topk_bands_name_every_kernel_family():
+    b = E.topk_bands()
+    assert list(b["kernel"]) == ["register"] + [E.topk_kernel(k0, n0) for k0, _, n0, _ in E.TOPK_RADIX_BANDS]

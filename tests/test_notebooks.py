@@ -288,3 +288,66 @@ def test_export_report_notebook(executed):
     assert ("skipped" in text) != static
     assert "| op " in text and "\\begin{tabular}" in text  # the Markdown and LaTeX tables printed
     assert "report/report.html" in text  # the list of files written
+
+
+def _title(fig) -> str:
+    t = fig["layout"].get("title", {})
+    return t.get("text", "") if isinstance(t, dict) else str(t)
+
+
+def test_dispatch_switches_shows_switches_verdicts_traces_and_autotune(executed):
+    nb = _read(executed, ROOT / "notebooks" / "dispatch_switches.ipynb")
+    text = _text(nb)
+    # the explainer: one eligible call in full, then a reason per ineligible call
+    assert "rmsnorm: FlyDSL YES -- eager override of aten::_fused_rms_norm" in text
+    for reason in ("needs M >= 8192: M=2048", "fewer rows than CUs", "the FlyDSL TopK kernels take fp32 only",
+                   "A storage offset 3 x 2 B is not 16-byte aligned", "device arch gfx942",
+                   "is not a ROCm build: FlyDSL overrides never register"):
+        assert reason in text, reason
+    # what ran: CPU operators said as such; a backend that cannot run says why
+    assert "rmsnorm 2048x4096 bf16 backend aten on cpu: ok" in text and "aten::rms_norm" in text
+    assert "backend flydsl on cpu: unavailable" in text and "CUDA build, not ROCm" in text
+    assert "autotune bmm: 2 candidates, winner" in text
+    # the switch table before, after TopK off / GEMM on, after Restore; switches restored at the end
+    tables = [o["data"]["text/html"] for c in _code_cells(nb) for o in c.outputs
+              if "text/html" in o.get("data", {}) and "mechanism" in o["data"]["text/html"]]
+    assert len(tables) == 3
+    counts = [(t.count("<td>on</td>"), t.count("<td>off</td>")) for t in tables]
+    assert counts == [(2, 3), (4, 1), (2, 3)]  # rmsnorm, topk on / TopK off, the 3 GEMMs on / restored
+    assert tables[2] == tables[0]
+    assert "gemm          FlyDSL OFF" in text and "topk          FlyDSL ON" in text  # restored at the end
+    # the widgets' final state reached the frontend: inspector trace and X-ray, the sweep panel
+    html = " ".join(str(m["state"].get("value", "")) for m in _widget_states(nb) if m["model_name"] == "HTMLModel")
+    assert "aten::rms_norm" in html and "no device kernels" in html  # the inspector's trace
+    assert "<b>rmsnorm 8192x4096 bf16</b>, backend <b>aten</b> on cpu" in html
+    assert "<b>rmsnorm 8192x4096 bf16</b> for gfx950" in html  # the X-ray view (lld-22 is here)
+    assert "rmsnorm_kernel_0" in html and "waves_per_simd" in html
+    assert "saved 6 rows" in html and "FlyDSL GEMM takes fp16/bf16" in html  # row 1 went to the inspector
+    df = R.load(executed / "dispatch_switches-out" / "gemm.parquet")
+    assert len(df) == 6 and set(df.backend) == {"aten", "inductor"} and (df.status == "ok").all()
+
+
+def test_rmsnorm_topk_shows_sweeps_published_eligibility_and_xray(executed):
+    nb = _read(executed, ROOT / "notebooks" / "rmsnorm_topk.ipynb")
+    out = executed / "rmsnorm_topk-out"
+    for op in ("rmsnorm", "topk"):
+        df = R.load(out / f"{op}.parquet")
+        R.validate(df)
+        assert set(df.op) == {op} and len(df) == 9
+        assert set(df[df.backend == "flydsl"].status) == {"unavailable"}  # a row with the reason, not a swap
+    figs = {_title(f).split("<br>")[0]: f for f in _figures(nb)}
+    assert "RMSNorm on MI355X, FlyDSL over ATen (published)" in figs
+    assert "TopK on MI355X, FlyDSL over ATen (published)" in figs
+    rms = figs["RMSNorm bf16 on gfx950: FlyDSL taken over M and N"]["data"][0]
+    taken = sum(v == 1 for row in rms["z"] for v in row)
+    from flyexplore import explain, notebooks
+    grid = explain.eligibility_grid("rmsnorm", dtype="bf16", **notebooks.ELIGIBILITY_GRIDS["rmsnorm"])
+    assert taken == int(grid["value"].sum()) > 0
+    topk = figs["TopK fp32, M=2048, on gfx950: FlyDSL taken over N and K"]["data"][0]
+    assert any("register" in str(v) for row in topk["customdata"] for v in row)  # kernel family on hover
+    xr = figs["FlyDSL kernel resources for gfx950 (rmsnorm; compiled, not run)"]
+    assert "not eligible / no kernel: 1024x4096 bf16" in _title(xr)
+    import pandas as pd
+    x = pd.read_csv(out / "xray" / "xray.csv")
+    assert x["kernel"].dropna().str.startswith("rmsnorm_kernel").all() and x["eligible"].sum() == 6
+    assert "radix K 832-1024, N 32768-262144" in _text(nb)  # the family per (N, K) table

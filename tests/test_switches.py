@@ -175,3 +175,58 @@ def test_compile_options():
     assert o["max_autotune_gemm_backends"] == "ATEN,TRITON,FLYDSL" and o["max_autotune"]
     assert o["flydsl_enable_autotuning"] is True
     assert S.compile_options(False, backends="FLYDSL")["max_autotune_gemm_backends"] == "ATEN"
+
+
+# -- whole settings (what the switch panel holds) -----------------------------------------------
+
+def test_settings_round_trip_apply_and_using_restore():
+    before = S.snapshot()
+    now = S.settings()
+    assert set(now.flydsl) == {"gemm", "grouped_gemm", "scaled_gemm", "rmsnorm", "topk"}  # no attention here
+    assert now.rocm_fa_library is None and now.search_space in ("DEFAULT", "EXHAUSTIVE")
+    assert S.unavailable().keys() == {"attention", "rocm_fa_library"}
+    want = S.Settings({"gemm": True, "grouped_gemm": True, "scaled_gemm": True, "rmsnorm": False, "topk": True},
+                      autotuning=True, search_space="exhaustive", sdpa_backends=("flash", "math"))
+    with S.using(want) as snap:
+        assert snap == before
+        assert S.compile_on() and not S.eager_on("rmsnorm") and S.eager_on("topk")
+        assert ic.flydsl_enable_autotuning is True and ic.max_autotune_gemm_search_space == "EXHAUSTIVE"
+        assert torch.backends.cuda.flash_sdp_enabled() and not torch.backends.cuda.mem_efficient_sdp_enabled()
+        got = S.settings()
+        assert got.flydsl == want.flydsl and got.sdpa_backends == ("flash", "math")
+    assert S.snapshot() == before
+    try:
+        S.apply_settings(want)
+        assert S.settings().flydsl["rmsnorm"] is False
+        S.apply_settings(now)
+        assert S.settings() == now
+    finally:
+        S.restore(before)
+
+
+def test_settings_are_checked_before_anything_changes():
+    before = S.snapshot()
+    with pytest.raises(UsageError, match="share one torch setting"):
+        S.apply_settings(S.Settings({"gemm": True, "scaled_gemm": False, "topk": False}))
+    with pytest.raises(UsageError, match="unknown SDPA backend 'fast'"):
+        S.apply_settings(S.Settings({"topk": False}, sdpa_backends=("fast",)))
+    with pytest.raises(UsageError, match="unknown FlyDSL switch 'conv'"):
+        with S.using(S.Settings({"conv": True})):
+            pass
+    assert S.snapshot() == before
+
+
+def test_plain_sdpa_and_compile_settings():
+    before = S.snapshot()
+    try:
+        S.set_sdpa(["efficient"])
+        assert torch.backends.cuda.mem_efficient_sdp_enabled() and not torch.backends.cuda.flash_sdp_enabled()
+        S.set_compile_settings(autotuning=True)
+        assert ic.flydsl_enable_autotuning is True and "FLYDSL" not in ic.max_autotune_gemm_backends  # on/off untouched
+        with pytest.raises(UsageError, match="ROCm flash-attention library"):
+            S.set_sdpa(rocm_fa_library="triton")
+        with pytest.raises(UsageError, match="search space"):
+            S.set_compile_settings(search_space="HUGE")
+    finally:
+        S.restore(before)
+    assert S.snapshot() == before

@@ -279,3 +279,28 @@ def test_cli_trace_and_sweep_trace(capsys, tmp_path):
     assert main(["sweep", "--op", "rmsnorm", "--shapes", "64x256", "--backends", "aten", "--out", str(out),
                  "--rep", "3", "--quiet", "--trace"]) == 0
     assert R.load(out)["observed"].iloc[0] == "CPU: ATen native"
+
+
+def test_trace_autotune_on_cpu_records_the_decision():
+    """The library's autotune case: on a CPU, bmm max-autotune of ATen vs Inductor's C++ template
+    with the caches off (so it really autotunes)."""
+    tr = T.trace_autotune(reps=1)
+    assert tr.device == "cpu" and "max-autotune over ATEN,CPP" in tr.notes[0]
+    at = tr.autotune_frame()
+    assert list(at.columns) == ["op", "name", "family", "time_ms", "winner", "source"]
+    assert set(at["op"]) == {"bmm"} and {"ATen", "C++ template"} <= set(at["family"])
+    assert at["winner"].sum() == 1 and at.loc[at["winner"], "time_ms"].iloc[0] == at["time_ms"].min()
+    assert "autotune bmm: 2 candidates" in tr.to_text()
+    fam = tr.family_frame()
+    assert "Triton/Inductor" in list(fam["family"]) and fam["share"].sum() == pytest.approx(1.0)
+    from flyexplore.errors import UsageError
+    with pytest.raises(UsageError, match="malformed gemm shape"):
+        T.trace_autotune("64x64")
+
+
+def test_backend_status_and_result_text():
+    st = T.backend_status("topk", "256x1024x8")
+    assert st["aten"] is None and st["inductor"] is None and "not ROCm" in st["flydsl"]
+    r = T.trace_case("topk", "256x1024x8", "flydsl")
+    assert r["status"] == "unavailable" and "unavailable" in T.result_text(r) and r["message"] in T.result_text(r)
+    assert T.Trace((), ()).family_frame().empty and T.Trace((), ()).autotune_frame().empty

@@ -421,3 +421,27 @@ def test_published_script_builds_its_case_list():
     assert ("grouped_gemm", "8x512x2048x8192", "bf16") in with_all
     for op, shape, dtype in with_all:                  # every request is valid input for the X-ray
         X._request(op, shape, dtype)
+
+
+@pytest.mark.parametrize("args, want", [
+    (("rmsnorm", "8192x4096", "bf16"), ("rmsnorm", "8192x4096", "bf16")),
+    (("scaled_gemm", "32x4096x4096", "mxfp4"), ("gemm", "32x4096x4096", "mxfp4")),
+    (("grouped_gemm", "g8x512x4096x4096", "bf16"), ("grouped_gemm", "8x512x4096x4096", "bf16")),
+    (("topk", "4096x2048x8", None), ("topk", "4096x2048x8", "fp32")),
+])
+def test_xray_request_maps_explainer_cases(args, want):
+    req, note = X.xray_request(*args)
+    assert req == want and note == ""
+
+
+def test_xray_request_says_why_not(monkeypatch):
+    req, why = X.xray_request("rmsnorm", "2048x4096", "bf16")
+    assert req is None and "not eligible on gfx950" in why and "needs M >= 8192" in why
+    req, note = X.xray_request("gemm", "16x28672x4096:NT", "bf16", "a_stride=4096,1")
+    assert req == ("gemm", "16x28672x4096:NT", "bf16") and "compiles the contiguous case" in note
+    monkeypatch.setattr(X, "unavailable_reason", lambda: "AMDGPU-capable ld.lld: no ld.lld found")
+    req, why = X.xray_request("rmsnorm", "8192x4096", "bf16")
+    assert req is None and "cannot run here: AMDGPU-capable ld.lld" in why
+    from flyexplore import notebooks as N
+    note = N.xray_figure("rmsnorm", ["8192x4096"])
+    assert isinstance(note, N.Note) and "no ld.lld found" in note._repr_markdown_()
