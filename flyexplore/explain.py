@@ -1327,27 +1327,37 @@ def explain_text(op: str, shape: str, dtype: str | None = None,
         raise bad_choice("operator for explain", op, OPS)
     if not str(shape or "").strip():
         raise UsageError(f"no {op} shape given (e.g. {EXAMPLES[op]})")
-    if arch is not None and not re.fullmatch(r"gfx\d{2,3}[0-9a-f]?", str(arch)):
-        raise UsageError(f"bad arch {arch!r} (expected a gfx name, e.g. {', '.join(ARCHES)})")
+    _check_arch(arch)
     opts = parse_options(options)
     notes: list[str] = []
     if op in ("grouped_gemm", "scaled_gemm"):
         shape, notes = _catalogue_to_explain(op, str(shape), opts)
-    comp = None
-    if op not in EAGER:
-        if compile_options is not None:
-            comp = dict(compile_options)
-        else:
-            from torch._inductor import config as ic
-
-            from .switches import compile_options as flydsl_options
-            comp = flydsl_options(True, backends=ic.max_autotune_gemm_backends)
+    comp = _compile_options_for(op, compile_options)
     ex = explain_shape(op, str(shape), dtype, opts, arch=arch, cu=cu, assume_rocm=arch is not None,
                        compile_options=comp)
     if notes:
         from dataclasses import replace
         ex = replace(ex, notes=ex.notes + tuple(notes))
     return ex
+
+
+def _check_arch(arch: str | None) -> None:
+    """Raise :class:`UsageError` unless ``arch`` is None or a gfx name (``gfx950``)."""
+    if arch is not None and not re.fullmatch(r"gfx\d{2,3}[0-9a-f]?", str(arch)):
+        raise UsageError(f"bad arch {arch!r} (expected a gfx name, e.g. {', '.join(ARCHES)})")
+
+
+def _compile_options_for(op: str, compile_options: Mapping[str, Any] | None):
+    """Inductor options to judge a compiled op with: the given ones, else this process's GEMM
+    backends with FLYDSL added (``switches.compile_options``); None for eager ops."""
+    if op in EAGER:
+        return None
+    if compile_options is not None:
+        return dict(compile_options)
+    from torch._inductor import config as ic
+
+    from .switches import compile_options as flydsl_options
+    return flydsl_options(True, backends=ic.max_autotune_gemm_backends)
 
 
 def eligibility_grid(op: str, ms: Sequence[int] | int | None = None, ns: Sequence[int] | int | None = None,
@@ -1404,17 +1414,8 @@ def eligibility_grid(op: str, ms: Sequence[int] | int | None = None, ns: Sequenc
             raise UsageError(f"{op} {d} values must be positive integers, got {v!r}")
         axes.append(vals)
     opts = parse_options(options)
-    if arch is not None and not re.fullmatch(r"gfx\d{2,3}[0-9a-f]?", str(arch)):
-        raise UsageError(f"bad arch {arch!r} (expected a gfx name, e.g. {', '.join(ARCHES)})")
-    comp = None
-    if op not in EAGER:
-        if compile_options is not None:
-            comp = dict(compile_options)
-        else:
-            from torch._inductor import config as ic
-
-            from .switches import compile_options as flydsl_options
-            comp = flydsl_options(True, backends=ic.max_autotune_gemm_backends)
+    _check_arch(arch)
+    comp = _compile_options_for(op, compile_options)
     f = facts(arch=arch, cu=cu, assume_rocm=arch is not None, compile_options=comp)
     dt = dtype or dtypes_for(op)[0]
     rows = []
