@@ -303,13 +303,12 @@ ERR_TOL = {"fp32": 1e-4, "fp16": 5e-3, "bf16": 2e-2, "fp64": 1e-10,
            "fp8_e4m3": 1e-1, "fp8_e5m2": 2e-1, "mxfp8": 1e-1, "mxfp4": 3e-1}
 
 
-def compile_context(options: dict) -> Callable:
-    """Context for compile backends: a fresh Dynamo cache (one case at a time)."""
-    def ctx(_ctx, _case):
-        import torch
-        torch._dynamo.reset()
-        return contextlib.nullcontext()
-    return ctx
+def fresh_dynamo(_ctx, _case):
+    """``Backend.context`` for compile backends: reset Dynamo so each case compiles anew (the
+    compile options themselves are given to ``torch.compile`` by the backend's build)."""
+    import torch
+    torch._dynamo.reset()
+    return contextlib.nullcontext()
 
 
 def flydsl_eager(enabled: bool, ops: Iterable[str] = ("rmsnorm", "topk")):
