@@ -160,6 +160,20 @@ _US_MSG = ("published as {v} us; tflops/gbps (where set) derived with flyexplore
            "counts; not measured by flyexplore")
 
 
+def _throughput_rows(suite: PublishedSuite, op_name: str, case, dtype: str, r: dict,
+                     backends: tuple[str, ...], flops: float, nbytes: float, formula: str,
+                     extra: dict | None = None) -> list[dict]:
+    """One row per backend of a CSV row published as ``<backend>_tflops``: ``time_ms`` is derived
+    as ``flops`` / throughput, and ``message`` says so (``formula`` names the FLOP count)."""
+    rows = []
+    for be in backends:
+        v = float(r[f"{be}_tflops"])
+        rows.append(_row(suite, op_name, case.label, case.p, dtype, be,
+                         time_ms=flops / (v * 1e12) * 1e3, flops=flops, nbytes=nbytes,
+                         message=_TFLOPS_MSG.format(v=r[f"{be}_tflops"], f=formula), extra=extra))
+    return rows
+
+
 def _dense(suite: PublishedSuite) -> list[dict]:
     from .ops import get_op
 
@@ -167,12 +181,8 @@ def _dense(suite: PublishedSuite) -> list[dict]:
     rows = []
     for r in _read(suite):
         case = op.case(f"{r['m']}x{r['n']}x{r['k']}:NT")
-        fl, nb = op.flops(case), op.bytes(case, "bf16")
-        for be in ("aten", "triton", "flydsl"):
-            v = float(r[f"{be}_tflops"])
-            rows.append(_row(suite, "gemm", case.label, case.p, "bf16", be,
-                             time_ms=fl / (v * 1e12) * 1e3, flops=fl, nbytes=nb,
-                             message=_TFLOPS_MSG.format(v=r[f"{be}_tflops"], f="2*M*N*K")))
+        rows += _throughput_rows(suite, "gemm", case, "bf16", r, ("aten", "triton", "flydsl"),
+                                 op.flops(case), op.bytes(case, "bf16"), "2*M*N*K")
     return rows
 
 
@@ -184,12 +194,8 @@ def _mxfp(suite: PublishedSuite) -> list[dict]:
     for r in _read(suite):
         fmt = r["format"]
         case = op.case(f"{r['m']}x{r['n']}x{r['k']}")
-        fl, nb = op.flops(case), op.bytes(case, fmt)
-        for be in ("aten", "flydsl"):
-            v = float(r[f"{be}_tflops"])
-            rows.append(_row(suite, SCALED_OP, case.label, case.p, fmt, be,
-                             time_ms=fl / (v * 1e12) * 1e3, flops=fl, nbytes=nb,
-                             message=_TFLOPS_MSG.format(v=r[f"{be}_tflops"], f="2*M*N*K")))
+        rows += _throughput_rows(suite, SCALED_OP, case, fmt, r, ("aten", "flydsl"),
+                                 op.flops(case), op.bytes(case, fmt), "2*M*N*K")
     return rows
 
 
@@ -201,14 +207,10 @@ def _grouped(suite: PublishedSuite) -> list[dict]:
     rows = []
     for r in _read(suite):
         case = op.case(published_case_label(r["suite"], r["case"]))
-        fl, nb = op.flops(case), op.bytes(case, "bf16")
-        for be in ("aten", "triton", "flydsl"):
-            v = float(r[f"{be}_tflops"])
-            rows.append(_row(suite, GROUPED_OP, case.label, case.p, "bf16", be,
-                             time_ms=fl / (v * 1e12) * 1e3, flops=fl, nbytes=nb,
-                             message=_TFLOPS_MSG.format(v=r[f"{be}_tflops"], f="2*sum(M_g)*N*K"),
-                             extra={"subset": r["suite"], "published_label": r["case"],
-                                    "total_m": sum(group_sizes(case))}))
+        rows += _throughput_rows(suite, GROUPED_OP, case, "bf16", r, ("aten", "triton", "flydsl"),
+                                 op.flops(case), op.bytes(case, "bf16"), "2*sum(M_g)*N*K",
+                                 extra={"subset": r["suite"], "published_label": r["case"],
+                                        "total_m": sum(group_sizes(case))})
     return rows
 
 
