@@ -77,8 +77,15 @@ def _parse_opts(items) -> dict:
 def _cmd_explain(a):
     from . import explain as X
 
+    if a.op == "attention":
+        ex = X.explain_attention_options(a.shape, a.dtype, _parse_opts(a.opt), arch=a.arch, aotriton=a.aotriton,
+                                         assume_rocm=a.assume_rocm)
+        print(ex.to_json() if a.json else ex.to_text())
+        return
+    if a.aotriton is not None:
+        raise UsageError(f"--aotriton is for --op attention only, not {a.op!r}")
     if a.op not in X.OPS:
-        raise UsageError(f"unknown operator for explain {a.op!r} (valid: {', '.join(X.OPS)})")
+        raise UsageError(f"unknown operator for explain {a.op!r} (valid: {', '.join(X.OPS)}, attention)")
     comp = None
     if a.op not in X.EAGER:
         if a.compile_options == "current":
@@ -321,19 +328,23 @@ def build_parser() -> argparse.ArgumentParser:
     w.set_defaults(func=_cmd_sweep)
 
     x = sub.add_parser("explain", help="would a call take FlyDSL, and if not, why not")
-    x.add_argument("--op", required=True, help="rmsnorm, topk, gemm, grouped_gemm, scaled_gemm")
+    x.add_argument("--op", required=True, help="rmsnorm, topk, gemm, grouped_gemm, scaled_gemm, attention")
     x.add_argument("--shape", required=True,
                    help="catalogue shape text: 8192x4096 (rmsnorm), 4096x2048x8 (topk), 16x28672x4096:NT "
-                        "(gemm), g8x512x4096x4096 (grouped_gemm, M per group), 32x4096x4096 (scaled_gemm)")
+                        "(gemm), g8x512x4096x4096 (grouped_gemm, M per group), 32x4096x4096 (scaled_gemm), "
+                        "1x32x4096x4096x128:causal=1,bwd (attention, BxHxSQxSKVxD)")
     x.add_argument("--dtype", help="bf16, fp16, fp32; mxfp8/mxfp4 for scaled_gemm (default: the operator's first)")
     x.add_argument("--opt", action="append", metavar="KEY=VALUE",
-                   help="more of the call: strides, offsets, bias, out_dtype, dim, ... (repeatable)")
+                   help="more of the call: strides, offsets, bias, out_dtype, dim, ...; attention: backend, "
+                        "fa_library, device (repeatable)")
     x.add_argument("--arch", help="take this as the device's gcnArchName (e.g. gfx950)")
     x.add_argument("--cu", type=int, help="CU count for TopK's row gate (default: the device's, else 256)")
     x.add_argument("--assume-rocm", action="store_true",
                    help="judge as on a ROCm torch 2.15 with flydsl 0.3.x (what-if on another machine)")
     x.add_argument("--compile-options", help="JSON torch.compile options for GEMMs, or 'current' for this "
                    "process's Inductor config (default: FLYDSL added, max-autotune)")
+    x.add_argument("--aotriton", help="attention: judge with this AOTriton version (e.g. 0.14.2, 0.13b); "
+                   "default: the bundled one (what-ifs: 0.14.2, torch main's pin)")
     x.add_argument("--json", action="store_true")
     x.set_defaults(func=_cmd_explain)
 

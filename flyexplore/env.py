@@ -193,10 +193,16 @@ def _pkg_version(*names: str) -> str:
 
 
 def aotriton_version(torch_dir: str | None = None) -> str:
-    """AOTriton version from the bundled ``libaotriton_v2.so.X.Y.Z`` file name.
+    """AOTriton version (``"0.14.2"`` for release 0.14.2b) from the bundled
+    ``<torch>/lib/libaotriton_v2.so.X.Y.Z`` file name; when only an unversioned
+    ``libaotriton_v2.so`` is there, from the ``libaotriton_v2.so.X.Y.Z`` soname written inside it
+    (AOTriton's CMake sets the library ``VERSION`` to X.Y.Z and no ``SOVERSION``, so the soname
+    carries the full version: ``v3src/CMakeLists.txt`` at tag 0.13b).
 
-    Returns ``"not present"`` when torch ships no AOTriton (CUDA and CPU builds). No Python
-    API reports it (``shared/reference/pytorch-flydsl.md``).
+    Returns ``"not present"`` when torch ships no AOTriton (CUDA and CPU builds) and
+    ``"present, version unknown"`` when neither name tells. No Python API reports it
+    (``shared/reference/pytorch-flydsl.md``). ``torch_dir``: the torch package folder
+    (default: the installed torch's).
     """
     if torch_dir is None:
         spec = importlib.util.find_spec("torch")
@@ -204,11 +210,35 @@ def aotriton_version(torch_dir: str | None = None) -> str:
             return "not present"
         torch_dir = os.path.dirname(spec.origin)
     best = None
-    for path in glob.glob(os.path.join(torch_dir, "lib", "libaotriton*.so*")):
+    bare = []
+    for path in sorted(glob.glob(os.path.join(torch_dir, "lib", "libaotriton*.so*"))):
         m = re.search(r"\.so\.(\d+(?:\.\d+)*)$", path)
         if m and (best is None or len(m.group(1)) > len(best)):
             best = m.group(1)
-    return best if best else "not present"
+        elif not m and path.endswith(".so"):
+            bare.append(path)
+    if best:
+        return best
+    for path in bare:
+        v = _soname_version(path)
+        if v:
+            return v
+    return "present, version unknown" if bare else "not present"
+
+
+_SONAME = re.compile(rb"libaotriton\w*?_v2\.so\.(\d+\.\d+\.\d+)")
+
+
+def _soname_version(path: str) -> str | None:
+    """The X.Y.Z of the first ``libaotriton*_v2.so.X.Y.Z`` string in the file (its soname)."""
+    import mmap
+
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            m = _SONAME.search(mm)
+            return m.group(1).decode() if m else None
+    except (OSError, ValueError):  # unreadable, or empty (mmap of 0 bytes)
+        return None
 
 
 def _normalize_arch(arch: str) -> str:

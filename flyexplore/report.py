@@ -314,6 +314,8 @@ def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,
     page.fig("ab", F.ab_figure(ab))
     page.h2("Pairs")
     page.table("pairs", ab.pairs)
+    from .aotriton import report_section  # attention: which AOTriton backend ran on each side
+    report_section(page, ab, R.normalize(a), R.normalize(b))
     for side, d in ((names[0], ab.only_a), (names[1], ab.only_b)):
         page.h3(f"Only in {side} ({len(d)})")
         if len(d):

@@ -159,14 +159,15 @@ def measure_one(op: Operator, case: Case, dtype: str, backend: str, ctx: RunCont
     """Run one backend on one case and return the row's measured columns (status ``ok``),
     or ``{"status": "unavailable", ...}``. Exceptions propagate (the caller records them).
 
-    With ``trace`` -- and always for the ``flydsl`` backend -- the row also gets what really
-    ran (:func:`flyexplore.trace.row_columns`: ``observed``, ``autotune``, ``flydsl_taken``,
+    With ``trace`` -- and always for the ``flydsl`` backend, and for attention on a GPU (which
+    AOTriton backend ran) -- the row also gets what really ran
+    (:func:`flyexplore.trace.row_columns`: ``observed``, ``autotune``, ``flydsl_taken``,
     ``flydsl_reason``), from the kernels the timer saw or one extra profiled call."""
     bk = op.get_backend(backend)
     why = bk.available(ctx, case, dtype)
     if why:
         return {"status": "unavailable", "message": why}
-    want_trace = trace or backend == "flydsl"
+    want_trace = trace or backend == "flydsl" or (op.name == "attention" and ctx.gpu)
     tr = None
     with bk.context(ctx, case):
         if want_trace:

@@ -46,16 +46,49 @@ _FLYDSL_KERNELS = {
     "gemm_gfx950_grouped_kernel": "FlyDSL grouped GEMM (Inductor grouped_gemm_flydsl)",
     "gemm_hti_gfx950_grouped_kernel": "FlyDSL grouped GEMM half-tile-interleaved",
 }
+#: AOTriton's kernels by backend (the ``observed`` column shows ``AOTriton[<backend>]``) and by
+#: pass, as AOTriton's own source names them:
+#:
+#: - Triton: the ``@ati.source`` kernels of ``modules/flash/aot/*.py`` (tag 0.13b and the 0.14
+#:   development tree; the symbol is the Triton function's name). ``debug_fill_dropout_rng*``
+#:   are the dropout-mask debug kernels of ``dropout_rng.py`` (``tritonsrc/`` up to 0.12b,
+#:   ``modules/flash/kernel/`` at 0.13b).
+#: - aiter: AITER's prebuilt fmha v3 assembly, symbols ``aiter::fmha_fwd_*`` / ``aiter::fmha_bwd_*``
+#:   (mangled ``_ZN5aiter<n>fmha_...E``), listed in ``v3src/flash/aiter/asm_fmha_v3_{fwd,bwd}_configs.hpp``
+#:   at 0.13b and ``modules/flash/csrc/aiter/`` later.
+#: - FlyDSL ("flyc", first in 0.14): each FlyDSL kernel AOTriton compiles exports its description's
+#:   name, not FlyDSL's ``<kernel def>_<id>`` (``python/flyc_compile.py::_expected_gpu_symbol``,
+#:   ``ir/flyc/kdesc.py::gpu_symbol_name``): ``flyc_attn_fwd``, ``flyc_bwd_dkdv``, ``flyc_bwd_dq``
+#:   (``modules/flash/aot/flyc_*.py``). The flyc backward is a metro: Triton ``bwd_preprocess``
+#:   first, then the two FlyDSL kernels.
+#:
+#: The 0.14.2b tag itself is not in the fetched snapshot of ROCm/aotriton; the flyc facts come from
+#: the 0.14 development files (see ``tests/data/aotriton_kernel_names.json`` for every name and source).
+AOTRITON_KERNELS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("Triton", "fwd"): ("attn_fwd", "debug_simulate_encoded_softmax"),
+    ("Triton", "bwd"): ("bwd_preprocess", "bwd_preprocess_varlen", "bwd_kernel_dk_dv", "bwd_kernel_dq",
+                        "bwd_kernel_fuse"),
+    ("Triton", "dropout"): ("debug_fill_dropout_rng", "debug_fill_dropout_rng_tensor"),
+    ("FlyDSL", "fwd"): ("flyc_attn_fwd",),
+    ("FlyDSL", "bwd"): ("flyc_bwd_dkdv", "flyc_bwd_dq"),
+}
+#: AOTriton backends, in the order its operators number them (``op_attn_fwd``: triton 0, aiter 1, flyc 2).
+AOTRITON_BACKENDS = ("Triton", "aiter", "FlyDSL")
+_AOTRITON_LIB = {"Triton": "AOTriton Triton kernels", "aiter": "AOTriton aiter assembly (fmha v3)",
+                 "FlyDSL": "AOTriton FlyDSL (flyc) kernels"}
+_AOTRITON_RULES: tuple[tuple[str, re.Pattern, str], ...] = (
+    *((be, re.compile(rf"^{name}$"), f"AOTriton {be} kernel name ({pas})")
+      for (be, pas), names in AOTRITON_KERNELS.items() for name in names),
+    ("aiter", re.compile(r"^(aiter::|_ZN5aiter\d+)fmha_(fwd|bwd)_\w+"), "aiter fmha v3 kernel symbol"),
+)
+
 _RULES: tuple[tuple[str, str, re.Pattern, str], ...] = tuple(
     (fam, lib, re.compile(pat), why) for fam, lib, pat, why in (
         # FlyDSL: flyc names a kernel "<python function>_<id>" (flydsl/compiler/kernel_function.py);
         # the functions are torch 2.15's @flyc.kernel definitions.
         *(("FlyDSL", lib, rf"^{name}(_\d+)?$", "torch 2.15 @flyc.kernel function name")
           for name, lib in _FLYDSL_KERNELS.items()),
-        # AOTriton: the Triton kernels of ROCm/aotriton's tritonsrc/flash.py.
-        ("AOTriton", "AOTriton (SDPA flash/efficient on ROCm)",
-         r"^(attn_fwd|bwd_kernel_dk_dv|bwd_kernel_dq|bwd_kernel_fuse|bwd_preprocess(_varlen)?|"
-         r"debug_fill_dropout_rng(_tensor)?|debug_simulate_encoded_softmax)$", "AOTriton kernel name"),
+        # AOTriton: matched first, from AOTRITON_KERNELS (see classify).
         # attention libraries (CUDA): flash-attention 2 in ATen, cuDNN SDPA, memory-efficient (CUTLASS fmha).
         ("attention", "flash-attention (ATen pytorch_flash)", r"^pytorch_flash::", "pytorch_flash namespace"),
         ("attention", "flash-attention", r"^(flash_fwd|flash_bwd)\w*kernel", "flash_fwd/flash_bwd kernel"),
@@ -93,11 +126,19 @@ _RULES: tuple[tuple[str, str, re.Pattern, str], ...] = tuple(
 @dataclass(frozen=True)
 class KernelClass:
     """A kernel's family, the library inside it, and the rule that matched (empty when
-    ``unclassified``)."""
+    ``unclassified``). ``backend``: for family AOTriton, which of its backends the kernel
+    belongs to (``Triton``, ``aiter`` or ``FlyDSL``); empty otherwise."""
 
     family: str
     library: str
     rule: str = ""
+    backend: str = ""
+
+    @property
+    def label(self) -> str:
+        """The family as the ``observed`` column writes it: ``AOTriton[FlyDSL]`` for an AOTriton
+        kernel (its backend in brackets), else the family."""
+        return f"{self.family}[{self.backend}]" if self.backend else self.family
 
 
 def kernel_head(name: str) -> str:
@@ -119,8 +160,13 @@ def classify(name: str) -> KernelClass:
     or family ``"unclassified"`` when no rule matches. Rules are name patterns with a stated
     reason (FlyDSL: torch 2.15's ``@flyc.kernel`` function names; AOTriton: its Triton kernel
     names; cuBLAS: ``nvjet_`` / ``xmma`` / arch-prefixed names; Tensile ``Cijk_`` names are
-    hipBLASLt or rocBLAS, which their names do not tell apart)."""
+    hipBLASLt or rocBLAS, which their names do not tell apart). AOTriton kernels get their
+    backend (:data:`AOTRITON_KERNELS`): ``attn_fwd`` -> AOTriton / Triton, ``flyc_attn_fwd`` ->
+    AOTriton / FlyDSL, ``aiter::fmha_fwd_hd128_bf16`` -> AOTriton / aiter."""
     head = kernel_head(name)
+    for be, pat, why in _AOTRITON_RULES:
+        if pat.search(head):
+            return KernelClass("AOTriton", _AOTRITON_LIB[be], why, be)
     for fam, lib, pat, why in _RULES:
         if pat.search(head):
             return KernelClass(fam, lib, why)
@@ -156,6 +202,12 @@ class TracedKernel:
     calls: float
     us: float
     where: str = "device"
+    backend: str = ""
+
+    @property
+    def label(self) -> str:
+        """``AOTriton[<backend>]`` for an AOTriton kernel, else the family (see :class:`KernelClass`)."""
+        return f"{self.family}[{self.backend}]" if self.backend else self.family
 
 
 # -- autotune decisions ------------------------------------------------------------------------
@@ -381,19 +433,33 @@ class Trace:
 
     @property
     def observed(self) -> str:
-        """Comma-separated families (the ``observed`` result column); CPU traces say so."""
+        """Comma-separated families by time (the ``observed`` result column), AOTriton split by
+        backend (``AOTriton[FlyDSL],AOTriton[Triton]``); CPU traces say so."""
         if not self.items:
             return "no kernels recorded"
-        fams = ",".join(self.families)
+        tot: dict[str, float] = {}
+        for k in self.items:
+            tot[k.label] = tot.get(k.label, 0.0) + k.us
+        fams = ",".join(sorted(tot, key=lambda f: -tot[f]))
         return fams if self.kernels else f"CPU: {fams}"
 
     @property
+    def aotriton_backends(self) -> tuple[str, ...]:
+        """AOTriton's backends whose kernels ran (``Triton``, ``aiter``, ``FlyDSL``), by time."""
+        tot: dict[str, float] = {}
+        for k in self.kernels:
+            if k.family == "AOTriton" and k.backend:
+                tot[k.backend] = tot.get(k.backend, 0.0) + k.us
+        return tuple(sorted(tot, key=lambda b: -tot[b]))
+
+    @property
     def flydsl_taken(self) -> bool | None:
-        """True when a FlyDSL kernel ran; False when every device kernel seen is classified
-        and none is FlyDSL, or the call ran on the CPU (FlyDSL is GPU-only); None (unknown)
-        when a GPU call left no kernel record or some kernel is unclassified."""
+        """True when a FlyDSL kernel ran (AOTriton's FlyDSL "flyc" kernels included); False when
+        every device kernel seen is classified and none is FlyDSL, or the call ran on the CPU
+        (FlyDSL is GPU-only); None (unknown) when a GPU call left no kernel record or some kernel
+        is unclassified."""
         if self.kernels:
-            if any(k.family == "FlyDSL" for k in self.kernels):
+            if any(k.family == "FlyDSL" or k.backend == "FlyDSL" for k in self.kernels):
                 return True
             return None if any(k.family == "unclassified" for k in self.kernels) else False
         return False if self.device == "cpu" else None
@@ -478,7 +544,7 @@ def from_kernels(kernels: Iterable, autotune: Sequence[AutotuneDecision] = (), d
     for k in kernels:
         name, calls, us = (k.name, k.calls_per_iter, k.us_per_iter) if hasattr(k, "name") else (k[0], k[1], k[2])
         c = classify(name)
-        out.append(TracedKernel(name, c.family, c.library, float(calls), float(us)))
+        out.append(TracedKernel(name, c.family, c.library, float(calls), float(us), backend=c.backend))
     return Trace(tuple(out), (), tuple(autotune), device)
 
 
@@ -567,10 +633,17 @@ def row_columns(tr: Trace, backend: str, op: str, case, dtype: str,
                 compile_options: dict | None = None) -> dict:
     """The result columns a traced sweep row gets: ``observed``, ``autotune`` (JSON) and, for
     a ``flydsl`` request, ``flydsl_taken`` and ``flydsl_reason`` (what ran, and on a miss the
-    explainer's reason or the autotune decision that picked another backend)."""
+    explainer's reason or the autotune decision that picked another backend). ``attention``
+    rows, whatever SDPA backend they asked for, get ``flydsl_taken`` / ``flydsl_reason`` when
+    AOTriton ran: AOTriton's FlyDSL ("flyc") kernels count as FlyDSL taken
+    (:func:`flyexplore.aotriton.row_columns`)."""
     cols: dict[str, Any] = {"observed": tr.observed}
     if tr.autotune:
         cols["autotune"] = json.dumps([autotune_dict(d) for d in tr.autotune])
+    if op == "attention":
+        from .aotriton import row_columns as aotriton_columns
+        cols.update(aotriton_columns(tr, case, dtype))
+        return cols
     if backend != "flydsl":
         return cols
     taken = tr.flydsl_taken

@@ -84,3 +84,39 @@ def test_compile_templates_ignore_flydsl_gpu_arch():
     assert {c.name: c.ok for c in e.flydsl_eager.checks}["target arch gfx950"]
     dev = {c.name: c for c in e.flydsl_compile.checks}["device arch gfx950"]
     assert not dev.ok and "gcnArchName" in dev.detail
+
+
+def test_aotriton_version_from_the_soname_of_an_unversioned_library(tmp_path):
+    """A torch folder with only lib/libaotriton_v2.so: the version comes from the soname inside
+    it (AOTriton sets VERSION X.Y.Z and no SOVERSION); the versioned file name wins when both exist."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libaotriton_v2.so").write_bytes(b"\x7fELF" + bytes(60) + b"libaotriton_v2.so.0.13.0\x00" + bytes(60))
+    assert E.aotriton_version(str(tmp_path)) == "0.13.0"
+    (lib / "libaotriton_v2.so").write_bytes(b"\x7fELF" + bytes(120))
+    assert E.aotriton_version(str(tmp_path)) == "present, version unknown"
+    (lib / "libaotriton_v2.so").write_bytes(b"")
+    assert E.aotriton_version(str(tmp_path)) == "present, version unknown"
+    (lib / "libaotriton_v2.so.0.14.2").write_bytes(b"")
+    assert E.aotriton_version(str(tmp_path)) == "0.14.2"
+
+
+def test_every_attention_row_carries_the_bundled_aotriton_version(tmp_path, monkeypatch):
+    """A fake torch folder with libaotriton_v2.so.0.14.2: the environment reports it and every
+    attention row of a real CPU sweep -- ok and unavailable ones alike -- carries it."""
+    from flyexplore import aotriton as A
+    from flyexplore import sweep as SW
+
+    fake = tmp_path / "torch"
+    (fake / "lib").mkdir(parents=True)
+    (fake / "lib" / "libaotriton_v2.so.0.14.2").write_bytes(b"")
+    real = E.aotriton_version
+    monkeypatch.setattr(E, "aotriton_version", lambda torch_dir=None: real(str(fake)))
+    env = E.collect(refresh=True)
+    assert env.versions["aotriton"] == "0.14.2" and env.fingerprint()["aotriton"] == "0.14.2"
+    assert A.release_name(env.versions["aotriton"]) == "0.14.2b"
+    monkeypatch.setattr(SW, "collect", lambda: env)
+    df = SW.run_sweep("attention", shapes="1x2x16x16x8;1x2x16x16x8:bwd", backends="math,efficient,default",
+                      dtypes="fp32", progress=False, timer={"rep": 3, "warmup": 1})
+    assert len(df) == 6 and {"ok", "unavailable"} <= set(df["status"])
+    assert (df["aotriton"] == "0.14.2").all()

@@ -258,3 +258,118 @@ def test_explain_text_bad_input(args, msg):
 def test_topk_bands_name_every_kernel_family():
     b = E.topk_bands()
     assert list(b["kernel"]) == ["register"] + [E.topk_kernel(k0, n0) for k0, _, n0, _ in E.TOPK_RADIX_BANDS]
+
+
+# -- attention: SDPA -> AOTriton -> its FlyDSL ("flyc") kernels -----------------------------------
+
+def _cond(ex, name):
+    return next(c for c in ex.conditions if c.name == name)
+
+
+@pytest.mark.parametrize("shape,rung,ok", [
+    ("1x32x4096x4096x128:causal=1", 128, True), ("1x32x4096x4096x64", 64, True),
+    ("1x16x4096x4096x256:causal=1", 256, True), ("1x8x4096x4096x100", 128, True),   # padded to 128
+    ("1x32x4096x4096x16", 32, True),                                               # gfx950: 16 -> 32
+    ("1x32x4096x4096x80", 80, False), ("1x32x4096x4096x48", 48, False), ("1x32x4096x4096x40", 48, False),
+    ("1x32x4096x4096x80:bwd", 96, True), ("1x32x4096x4096x48:causal=1,bwd", 64, True),  # gfx950 bwd fixes
+    ("1x4x128x128x1024", None, False),
+])
+def test_attention_head_dims_inside_and_outside_the_flydsl_set(shape, rung, ok):
+    """What-if on gfx950 with AOTriton 0.14.2b: the head-dim condition decides; torch's SDPA pick
+    cannot be asked away from the device, so the best verdict is 'unverified'."""
+    ex = E.explain_attention(shape, "bf16", arch="gfx950", aotriton="0.14.2")
+    hd = _cond(ex, "head dim")
+    assert hd.ok is ok and ex.arguments["rung"] == rung
+    assert ex.verdict == ("unverified" if ok else "not eligible")
+    assert _cond(ex, "SDPA picks AOTriton").ok is None
+    assert all(c.ok is True for c in ex.conditions if c.kind == "environment")
+    assert (ex.kernel is not None) is ok
+    if ok:
+        assert ex.reason.startswith("unverified: not evaluated here")
+        assert ex.kernel == ("flyc_attn_fwd" if ":bwd" not in shape and ",bwd" not in shape
+                             else "flyc_bwd_dkdv + flyc_bwd_dq (after the Triton bwd_preprocess)")
+    else:
+        assert ex.reason.startswith("not eligible: ") and hd.detail in ex.reason
+    assert any("the final choice is AOTriton's" in n and "tuning table" in n for n in ex.notes)
+    assert "assumed: a ROCm build of torch on gfx950 with AOTriton 0.14.2b (given)" in ex.to_text()
+
+
+def test_attention_dtype_version_arch_library_and_backend_rules():
+    ex = E.explain_attention("1x32x4096x4096x128", "fp32", arch="gfx950", aotriton="0.14.2")
+    assert _cond(ex, "dtype").ok is False and "fp32 stays on Triton" in ex.reason
+    old = E.explain_attention("1x32x4096x4096x128", "bf16", arch="gfx950", aotriton="0.13b")
+    assert _cond(old, "AOTriton has flyc").ok is False and old.verdict == "not eligible" and old.kernel is None
+    assert "aiter fmha v3 is declared for head dim 128" in " ".join(old.notes)   # what 0.13b runs instead
+    mi300 = E.explain_attention("1x32x4096x4096x128", "bf16", arch="gfx942", aotriton="0.14.2")
+    assert _cond(mi300, "arch").ok is False
+    assert _cond(E.explain_attention("1x32x4096x4096x128", "bf16", arch="gfx1201"), "head dim").ok is True
+    ck = E.explain_attention("1x32x4096x4096x128", "bf16", arch="gfx950", fa_library="ck")
+    assert _cond(ck, "flash-attention library").ok is False and "CK runs flash and efficient" in ck.reason
+    pinned = E.explain_attention("1x32x4096x4096x128", "bf16", backend="flash", arch="gfx950", fa_library="ck")
+    assert _cond(pinned, "flash-attention library").ok is True   # flyexplore's flash backend pins aotriton
+    for be in ("ck", "math", "cudnn"):
+        ex = E.explain_attention("1x32x4096x4096x128", "bf16", backend=be, arch="gfx950")
+        assert _cond(ex, "SDPA backend").ok is False and ex.verdict == "not eligible"
+    d = E.explain_attention("1x32x4096x4096x128", "bf16", arch="gfx950").to_dict()
+    assert d["verdict"] == "unverified" and d["arguments"]["aotriton"] == "0.14.2b" and d["sdpa"] is None
+    assert "the version torch main pins" in d["assumed"]
+
+
+def test_attention_on_this_cuda_cpu_machine():
+    """No ROCm here: not eligible for the right reasons, and the what-if is named."""
+    ex = E.explain_attention("1x32x4096x4096x128:causal=1", "bf16")
+    assert {"ROCm build", "AOTriton bundled"} <= _failed(ex, "environment")
+    assert "ask a what-if with --arch gfx950" in ex.reason and ex.assumed is None
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(shape="1x32x4096x4096"), "malformed attention shape"), (dict(shape="1x32x4096x4096x128", dtype="int8"), "dtype"),
+    (dict(shape="1x32x4096x4096x128", backend="xformers"), "unknown attention backend 'xformers'"),
+    (dict(shape="1x32x4096x4096x128", fa_library="triton"), "unknown ROCm flash-attention library 'triton'"),
+    (dict(shape="1x32x4096x4096x128", arch="mi355"), "bad arch 'mi355'"),
+    (dict(shape="1x32x4096x4096x128", aotriton="latest"), "bad AOTriton version 'latest'"),
+])
+def test_attention_bad_input(kw, msg):
+    with pytest.raises(UsageError, match=msg):
+        E.explain_attention(**kw)
+
+
+def test_cli_explain_attention(capsys):
+    assert main(["explain", "--op", "attention", "--shape", "1x32x4096x4096x128:causal=1", "--arch", "gfx950",
+                 "--aotriton", "0.14.2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("attention: AOTriton FlyDSL UNVERIFIED") and "flyc_attn_fwd" in out
+    assert "note: the final choice is AOTriton's" in out
+    assert main(["explain", "--op", "attention", "--shape", "1x32x4096x4096x80", "--arch", "gfx950", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["verdict"] == "not eligible" and "rung 80" in d["reason"]
+    for argv, msg in ((["--opt", "backend=foo"], "unknown attention backend 'foo'"),
+                      (["--opt", "window=1"], "unknown explain option for attention 'window'"),
+                      (["--aotriton", "x1"], "bad AOTriton version 'x1'")):
+        assert main(["explain", "--op", "attention", "--shape", "1x32x4096x4096x128", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("flyexplore: error:") and msg in err and "\n" not in err
+    assert main(["explain", "--op", "gemm", "--shape", "8x8x8", "--aotriton", "0.14.2"]) == 2
+    assert "--aotriton is for --op attention only" in capsys.readouterr().err
+
+
+def test_attention_asks_torch_itself_in_a_rocm_environment(monkeypatch):
+    """The non-what-if branch on a (faked) ROCm gfx950 environment with AOTriton 0.14.2: torch's
+    own _fused_sdp_choice and can_use_*_attention are called for real (here on CPU tensors,
+    where torch picks its CPU flash kernel), and their answer decides the SDPA condition."""
+    from types import SimpleNamespace
+
+    from flyexplore import env as EN
+
+    rocm = SimpleNamespace(platform="rocm", device=SimpleNamespace(arch="gfx950"),
+                           versions={"torch": "2.15.0+rocm", "aotriton": "0.14.2"})
+    monkeypatch.setattr(EN, "collect", lambda *a, **k: rocm)
+    ex = E.explain_attention("1x4x128x128x64:causal=1", "bf16", device="cpu")
+    sd = _cond(ex, "SDPA picks AOTriton")
+    assert ex.assumed is None and ex.sdpa["choice"] == "flash" and sd.ok is True
+    assert ex.sdpa["priority"][:2] == ["flash", "efficient"]
+    assert "All tensors need to be on cuda device" in ex.sdpa["reasons"]["efficient"]
+    assert ex.verdict == "eligible" and ex.taken and ex.reason.startswith("FlyDSL eligible (flyc_attn_fwd)")
+    refused = E.explain_attention("1x4x128x128x64:causal=1", "bf16", backend="efficient", device="cpu")
+    sd = _cond(refused, "SDPA picks AOTriton")
+    assert sd.ok is False and refused.sdpa["choice"].startswith("none") and "can_use_efficient_attention" in sd.detail

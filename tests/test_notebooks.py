@@ -255,6 +255,17 @@ def test_attention_notebook(executed):
     assert bar["text"] == ["0.92x – 2.34x", "0.93x – 2.47x"]
     titles = _titles(nb)
     assert any("SDPA forward" in t for t in titles) and any("SDPA backward" in t for t in titles)
+    # AOTriton: the explainer before running (this CPU machine, and a gfx950 what-if inside and
+    # outside the FlyDSL head dims), then which backend ran on each side of the synthetic A/B
+    assert "attention: AOTriton FlyDSL NOT ELIGIBLE" in text and "is not a ROCm build" in text
+    assert "attention: AOTriton FlyDSL UNVERIFIED" in text and "FlyDSL kernels for this call: flyc_attn_fwd" in text
+    assert "not eligible: head dim 80 -> rung 80: no FlyDSL forward kernel on gfx950" in text
+    assert "AOTriton 0.13b has no FlyDSL backend" in text and "FlyDSL + Triton bwd_preprocess" in text
+    (ab,) = [f for f in _figures(nb) if f["layout"]["title"]["text"].startswith("SYNTHETIC EXAMPLE")]
+    bars = [t for t in ab["data"] if t["type"] == "bar"]
+    assert {t["name"] for t in bars} >= {"AOTriton 0.14.2b ran FlyDSL", "AOTriton 0.14.2b ran Triton"}
+    assert sorted((s["y0"], s["y1"]) for s in ab["layout"]["shapes"] if s["type"] == "rect") == \
+        [(0.92, 2.34), (0.93, 2.47)]
 
 
 def test_published_notebook(executed):

@@ -304,3 +304,87 @@ def test_backend_status_and_result_text():
     r = T.trace_case("topk", "256x1024x8", "flydsl")
     assert r["status"] == "unavailable" and "unavailable" in T.result_text(r) and r["message"] in T.result_text(r)
     assert T.Trace((), ()).family_frame().empty and T.Trace((), ()).autotune_frame().empty
+
+
+# -- AOTriton: every kernel name its backends launch, at tag 0.13b and in the 0.14.2b tree --------
+
+#: Read from ROCm/aotriton's source (the file says where each list comes from).
+AOTRITON_NAMES = json.loads((Path(__file__).parent / "data" / "aotriton_kernel_names.json").read_text())
+
+
+def _demangled(name: str) -> str:
+    """``_ZN5aiter19fmha_fwd_hd128_bf16E`` -> ``aiter::fmha_fwd_hd128_bf16`` (how a profiler
+    that demangles shows an aiter symbol)."""
+    m = re.fullmatch(r"_ZN5aiter\d+(\w+)E", name)
+    return f"aiter::{m.group(1)}" if m else name
+
+
+@pytest.mark.parametrize("tag", ["0.13b", "0.14.2b"])
+def test_aotriton_kernel_names_of_both_tags_get_family_and_backend(tag):
+    names = AOTRITON_NAMES[tag]
+    assert names["source"]
+    seen = 0
+    for backend in ("Triton", "aiter", "FlyDSL"):
+        for pas, lst in names[backend].items():
+            for n in lst:
+                for shown in {n, _demangled(n), f"void {n}()"}:
+                    c = T.classify(shown)
+                    assert (c.family, c.backend) == ("AOTriton", backend), (shown, c)
+                    assert c.label == f"AOTriton[{backend}]" and c.rule
+                seen += 1
+    n_aiter = len(names["aiter"]["fwd"]) + len(names["aiter"]["bwd"])
+    assert n_aiter == 32 + 252                          # every fmha v3 symbol AOTriton lists
+    assert seen == 7 + n_aiter + (3 if tag == "0.14.2b" else 0)
+    assert (names["FlyDSL"]["fwd"], names["FlyDSL"]["bwd"]) == (
+        (["flyc_attn_fwd"], ["flyc_bwd_dkdv", "flyc_bwd_dq"]) if tag == "0.14.2b" else ([], []))
+
+
+@pytest.mark.parametrize("name,family", [
+    ("flash_attn_func_gfx950_kernel_0", "unclassified"),   # FlyDSL's own def name: AOTriton exports flyc_attn_fwd
+    ("flyc_attn_fwd_0", "unclassified"), ("attn_fwd_kernel", "unclassified"),
+    ("fmha_fwd_hd128_bf16", "unclassified"),               # no aiter namespace: not AOTriton's symbol
+    ("void ck_tile::FmhaFwdKernel<...>(...)", "CK"),
+])
+def test_aotriton_rules_never_guess(name, family):
+    c = T.classify(name)
+    assert c.family == family and c.backend == ""
+
+
+def test_observed_splits_aotriton_by_backend():
+    fly = T.from_kernels([["bwd_preprocess", 1, 20.0], ["flyc_bwd_dkdv", 1, 300.0], ["flyc_bwd_dq", 1, 200.0]])
+    assert fly.observed == "AOTriton[FlyDSL],AOTriton[Triton]" and fly.families == ("AOTriton",)
+    assert fly.aotriton_backends == ("FlyDSL", "Triton") and fly.flydsl_taken is True
+    tri = T.from_kernels([["attn_fwd", 1, 100.0]])
+    assert tri.observed == "AOTriton[Triton]" and tri.flydsl_taken is False
+    ai = T.from_kernels([["aiter::fmha_fwd_hd128_bf16_causal", 1, 90.0], ["Memset (Device)", 1, 1.0]])
+    assert ai.observed == "AOTriton[aiter],runtime" and ai.aotriton_backends == ("aiter",)
+    assert T.from_kernels([["nvjet_sm90_x", 1, 5.0]]).aotriton_backends == ()
+
+
+def test_row_columns_for_attention_count_aotriton_flydsl_as_taken(monkeypatch):
+    from types import SimpleNamespace
+
+    from flyexplore import env as E
+    from flyexplore.ops import get_op
+
+    case = get_op("attention").case("1x32x4096x4096x128:causal=1")
+    fly = T.row_columns(T.from_kernels([["flyc_attn_fwd", 1, 148.0]]), "flash", "attention", case, "bf16")
+    assert fly == {"observed": "AOTriton[FlyDSL]", "flydsl_taken": True,
+                   "flydsl_reason": "taken: AOTriton FlyDSL (flyc) kernels flyc_attn_fwd"}
+    # AOTriton ran Triton: the reason says so; flydsl_taken stays unset (False would drop a valid row
+    # from results.speedup)
+    tri = T.from_kernels([["attn_fwd", 1, 520.0]])
+    cols = T.row_columns(tri, "default", "attention", case, "bf16")
+    assert "flydsl_taken" not in cols
+    assert cols["flydsl_reason"].startswith("not taken: AOTriton ran Triton (attn_fwd); AOTriton version unknown")
+    rocm = SimpleNamespace(platform="rocm", device=SimpleNamespace(arch="gfx950"), versions={"aotriton": "0.14.2"})
+    monkeypatch.setattr(E, "collect", lambda *a, **k: rocm)
+    cols = T.row_columns(tri, "default", "attention", case, "bf16")
+    assert "AOTriton's tuning table chose the other backend" in cols["flydsl_reason"]
+    d80 = get_op("attention").case("1x32x4096x4096x80")
+    assert "rung 80, which has no FlyDSL forward kernel on gfx950" in \
+        T.row_columns(tri, "default", "attention", d80, "bf16")["flydsl_reason"]
+    # no AOTriton kernel (a CUDA flash kernel): nothing about FlyDSL
+    cuda = T.Trace((T.TracedKernel("void pytorch_flash::flash_fwd_kernel<...>(...)", "attention", "flash", 1, 9.0),),
+                   (), (), "cuda")
+    assert T.row_columns(cuda, "flash", "attention", case, "bf16") == {"observed": "attention"}
