@@ -21,11 +21,13 @@ import pandas as pd
 
 from . import __version__
 from . import results as R
+from . import stats as S
 from .export import IMAGE_FORMATS, plain, save_figures, save_tables
 
-_TABLE_COLS = ["op", "case", "dtype", "backend", "status", "time_ms", "per_call_ms", "timing_mode",
-               "tflops", "gbps", "err_rel", "accuracy_ok", "noisy", "host_bound", "source", "observed",
-               "flydsl_taken", "device", "message"]
+_TABLE_COLS = ["op", "case", "dtype", "backend", "status", "time_ms", "per_call_ms", "timing_mode", "order",
+               "rounds", "converged", "tflops", "gbps", "err_rel", "accuracy_ok", "recheck_ok", "noisy",
+               "host_bound", "clock_mhz_min", "throttled", "source", "observed", "flydsl_taken", "device",
+               "message"]
 _ENV_COLS = ["platform", "device", "arch", "torch", "triton", "flydsl", "aotriton", "gpu_runtime", "python",
              "host", "env_id"]
 _CSS = ("body{font-family:Arial,Helvetica,sans-serif;margin:2em;max-width:1500px;color:#222}"
@@ -37,12 +39,51 @@ _CSS = ("body{font-family:Arial,Helvetica,sans-serif;margin:2em;max-width:1500px
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows a report shows: key, status, time in µs (headline and per call), TFLOP/s,
-    GB/s, error, flags, source, device and message."""
+    """The rows a report shows: key, status, time in µs (headline, its 95% interval, per
+    call), the speedup against the case's baseline as ``est [lo, hi]`` with its verdict,
+    rounds and convergence, TFLOP/s, GB/s, error, flags, clock, source, device and message."""
     t = df[[c for c in _TABLE_COLS if c in df]].copy()
     t["time_us"] = t.pop("time_ms") * 1e3
+    t["time_ci_us"] = [
+        "" if pd.isna(lo) or pd.isna(hi) else f"[{lo * 1e3:.4g}, {hi * 1e3:.4g}]"
+        for lo, hi in zip(df.get("time_ci_lo_ms", pd.Series(pd.NA, index=df.index)),
+                          df.get("time_ci_hi_ms", pd.Series(pd.NA, index=df.index)))]
     t["per_call_us"] = t.pop("per_call_ms") * 1e3
-    return t
+    sp = []
+    for _, r in df.iterrows():
+        if pd.isna(r.get("speedup")):
+            sp.append("")
+        else:
+            sp.append(f"{S.fmt_interval(r['speedup'], _f(r.get('speedup_lo')), _f(r.get('speedup_hi')))} vs {r.get('baseline')}")
+    t.insert(t.columns.get_loc("status") + 1, "speedup", sp)
+    t.insert(t.columns.get_loc("speedup") + 1, "verdict", df["verdict"] if "verdict" in df else pd.NA)
+    front = [c for c in t.columns if c not in ("time_us", "time_ci_us")]
+    i = front.index("verdict") + 1
+    return t[front[:i] + ["time_us", "time_ci_us"] + front[i:]]
+
+
+def _f(v) -> float:
+    return float(v) if v is not None and not pd.isna(v) else float("nan")
+
+
+def verdict_sentence(labels: pd.Series, faster: str = "the backend", than: str = "the baseline") -> str:
+    """One plain sentence on what a set of labels says: which differences are real (FASTER,
+    SLOWER: the 95% interval lies outside +-1%), which are none (SAME: inside), and which are
+    noise at this precision (AMBIGUOUS)."""
+    lab = labels.dropna()
+    if lab.empty:
+        return "No interval: these numbers carry no verdict."
+    n = {k: int((lab == k).sum()) for k in S.LABELS}
+    parts = []
+    if n["FASTER"] or n["SLOWER"]:
+        parts.append(f"{n['FASTER'] + n['SLOWER']} real difference(s) ({n['FASTER']} {faster} faster, "
+                     f"{n['SLOWER']} slower than {than}: the 95% interval lies outside ±1%)")
+    if n["SAME"]:
+        parts.append(f"{n['SAME']} no difference (SAME: the interval lies within ±1%)")
+    if n["AMBIGUOUS"]:
+        parts.append(f"{n['AMBIGUOUS']} cannot be told apart from noise at ±1% (AMBIGUOUS: the interval "
+                     "crosses a band edge; more rounds or a quieter machine may decide)")
+    return "Of " + str(len(lab)) + " comparisons: " + "; ".join(parts) + "."
 
 
 def env_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -175,8 +216,14 @@ def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> No
     bname = baseline if isinstance(baseline, str) else "faster of " + ", ".join(baseline)
     try:
         fig = F.speedup_figure(d, baseline, title=f"{op}: speedup over {bname}")
+        sp = R.speedup(d, baseline)
+        page.p(verdict_sentence(sp["verdict"]))
         page.fig(f"{name}_speedup", fig)
         gm = R.geomean_speedup(d, baseline)
+        for r in gm.itertuples():
+            page.p(f"Geometric mean, {r.backend} over {bname} ({r.op}, {r.dtype}, {r.cases} cases): "
+                   f"{S.fmt_interval(r.geomean, r.geomean_lo, r.geomean_hi, None if pd.isna(r.verdict) else r.verdict)}"
+                   " (95% interval).")
         page.table(f"{name}_geomean", gm)
     except UsageError as exc:
         page.p(f"No speedup figure: {exc}.")
@@ -306,7 +353,10 @@ def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,
     ab = pair(R.normalize(a), R.normalize(b), names, a_backend, b_backend)
     page = _Page(title or f"A/B: {names[1]} vs {names[0]}")
     page.p(f"ratio = time {names[0]} / time {names[1]} per case (> 1: {names[1]} faster); "
-           f"{len(ab.pairs)} pairs, geometric mean {ab.geomean:.4f}x; ties within ±1%.")
+           f"{len(ab.pairs)} pairs, geometric mean {S.fmt_interval(*ab.geomean_ci)} (95% interval). "
+           + verdict_sentence(ab.pairs["verdict"], names[1], names[0]))
+    for w in ab.warnings:
+        page.p("Environments differ: " + w + ". Ratios mix this difference with the code's.", cls="note")
     page.h2("Environments")
     page.table("environments", ab.env, highlight="differs")
     page.h2("Summary")

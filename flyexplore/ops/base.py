@@ -303,11 +303,19 @@ ERR_TOL = {"fp32": 1e-4, "fp16": 5e-3, "bf16": 2e-2, "fp64": 1e-10,
            "fp8_e4m3": 1e-1, "fp8_e5m2": 2e-1, "mxfp8": 1e-1, "mxfp4": 3e-1}
 
 
-def fresh_dynamo(_ctx, _case):
-    """``Backend.context`` for compile backends: reset Dynamo so each case compiles anew (the
-    compile options themselves are given to ``torch.compile`` by the backend's build)."""
+def reset_dynamo() -> None:
+    """Reset Dynamo (``torch._dynamo.reset()``) so that the next case compiles anew. The sweep
+    and :func:`flyexplore.trace.trace_case` call it once per case, before any backend of the
+    case is built: with interleaved timing several compiled backends of one case live side by
+    side, so a reset per backend (or per round) would recompile the others."""
     import torch
     torch._dynamo.reset()
+
+
+def compile_context(_ctx, _case):
+    """``Backend.context`` for compile backends: nothing to switch at call time (the compile
+    options are given to ``torch.compile`` by the backend's build; Dynamo is reset per case by
+    :func:`reset_dynamo`)."""
     return contextlib.nullcontext()
 
 

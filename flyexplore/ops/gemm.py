@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 
 from ..paths import published_dir
-from .base import ERR_TOL, DTYPE_BYTES, Operator, fresh_dynamo, relative_error, torch_dtype
+from .base import ERR_TOL, DTYPE_BYTES, Operator, compile_context, relative_error, torch_dtype
 
 GEMM = Operator(
     name="gemm",
@@ -95,7 +95,7 @@ FLYDSL_OPTIONS = {"max_autotune": True, "max_autotune_gemm_backends": "FLYDSL",
 
 
 @GEMM.backend("triton", "torch.compile max-autotune, Triton GEMM templates only",
-              available=_needs_gpu, context=fresh_dynamo)
+              available=_needs_gpu, context=compile_context)
 def _triton(case, dtype, inputs, ctx):
     f = compiled(_mm, TRITON_OPTIONS)
     a, b = inputs["a"], inputs["b"]
@@ -103,7 +103,7 @@ def _triton(case, dtype, inputs, ctx):
 
 
 @GEMM.backend("inductor", "torch.compile default (Inductor picks ATen or its own kernel)",
-              context=fresh_dynamo)
+              context=compile_context)
 def _inductor(case, dtype, inputs, ctx):
     f = compiled(_mm, {})
     a, b = inputs["a"], inputs["b"]
@@ -111,7 +111,7 @@ def _inductor(case, dtype, inputs, ctx):
 
 
 @GEMM.backend("flydsl", "torch.compile max-autotune with max_autotune_gemm_backends=FLYDSL",
-              available=_flydsl_available, context=fresh_dynamo)
+              available=_flydsl_available, context=compile_context)
 def _flydsl(case, dtype, inputs, ctx):
     f = compiled(_mm, FLYDSL_OPTIONS)
     a, b = inputs["a"], inputs["b"]

@@ -33,7 +33,7 @@ import re
 
 from ..errors import UsageError
 from ..paths import published_dir
-from .base import ERR_TOL, DTYPE_BYTES, Operator, fresh_dynamo, relative_error, torch_dtype
+from .base import ERR_TOL, DTYPE_BYTES, Operator, compile_context, relative_error, torch_dtype
 
 GROUPED_GEMM = Operator(
     name="grouped_gemm",
@@ -221,13 +221,13 @@ def _compiled(options, inputs):
 
 
 @GROUPED_GEMM.backend("triton", "torch.compile max-autotune, Triton grouped-GEMM template only",
-                      available=_triton_available, context=fresh_dynamo)
+                      available=_triton_available, context=compile_context)
 def _triton(case, dtype, inputs, ctx):
     return _compiled(TRITON_OPTIONS, inputs)
 
 
 @GROUPED_GEMM.backend("flydsl", "torch.compile max-autotune with max_autotune_gemm_backends=FLYDSL",
-                      available=_flydsl_available, context=fresh_dynamo)
+                      available=_flydsl_available, context=compile_context)
 def _flydsl(case, dtype, inputs, ctx):
     return _compiled(FLYDSL_OPTIONS, inputs)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 
 from ..paths import published_dir
-from .base import (DTYPE_BYTES, ERR_TOL, Operator, fresh_dynamo, flydsl_eager,
+from .base import (DTYPE_BYTES, ERR_TOL, Operator, compile_context, flydsl_eager,
                    relative_error, torch_dtype)
 
 RMSNORM = Operator(
@@ -80,7 +80,7 @@ def _aten(case, dtype, inputs, ctx):
 
 
 @RMSNORM.backend("inductor", "torch.compile default (Triton on GPU, C++ on CPU)",
-                 context=fresh_dynamo)
+                 context=compile_context)
 def _inductor(case, dtype, inputs, ctx):
     import torch
 

@@ -41,7 +41,7 @@ import csv
 
 from ..paths import published_dir
 from .. import mx
-from .base import DTYPE_BYTES, ERR_TOL, Operator, fresh_dynamo, relative_error
+from .base import DTYPE_BYTES, ERR_TOL, Operator, compile_context, relative_error
 
 SCALED_GEMM = Operator(
     name="scaled_gemm",
@@ -328,13 +328,13 @@ def _compiled(options, case, dtype, inputs, ctx):
 
 
 @SCALED_GEMM.backend("inductor", "torch.compile max-autotune, ATEN,TRITON (no FlyDSL)",
-                     available=_inductor_available, context=fresh_dynamo)
+                     available=_inductor_available, context=compile_context)
 def _inductor(case, dtype, inputs, ctx):
     return _compiled(INDUCTOR_OPTIONS, case, dtype, inputs, ctx)
 
 
 @SCALED_GEMM.backend("flydsl", "torch.compile max-autotune with max_autotune_gemm_backends=FLYDSL",
-                     available=_flydsl_available, context=fresh_dynamo)
+                     available=_flydsl_available, context=compile_context)
 def _flydsl(case, dtype, inputs, ctx):
     return _compiled(FLYDSL_OPTIONS, case, dtype, inputs, ctx)
 

@@ -15,7 +15,7 @@ import contextlib
 import csv
 
 from ..paths import published_dir
-from .base import DTYPE_BYTES, Operator, fresh_dynamo, flydsl_eager, torch_dtype
+from .base import DTYPE_BYTES, Operator, compile_context, flydsl_eager, torch_dtype
 
 TOPK = Operator(
     name="topk",
@@ -111,7 +111,7 @@ def _aten(case, dtype, inputs, ctx):
 
 @contextlib.contextmanager
 def _compile_ctx(ctx, case):
-    with fresh_dynamo(ctx, case), deterministic(case["deterministic"]):
+    with compile_context(ctx, case), deterministic(case["deterministic"]):
         yield
 
 
