@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Sequence
 import pandas as pd
 
 from . import results as R
+from . import validate
 from .env import collect
 from .errors import UsageError
 from .ops import get_op
@@ -214,7 +215,7 @@ def measure_one(op: Operator, case: Case, dtype: str, backend: str, ctx: RunCont
     row["tflops"] = flops / sec / 1e12 if flops and sec > 0 else None
     row["gbps"] = nbytes / sec / 1e9 if nbytes and sec > 0 else None
     if "err_rel" in errs:
-        row["accuracy_ok"] = errs["err_rel"] <= errs.get("err_tol", float("inf")) + 1e-12
+        row["accuracy_ok"] = errs.get("accuracy_ok", errs["err_rel"] <= errs.get("err_tol", float("inf")) + 1e-12)
     return row
 
 
@@ -241,6 +242,7 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
     """
     import torch
 
+    timer = validate.sweep_options(timer, device, seed)
     plan = make_plan(op, suite, shapes, dtypes, backends)
     outp = R.check_path(out) if out is not None else None
     old = _previous(outp, resume, overwrite) if outp else R.empty_frame()
