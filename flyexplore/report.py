@@ -129,10 +129,20 @@ class _Page:
                 {"flyexplore_report": __version__, "entries": entries, "kept": kept}, indent=1),
                 encoding="utf-8")
             trash = Path(tempfile.mkdtemp(prefix=_STAGING + "old-", dir=out))
-            for name in old:
-                os.replace(out / name, trash / name)
-            for name in entries + [REPORT_MARKER]:
-                os.replace(stage / name, out / name)
+            moved: list[str] = []
+            try:
+                for name in old:
+                    os.replace(out / name, trash / name)
+                for name in entries + [REPORT_MARKER]:
+                    os.replace(stage / name, out / name)
+                    moved.append(name)
+            except OSError:          # put the earlier report back as it was
+                for name in moved:
+                    os.replace(out / name, stage / name)
+                for p in trash.iterdir():
+                    os.replace(p, out / p.name)
+                trash.rmdir()
+                raise
             shutil.rmtree(trash, ignore_errors=True)
         finally:
             shutil.rmtree(stage, ignore_errors=True)

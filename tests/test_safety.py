@@ -226,3 +226,24 @@ def test_failed_notebook_is_written_up_to_the_failure(tmp_path, src, exc):
     assert "first cell ran" in got.cells[0].outputs[0]["text"]
     assert not got.cells[2].get("outputs")
     assert got.metadata["flyexplore"]["failure"].startswith(exc)
+
+
+def test_report_swap_failure_restores_the_earlier_report(tmp_path, monkeypatch):
+    out = tmp_path / "rep"
+    _report(_rows(3), out)
+    before = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    import flyexplore.report as REP
+
+    real, calls = REP.os.replace, []
+
+    def flaky(src, dst):           # the last move of the swap fails once
+        if str(dst).endswith(REPORT_MARKER) and "-old-" not in str(src) + str(dst) and not calls:
+            calls.append(src)
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+    monkeypatch.setattr(REP.os, "replace", flaky)
+    with pytest.raises(OSError):
+        _report(_rows(5), out)
+    monkeypatch.setattr(REP.os, "replace", real)
+    after = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before

@@ -210,12 +210,12 @@ def error(out, ref, case, dtype):
         c = u_in + g(skv, u_acc) + g(skv, u_ref) + ds_u * ref.score_err
         bound = checks.SAFETY * (u_out * ref.abs().nan_to_num(0.0, posinf=0.0) + c * ref.abs_scale
                                  + float(torch.finfo(out.dtype).tiny))
-        heads = torch.arange(b * h, device=ref.device).repeat_interleave(sq * d)
+        heads = torch.arange(b * h, device=ref.device).repeat_interleave(sq)
         rule = (f"elementwise |O-ref| <= {checks.SAFETY:g}*(u_out|ref| + (u_in + gamma_SKV(u_acc) + "
                 f"gamma_SKV(u_ref) + ds_i)(P|V|)), ds_i = 2(gamma_{{D+2}}(u_acc)+gamma_{{D+2}}(u_ref))"
                 f"max_j|q_i||k_j|/sqrt(D), u_in=u_out={checks.fmt_u(u_in)}, u_acc={checks.fmt_u(u_acc)}, "
                 f"u_ref={checks.fmt_u(u_ref)}, SKV={skv}, D={d} (running error bound)")
-        cols = checks.bounded(out, ref, bound, blocks=(heads, b * h), rule=rule)
+        cols = checks.bounded(out, ref, bound, row_blocks=(heads, b * h), rule=rule)
         return checks.with_tol(cols, ERR_TOL[dtype])
     flat = torch.cat([t.reshape(-1) for t in out])
     u_out = checks.unit_roundoff(out[0].dtype)
@@ -223,14 +223,13 @@ def error(out, ref, case, dtype):
     c = 3 * u_in + g(L, u_acc) + g(L, u_ref) + ds_u * ref.score_err
     bound = checks.SAFETY * (u_out * ref.abs().nan_to_num(0.0, posinf=0.0) + c * ref.abs_scale
                              + float(torch.finfo(out[0].dtype).tiny))
-    heads = torch.cat([torch.arange(n, device=ref.device).repeat_interleave(s * d) + off
+    heads = torch.cat([torch.arange(n, device=ref.device).repeat_interleave(s) + off
                        for n, s, off in ((b * h, sq, 0), (b * hk, skv, b * h), (b * hk, skv, b * h + b * hk))])
     rule = (f"elementwise |dX-ref| <= {checks.SAFETY:g}*(u_out|ref| + (3u_in + gamma_L(u_acc) + "
             f"gamma_L(u_ref) + ds)|dX|_abs) for dX in dq, dk, dv, L=SQ+SKV+D={L}, "
             f"u_in=u_out={checks.fmt_u(u_in)}, u_acc={checks.fmt_u(u_acc)}, u_ref={checks.fmt_u(u_ref)} "
             "(running error bound; loose in bf16)")
-    cols = checks.bounded(flat, ref, bound, row_shape=(flat.numel() // d, d),
-                          blocks=(heads, b * h + 2 * b * hk), rule=rule)
+    cols = checks.bounded(flat, ref, bound, row_len=d, row_blocks=(heads, b * h + 2 * b * hk), rule=rule)
     sizes = [t.numel() for t in out]
     cols["err_rel"] = max(relative_error(o.reshape(-1), r)["err_rel"]
                           for o, r in zip(out, torch.split(ref, sizes)))

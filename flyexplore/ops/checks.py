@@ -58,46 +58,25 @@ def nonfinite_masks(out, ref):
     return matched, (of | rf) & ~matched, ~of & ~rf
 
 
-def unit_rel(diff2, ref2, ids, n_units: int) -> float:
-    """Largest ``||diff||_2 / ||ref||_2`` over units (rows, tiles, groups): ``diff2``/``ref2``
-    are squared differences and squared reference values (float64, flat), ``ids`` the unit of
-    each element. A unit whose reference is all zero reports ``||diff||`` itself. 0.0 when
-    there are no elements."""
+def _worst_rel(d2, r2) -> float:
+    """Largest sqrt(d2 / r2) over units given their summed squared differences ``d2`` and
+    squared references ``r2``; a unit whose reference is all zero reports sqrt(d2)."""
     import torch
 
-    if diff2.numel() == 0:
+    if d2.numel() == 0:
         return 0.0
-    d = torch.zeros(n_units, dtype=torch.float64, device=diff2.device).index_add_(0, ids, diff2)
-    r = torch.zeros(n_units, dtype=torch.float64, device=diff2.device).index_add_(0, ids, ref2)
-    rel = torch.where(r > 0, (d / torch.where(r > 0, r, torch.ones_like(r))).sqrt(), d.sqrt())
+    rel = torch.where(r2 > 0, (d2 / torch.where(r2 > 0, r2, torch.ones_like(r2))).sqrt(), d2.sqrt())
     return float(rel.max())
 
 
-def row_ids(shape, device):
-    """Unit ids of the rows (all dims but the last) of a tensor of ``shape``, flat."""
-    import torch
-
-    n = shape[-1] if len(shape) else 1
-    rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
-    return torch.arange(rows, device=device).repeat_interleave(n), rows
-
-
-def tile_ids(m: int, n: int, device, tile: int = 32):
-    """Unit ids of ``tile`` x ``tile`` tiles of an [m, n] matrix, flat (row-major)."""
-    import torch
-
-    tn = -(-n // tile)
-    r = torch.arange(m, device=device).view(-1, 1) // tile
-    c = torch.arange(n, device=device).view(1, -1) // tile
-    return (r * tn + c).reshape(-1), (-(-m // tile)) * tn
-
-
-def bounded(out, ref, bound, *, row_shape=None, blocks=None, rule: str) -> dict:
+def bounded(out, ref, bound, *, row_len: int | None = None, row_blocks=None, tile: int | None = None,
+            rule: str) -> dict:
     """The elementwise check ``|out - ref| <= bound`` (tensors of one shape; ``bound`` >= 0)
     with the error columns.
 
-    ``row_shape``: shape whose last dim is a row (default: ``out``'s shape); ``blocks``:
-    ``(ids, n_units)`` of the blocks for ``err_block_max_rel`` (None: not reported).
+    Rows are consecutive runs of ``row_len`` elements (default: ``out``'s last dim). Blocks for
+    ``err_block_max_rel``: ``row_blocks`` = ``(block id of each row, n_blocks)`` (groups,
+    heads), or ``tile`` = t for t x t tiles of a 2-D output; neither: not reported.
     Returns ``err_rel`` and ``err_max_abs`` (over elements finite on both sides),
     ``err_bound_ratio`` (largest |out - ref| / bound; an element with bound 0 counts as 0 when
     exact, inf otherwise), ``err_row_max_rel``, ``err_block_max_rel``, ``err_fail_count``
@@ -108,14 +87,15 @@ def bounded(out, ref, bound, *, row_shape=None, blocks=None, rule: str) -> dict:
 
     o, r, b = out.double().reshape(-1), ref.double().reshape(-1), bound.double().reshape(-1)
     matched, mismatch, fin = nonfinite_masks(o, r)
-    d = torch.where(fin, (o - r).abs(), torch.zeros_like(o))
-    rz = torch.where(fin, r, torch.zeros_like(r))
-    ratio = torch.where(b > 0, d / torch.where(b > 0, b, torch.ones_like(b)),
-                        torch.where(d > 0, torch.full_like(d, math.inf), torch.zeros_like(d)))
+    del o
+    d = torch.where(fin, (out.double().reshape(-1) - r).abs(), 0.0)
+    rz = torch.where(fin, r, 0.0)
+    del r, fin
+    ratio = torch.where(b > 0, d / torch.where(b > 0, b, 1.0),
+                        torch.where(d > 0, math.inf, 0.0).to(d.dtype))
     over = int((ratio > 1).sum())
     n_mis = int(mismatch.sum())
-    denom = float(rz.norm())
-    dn = float(d.norm())
+    denom, dn = float(rz.norm()), float(d.norm())
     cols = {
         "err_rel": dn / denom if denom > 0 else dn,
         "err_max_abs": float(d.max()) if d.numel() else 0.0,
@@ -126,11 +106,22 @@ def bounded(out, ref, bound, *, row_shape=None, blocks=None, rule: str) -> dict:
         "accuracy_ok": over == 0 and n_mis == 0,
         "accuracy_rule": rule,
     }
-    shape = tuple(row_shape if row_shape is not None else out.shape)
-    ids, n = row_ids(shape, o.device)
-    cols["err_row_max_rel"] = unit_rel(d * d, rz * rz, ids, n)
-    if blocks is not None:
-        cols["err_block_max_rel"] = unit_rel(d * d, rz * rz, blocks[0], blocks[1])
+    del ratio, b
+    L = row_len or (out.shape[-1] if out.dim() else 1)
+    d2, r2 = (d * d).view(-1, L), (rz * rz).view(-1, L)
+    rd, rr = d2.sum(-1), r2.sum(-1)
+    cols["err_row_max_rel"] = _worst_rel(rd, rr)
+    if row_blocks is not None:
+        ids, n = row_blocks
+        z = torch.zeros(n, dtype=torch.float64, device=d.device)
+        cols["err_block_max_rel"] = _worst_rel(z.index_add(0, ids, rd), z.index_add(0, ids, rr))
+    elif tile is not None and d2.numel():
+        m, n = d2.shape
+        pm, pn = -(-m // tile) * tile, -(-n // tile) * tile
+        pad = torch.nn.functional.pad
+        td = pad(d2, (0, pn - n, 0, pm - m)).view(pm // tile, tile, pn // tile, tile).sum((1, 3))
+        tr = pad(r2, (0, pn - n, 0, pm - m)).view(pm // tile, tile, pn // tile, tile).sum((1, 3))
+        cols["err_block_max_rel"] = _worst_rel(td, tr)
     return cols
 
 

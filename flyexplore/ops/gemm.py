@@ -66,7 +66,7 @@ def error(out, ref, case, dtype):
     import torch
 
     bound, rule = checks.gemm_bound(ref, ref.abs_product, case["k"], out.dtype, torch_dtype(dtype))
-    cols = checks.bounded(out, ref, bound, blocks=checks.tile_ids(*ref.shape, ref.device), rule=rule)
+    cols = checks.bounded(out, ref, bound, tile=32, rule=rule)
     return checks.with_tol(cols, ERR_TOL[dtype])
 
 

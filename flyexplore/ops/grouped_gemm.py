@@ -138,8 +138,7 @@ def error(out, ref, case, dtype):
     them, and ``err_rel <= err_tol``; ``err_row_max_rel``: the worst row, ``err_block_max_rel``:
     the worst group (empty groups have no rows)."""
     bound, rule = checks.gemm_bound(ref, ref.abs_product, case["k"], out.dtype, torch_dtype(dtype))
-    ids = ref.group.repeat_interleave(ref.shape[-1])
-    cols = checks.bounded(out, ref, bound, blocks=(ids, case["g"]), rule=rule + "; blocks = groups")
+    cols = checks.bounded(out, ref, bound, row_blocks=(ref.group, case["g"]), rule=rule + "; blocks = groups")
     return checks.with_tol(cols, ERR_TOL[dtype])
 
 

@@ -163,7 +163,7 @@ def error(out, ref, case, dtype):
         return cols
     bound, rule = checks.gemm_bound(dq, ref.dequantized_abs, case["k"], out.dtype,
                                     torch.bfloat16, extra_terms=4)
-    chk = checks.bounded(out, dq, bound, blocks=checks.tile_ids(*dq.shape, dq.device),
+    chk = checks.bounded(out, dq, bound, tile=32,
                          rule=rule.replace("|A||B|", "|A_dq||B_dq|") + " against the dequantized product")
     cols["err_rel_dequant"] = chk.pop("err_rel")
     chk.pop("err_max_abs")
