@@ -245,5 +245,6 @@ def test_report_swap_failure_restores_the_earlier_report(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         _report(_rows(5), out)
     monkeypatch.setattr(REP.os, "replace", real)
+    assert calls and ".flyexplore-staging-" in str(calls[0])     # failed moving the new report in
     after = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before

@@ -129,7 +129,7 @@ class Operator:
     dtypes: tuple[str, ...]
     make_inputs: Callable = None        # (case, dtype, device, seed) -> dict[str, Tensor]
     reference: Callable = None          # (case, dtype, inputs) -> Tensor (high precision)
-    error: Callable = None              # (out, ref, case, dtype) -> dict of error columns
+    error: Callable = None              # (out, ref, case, dtype) -> error columns + accuracy_ok (ops/checks.py)
     flops: Callable = None              # (case) -> float
     bytes: Callable = None              # (case, dtype) -> float
     validate: Callable = None           # (params dict) -> None, raises UsageError
