@@ -36,10 +36,18 @@ def _cmd_suites(a):
 
 
 def _timer_opts(a) -> dict:
+    """Timer options from the sweep's flags, checked (:func:`flyexplore.validate.sweep_options`:
+    --rep >= 1, --warmup >= 0, --rep-ms > 0, the mode against the device, --device, --seed)
+    before any file is opened."""
+    from .validate import sweep_options
+
     t = {"mode": a.timing}
     if a.rep is not None:
         t["rep"] = a.rep
-        t["warmup"] = a.warmup if a.warmup is not None else max(1, a.rep // 4)
+    if a.warmup is not None:
+        t["warmup"] = a.warmup
+    elif isinstance(a.rep, int) and a.rep >= 1:
+        t["warmup"] = max(1, a.rep // 4)
     if a.rep_ms is not None:
         t["rep_ms"] = a.rep_ms
     if a.order == "interleaved":
@@ -49,27 +57,23 @@ def _timer_opts(a) -> dict:
             t["budget_s"] = a.budget_s
     elif a.ci_target is not None or a.budget_s is not None:
         raise UsageError("--ci-target and --budget-s apply to --order interleaved only")
-    return t
+    return sweep_options(t, a.device, a.seed, cli=True, order=a.order)
 
 
 def _cmd_sweep(a):
     from .report import summary_table
     from .sweep import run_sweep
 
-    from .timing import INTERLEAVED_MODES, MODES
-
-    valid = INTERLEAVED_MODES if a.order == "interleaved" else MODES
-    if a.timing not in valid:
-        raise UsageError(f"unknown timing mode {a.timing!r} for --order {a.order} (valid: {', '.join(valid)})")
+    if a.resume and a.overwrite:
+        raise UsageError("--resume and --overwrite exclude each other (continue the file, or replace it)")
     for name, v in (("--ci-target", a.ci_target), ("--band", a.band)):
         if v is not None and not 0 < v < 0.5:
             raise UsageError(f"{name} must be a fraction in (0, 0.5), e.g. 0.01 for ±1%, got {v!r}")
-    if a.budget_s is not None and not a.budget_s > 0:
-        raise UsageError(f"--budget-s must be > 0 seconds, got {a.budget_s!r}")
+    timer = _timer_opts(a)
     try:
         df = run_sweep(a.op, suite=a.suite, shapes=a.shapes, dtypes=a.dtypes, backends=a.backends,
                        out=a.out, resume=a.resume, overwrite=a.overwrite, device=a.device,
-                       seed=a.seed, timer=_timer_opts(a), progress=not a.quiet, trace=a.trace,
+                       seed=a.seed, timer=timer, progress=not a.quiet, trace=a.trace,
                        order=a.order, band=a.band if a.band is not None else 0.01,
                        baseline=a.baseline)
     except KeyboardInterrupt:
@@ -236,13 +240,22 @@ def _load_many(paths):
     return R.concat([R.load(p) for p in paths])
 
 
+def _inputs_in(paths, folder) -> list[str]:
+    """Names of the input files that lie directly in ``folder`` (kept beside a report there)."""
+    from pathlib import Path
+
+    f = Path(folder).resolve()
+    return [Path(p).name for p in paths if Path(p).resolve().parent == f]
+
+
 def _cmd_report(a):
     from .report import write_report
 
     df = _load_many(a.results)
     _static_note(a.no_images)
     path = write_report(df, a.out, title=a.title or f"flyexplore report: {', '.join(a.results)}",
-                        baseline=_baseline(a.baseline), static=not a.no_images, published=a.with_published)
+                        baseline=_baseline(a.baseline), static=not a.no_images, published=a.with_published,
+                        keep=_inputs_in(a.results, a.out))
     print(f"report: {path}")
 
 

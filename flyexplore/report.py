@@ -6,14 +6,19 @@ plus the figures as PNG/SVG/PDF and the tables as CSV/Markdown/LaTeX beside it.
 - :func:`write_vllm_report`: an A/B of two arms of ``vllm bench serve --save-result`` files.
 
 Layout of ``out_dir``: ``report.html`` (plotly.js embedded once), ``figures/<name>.{png,svg,pdf}``
-(when static export works here; see :mod:`flyexplore.export`), ``tables/<name>.{csv,md,tex}``.
+(when static export works here; see :mod:`flyexplore.export`), ``tables/<name>.{csv,md,tex}``,
+and ``.flyexplore-report.json`` listing them. A report goes only into a new or empty folder or
+one holding an earlier report, which it replaces whole (:func:`check_report_dir`).
 Figures never change the data; every number in a report comes from the result rows given.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import html
+import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -22,6 +27,7 @@ import pandas as pd
 from . import __version__
 from . import results as R
 from . import stats as S
+from .errors import UsageError
 from .export import IMAGE_FORMATS, plain, save_figures, save_tables
 
 _TABLE_COLS = ["op", "case", "dtype", "backend", "status", "time_ms", "per_call_ms", "timing_mode", "order",
@@ -142,7 +148,48 @@ class _Page:
             h = _mark_rows(h, classes)
         self.parts.append(h)
 
-    def write(self, out: Path, static: bool, formats: Sequence[str], table_formats: Sequence[str]) -> Path:
+    def write(self, out: Path, static: bool, formats: Sequence[str], table_formats: Sequence[str],
+              keep: Iterable[str] = ()) -> Path:
+        """Write the report into ``out`` (see :func:`check_report_dir` for which folders are
+        refused): everything is written into a staging folder inside ``out`` first; then an
+        earlier report's entries are moved aside, the new ones moved in by rename, and the old
+        ones deleted, so a failure while writing leaves the earlier report as it was."""
+        old = check_report_dir(out, keep)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            stage = Path(tempfile.mkdtemp(prefix=_STAGING, dir=out))
+        except OSError as exc:
+            raise UsageError(f"cannot write report folder {str(out)!r}: {exc.strerror or exc}") from None
+        try:
+            path = self._write_into(stage, static, formats, table_formats)
+            entries = sorted(p.name for p in stage.iterdir())
+            earlier = _earlier_report(out)
+            kept = sorted(n for n in set(keep) | (earlier[1] if earlier else set())
+                          if (out / n).exists() and n not in entries)
+            (stage / REPORT_MARKER).write_text(json.dumps(
+                {"flyexplore_report": __version__, "entries": entries, "kept": kept}, indent=1),
+                encoding="utf-8")
+            trash = Path(tempfile.mkdtemp(prefix=_STAGING + "old-", dir=out))
+            moved: list[str] = []
+            try:
+                for name in old:
+                    os.replace(out / name, trash / name)
+                for name in entries + [REPORT_MARKER]:
+                    os.replace(stage / name, out / name)
+                    moved.append(name)
+            except OSError:          # put the earlier report back as it was
+                for name in moved:
+                    os.replace(out / name, stage / name)
+                for p in trash.iterdir():
+                    os.replace(p, out / p.name)
+                trash.rmdir()
+                raise
+            shutil.rmtree(trash, ignore_errors=True)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+        return out / path.name
+
+    def _write_into(self, out: Path, static: bool, formats: Sequence[str], table_formats: Sequence[str]) -> Path:
         files = []
         if self.tables and table_formats:
             files += save_tables(self.tables, out / "tables", table_formats)
@@ -163,12 +210,76 @@ class _Page:
         self.parts.append(f"<p style='color:#777;font-size:11px'>written by flyexplore {__version__} at {stamp}</p>")
         page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + html.escape(self.title) +
                 f"</title><style>{_CSS}</style></head><body>" + "\n".join(self.parts) + "</body></html>")
-        out.mkdir(parents=True, exist_ok=True)
         path = out / "report.html"
-        tmp = out / ".report.html.tmp"
-        tmp.write_text(page, encoding="utf-8")
-        os.replace(tmp, path)
+        path.write_text(page, encoding="utf-8")
         return path
+
+
+#: File a report folder gets, listing the entries the report wrote (``report.html``,
+#: ``figures``, ``tables``: what the next report into the folder replaces) and the caller's
+#: files it was told to keep beside them (``kept``, e.g. the demo's results).
+REPORT_MARKER = ".flyexplore-report.json"
+_STAGING = ".flyexplore-staging-"
+#: What a report written before :data:`REPORT_MARKER` existed consists of.
+_LEGACY_ENTRIES = ("report.html", "figures", "tables", ".report.html.tmp")
+
+
+def _names(values) -> set[str]:
+    return {str(e) for e in values if "/" not in str(e) and str(e) not in ("", ".", "..")}
+
+
+def _earlier_report(out: Path) -> tuple[set[str], set[str]] | None:
+    """``(entries, kept)`` of the flyexplore report in ``out`` (from its marker; for an older
+    report the fixed layout when its report.html says it was written by flyexplore); None if
+    there is none."""
+    marker = out / REPORT_MARKER
+    if marker.is_file():
+        try:
+            info = json.loads(marker.read_text(encoding="utf-8"))
+            return _names(info["entries"]), _names(info.get("kept", ()))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    page = out / "report.html"
+    try:
+        if page.is_file() and "written by flyexplore" in page.read_text(encoding="utf-8", errors="replace"):
+            return set(_LEGACY_ENTRIES), set()
+    except OSError:
+        return None
+    return None
+
+
+def check_report_dir(out_dir: str | Path, keep: Iterable[str] = ()) -> list[str]:
+    """Check that a report may be written into ``out_dir`` and return the names of the earlier
+    report's entries there, which the new report replaces.
+
+    Allowed: a folder that does not exist or is empty, or one holding an earlier flyexplore
+    report (its :data:`REPORT_MARKER`, or a ``report.html`` written by flyexplore) and nothing
+    else but the names in ``keep`` or kept by that report (files the caller wrote there
+    itself, such as the demo's results; they are left alone). Anything else raises
+    :class:`UsageError` naming what is in the way; nothing is touched. Leftover staging folders
+    of an interrupted report count as the report's."""
+    out = Path(out_dir)
+    if not out.exists():
+        return []
+    if not out.is_dir():
+        raise UsageError(f"report folder {str(out)!r} is a file, not a folder")
+    present = {p.name for p in out.iterdir()} - set(keep)
+    stale = {n for n in present if n.startswith(_STAGING)}
+    present -= stale
+    if not present:
+        return sorted(stale)
+    earlier = _earlier_report(out)
+    if earlier is None:
+        shown = ", ".join(sorted(present)[:5]) + (" ..." if len(present) > 5 else "")
+        raise UsageError(f"report folder {str(out)!r} is not empty and holds no earlier flyexplore report "
+                         f"({shown}); choose a new or empty folder")
+    owned, kept = earlier
+    foreign = present - owned - kept - {REPORT_MARKER}
+    if foreign:
+        shown = ", ".join(sorted(foreign)[:5]) + (" ..." if len(foreign) > 5 else "")
+        raise UsageError(f"report folder {str(out)!r} holds files that are not part of its earlier "
+                         f"flyexplore report ({shown}); move them or choose another folder")
+    return sorted((present & (owned | {REPORT_MARKER})) | stale)
 
 
 def _mark_rows(h: str, flags: list[bool]) -> str:
@@ -255,7 +366,8 @@ def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> No
 def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "flyexplore report",
                  baseline: str | Sequence[str] = "aten", static: bool = True,
                  formats: Iterable[str] = IMAGE_FORMATS, table_formats: Iterable[str] = ("csv", "md", "tex"),
-                 published: bool | pd.DataFrame = False, peak_kind: str = "datasheet") -> Path:
+                 published: bool | pd.DataFrame = False, peak_kind: str = "datasheet",
+                 keep: Iterable[str] = ()) -> Path:
     """Write ``report.html`` to ``out_dir`` and return its path.
 
     Contents: the environment (``env.to_text()`` when an :class:`~flyexplore.env.Environment`
@@ -268,13 +380,16 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
 
     ``static``: also write the figures as ``figures/*.{png,svg,pdf}`` (``formats``) with kaleido;
     when that is impossible here the report says why and is written without them.
-    ``table_formats``: tables under ``tables/`` (csv, md, tex, html). Raises ``UsageError``
-    for an unwritable ``out_dir``."""
+    ``table_formats``: tables under ``tables/`` (csv, md, tex, html). ``out_dir`` must be new,
+    empty, or hold an earlier flyexplore report (replaced whole) and only the files named in
+    ``keep`` besides (:func:`check_report_dir`). Raises ``UsageError`` for another folder,
+    before anything is written, and for an unwritable ``out_dir``."""
     from . import peaks as K
     from . import plots as F
     from .errors import UsageError
 
     out = Path(out_dir)
+    check_report_dir(out, keep)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -334,7 +449,7 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
         page.table("published_ranges", ranges())
     page.h2("Results")
     page.table("results", summary_table(df))
-    return page.write(out, static, list(formats), list(table_formats))
+    return page.write(out, static, list(formats), list(table_formats), keep)
 
 
 def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,

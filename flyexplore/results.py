@@ -106,7 +106,23 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "err_max_abs": ("Float64", "max absolute error against the reference"),
     "err_rel_dequant": ("Float64", "scaled GEMM: relative error against the product of the dequantized inputs (the kernel's own error)"),
     "err_tol": ("Float64", "tolerance on err_rel for this dtype"),
-    "accuracy_ok": ("boolean", "err_rel <= err_tol"),
+    "accuracy_ok": ("boolean", "the operator's correctness check passed (the rule is in accuracy_rule; "
+                    "rows without one: err_rel <= err_tol)"),
+    "err_bound_ratio": ("Float64", "largest |out - ref| / allowed error over the elements (<= 1 passes; "
+                        "the bound is stated in accuracy_rule)"),
+    "err_row_max_rel": ("Float64", "relative error of the worst row (RMSNorm row, GEMM output row, attention "
+                        "query row; TopK: max |diff| / max |ref| per row)"),
+    "err_block_max_rel": ("Float64", "relative error of the worst block: 32x32 output tile (gemm, scaled_gemm), "
+                          "group (grouped_gemm), head (attention)"),
+    "err_fail_count": ("Int64", "elements failing the check (over their bound, or a NaN/Inf mismatch; "
+                       "TopK: value positions differing from the reference)"),
+    "nonfinite_matched": ("Int64", "NaN/Inf output elements where the reference has the same (a match)"),
+    "nonfinite_mismatch": ("Int64", "NaN/Inf on one side only, or unequal (a failure)"),
+    "index_errors": ("Int64", "TopK: indices out of range, repeated in a row, or not gathering their value"),
+    "order_errors": ("Int64", "TopK: rows out of order though sorted=True"),
+    "tie_order_diffs": ("Int64", "TopK: indices differing from the reference's only among equal values "
+                        "(allowed, not a failure)"),
+    "accuracy_rule": ("string", "the check behind accuracy_ok, with its tolerance and where it comes from"),
     "kernels": ("string", "JSON list of [kernel name, launches per call, device us per call] (kernel mode)"),
     "observed": ("string", "kernel families seen for the call (filled by tracing), comma-separated, "
                  "by time; 'CPU: ...' when the call ran on the CPU (no device kernels)"),
@@ -188,11 +204,18 @@ def _num(v) -> float:
 
 def normalize(df: pd.DataFrame) -> pd.DataFrame:
     """Add missing core columns (as NA), order core columns first, and cast them to their
-    documented dtypes. Extra columns (operator parameters) are kept after the core ones."""
+    documented dtypes. Extra columns (operator parameters) are kept after the core ones.
+    A text core column that is a pandas ``Categorical`` stays categorical, with its categories
+    in their order (as text) and its ``ordered`` flag."""
     df = _upgrade(df.copy())
     for c, (t, _) in COLUMNS.items():
         if c not in df:
             df[c] = pd.Series([pd.NA] * len(df), dtype=t, index=df.index)
+        elif t == "string" and isinstance(df[c].dtype, pd.CategoricalDtype):
+            # a categorical text column keeps its categories and their order (a plot's order)
+            cat = df[c].dtype
+            df[c] = df[c].cat.rename_categories(lambda v: str(v)) if not all(
+                isinstance(v, str) for v in cat.categories) else df[c]
         else:
             try:
                 if t == "boolean":
@@ -275,16 +298,43 @@ def check_path(path: str | os.PathLike) -> Path:
     return p
 
 
+def _json_value(v):
+    """A cell as a JSON value: None for NA, Python int/float/bool/str otherwise."""
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        v = v.item()  # numpy scalar -> Python
+    return v if isinstance(v, (bool, int, float, str)) else str(v)
+
+
+def write_jsonl(df: pd.DataFrame, path) -> None:
+    """One JSON object per row, floats written by ``repr`` (``json.dumps``), which round-trips
+    every float64 exactly (pandas' ``to_json`` keeps at most 15 significant digits: 3.3e-12
+    becomes 0.0 at its default of 10). NA is ``null``; +-inf are ``Infinity``/``-Infinity``."""
+    cols = list(df.columns)
+    with open(path, "w", encoding="utf-8") as f:
+        for row in df.itertuples(index=False, name=None):
+            f.write(json.dumps({c: _json_value(v) for c, v in zip(cols, row)}, allow_nan=True) + "\n")
+
+
 def save(df: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Write ``df`` to ``path`` (.parquet, .csv or .jsonl), atomically. Returns the path."""
+    """Write ``df`` to ``path`` (.parquet, .csv or .jsonl), atomically. Returns the path.
+    Every format keeps float64 values exactly (JSONL by :func:`write_jsonl`). Parquet also keeps
+    categorical columns (and their order); CSV and JSONL cannot, so saving a frame with
+    categorical columns there warns (``UserWarning``) naming them."""
     p = check_path(path)
     df = normalize(df)
+    cats = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
+    if cats and p.suffix != ".parquet":
+        import warnings
+        warnings.warn(f"{p.suffix} files do not store categorical order; columns {', '.join(cats)} "
+                      "load back as text (save as .parquet to keep it)", UserWarning, stacklevel=2)
     if p.suffix == ".parquet":
         _atomic_write(p, lambda t: df.to_parquet(t, index=False))
     elif p.suffix == ".csv":
         _atomic_write(p, lambda t: df.to_csv(t, index=False))
     else:
-        _atomic_write(p, lambda t: df.to_json(t, orient="records", lines=True))
+        _atomic_write(p, lambda t: write_jsonl(df, t))
     return p
 
 

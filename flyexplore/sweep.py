@@ -34,20 +34,18 @@ from typing import Callable, Iterable, Sequence
 import pandas as pd
 
 from . import results as R
+from . import stats as S
+from . import validate
+from .devstate import case_columns, sampler_for
 from .env import collect
 from .errors import UsageError
 from .ops import get_op
-from .ops.base import Case, Operator, RunContext
-from . import stats as S
-from .devstate import case_columns, sampler_for
-from .ops.base import reset_dynamo
+from .ops.base import Case, Operator, RunContext, reset_dynamo
 from .timing import Timer, measure_interleaved
+from .validate import INTERLEAVED_KEYS
 
 #: Timing orders of a sweep (see the module text).
 ORDERS = ("interleaved", "block")
-#: ``timer`` keys each order understands (anything else is a UsageError).
-INTERLEAVED_KEYS = ("mode", "rep", "warmup", "rep_ms", "calls_per_round", "min_rounds",
-                    "max_rounds", "target", "budget_s", "warmup_ms")
 
 
 @dataclass(frozen=True)
@@ -481,9 +479,10 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
     """
     import torch
 
-    plan = make_plan(op, suite, shapes, dtypes, backends)
     if order not in ORDERS:
         raise UsageError(f"unknown order {order!r} (valid: {', '.join(ORDERS)})")
+    timer = validate.sweep_options(timer, device, seed, order=order)
+    plan = make_plan(op, suite, shapes, dtypes, backends)
     if not (isinstance(band, (int, float)) and 0 < band < 0.5):
         raise UsageError(f"band must be a fraction in (0, 0.5), e.g. 0.01 for +-1%, got {band!r}")
     if baseline is not None and baseline not in plan.backends:

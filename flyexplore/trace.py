@@ -661,7 +661,7 @@ def backend_status(op: str, shape: str, dtype: str | None = None, device=None) -
 
     from .env import collect
     from .ops import get_op
-    from .ops.base import RunContext, reset_dynamo
+    from .ops.base import RunContext
     from .sweep import default_device
 
     o = get_op(op)
