@@ -8,7 +8,8 @@ For each ``notebooks/*.ipynb``: runs it top to bottom in a fresh kernel with
 (the plotly.js bundle of FigureWidgets left out: :func:`flyexplore.notebooks.slim_widget_state`).
 Also writes ``OUT_DIR/env.json`` (``flyexplore env --json``) and ``OUT_DIR/run.json`` (size,
 duration and outcome per notebook). A notebook that fails is written up to the failing cell
-and the script goes on; the exit code is 1 if any failed.
+(whether a cell raised, ran past ``--timeout`` or the kernel died; the failure is in the copy's
+metadata, ``flyexplore.failure``) and the script goes on; the exit code is 1 if any failed.
 
 Needs the ``notebook`` and ``test`` extras (nbclient, nbformat, ipykernel, ipywidgets,
 anywidget). On a 2-core CPU: 10-30 s per notebook. On one H200 with ``--size gpu``: the whole set
@@ -67,9 +68,12 @@ def main(argv=None) -> int:
         try:
             N.execute(path, dest, parameters={"SIZE": a.size, "OUT": str(out / f"{path.stem}-out")},
                       cwd=out, timeout=a.timeout, slim=not a.keep_widget_js)
-        except Exception as exc:  # a failing cell (copy written up to it), or the kernel died
+        except Exception as exc:  # a failing cell, a cell timeout, a dead kernel: copy written up to it
             status, error = "failed", f"{type(exc).__name__}: {str(exc).strip()[:2000]}"
             failed += 1
+            if not dest.exists():  # failed before execute could write (e.g. unreadable notebook)
+                import shutil
+                shutil.copyfile(path, dest)
         dt = time.perf_counter() - t0
         runs.append({"notebook": path.name, "size": a.size, "status": status, "seconds": round(dt, 1),
                      "error": error, "device": env.device.name, "platform": env.platform})

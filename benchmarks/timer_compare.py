@@ -46,6 +46,7 @@ def main(argv=None):
     from flyexplore.env import collect
     from flyexplore.ops import get_op
     from flyexplore.ops.base import RunContext
+    from flyexplore.ops.base import reset_dynamo
     from flyexplore.timing import Timer
 
     out = Path(a.out)
@@ -64,6 +65,7 @@ def main(argv=None):
         inputs = op.make_inputs(case, "bf16", dev, 0)
         for b in a.backends.split(","):
             bk = op.get_backend(b)
+            reset_dynamo()
             with bk.context(ctx, case):
                 fn = bk.build(case, "bf16", inputs, ctx)
                 t0 = time.perf_counter()

@@ -70,6 +70,14 @@ def _min_true(pred, lo=1, hi=(1 << 31) - 1):
 
 
 # ---------------------------------------------------------------------------------- RMSNorm
+def _eps_value(eps) -> float:
+    """The eps the kernel gets: ``eps``, or for None the fp32 machine epsilon, as torch's
+    FlyDSL RMSNorm wrapper substitutes (``flydsl_rmsnorm_impl``, torch 2.15)."""
+    import torch
+
+    return float(torch.finfo(torch.float32).eps) if eps is None else float(eps)
+
+
 def _rmsnorm(p, dtype, torch_dtype, arch):
     import torch
     from torch._native import flydsl_utils as fu
@@ -120,7 +128,7 @@ def _rmsnorm(p, dtype, torch_dtype, arch):
         out = torch.empty((m, n), dtype=dt, device="meta")
         rstd = torch.empty((m,), dtype=torch.float32, device="meta")
         fwd._compile_rmsnorm_fwd(n, SUPPORTED_DTYPES[dt], arch, flyc.compile_backend_name(), 0,
-                                 compile_args=(x, wt, out, rstd, m, float(eps), None))
+                                 compile_args=(x, wt, out, rstd, m, _eps_value(eps), None))
 
     cfg = {"N": n, "dtype": SUPPORTED_DTYPES[dt]}
     return Verdict(True, reason, _RMS, [("rmsnorm fwd", cfg, ("rmsnorm", n, torch_dtype, arch), build)],

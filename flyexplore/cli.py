@@ -36,25 +36,46 @@ def _cmd_suites(a):
 
 
 def _timer_opts(a) -> dict:
+    """Timer options from the sweep's flags, checked (:func:`flyexplore.validate.sweep_options`:
+    --rep >= 1, --warmup >= 0, --rep-ms > 0, the mode against the device, --device, --seed)
+    before any file is opened."""
+    from .validate import sweep_options
+
     t = {"mode": a.timing}
     if a.rep is not None:
         t["rep"] = a.rep
-        t["warmup"] = a.warmup if a.warmup is not None else max(1, a.rep // 4)
+    if a.warmup is not None:
+        t["warmup"] = a.warmup
+    elif isinstance(a.rep, int) and a.rep >= 1:
+        t["warmup"] = max(1, a.rep // 4)
     if a.rep_ms is not None:
         t["rep_ms"] = a.rep_ms
-    return t
+    if a.order == "interleaved":
+        if a.ci_target is not None:
+            t["target"] = a.ci_target
+        if a.budget_s is not None:
+            t["budget_s"] = a.budget_s
+    elif a.ci_target is not None or a.budget_s is not None:
+        raise UsageError("--ci-target and --budget-s apply to --order interleaved only")
+    return sweep_options(t, a.device, a.seed, cli=True, order=a.order)
 
 
 def _cmd_sweep(a):
     from .report import summary_table
     from .sweep import run_sweep
 
-    if a.timing not in ("auto", "cpu-wall", "event", "graph", "kernel"):
-        raise UsageError(f"unknown timing mode {a.timing!r} (valid: auto, cpu-wall, event, graph, kernel)")
+    if a.resume and a.overwrite:
+        raise UsageError("--resume and --overwrite exclude each other (continue the file, or replace it)")
+    for name, v in (("--ci-target", a.ci_target), ("--band", a.band)):
+        if v is not None and not 0 < v < 0.5:
+            raise UsageError(f"{name} must be a fraction in (0, 0.5), e.g. 0.01 for ±1%, got {v!r}")
+    timer = _timer_opts(a)
     try:
         df = run_sweep(a.op, suite=a.suite, shapes=a.shapes, dtypes=a.dtypes, backends=a.backends,
                        out=a.out, resume=a.resume, overwrite=a.overwrite, device=a.device,
-                       seed=a.seed, timer=_timer_opts(a), progress=not a.quiet, trace=a.trace)
+                       seed=a.seed, timer=timer, progress=not a.quiet, trace=a.trace,
+                       order=a.order, band=a.band if a.band is not None else 0.01,
+                       baseline=a.baseline)
     except KeyboardInterrupt:
         print(f"flyexplore: interrupted; finished rows kept in {a.out}", file=sys.stderr)
         sys.exit(130)
@@ -226,13 +247,22 @@ def _load_many(paths):
     return R.concat([R.load(p) for p in paths])
 
 
+def _inputs_in(paths, folder) -> list[str]:
+    """Names of the input files that lie directly in ``folder`` (kept beside a report there)."""
+    from pathlib import Path
+
+    f = Path(folder).resolve()
+    return [Path(p).name for p in paths if Path(p).resolve().parent == f]
+
+
 def _cmd_report(a):
     from .report import write_report
 
     df = _load_many(a.results)
     _static_note(a.no_images)
     path = write_report(df, a.out, title=a.title or f"flyexplore report: {', '.join(a.results)}",
-                        baseline=_baseline(a.baseline), static=not a.no_images, published=a.with_published)
+                        baseline=_baseline(a.baseline), static=not a.no_images, published=a.with_published,
+                        keep=_inputs_in(a.results, a.out))
     print(f"report: {path}")
 
 
@@ -318,10 +348,26 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     w.add_argument("--device", help="torch device (default: cuda:0 if present, else cpu)")
     w.add_argument("--seed", type=int, default=0)
-    w.add_argument("--timing", default="auto", help="auto | cpu-wall | event | graph | kernel")
-    w.add_argument("--rep", type=int, help="timed calls (default: by time budget)")
-    w.add_argument("--warmup", type=int, help="warm-up calls (with --rep)")
-    w.add_argument("--rep-ms", type=float, help="time budget for timed calls, ms")
+    w.add_argument("--order", default="interleaved", choices=("interleaved", "block"),
+                   help="interleaved (default): every backend of a case built and warmed, then timed in "
+                   "shared rounds until the 95%% intervals are tight; block: one backend after the other "
+                   "(the old order; wider, unpaired intervals)")
+    w.add_argument("--timing", default="auto",
+                   help="interleaved: auto | cpu-thread | cpu-wall | event-gated | event | kernel; "
+                   "block: auto | cpu-thread | cpu-wall | event | graph | kernel (default auto: "
+                   "cpu-thread on CPU, event-gated (interleaved) or kernel (block) on GPU)")
+    w.add_argument("--ci-target", type=float, help="stop a case when every 95%% interval (medians, "
+                   "speedups) is within ±this fraction (default 0.01)")
+    w.add_argument("--band", type=float, help="equivalence band of the SAME label (default 0.01 = ±1%%)")
+    w.add_argument("--budget-s", type=float, help="time budget of one case after warm-up, s "
+                   "(default 10 on GPU, 2 on CPU); past it the row is flagged unconverged")
+    w.add_argument("--baseline", help="backend speedups are taken against (default: the operator's, "
+                   "e.g. aten)")
+    w.add_argument("--rep", type=int, help="interleaved: a fixed number of rounds; block: timed calls "
+                   "(default: adaptive / by time budget)")
+    w.add_argument("--warmup", type=int, help="warm-up rounds (interleaved) or calls (block), with --rep")
+    w.add_argument("--rep-ms", type=float, help="interleaved: the case budget, ms; block: time budget "
+                   "for timed calls, ms")
     w.add_argument("--quiet", action="store_true", help="no progress bar")
     w.add_argument("--trace", action="store_true",
                    help="record what really ran for every row (observed, autotune; flydsl rows always)")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import results as R
 from .env import collect
-from .report import write_report
+from .report import check_report_dir, write_report
 from .sweep import default_device, run_sweep
 
 #: (operator, suite on CPU, suite on GPU)
@@ -21,13 +21,23 @@ DEMO_SUITES = (("gemm", "cpu-small", "llama3.1-8b"),
                ("topk", "cpu-small", "llm"))
 
 
+def demo_files() -> tuple[str, ...]:
+    """Names of the files the demo writes into its folder besides the report: one result file
+    per operator (and its journal while it runs), results.parquet, results.csv and env.json."""
+    per_op = [f"{op}.parquet{sfx}" for op, _, _ in DEMO_SUITES for sfx in ("", ".partial.jsonl")]
+    return (*per_op, "results.parquet", "results.csv", "env.json")
+
+
 def run_demo(out_dir: str | Path = "flyexplore-demo", progress: bool = True, timer: dict | None = None,
              static: bool = True) -> Path:
     """Run the demo sweep into ``out_dir`` (results.parquet, results.csv, env.json,
     report.html, and with ``static`` the figures as PNG/SVG/PDF under ``figures/``); returns
-    the report's path. Earlier demo files in ``out_dir`` are replaced.
-    Raises :class:`~flyexplore.errors.UsageError` if ``out_dir`` cannot be written."""
+    the report's path. Earlier demo files in ``out_dir`` are replaced; a folder holding anything
+    else is refused before anything runs.
+    Raises :class:`~flyexplore.errors.UsageError` if ``out_dir`` cannot be written or holds
+    other files (:func:`flyexplore.report.check_report_dir`)."""
     out = Path(out_dir)
+    check_report_dir(out, keep=demo_files())
     R.check_path(out / "results.parquet")
     env = collect()
     gpu = default_device().type == "cuda"
@@ -41,4 +51,4 @@ def run_demo(out_dir: str | Path = "flyexplore-demo", progress: bool = True, tim
     R.save(df, out / "results.csv")
     (out / "env.json").write_text(json.dumps(env.to_dict(), indent=2, default=str))
     return write_report(df, out, env, title=f"flyexplore demo on {env.device.name} ({env.platform})",
-                        static=static)
+                        static=static, keep=demo_files())

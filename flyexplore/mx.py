@@ -221,29 +221,47 @@ def to_blocked(scales):
     return out
 
 
-def quantize_fp8(x, scaling: str, fp8_dtype=None):
+def quantize_fp8(x, scaling: str, fp8_dtype=None, nonfinite: str = "raise"):
     """FP8 quantization with an fp32 scale per tensor (``scaling="tensor"``, scale shape ``[]``)
     or per row (``"row"``, scale ``[rows, 1]``): scale = amax / fp8_max (amax floored at 1e-12),
     q = saturate(x / scale) rounded to nearest even. ``x`` is 2-D. Returns ``(q, scale)``
     with ``x ~= q * scale`` (the decoding scale ``torch._scaled_mm`` takes). ``fp8_dtype``
     defaults to float8_e4m3fn (max 448; MI300's float8_e4m3fnuz has max 240).
-    Raises :class:`UsageError` for another ``scaling``.
+
+    Non-finite input: one NaN or infinity would make amax non-finite and so the whole row
+    (or tensor) NaN or zero on decode. ``nonfinite="raise"`` (default) refuses such input with
+    a :class:`UsageError` that counts the values and names the first; ``"mark"`` takes amax over
+    the finite values only and stores each non-finite element as the FP8 NaN encoding (E4M3 has
+    no infinity), so it alone decodes to NaN -- the element-wise form of the MX rule that marks
+    a block holding NaN/Inf with a NaN scale. Raises :class:`UsageError` for another
+    ``scaling`` or ``nonfinite``.
     """
     import torch
 
+    from .errors import UsageError, bad_choice
+
+    if scaling not in ("tensor", "row"):
+        raise bad_choice("FP8 scaling", scaling, ("tensor", "row"))
+    if nonfinite not in ("raise", "mark"):
+        raise bad_choice("nonfinite mode", nonfinite, ("raise", "mark"))
     fp8_dtype = fp8_dtype or torch.float8_e4m3fn
     fmax = float(torch.finfo(fp8_dtype).max)
     xf = x.float()
-    if scaling == "tensor":
-        amax = xf.abs().amax()
-    elif scaling == "row":
-        amax = xf.abs().amax(dim=-1, keepdim=True)
-    else:
-        from .errors import bad_choice
-        raise bad_choice("FP8 scaling", scaling, ("tensor", "row"))
+    bad = ~torch.isfinite(xf)
+    nbad = int(bad.sum())
+    if nbad and nonfinite == "raise":
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        raise UsageError(f"quantize_fp8: {nbad} non-finite value(s) in x (first {float(xf[first])} at "
+                         f"{list(first)}); a {scaling} scale from amax would turn the whole "
+                         f"{'row' if scaling == 'row' else 'tensor'} into NaN/zero; replace them, or "
+                         "pass nonfinite='mark' to keep them as NaN elements")
+    fin = xf.nan_to_num(0.0, posinf=0.0, neginf=0.0) if nbad else xf
+    amax = fin.abs().amax() if scaling == "tensor" else fin.abs().amax(dim=-1, keepdim=True)
     scale = amax.clamp(min=1e-12) / fmax
-    q = (xf / scale).clamp(-fmax, fmax).to(fp8_dtype)
-    return q, scale.float()
+    q = (fin / scale).clamp(-fmax, fmax)
+    if nbad:
+        q = torch.where(bad, torch.full_like(q, float("nan")), q)
+    return q.to(fp8_dtype), scale.float()
 
 
 def dequantize_fp8(q, scale, dtype=None):
@@ -313,7 +331,8 @@ def format_errors(x, formats=ERROR_FORMATS):
     flushes small rows to zero, which the overall figure hides) and ``err_max_abs``, all against
     ``x`` itself (the bf16 values). ``formats``: (name, dtype,
     FP8 scaling) triples (:data:`ERROR_FORMATS`). A pandas DataFrame; raises
-    :class:`UsageError` for a bad shape, dtype or scaling."""
+    :class:`UsageError` for a bad shape, dtype or scaling, and for NaN/Inf in ``x`` with an FP8
+    format (:func:`quantize_fp8` refuses them; MX formats mark their block NaN)."""
     import pandas as pd
 
     from .errors import UsageError, bad_choice

@@ -204,14 +204,16 @@ def execute(path: str | os.PathLike, out: str | os.PathLike | None = None, *,
     ``parameters`` are injected below the ``parameters`` cell (:func:`inject_parameters`);
     ``cwd`` is the kernel's working folder (default: the notebook's folder); ``timeout`` bounds
     each cell, in seconds; ``env`` adds environment variables for the kernel; ``slim`` applies
-    :func:`slim_widget_state` to the executed notebook. A failing cell
-    raises ``nbclient.exceptions.CellExecutionError`` (its traceback in the message); the
-    partly executed notebook is written to ``out`` first. Needs nbclient, nbformat and
-    ipykernel (the ``test`` or ``notebook`` extra).
+    :func:`slim_widget_state` to the executed notebook. Any failure -- a failing cell
+    (``nbclient.exceptions.CellExecutionError``, its traceback in the message), a cell running
+    past ``timeout`` (``CellTimeoutError``), a kernel that dies (``DeadKernelError``) or does not
+    start, or an interrupt -- is re-raised after the partly executed notebook (every output up to
+    the failing cell) is written to ``out``, with the failure recorded in its metadata under
+    ``flyexplore.failure``. Needs nbclient, nbformat and ipykernel (the ``test`` or
+    ``notebook`` extra).
     """
     import nbformat
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
 
     path = Path(path)
     if not path.exists():
@@ -224,7 +226,9 @@ def execute(path: str | os.PathLike, out: str | os.PathLike | None = None, *,
                             store_widget_state=True)
     try:
         client.execute(env=kernel_env(env))
-    except CellExecutionError:
+    except BaseException as exc:  # every kind of failure keeps what ran (then re-raises)
+        nb.metadata.setdefault("flyexplore", {})["failure"] = (
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:500])
         if slim:
             slim_widget_state(nb)
         if out is not None:

@@ -22,6 +22,7 @@ from typing import Sequence
 import pandas as pd
 
 from . import results as R
+from . import stats as S
 from .errors import UsageError, bad_choice
 
 #: One colour per backend, the same in every figure.
@@ -93,6 +94,15 @@ def _label_fn(d: pd.DataFrame, cols=("op", "dtype")):
 
 
 # -- speedup ---------------------------------------------------------------------------------
+def _whiskers(g: pd.DataFrame, est: str = "speedup", lo: str = "speedup_lo", hi: str = "speedup_hi") -> dict:
+    """plotly ``error_y``/``error_x`` for the 95% intervals in ``g`` (none drawn where missing)."""
+    e = g[est].astype(float)
+    plus = (g[hi].astype(float) - e).where(g[hi].notna(), 0.0).clip(lower=0)
+    minus = (e - g[lo].astype(float)).where(g[lo].notna(), 0.0).clip(lower=0)
+    return dict(type="data", symmetric=False, array=list(plus), arrayminus=list(minus),
+                color="#333", thickness=1.2, width=3)
+
+
 #: Up to this many (backend, op, dtype) series, their geometric means are also in the subtitle.
 _SUBTITLE_MEANS = 4
 
@@ -105,8 +115,9 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
     ``baseline`` is one backend or several (then the faster of them per case, e.g.
     ``["aten", "triton"]`` as in the published dense suite). Shows a dashed 1.0x line, the
     geometric mean per backend (legend -- shown even for a single backend --, subtitle for up to
-    four series, and a dotted line when there is one op and dtype),
-    ties within +-1% outlined in black, the y axis from zero, and per-bar values when there are
+    four series, and a dotted line when there is one op and dtype), each bar's 95% interval as a
+    whisker and its label (:func:`flyexplore.stats.verdict`: SAME outlined in black, the first
+    letter after the value), the y axis from zero, and per-bar values when there are
     at most 40 bars (``show_values``). With more than 30 cases or long case labels
     (``horizontal=None``) the bars run horizontally, one row per case, so every label stays
     readable. Hover: times in
@@ -131,26 +142,32 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
     fig = go.Figure()
     means = []
     for (op, dtype, backend), g in groups:
-        gm = R.geomean(g["speedup"])
-        ties = int(g["tie"].sum())
-        name = f"{backend}: geomean {gm:.2f}x" if single else f"{backend} {op} {dtype}: geomean {gm:.2f}x"
+        gm, glo, ghi = S.geomean_ci(g["speedup"], g["speedup_lo"], g["speedup_hi"])
+        gtxt = S.fmt_interval(gm, glo, ghi).replace(" [no interval]", "")
+        labels = g["verdict"].astype(object).where(g["verdict"].notna(), "")
+        same = (labels == "SAME").to_numpy()
+        counts = ", ".join(f"{int((labels == k).sum())} {k}" for k in S.LABELS if (labels == k).any())
+        name = f"{backend}: geomean {gtxt}" if single else f"{backend} {op} {dtype}: geomean {gtxt}"
         means.append(name.replace(": geomean", " geomean"))
         c = backend_color(backend)
-        xy = dict(x=g["speedup"], y=g["x"], orientation="h") if horizontal else dict(x=g["x"], y=g["speedup"])
+        err = _whiskers(g)
+        xy = (dict(x=g["speedup"], y=g["x"], orientation="h", error_x=err) if horizontal
+              else dict(x=g["x"], y=g["speedup"], error_y=err))
         fig.add_bar(
             **xy, name=name, legendgroup=backend, marker_color=c,
-            marker_line_width=[2.5 if t else 0 for t in g["tie"]], marker_line_color="black",
-            text=[f"{v:.2f}" for v in g["speedup"]] if show_values else None,
+            marker_line_width=[2.5 if t else 0 for t in same], marker_line_color="black",
+            text=[f"{v:.2f} {lab[:1]}".rstrip() for v, lab in zip(g["speedup"], labels)] if show_values else None,
             textposition="outside", textfont=dict(size=10), cliponaxis=False,
             customdata=list(zip(g["time_ms"] * 1e3, g["baseline_ms"] * 1e3, g["baseline"], g["source"],
-                                ["tie (within 1%)" if t else "" for t in g["tie"]])),
+                                labels, g["speedup_lo"].fillna(float("nan")), g["speedup_hi"].fillna(float("nan")))),
             hovertemplate=(f"<b>{backend}</b> %{{{'y' if horizontal else 'x'}}}<br>speedup "
-                           f"%{{{'x' if horizontal else 'y'}:.3f}}x %{{customdata[4]}}<br>"
+                           f"%{{{'x' if horizontal else 'y'}:.3f}}x [%{{customdata[5]:.3f}}, %{{customdata[6]:.3f}}] "
+                           "%{customdata[4]}<br>"
                            "time %{customdata[0]:.2f} µs<br>baseline %{customdata[2]} %{customdata[1]:.2f} µs"
                            "<br>source %{customdata[3]}<extra></extra>"),
         )
-        if ties:
-            fig.data[-1].name += f" ({ties} tie{'s' if ties > 1 else ''})"
+        if counts:
+            fig.data[-1].name += f" ({counts})"
         if single:
             _ref_line(fig, gm, c, "dot", f"{backend} geomean (dotted)", horizontal)
     _ref_line(fig, 1.0, "#555", "dash", "1.0x (baseline)", horizontal)
@@ -158,7 +175,8 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
     ttl = title or f"Speedup over {base}"
     # the geometric means also in the subtitle: visible wherever the legend is hidden or cut
     gms = "; ".join(means) if len(means) <= _SUBTITLE_MEANS else f"geomeans of {len(means)} series in the legend"
-    ttl += ("<br><sup>baseline time / backend time per case; higher is better; outlined: tie within ±1%"
+    ttl += ("<br><sup>baseline time / backend time per case; higher is better; whiskers: 95% interval; "
+            "outlined: SAME (interval within ±1%); letter: F(ASTER) S(AME/LOWER) A(MBIGUOUS)"
             f"<br>{gms}</sup>")
     vlab = f"speedup vs {base} (x)"
     _style(fig, ttl, vlab if horizontal else "case", "case" if horizontal else vlab, legend_title="backend",
@@ -478,8 +496,9 @@ def roofline_figure(df: pd.DataFrame, device: str | None = None, kind: str = "da
 def ab_figure(ab, title: str | None = None):
     """Ratio time_A / time_B per paired case (bars, coloured by backend; > 1: B faster) and
     the distribution of the ratios per backend (box with every point), from a
-    :class:`flyexplore.compare.ABResult`. Dashed 1.0x line, geometric means in the legend,
-    ties within +-1% outlined, cases present on one side only counted in the subtitle."""
+    :class:`flyexplore.compare.ABResult`. Dashed 1.0x line, geometric means with their 95%
+    intervals in the legend, each ratio's interval as a whisker, SAME labels outlined, cases
+    present on one side only counted in the subtitle."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -491,14 +510,16 @@ def ab_figure(ab, title: str | None = None):
     bcol = "backend" if "backend" in p else None
     groups = p.groupby(bcol, sort=False) if bcol else [("all", p)]
     for be, g in groups:
-        gm = R.geomean(g["ratio"])
+        gm, glo, ghi = S.geomean_ci(g["ratio"], g["ratio_lo"], g["ratio_hi"])
         c = backend_color(str(be).split(" -> ")[-1])
-        fig.add_bar(x=g["x"], y=g["ratio"], name=f"{be}: geomean {gm:.3f}x", legendgroup=str(be),
-                    marker_color=c, marker_line_width=[2.5 if t else 0 for t in g["tie"]],
+        labels = g["verdict"].astype(object).where(g["verdict"].notna(), "")
+        fig.add_bar(x=g["x"], y=g["ratio"], name=f"{be}: geomean {S.fmt_interval(gm, glo, ghi)}",
+                    legendgroup=str(be), error_y=_whiskers(g, "ratio", "ratio_lo", "ratio_hi"),
+                    marker_color=c, marker_line_width=[2.5 if t == "SAME" else 0 for t in labels],
                     marker_line_color="black", row=1, col=1,
-                    customdata=list(zip(g["time_a_ms"] * 1e3, g["time_b_ms"] * 1e3)),
-                    hovertemplate=(f"<b>{be}</b> %{{x}}<br>{a}/{b} %{{y:.3f}}x<br>{a} %{{customdata[0]:.2f}} µs"
-                                   f"<br>{b} %{{customdata[1]:.2f}} µs<extra></extra>"))
+                    customdata=list(zip(g["time_a_ms"] * 1e3, g["time_b_ms"] * 1e3, labels)),
+                    hovertemplate=(f"<b>{be}</b> %{{x}}<br>{a}/{b} %{{y:.3f}}x %{{customdata[2]}}<br>{a} "
+                                   f"%{{customdata[0]:.2f}} µs<br>{b} %{{customdata[1]:.2f}} µs<extra></extra>"))
         fig.add_box(y=g["ratio"], name=str(be), legendgroup=str(be), showlegend=False, marker_color=c,
                     boxpoints="all", jitter=0.4, pointpos=0, row=1, col=2,
                     hovertemplate=f"{be}<br>%{{y:.3f}}x<extra></extra>")
@@ -508,7 +529,8 @@ def ab_figure(ab, title: str | None = None):
                     line=dict(color="#555", dash="dash", width=1.5), hoverinfo="skip", row=1, col=1)
     only = f"{len(ab.only_a)} case(s) only in {a}, {len(ab.only_b)} only in {b}"
     ttl = (title or f"A/B: {b} vs {a}") + \
-        f"<br><sup>time {a} / time {b} per case (> 1: {b} faster); {len(p)} pairs, geomean {ab.geomean:.3f}x; {only}</sup>"
+        (f"<br><sup>time {a} / time {b} per case (> 1: {b} faster; whiskers: 95% interval; outlined: SAME); "
+         f"{len(p)} pairs, geomean {S.fmt_interval(*ab.geomean_ci)}; {only}</sup>")
     _style(fig, ttl, "", f"time {a} / time {b} (x)", legend_title="backend")
     fig.update_layout(barmode="group", margin=dict(t=110))
     fig.update_yaxes(rangemode="tozero", row=1, col=1)
@@ -571,7 +593,9 @@ def published_vs_measured_figure(measured: pd.DataFrame, published: pd.DataFrame
     for be, g in j.groupby("backend", sort=False):
         c = backend_color(be)
         dev_m = g["device_m"].fillna("?").astype(str) if "device_m" in g else "?"
-        fig.add_bar(**xy(g["v_m"]), name=f"{be} measured", legendgroup=be, marker_color=c,
+        wm = ({("error_x" if horizontal else "error_y"): _whiskers(g, "v_m", "speedup_lo_m", "speedup_hi_m")}
+              if "speedup_lo_m" in g else {})
+        fig.add_bar(**xy(g["v_m"]), **wm, name=f"{be} measured", legendgroup=be, marker_color=c,
                     offsetgroup=f"{be}-m", customdata=list(zip(dev_m, g.get("torch", pd.Series([""] * len(g))).fillna(""))),
                     hovertemplate=(f"<b>{be} measured</b> %{{{v}}}<br>%{{{c_}:.3f}}<br>device %{{customdata[0]}}"
                                    "<br>torch %{customdata[1]}<extra></extra>"))
@@ -586,7 +610,8 @@ def published_vs_measured_figure(measured: pd.DataFrame, published: pd.DataFrame
         _ref_line(fig, 1.0, "#555", "dash", "1.0x (baseline)", horizontal)
     devs_m = ", ".join(sorted(j["device_m"].dropna().astype(str).unique())) if "device_m" in j else "?"
     ttl = (title or f"Measured vs published: {ylab.split(' (')[0]}") + \
-        f"<br><sup>solid: measured ({devs_m}); hatched: published (AMD Instinct MI355X); hover for provenance</sup>"
+        (f"<br><sup>solid: measured ({devs_m}){', whiskers: 95% interval' if metric == 'speedup' else ''}; "
+         "hatched: published (AMD Instinct MI355X, no interval published); hover for provenance</sup>")
     ncase = j["x"].nunique()
     nbars = 2 * j["backend"].nunique()
     if horizontal:

@@ -6,14 +6,19 @@ plus the figures as PNG/SVG/PDF and the tables as CSV/Markdown/LaTeX beside it.
 - :func:`write_vllm_report`: an A/B of two arms of ``vllm bench serve --save-result`` files.
 
 Layout of ``out_dir``: ``report.html`` (plotly.js embedded once), ``figures/<name>.{png,svg,pdf}``
-(when static export works here; see :mod:`flyexplore.export`), ``tables/<name>.{csv,md,tex}``.
+(when static export works here; see :mod:`flyexplore.export`), ``tables/<name>.{csv,md,tex}``,
+and ``.flyexplore-report.json`` listing them. A report goes only into a new or empty folder or
+one holding an earlier report, which it replaces whole (:func:`check_report_dir`).
 Figures never change the data; every number in a report comes from the result rows given.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import html
+import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -21,11 +26,14 @@ import pandas as pd
 
 from . import __version__
 from . import results as R
+from . import stats as S
+from .errors import UsageError
 from .export import IMAGE_FORMATS, plain, save_figures, save_tables
 
-_TABLE_COLS = ["op", "case", "dtype", "backend", "status", "time_ms", "per_call_ms", "timing_mode",
-               "tflops", "gbps", "err_rel", "accuracy_ok", "noisy", "host_bound", "source", "observed",
-               "flydsl_taken", "device", "message"]
+_TABLE_COLS = ["op", "case", "dtype", "backend", "status", "time_ms", "per_call_ms", "timing_mode", "order",
+               "rounds", "converged", "tflops", "gbps", "err_rel", "accuracy_ok", "recheck_ok", "noisy",
+               "host_bound", "clock_mhz_min", "throttled", "source", "observed", "flydsl_taken", "device",
+               "message"]
 _ENV_COLS = ["platform", "device", "arch", "torch", "triton", "flydsl", "aotriton", "gpu_runtime", "python",
              "host", "env_id"]
 _CSS = ("body{font-family:Arial,Helvetica,sans-serif;margin:2em;max-width:1500px;color:#222}"
@@ -37,12 +45,51 @@ _CSS = ("body{font-family:Arial,Helvetica,sans-serif;margin:2em;max-width:1500px
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows a report shows: key, status, time in µs (headline and per call), TFLOP/s,
-    GB/s, error, flags, source, device and message."""
+    """The rows a report shows: key, status, time in µs (headline, its 95% interval, per
+    call), the speedup against the case's baseline as ``est [lo, hi]`` with its verdict,
+    rounds and convergence, TFLOP/s, GB/s, error, flags, clock, source, device and message."""
     t = df[[c for c in _TABLE_COLS if c in df]].copy()
     t["time_us"] = t.pop("time_ms") * 1e3
+    t["time_ci_us"] = [
+        "" if pd.isna(lo) or pd.isna(hi) else f"[{lo * 1e3:.4g}, {hi * 1e3:.4g}]"
+        for lo, hi in zip(df.get("time_ci_lo_ms", pd.Series(pd.NA, index=df.index)),
+                          df.get("time_ci_hi_ms", pd.Series(pd.NA, index=df.index)))]
     t["per_call_us"] = t.pop("per_call_ms") * 1e3
-    return t
+    sp = []
+    for _, r in df.iterrows():
+        if pd.isna(r.get("speedup")):
+            sp.append("")
+        else:
+            sp.append(f"{S.fmt_interval(r['speedup'], _f(r.get('speedup_lo')), _f(r.get('speedup_hi')))} vs {r.get('baseline')}")
+    t.insert(t.columns.get_loc("status") + 1, "speedup", sp)
+    t.insert(t.columns.get_loc("speedup") + 1, "verdict", df["verdict"] if "verdict" in df else pd.NA)
+    front = [c for c in t.columns if c not in ("time_us", "time_ci_us")]
+    i = front.index("verdict") + 1
+    return t[front[:i] + ["time_us", "time_ci_us"] + front[i:]]
+
+
+def _f(v) -> float:
+    return float(v) if v is not None and not pd.isna(v) else float("nan")
+
+
+def verdict_sentence(labels: pd.Series, faster: str = "the backend", than: str = "the baseline") -> str:
+    """One plain sentence on what a set of labels says: which differences are real (FASTER,
+    SLOWER: the 95% interval lies outside +-1%), which are none (SAME: inside), and which are
+    noise at this precision (AMBIGUOUS)."""
+    lab = labels.dropna()
+    if lab.empty:
+        return "No interval: these numbers carry no verdict."
+    n = {k: int((lab == k).sum()) for k in S.LABELS}
+    parts = []
+    if n["FASTER"] or n["SLOWER"]:
+        parts.append(f"{n['FASTER'] + n['SLOWER']} real difference(s) ({n['FASTER']} {faster} faster, "
+                     f"{n['SLOWER']} slower than {than}: the 95% interval lies outside ±1%)")
+    if n["SAME"]:
+        parts.append(f"{n['SAME']} no difference (SAME: the interval lies within ±1%)")
+    if n["AMBIGUOUS"]:
+        parts.append(f"{n['AMBIGUOUS']} cannot be told apart from noise at ±1% (AMBIGUOUS: the interval "
+                     "crosses a band edge; more rounds or a quieter machine may decide)")
+    return "Of " + str(len(lab)) + " comparisons: " + "; ".join(parts) + "."
 
 
 def env_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -101,7 +148,48 @@ class _Page:
             h = _mark_rows(h, classes)
         self.parts.append(h)
 
-    def write(self, out: Path, static: bool, formats: Sequence[str], table_formats: Sequence[str]) -> Path:
+    def write(self, out: Path, static: bool, formats: Sequence[str], table_formats: Sequence[str],
+              keep: Iterable[str] = ()) -> Path:
+        """Write the report into ``out`` (see :func:`check_report_dir` for which folders are
+        refused): everything is written into a staging folder inside ``out`` first; then an
+        earlier report's entries are moved aside, the new ones moved in by rename, and the old
+        ones deleted, so a failure while writing leaves the earlier report as it was."""
+        old = check_report_dir(out, keep)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            stage = Path(tempfile.mkdtemp(prefix=_STAGING, dir=out))
+        except OSError as exc:
+            raise UsageError(f"cannot write report folder {str(out)!r}: {exc.strerror or exc}") from None
+        try:
+            path = self._write_into(stage, static, formats, table_formats)
+            entries = sorted(p.name for p in stage.iterdir())
+            earlier = _earlier_report(out)
+            kept = sorted(n for n in set(keep) | (earlier[1] if earlier else set())
+                          if (out / n).exists() and n not in entries)
+            (stage / REPORT_MARKER).write_text(json.dumps(
+                {"flyexplore_report": __version__, "entries": entries, "kept": kept}, indent=1),
+                encoding="utf-8")
+            trash = Path(tempfile.mkdtemp(prefix=_STAGING + "old-", dir=out))
+            moved: list[str] = []
+            try:
+                for name in old:
+                    os.replace(out / name, trash / name)
+                for name in entries + [REPORT_MARKER]:
+                    os.replace(stage / name, out / name)
+                    moved.append(name)
+            except OSError:          # put the earlier report back as it was
+                for name in moved:
+                    os.replace(out / name, stage / name)
+                for p in trash.iterdir():
+                    os.replace(p, out / p.name)
+                trash.rmdir()
+                raise
+            shutil.rmtree(trash, ignore_errors=True)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+        return out / path.name
+
+    def _write_into(self, out: Path, static: bool, formats: Sequence[str], table_formats: Sequence[str]) -> Path:
         files = []
         if self.tables and table_formats:
             files += save_tables(self.tables, out / "tables", table_formats)
@@ -122,12 +210,76 @@ class _Page:
         self.parts.append(f"<p style='color:#777;font-size:11px'>written by flyexplore {__version__} at {stamp}</p>")
         page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + html.escape(self.title) +
                 f"</title><style>{_CSS}</style></head><body>" + "\n".join(self.parts) + "</body></html>")
-        out.mkdir(parents=True, exist_ok=True)
         path = out / "report.html"
-        tmp = out / ".report.html.tmp"
-        tmp.write_text(page, encoding="utf-8")
-        os.replace(tmp, path)
+        path.write_text(page, encoding="utf-8")
         return path
+
+
+#: File a report folder gets, listing the entries the report wrote (``report.html``,
+#: ``figures``, ``tables``: what the next report into the folder replaces) and the caller's
+#: files it was told to keep beside them (``kept``, e.g. the demo's results).
+REPORT_MARKER = ".flyexplore-report.json"
+_STAGING = ".flyexplore-staging-"
+#: What a report written before :data:`REPORT_MARKER` existed consists of.
+_LEGACY_ENTRIES = ("report.html", "figures", "tables", ".report.html.tmp")
+
+
+def _names(values) -> set[str]:
+    return {str(e) for e in values if "/" not in str(e) and str(e) not in ("", ".", "..")}
+
+
+def _earlier_report(out: Path) -> tuple[set[str], set[str]] | None:
+    """``(entries, kept)`` of the flyexplore report in ``out`` (from its marker; for an older
+    report the fixed layout when its report.html says it was written by flyexplore); None if
+    there is none."""
+    marker = out / REPORT_MARKER
+    if marker.is_file():
+        try:
+            info = json.loads(marker.read_text(encoding="utf-8"))
+            return _names(info["entries"]), _names(info.get("kept", ()))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    page = out / "report.html"
+    try:
+        if page.is_file() and "written by flyexplore" in page.read_text(encoding="utf-8", errors="replace"):
+            return set(_LEGACY_ENTRIES), set()
+    except OSError:
+        return None
+    return None
+
+
+def check_report_dir(out_dir: str | Path, keep: Iterable[str] = ()) -> list[str]:
+    """Check that a report may be written into ``out_dir`` and return the names of the earlier
+    report's entries there, which the new report replaces.
+
+    Allowed: a folder that does not exist or is empty, or one holding an earlier flyexplore
+    report (its :data:`REPORT_MARKER`, or a ``report.html`` written by flyexplore) and nothing
+    else but the names in ``keep`` or kept by that report (files the caller wrote there
+    itself, such as the demo's results; they are left alone). Anything else raises
+    :class:`UsageError` naming what is in the way; nothing is touched. Leftover staging folders
+    of an interrupted report count as the report's."""
+    out = Path(out_dir)
+    if not out.exists():
+        return []
+    if not out.is_dir():
+        raise UsageError(f"report folder {str(out)!r} is a file, not a folder")
+    present = {p.name for p in out.iterdir()} - set(keep)
+    stale = {n for n in present if n.startswith(_STAGING)}
+    present -= stale
+    if not present:
+        return sorted(stale)
+    earlier = _earlier_report(out)
+    if earlier is None:
+        shown = ", ".join(sorted(present)[:5]) + (" ..." if len(present) > 5 else "")
+        raise UsageError(f"report folder {str(out)!r} is not empty and holds no earlier flyexplore report "
+                         f"({shown}); choose a new or empty folder")
+    owned, kept = earlier
+    foreign = present - owned - kept - {REPORT_MARKER}
+    if foreign:
+        shown = ", ".join(sorted(foreign)[:5]) + (" ..." if len(foreign) > 5 else "")
+        raise UsageError(f"report folder {str(out)!r} holds files that are not part of its earlier "
+                         f"flyexplore report ({shown}); move them or choose another folder")
+    return sorted((present & (owned | {REPORT_MARKER})) | stale)
 
 
 def _mark_rows(h: str, flags: list[bool]) -> str:
@@ -175,8 +327,14 @@ def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> No
     bname = baseline if isinstance(baseline, str) else "faster of " + ", ".join(baseline)
     try:
         fig = F.speedup_figure(d, baseline, title=f"{op}: speedup over {bname}")
+        sp = R.speedup(d, baseline)
+        page.p(verdict_sentence(sp["verdict"]))
         page.fig(f"{name}_speedup", fig)
         gm = R.geomean_speedup(d, baseline)
+        for r in gm.itertuples():
+            page.p(f"Geometric mean, {r.backend} over {bname} ({r.op}, {r.dtype}, {r.cases} cases): "
+                   f"{S.fmt_interval(r.geomean, r.geomean_lo, r.geomean_hi, None if pd.isna(r.verdict) else r.verdict)}"
+                   " (95% interval).")
         page.table(f"{name}_geomean", gm)
     except UsageError as exc:
         page.p(f"No speedup figure: {exc}.")
@@ -208,7 +366,8 @@ def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> No
 def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "flyexplore report",
                  baseline: str | Sequence[str] = "aten", static: bool = True,
                  formats: Iterable[str] = IMAGE_FORMATS, table_formats: Iterable[str] = ("csv", "md", "tex"),
-                 published: bool | pd.DataFrame = False, peak_kind: str = "datasheet") -> Path:
+                 published: bool | pd.DataFrame = False, peak_kind: str = "datasheet",
+                 keep: Iterable[str] = ()) -> Path:
     """Write ``report.html`` to ``out_dir`` and return its path.
 
     Contents: the environment (``env.to_text()`` when an :class:`~flyexplore.env.Environment`
@@ -221,13 +380,16 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
 
     ``static``: also write the figures as ``figures/*.{png,svg,pdf}`` (``formats``) with kaleido;
     when that is impossible here the report says why and is written without them.
-    ``table_formats``: tables under ``tables/`` (csv, md, tex, html). Raises ``UsageError``
-    for an unwritable ``out_dir``."""
+    ``table_formats``: tables under ``tables/`` (csv, md, tex, html). ``out_dir`` must be new,
+    empty, or hold an earlier flyexplore report (replaced whole) and only the files named in
+    ``keep`` besides (:func:`check_report_dir`). Raises ``UsageError`` for another folder,
+    before anything is written, and for an unwritable ``out_dir``."""
     from . import peaks as K
     from . import plots as F
     from .errors import UsageError
 
     out = Path(out_dir)
+    check_report_dir(out, keep)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -287,7 +449,7 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
         page.table("published_ranges", ranges())
     page.h2("Results")
     page.table("results", summary_table(df))
-    return page.write(out, static, list(formats), list(table_formats))
+    return page.write(out, static, list(formats), list(table_formats), keep)
 
 
 def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,
@@ -306,7 +468,10 @@ def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,
     ab = pair(R.normalize(a), R.normalize(b), names, a_backend, b_backend)
     page = _Page(title or f"A/B: {names[1]} vs {names[0]}")
     page.p(f"ratio = time {names[0]} / time {names[1]} per case (> 1: {names[1]} faster); "
-           f"{len(ab.pairs)} pairs, geometric mean {ab.geomean:.4f}x; ties within ±1%.")
+           f"{len(ab.pairs)} pairs, geometric mean {S.fmt_interval(*ab.geomean_ci)} (95% interval). "
+           + verdict_sentence(ab.pairs["verdict"], names[1], names[0]))
+    for w in ab.warnings:
+        page.p("Environments differ: " + w + ". Ratios mix this difference with the code's.", cls="note")
     page.h2("Environments")
     page.table("environments", ab.env, highlight="differs")
     page.h2("Summary")

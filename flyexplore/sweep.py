@@ -7,6 +7,17 @@ the sweep ends, is stopped, or is interrupted (Ctrl-C). After a hard crash the j
 ``resume=True`` reads the result file and the journal and skips the (op, case, dtype, backend)
 keys already there. A failing case becomes a row (``unavailable``, ``error`` or ``oom``, with
 the message) and the sweep goes on.
+
+Order (``order=``): ``interleaved`` (the default, GPU and CPU) builds, compiles and warms every
+backend of a case first, then times them in shared rounds until every interval is tight
+(:func:`flyexplore.timing.measure_interleaved`), so that all backends see one clock regime; each
+row gets its raw samples, the 95% interval of its median, and its speedup against the case's
+baseline with an interval and a label (:mod:`flyexplore.stats`), plus the device state
+(:mod:`flyexplore.devstate`). ``block`` is the old order: each backend's calls in one block
+(:class:`flyexplore.timing.Timer`), then the next backend; its speedups get only the wider,
+unpaired intervals. After timing, each backend is built again on fresh input values and its
+output checked once more (``recheck_ok``), so that a stale JIT cache or a kernel that returns
+a previous result cannot pass as a speedup.
 """
 from __future__ import annotations
 
@@ -23,11 +34,18 @@ from typing import Callable, Iterable, Sequence
 import pandas as pd
 
 from . import results as R
+from . import stats as S
+from . import validate
+from .devstate import case_columns, sampler_for
 from .env import collect
 from .errors import UsageError
 from .ops import get_op
-from .ops.base import Case, Operator, RunContext
-from .timing import Timer
+from .ops.base import Case, Operator, RunContext, reset_dynamo
+from .timing import Timer, measure_interleaved
+from .validate import INTERLEAVED_KEYS
+
+#: Timing orders of a sweep (see the module text).
+ORDERS = ("interleaved", "block")
 
 
 @dataclass(frozen=True)
@@ -169,6 +187,9 @@ def measure_one(op: Operator, case: Case, dtype: str, backend: str, ctx: RunCont
         return {"status": "unavailable", "message": why}
     want_trace = trace or backend == "flydsl" or (op.name == "attention" and ctx.gpu)
     tr = None
+    reset_dynamo()
+    sampler = sampler_for(ctx.device)
+    st0 = sampler.sample()
     with bk.context(ctx, case):
         if want_trace:
             from .trace import capture_autotune
@@ -199,8 +220,25 @@ def measure_one(op: Operator, case: Case, dtype: str, backend: str, ctx: RunCont
                 except Exception as exc:  # no profiler here: what ran stays unknown, the time stands
                     tr = Trace((), (), tuple(decisions), "cuda" if ctx.gpu else "cpu",
                                (f"tracing failed: {_first_line(exc)}",))
+    row = _ok_row(op, case, dtype, backend, bk, m, first_ms, errs, tr)
+    row.update(ci_target=None, device_id=sampler.device_id,
+               **case_columns(st0, sampler.sample(), [], sampler.max_clock_mhz))
+    return row
+
+
+def _accuracy_ok(errs: dict):
+    if "accuracy_ok" in errs:
+        return errs["accuracy_ok"]
+    if "err_rel" in errs:
+        return errs["err_rel"] <= errs.get("err_tol", float("inf")) + 1e-12
+    return None
+
+
+def _ok_row(op: Operator, case: Case, dtype: str, backend: str, bk, m, first_ms: float,
+            errs: dict, tr) -> dict:
+    """The measured columns of an ``ok`` row from a :class:`~flyexplore.timing.Measurement`."""
     row = {"status": "ok", "message": "; ".join(m.notes) or None, "source": bk.source,
-           "first_call_ms": first_ms, **m.summary(), **errs}
+           "first_call_ms": first_ms, **m.summary(), **errs, "ci_method": "order-statistic"}
     if tr is not None:
         from .trace import row_columns
         row.update(row_columns(tr, backend, op.name, case, dtype))
@@ -214,9 +252,200 @@ def measure_one(op: Operator, case: Case, dtype: str, backend: str, ctx: RunCont
     sec = m.median * 1e-3
     row["tflops"] = flops / sec / 1e12 if flops and sec > 0 else None
     row["gbps"] = nbytes / sec / 1e9 if nbytes and sec > 0 else None
-    if "err_rel" in errs:
-        row["accuracy_ok"] = errs["err_rel"] <= errs.get("err_tol", float("inf")) + 1e-12
+    row["accuracy_ok"] = _accuracy_ok(errs)
     return row
+
+
+def _note(row: dict, text: str) -> None:
+    row["message"] = f"{row['message']}; {text}" if row.get("message") else text
+
+
+def _interleaved_opts(timer: dict) -> dict:
+    """Translate a sweep's ``timer`` dict for :func:`~flyexplore.timing.measure_interleaved`:
+    ``rep`` = a fixed number of rounds (no adaptive stopping), ``warmup`` = warm-up rounds,
+    ``rep_ms`` = the case's budget in ms; the interleaved keys pass through."""
+    bad = sorted(set(timer) - set(INTERLEAVED_KEYS))
+    if bad:
+        raise UsageError(f"unknown timer option {bad[0]!r} for interleaved order "
+                         f"(valid: {', '.join(INTERLEAVED_KEYS)})")
+    o = {k: v for k, v in timer.items() if k not in ("rep", "warmup", "rep_ms")}
+    if timer.get("rep") is not None:
+        o["min_rounds"] = o["max_rounds"] = int(timer["rep"])
+    if timer.get("warmup") is not None:
+        o["warmup_rounds"] = int(timer["warmup"])
+    if timer.get("rep_ms") is not None:
+        o["budget_s"] = float(timer["rep_ms"]) / 1e3
+    return o
+
+
+def _fresh_inputs(op: Operator, case: Case, dtype: str, inputs: dict, device, seed: int):
+    """Copy new random values (``seed + 1``) into the input tensors in place and return the
+    new reference, or ``None`` when the inputs cannot be refreshed in place (non-tensor inputs
+    that differ, shapes that differ, or an operator with ``fresh_recheck = False``)."""
+    import torch
+
+    if not getattr(op, "fresh_recheck", True):
+        return None
+    new = op.make_inputs(case, dtype, device, seed + 1)
+    if set(new) != set(inputs):
+        return None
+    for k, v in inputs.items():
+        if torch.is_tensor(v) != torch.is_tensor(new[k]):
+            return None
+        if torch.is_tensor(v):
+            if v.shape != new[k].shape or v.dtype != new[k].dtype:
+                return None
+        elif v != new[k]:
+            return None
+    with torch.no_grad():
+        for k, v in inputs.items():
+            if torch.is_tensor(v):
+                v.copy_(new[k])
+    return op.reference(case, dtype, inputs)
+
+
+def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], ctx: RunContext,
+                 inputs: dict, ref, timer_opts: dict, *, trace: bool = False, seed: int = 0,
+                 band: float = S.BAND, baseline: str | None = None) -> dict[str, dict]:
+    """Measure every backend of one case interleaved; returns ``{backend: row columns}``.
+
+    1. Each available backend is built and called once (compile, autotune), inside its
+       context, and its output checked against ``ref``; a backend that raises gets an
+       ``error``/``oom`` row, one that cannot run an ``unavailable`` row.
+    2. The others are timed together by :func:`~flyexplore.timing.measure_interleaved`
+       (``timer_opts`` translated by :func:`_interleaved_opts`) against ``baseline`` (default:
+       the operator's baseline backend if timed, else the first timed backend).
+    3. Each row gets its speedup against the baseline (paired rounds), its interval and label
+       (:func:`flyexplore.stats.verdict` with ``band``), the device state, and ``recheck_ok``:
+       after timing, the inputs are refilled with new values (``seed + 1``), each backend is
+       built again and its output checked against the new reference.
+    Exceptions while timing become ``error``/``oom`` rows for every timed backend."""
+    import torch
+
+    opts = _interleaved_opts(timer_opts)
+    reset_dynamo()
+    rows: dict[str, dict] = {}
+    fns: dict = {}
+    traces: dict = {}
+    decisions_by: dict = {}
+    bks = {b: op.get_backend(b) for b in backends}
+    for b, bk in bks.items():
+        why = bk.available(ctx, case, dtype)
+        if why:
+            rows[b] = {"status": "unavailable", "message": why}
+            continue
+        try:
+            with bk.context(ctx, case):
+                if trace or b == "flydsl":
+                    from .trace import capture_autotune
+                    cap = capture_autotune()
+                else:
+                    import contextlib
+                    cap = contextlib.nullcontext([])
+                with cap as decisions:
+                    fn = bk.build(case, dtype, inputs, ctx)
+                    t0 = time.perf_counter()
+                    outv = fn()
+                    if ctx.gpu:
+                        torch.cuda.synchronize(ctx.device)
+                    first_ms = (time.perf_counter() - t0) * 1e3
+                errs = op.error(outv, ref, case, dtype) if ref is not None else {}
+                del outv
+            fns[b] = fn
+            traces[b] = (first_ms, errs)
+            decisions_by[b] = tuple(decisions)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:
+            rows[b] = _failure(exc, ctx)
+    if not fns:
+        return rows
+    base = baseline if baseline in fns else next((b for b in fns if bks[b].baseline), next(iter(fns)))
+    try:
+        res = measure_interleaved(fns, ctx.device, baseline=base, band=band,
+                                  enter=lambda nm: bks[nm].context(ctx, case), **opts)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        for b in fns:
+            rows[b] = _failure(exc, ctx)
+        return rows
+    ref2 = None
+    try:
+        ref2 = _fresh_inputs(op, case, dtype, inputs, ctx.device, seed) if ref is not None else None
+    except Exception as exc:  # noqa: BLE001 - the recheck is skipped, with the reason
+        if os.environ.get("FLYEXPLORE_DEBUG"):
+            traceback.print_exc()
+        ref2 = exc
+    for b, fn in fns.items():
+        m = res.measurements[b]
+        first_ms, errs = traces[b]
+        tr = None
+        if trace or b == "flydsl":
+            tr = _trace_of(m, fn, ctx, decisions_by[b], bks[b], case)
+        row = _ok_row(op, case, dtype, b, bks[b], m, first_ms, errs, tr)
+        rclocks = list(res.round_clocks)
+        row.update(case_columns(res.state_start, res.state_end, rclocks, res.max_clock_mhz,
+                                list(S.round_values(m.rounds))))
+        row.update(device_id=res.device_id, converged=res.converged, ci_target=res.target,
+                   wall_s=res.wall_s, verdict_s=res.verdict_s, band=band, baseline=base,
+                   round_clock_mhz=json.dumps(rclocks) if any(c is not None for c in rclocks) else None)
+        if b != base:
+            est, lo, hi = res.speedup(b)
+            row.update(speedup=est, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, band))
+        if not res.converged:
+            _note(row, f"unconverged: intervals not within +-{res.target:.1%} after {m.n // max(1, len(m.rounds[0]))} rounds")
+        if ref is not None:
+            row["recheck_ok"] = _recheck(op, case, dtype, bks[b], ctx, inputs, ref2, row)
+        rows[b] = row
+    return rows
+
+
+def _recheck(op, case, dtype, bk, ctx, inputs, ref2, row) -> bool | None:
+    """Build the backend again on the refreshed inputs and check its output (see
+    :func:`measure_case`); a failure sets ``accuracy_ok=False`` and says why in the message."""
+    if isinstance(ref2, Exception) or ref2 is None:
+        _note(row, "recheck on fresh inputs skipped: " + (_first_line(ref2) if ref2 is not None
+                                                          else "the inputs cannot be refreshed in place"))
+        return None
+    try:
+        with bk.context(ctx, case):
+            out = bk.build(case, dtype, inputs, ctx)()
+            errs = op.error(out, ref2, case, dtype)
+    except Exception as exc:  # noqa: BLE001
+        _note(row, f"recheck on fresh inputs failed: {_first_line(exc)}")
+        row["accuracy_ok"] = False
+        return False
+    ok = _accuracy_ok(errs)
+    if ok is False:
+        row["accuracy_ok"] = False
+        _note(row, "output after timing, on fresh input values, is wrong (a stale or cached result?)")
+    return ok
+
+
+def _trace_of(m, fn, ctx, decisions, bk, case):
+    from .trace import Trace, from_kernels
+    from .trace import trace as run_trace
+
+    if m.kernels:
+        return from_kernels(m.kernels, decisions)
+    try:
+        with bk.context(ctx, case):
+            t = run_trace(fn, device=ctx.device, reps=1, warmup=0, autotune=False)
+        return Trace(t.kernels, t.cpu_ops, tuple(decisions), t.device, t.notes)
+    except Exception as exc:  # no profiler here: what ran stays unknown, the time stands
+        return Trace((), (), tuple(decisions), "cuda" if ctx.gpu else "cpu",
+                     (f"tracing failed: {_first_line(exc)}",))
+
+
+def _failure(exc: BaseException, ctx) -> dict:
+    import torch
+
+    if os.environ.get("FLYEXPLORE_DEBUG"):
+        traceback.print_exc()
+    if ctx.gpu:
+        torch.cuda.empty_cache()
+    return {"status": "oom" if _is_oom(exc) else "error", "message": _first_line(exc)}
 
 
 def default_device():
@@ -228,21 +457,40 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
               backends=None, out: str | os.PathLike | None = None, resume: bool = False,
               overwrite: bool = False, device=None, seed: int = 0, timer: dict | None = None,
               progress: bool = True, on_row: Callable[[dict], None] | None = None,
-              should_stop: Callable[[], bool] | None = None, trace: bool = False) -> pd.DataFrame:
+              should_stop: Callable[[], bool] | None = None, trace: bool = False,
+              order: str = "interleaved", band: float = S.BAND,
+              baseline: str | None = None) -> pd.DataFrame:
     """Run a sweep and return its result set (resumed rows included).
 
-    ``timer`` is passed to :class:`~flyexplore.timing.Timer` (``mode``, ``rep``, ``rep_ms``, ...).
+    ``order``: ``interleaved`` (default) or ``block`` (see the module text). ``timer``: for
+    interleaved order the options of :func:`~flyexplore.timing.measure_interleaved`
+    (``mode``, ``target``, ``budget_s``, ``calls_per_round``, ``min_rounds``, ``max_rounds``,
+    ``warmup_ms``; ``rep`` = a fixed number of rounds, ``warmup`` = warm-up rounds, ``rep_ms`` =
+    the budget in ms); for block order those of :class:`~flyexplore.timing.Timer`. ``band``:
+    the equivalence band of the SAME label (default 0.01 = +-1%). ``baseline``: the backend
+    speedups are taken against (default: the operator's baseline backend, e.g. ``aten``).
     ``on_row(row)`` is called after each row is written; ``should_stop()`` is checked between
-    rows, and a true answer ends the sweep keeping every finished row (the widgets' Stop).
-    ``trace=True`` records what ran for every row (``observed``, ``autotune``); rows of the
-    ``flydsl`` backend always get it, with ``flydsl_taken`` / ``flydsl_reason``
-    (see :mod:`flyexplore.trace`).
-    Raises :class:`UsageError` for bad input before anything runs; ``KeyboardInterrupt`` is
-    re-raised after the finished rows are saved.
+    cases (and between backends in block order); a true answer ends the sweep keeping every
+    finished row (the widgets' Stop). ``trace=True`` records what ran for every row
+    (``observed``, ``autotune``); rows of the ``flydsl`` backend always get it, with
+    ``flydsl_taken`` / ``flydsl_reason`` (see :mod:`flyexplore.trace`).
+    Raises :class:`UsageError` for bad input (including an unknown order, a band outside
+    (0, 0.5) or an unknown timer option) before anything runs or any file is opened;
+    ``KeyboardInterrupt`` is re-raised after the finished rows are saved.
     """
     import torch
 
+    if order not in ORDERS:
+        raise UsageError(f"unknown order {order!r} (valid: {', '.join(ORDERS)})")
+    timer = validate.sweep_options(timer, device, seed, order=order)
     plan = make_plan(op, suite, shapes, dtypes, backends)
+    if not (isinstance(band, (int, float)) and 0 < band < 0.5):
+        raise UsageError(f"band must be a fraction in (0, 0.5), e.g. 0.01 for +-1%, got {band!r}")
+    if baseline is not None and baseline not in plan.backends:
+        raise UsageError(f"baseline {baseline!r} is not among the backends ({', '.join(plan.backends)})")
+    timer_opts = dict(timer or {})
+    if order == "interleaved":
+        _interleaved_opts(timer_opts)
     outp = R.check_path(out) if out is not None else None
     old = _previous(outp, resume, overwrite) if outp else R.empty_frame()
     done = {tuple(r) for r in old[list(R.KEY)].astype(str).itertuples(index=False)} if len(old) else set()
@@ -251,13 +499,22 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
     ctx = RunContext(device, env)
     fp = {**env.fingerprint(), "flyexplore": env.versions.get("flyexplore", "")}
     run_id = f"{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
-    timer_opts = dict(timer or {})
     todo = [(c, d, b) for c, d, b in plan.items() if (plan.op.name, c.label, d, b) not in done]
     writer = _Writer(outp, old)
 
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(todo), disable=not progress, unit="case", desc=f"{plan.op.name} sweep")
+    bar = tqdm(total=len(todo), disable=not progress, unit="row", desc=f"{plan.op.name} sweep")
+
+    def emit(case, dtype, b, cols):
+        row = _base_row(plan.op, case, dtype, b, run_id, fp)
+        row.update(cols)
+        row["timestamp"] = _now()
+        writer.add(row)
+        bar.update(1)
+        if on_row is not None:
+            on_row(row)
+
     try:
         by_case: dict[tuple[str, str], list[str]] = {}
         for c, d, b in todo:
@@ -265,37 +522,41 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
         cases = {c.label: c for c, _ in plan.pairs}
         stopped = False
         for (label, dtype), bks in by_case.items():
+            if should_stop is not None and should_stop():
+                break
             case = cases[label]
             inputs = ref = None
             setup_err = None
+            bar.set_postfix_str(f"{label} {dtype}")
             try:
                 inputs = plan.op.make_inputs(case, dtype, device, seed)
                 ref = plan.op.reference(case, dtype, inputs)
             except Exception as exc:  # OOM or unsupported dtype while making inputs
                 setup_err = exc
-            for b in bks:
-                if should_stop is not None and should_stop():
-                    stopped = True
-                    break
-                bar.set_postfix_str(f"{label} {dtype} {b}")
-                row = _base_row(plan.op, case, dtype, b, run_id, fp)
-                try:
-                    if setup_err is not None:
-                        raise setup_err
-                    row.update(measure_one(plan.op, case, dtype, b, ctx, inputs, ref, timer_opts, trace))
-                except KeyboardInterrupt:
-                    raise
-                except Exception as exc:
-                    row.update(status="oom" if _is_oom(exc) else "error", message=_first_line(exc))
-                    if os.environ.get("FLYEXPLORE_DEBUG"):
-                        traceback.print_exc()
-                    if device.type == "cuda":
-                        torch.cuda.empty_cache()
-                row["timestamp"] = _now()
-                writer.add(row)
-                bar.update(1)
-                if on_row is not None:
-                    on_row(row)
+            if order == "interleaved":
+                if setup_err is not None:
+                    got = {b: _failure(setup_err, ctx) for b in bks}
+                else:
+                    got = measure_case(plan.op, case, dtype, bks, ctx, inputs, ref, timer_opts,
+                                       trace=trace, seed=seed, band=band, baseline=baseline)
+                for b in bks:
+                    emit(case, dtype, b, {**got[b], "band": band} if got[b].get("status") == "ok" else got[b])
+            else:
+                for b in bks:
+                    if should_stop is not None and should_stop():
+                        stopped = True
+                        break
+                    bar.set_postfix_str(f"{label} {dtype} {b}")
+                    try:
+                        if setup_err is not None:
+                            raise setup_err
+                        cols = measure_one(plan.op, case, dtype, b, ctx, inputs, ref, timer_opts, trace)
+                        cols["order"] = "block"
+                    except KeyboardInterrupt:
+                        raise
+                    except Exception as exc:
+                        cols = _failure(exc, ctx)
+                    emit(case, dtype, b, cols)
             del inputs, ref
             if stopped:
                 break

@@ -700,7 +700,7 @@ def trace_case(op: str, shape: str, backend: str, dtype: str | None = None, devi
 
     from .env import collect
     from .ops import get_op
-    from .ops.base import RunContext
+    from .ops.base import RunContext, reset_dynamo
     from .sweep import default_device
 
     o = get_op(op)
@@ -713,6 +713,7 @@ def trace_case(op: str, shape: str, backend: str, dtype: str | None = None, devi
     why = bk.available(ctx, case, dt)
     if why:
         return {**out, "status": "unavailable", "message": why, "trace": None}
+    reset_dynamo()
     with bk.context(ctx, case):
         inputs = o.make_inputs(case, dt, dev, seed)
         fn = bk.build(case, dt, inputs, ctx)

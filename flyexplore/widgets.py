@@ -38,8 +38,9 @@ CUSTOM = "(custom shapes)"
 #: Suite chosen first when the sweep runs on the CPU.
 CPU_SUITE = "cpu-small"
 #: Columns of the results table, in order.
-TABLE_COLUMNS = ("case", "dtype", "backend", "status", "time_ms", "time_iqr_ms", "noisy",
-                 "tflops", "gbps", "err_rel", "timing_mode", "message")
+TABLE_COLUMNS = ("case", "dtype", "backend", "status", "speedup", "speedup_lo", "speedup_hi", "verdict",
+                 "time_ms", "time_ci_lo_ms", "time_ci_hi_ms", "converged", "noisy", "tflops", "gbps",
+                 "err_rel", "timing_mode", "clock_mhz_min", "message")
 
 _TABLE_CSS = ("<style>.flyexplore-table{border-collapse:collapse;font-size:12px;line-height:1.35}"
               ".flyexplore-table th,.flyexplore-table td{padding:2px 8px;text-align:left;"

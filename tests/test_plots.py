@@ -13,8 +13,9 @@ from flyexplore.compare import pair
 from flyexplore.errors import UsageError
 
 
-def rows(times: dict, op="gemm", dtype="bf16", device="NVIDIA H200", run="r1", **extra):
-    """Result rows from {(case, backend): time_ms}; GEMM cases are 'MxNxK'."""
+def rows(times: dict, op="gemm", dtype="bf16", device="NVIDIA H200", run="r1", samples=False, **extra):
+    """Result rows from {(case, backend): time_ms}; GEMM cases are 'MxNxK'. ``samples``: also
+    12 interleaved rounds per row within +-0.1% of the time (so that intervals are tight)."""
     out = []
     for (case, backend), t in times.items():
         dims = [int(x) for x in case.split("x")]
@@ -27,6 +28,9 @@ def rows(times: dict, op="gemm", dtype="bf16", device="NVIDIA H200", run="r1", *
                     "status": "ok", "source": "measured", "time_ms": t, "flops": fl, "bytes": nb,
                     "tflops": fl / (t / 1e3) / 1e12, "gbps": nb / (t / 1e3) / 1e9, "device": device,
                     "platform": "cuda", "torch": "2.11.0", **p, **extra})
+        if samples:
+            out[-1].update(order="interleaved", samples_ms=json.dumps(
+                [[t * (1 + 0.0005 * ((i * 7) % 5 - 2))] for i in range(12)]))
     return R.frame(out)
 
 
@@ -51,7 +55,7 @@ def test_speedup_figure_traces_hold_the_speedups(gemm):
     assert list(fl.x) == ["64x4096x4096", "128x4096x4096", "256x4096x4096"]
     assert list(fl.y) == pytest.approx([2.0, 0.030 / 0.0151, 0.8])
     gm = (2.0 * (0.030 / 0.0151) * 0.8) ** (1 / 3)
-    assert f"geomean {gm:.2f}x" in fl.name
+    assert f"geomean {gm:.3f}x" in fl.name
     assert fl.marker.color == F.BACKEND_COLORS["flydsl"] == bars["flydsl"].marker.color
     assert bars["triton"].marker.color == F.BACKEND_COLORS["triton"]
     # baseline line at 1.0 (dashed) and the y axis from zero
@@ -61,14 +65,20 @@ def test_speedup_figure_traces_hold_the_speedups(gemm):
     assert fig.layout.yaxis.rangemode == "tozero"
 
 
-def test_speedup_against_the_faster_of_several_and_ties(gemm):
+def test_speedup_against_the_faster_of_several_and_ties():
+    gemm = rows({("64x4096x4096", "aten"): 0.020, ("64x4096x4096", "triton"): 0.025, ("64x4096x4096", "flydsl"): 0.010,
+                 ("128x4096x4096", "aten"): 0.030, ("128x4096x4096", "triton"): 0.015, ("128x4096x4096", "flydsl"): 0.0151,
+                 ("256x4096x4096", "aten"): 0.040, ("256x4096x4096", "triton"): 0.050, ("256x4096x4096", "flydsl"): 0.050},
+                samples=True)
     fig = F.speedup_figure(gemm, ["aten", "triton"])
     (fl,) = _bars(fig)
     # per case the faster of aten/triton: 0.020, 0.015, 0.040
     assert list(fl.y) == pytest.approx([2.0, 0.015 / 0.0151, 0.8])
-    # 0.993 is a tie (within 1%): outlined; the others are not
+    # 0.993 with a tight interval is SAME (within +-1%): outlined; the others are not
     assert list(fl.marker.line.width) == [0, 2.5, 0]
-    assert "(1 tie)" in fl.name
+    assert [c[4] for c in fl.customdata] == ["FASTER", "SAME", "SLOWER"]
+    assert "(1 FASTER, 1 SAME, 1 SLOWER)" in fl.name
+    assert len(fl.error_y.array) == 3 and max(fl.error_y.array) < 0.01
     assert "faster of aten, triton" in fig.layout.yaxis.title.text
     assert [c[2] for c in fl.customdata] == ["aten", "triton", "aten"]
 
@@ -165,14 +175,20 @@ def test_roofline_points_and_roofs():
 
 
 def test_ab_figure():
-    a = rows({("64x4096x4096", "aten"): 0.02, ("128x4096x4096", "aten"): 0.03, ("512x512x512", "aten"): 0.01})
-    b = rows({("64x4096x4096", "aten"): 0.01, ("128x4096x4096", "aten"): 0.0301, ("32x32x32", "aten"): 0.01}, run="r2")
+    a = rows({("64x4096x4096", "aten"): 0.02, ("128x4096x4096", "aten"): 0.03, ("512x512x512", "aten"): 0.01},
+             samples=True)
+    b = rows({("64x4096x4096", "aten"): 0.01, ("128x4096x4096", "aten"): 0.0301, ("32x32x32", "aten"): 0.01},
+             run="r2", samples=True)
     ab = pair(a, b, ("old", "new"))
     fig = F.ab_figure(ab)
     bar = [t for t in fig.data if t.type == "bar"][0]
     assert list(bar.x) == ["64x4096x4096", "128x4096x4096"]
     assert list(bar.y) == pytest.approx([2.0, 0.03 / 0.0301])
-    assert list(bar.marker.line.width) == [0, 2.5]
+    # two runs: unpaired intervals widened by the GPU run-to-run allowance (2%), so a 0.3%
+    # difference is AMBIGUOUS, never SAME-outlined or FASTER
+    assert list(ab.pairs["interval"]) == ["unpaired+run"] * 2
+    assert list(ab.pairs["verdict"]) == ["FASTER", "AMBIGUOUS"]
+    assert list(bar.marker.line.width) == [0, 0] and len(bar.error_y.array) == 2
     box = [t for t in fig.data if t.type == "box"][0]
     assert sorted(box.y) == pytest.approx(sorted(bar.y))
     assert "1 case(s) only in old, 1 only in new" in fig.layout.title.text
@@ -221,13 +237,13 @@ def test_speedup_figure_shows_the_geomean_of_a_lone_backend(gemm):
     # subtitle carries the geomean too (visible wherever the legend is hidden or cut)
     assert fig.layout.showlegend is True
     (bar,) = _bars(fig)
-    assert bar.name == f"flydsl: geomean {gm:.2f}x"
-    assert f"flydsl geomean {gm:.2f}x" in fig.layout.title.text
+    assert bar.name.startswith(f"flydsl: geomean {gm:.3f}x")
+    assert f"flydsl geomean {gm:.3f}x" in fig.layout.title.text
     # several op/dtype series: each named in the subtitle, up to four of them
     two = pd.concat([one, rows({("64x4096x4096", "aten"): 0.02, ("64x4096x4096", "flydsl"): 0.04}, dtype="fp16")])
     fig = F.speedup_figure(two, "aten")
-    assert "flydsl gemm fp16 geomean 0.50x" in fig.layout.title.text
-    assert f"flydsl gemm bf16 geomean {gm:.2f}x" in fig.layout.title.text
+    assert "flydsl gemm fp16 geomean 0.500x" in fig.layout.title.text
+    assert f"flydsl gemm bf16 geomean {gm:.3f}x" in fig.layout.title.text
 
 
 def test_error_figure_dots_per_format_and_source():

@@ -73,8 +73,10 @@ def test_failures_become_rows_and_sweep_goes_on(tmp_path):
     msg = df.set_index(["case", "backend"])["message"][("4x4", "flaky")]
     assert msg == "RuntimeError: compile error for 4x4"  # first line only
     ok = df[df.status == "ok"]
-    assert (ok.time_ms > 0).all() and (ok.timing_mode == "cpu-wall").all()
-    assert (ok.n_samples == 5).all() and ok.tflops.notna().all()
+    assert (ok.time_ms > 0).all() and (ok.timing_mode == "cpu-thread").all()
+    # interleaved (the default): rep = 5 rounds, each of calls_per_round calls
+    assert (ok.rounds == 5).all() and (ok.n_samples == 5 * ok.calls_per_round).all()
+    assert (ok.order == "interleaved").all() and ok.tflops.notna().all()
     assert bool(ok.set_index(["case", "backend"]).loc[("16x16", "flaky"), "accuracy_ok"]) is False
     assert (ok[ok.backend == "good"].accuracy_ok).all()
     assert (df.source == "measured").all() and (df.platform == "cpu").all()
@@ -87,16 +89,17 @@ def test_stop_keeps_rows_and_resume_finishes(tmp_path):
     op = toy_op()
     out = tmp_path / "r.csv"
     seen = []
+    # interleaved: a case's backends are timed together, so Stop is honoured between cases
     df = run_sweep(op, shapes="4x4;8x8;16x16", backends="good,flaky", out=out, timer=FAST,
                    progress=False, on_row=seen.append, should_stop=lambda: len(seen) >= 3)
-    assert len(df) == 3 and len(R.load(out)) == 3
-    assert [r["case"] for r in seen] == ["4x4", "4x4", "8x8"]
+    assert len(df) == 4 and len(R.load(out)) == 4
+    assert [r["case"] for r in seen] == ["4x4", "4x4", "8x8", "8x8"]
     with pytest.raises(UsageError, match="exists"):
         run_sweep(op, shapes="4x4", out=out, progress=False)
     ran = []
     df2 = run_sweep(op, shapes="4x4;8x8;16x16", backends="good,flaky", out=out, resume=True,
                     timer=FAST, progress=False, on_row=ran.append)
-    assert [(r["case"], r["backend"]) for r in ran] == [("8x8", "flaky"), ("16x16", "good"), ("16x16", "flaky")]
+    assert [(r["case"], r["backend"]) for r in ran] == [("16x16", "good"), ("16x16", "flaky")]
     assert len(df2) == 6 and len(R.load(out)) == 6
     assert not df2.duplicated(subset=list(R.KEY)).any()
 
@@ -160,4 +163,4 @@ def test_real_catalogue_sweep_on_cpu(tmp_path):
 def test_progress_bar_shows_current_case(tmp_path, capsys):
     run_sweep(toy_op(), shapes="4x4;8x8", backends="good", timer=FAST, progress=True)
     err = capsys.readouterr().err
-    assert "toy sweep" in err and "2/2" in err and "8x8 fp32 good" in err
+    assert "toy sweep" in err and "2/2" in err and "8x8 fp32" in err

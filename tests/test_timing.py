@@ -89,7 +89,7 @@ def test_timer_real_cpu_call_and_summary_columns():
     a = torch.randn(64, 64)
     m = Timer(lambda: a @ a, "cpu", rep=20, warmup=2).measure()
     s = m.summary()
-    assert s["timing_mode"] == "cpu-wall" and s["n_samples"] == 20
+    assert s["timing_mode"] == "cpu-thread" and s["n_samples"] == 20
     assert 0 < s["time_min_ms"] <= s["time_ms"] <= s["time_p80_ms"]
     assert s["host_bound"] is None
 

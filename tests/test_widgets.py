@@ -99,7 +99,7 @@ def test_run_fills_rows_progress_table_and_figure(tmp_path):
     assert any(s.y0 == 1.0 and s.line.dash == "dash" for s in p.figure.layout.shapes)
     # a lone backend's geometric mean is shown: legend on, and in the subtitle
     gm = R.geomean(sp["speedup"])
-    assert p.figure.layout.showlegend is True and f"inductor geomean {gm:.2f}x" in p.figure.layout.title.text
+    assert p.figure.layout.showlegend is True and f"inductor geomean {gm:.3f}x" in p.figure.layout.title.text
     assert {round(sh.y0, 6): sh.line.dash for sh in p.figure.layout.shapes}[round(gm, 6)] == "dot"
     # another baseline redraws the figure from the same rows
     p.baseline.value = "inductor"

@@ -21,6 +21,26 @@ k and v repeated per query group; for ``bwd`` the gradients from the same float6
 graph, concatenated (dq, dk, dv) into one flat tensor. ``err_rel`` for ``bwd`` is the largest
 of the three gradients' relative errors.
 
+Check (:func:`error`): every element within a first-order running error bound (each operation
+of the attention graph contributes its rounding times the same graph evaluated on absolute
+values; J. H. Wilkinson's running error analysis, Higham 2002 section 3.3), times 2:
+
+- forward: ``u_out |O| + (u_in + gamma_SKV(u_acc) + ds_i) (P |V|)``, where ``P |V|`` bounds
+  every term of the output's sum, ``u_in`` covers P rounded to the input dtype before the
+  second GEMM (FlashAttention-2, AOTriton), ``ds_i = 2 gamma_{D+2}(u_acc) max_j (|q_i||k_j|)/sqrt(D)``
+  the error of the scores (exact products of fp16/bf16 inputs, fp32 sums) carried through
+  the softmax;
+- backward: ``u_out |dX| + (3 u_in + gamma_L(u_acc) + ds) |dX|_abs`` for dX in dq, dk, dv, with
+  L = SQ + SKV + D and ``|dX|_abs`` the gradient graph on absolute values (dS_abs =
+  P (|dO||V|^T + rowsum(|dO| P|V|)); dq_abs = dS_abs |K| / sqrt(D), dk_abs = dS_abs^T |Q| /
+  sqrt(D), dv_abs = P^T |dO|, summed over the query heads of a GQA group).
+
+u_acc is fp32's, u_in and u_out the input dtype's, and the reference's own rounding
+(float32 on GPU) is added the same way. The backward bound is loose in bf16 (it allows about
+1.5x the median gradient element): it catches gross errors (a zeroed, swapped or doubled
+row) rather than small ones. ``err_row_max_rel`` is the worst row (one query, or one key for
+dk/dv), ``err_block_max_rel`` the worst head.
+
 Backends -- one per SDPA backend, each run with ``torch.nn.attention.sdpa_kernel`` restricted
 to it, or recorded unavailable with torch's own reason:
 
@@ -52,6 +72,7 @@ import tempfile
 import warnings
 
 from ..errors import UsageError
+from . import checks
 from .base import DTYPE_BYTES, ERR_TOL, Operator, relative_error, torch_dtype
 
 ATTENTION = Operator(
@@ -112,31 +133,107 @@ def _math_attention(q, k, v, causal):
     return torch.softmax(s, dim=-1) @ v
 
 
+def _scores(q, k, causal):
+    """(P, |S|_abs) of the attention graph: the softmax of q k^T / sqrt(D) (masked top-left
+    when causal) and |q| |k|^T / sqrt(D), with k repeated per query group."""
+    import torch
+
+    rep = q.shape[1] // k.shape[1]
+    if rep > 1:
+        k = k.repeat_interleave(rep, dim=1)
+    sc = 1 / math.sqrt(q.shape[-1])
+    s = (q @ k.transpose(-2, -1)) * sc
+    sabs = (q.abs() @ k.abs().transpose(-2, -1)) * sc
+    if causal:
+        mask = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool, device=s.device).tril()
+        s = s.masked_fill(~mask, float("-inf"))
+        sabs = sabs.masked_fill(~mask, 0.0)
+    return torch.softmax(s, dim=-1), sabs
+
+
 def _reference(case, dtype, inputs):
-    """Forward: the output [B, H, SQ, D]. Backward: dq, dk, dv flattened and concatenated."""
+    """Forward: the output [B, H, SQ, D]. Backward: dq, dk, dv flattened and concatenated.
+    Attached for :func:`error`: ``.abs_scale`` (P|V| forward; dq_abs, dk_abs, dv_abs
+    concatenated backward, see the module docstring) and ``.score_err`` (max over keys of
+    |q||k|/sqrt(D): per query row [B, H, SQ, 1] forward, one number backward)."""
     import torch
 
     hi = torch.float64 if inputs["q"].device.type == "cpu" else torch.float32
     q, k, v = (inputs[n].to(hi) for n in ("q", "k", "v"))
+    rep = q.shape[1] // k.shape[1]
+    with torch.no_grad():
+        p, sabs = _scores(q, k, case["causal"])
+        vr = v.repeat_interleave(rep, dim=1) if rep > 1 else v
+        pv_abs = p @ vr.abs()
+        smax = sabs.amax(dim=-1, keepdim=True)
     if case["pass"] == "fwd":
-        return _math_attention(q, k, v, case["causal"])
+        ref = _math_attention(q, k, v, case["causal"])
+        ref.abs_scale, ref.score_err = pv_abs, smax
+        return ref
     with torch.enable_grad():
         q, k, v = (t.requires_grad_() for t in (q, k, v))
         o = _math_attention(q, k, v, case["causal"])
         grads = torch.autograd.grad(o, (q, k, v), inputs["do"].to(hi))
-    return torch.cat([g.reshape(-1) for g in grads])
+    with torch.no_grad():
+        do = inputs["do"].to(hi).abs()
+        kr = k.detach().repeat_interleave(rep, dim=1) if rep > 1 else k.detach()
+        sc = 1 / math.sqrt(q.shape[-1])
+        ds_abs = p * (do @ vr.abs().transpose(-2, -1) + (do * pv_abs).sum(-1, keepdim=True))
+        dq_abs = (ds_abs @ kr.abs()) * sc
+        dk_abs = (ds_abs.transpose(-2, -1) @ q.detach().abs()) * sc
+        dv_abs = p.transpose(-2, -1) @ do
+        if rep > 1:
+            b, h, skv, d = dk_abs.shape
+            dk_abs = dk_abs.view(b, h // rep, rep, skv, d).sum(2)
+            dv_abs = dv_abs.view(b, h // rep, rep, skv, d).sum(2)
+    ref = torch.cat([g.reshape(-1) for g in grads])
+    ref.abs_scale = torch.cat([t.reshape(-1) for t in (dq_abs, dk_abs, dv_abs)])
+    ref.score_err = float(smax.max()) if smax.numel() else 0.0
+    return ref
 
 
-def _error(out, ref, case, dtype):
+def error(out, ref, case, dtype):
+    """Error columns and ``accuracy_ok`` for an SDPA output (forward: [B, H, SQ, D]; backward:
+    the tuple dq, dk, dv): every element within the bound of the module docstring, NaN/Inf
+    only where ``ref`` has them, and ``err_rel <= err_tol``."""
     import torch
 
+    dt = torch_dtype(dtype)
+    acc = torch.float64 if dt == torch.float64 else torch.float32
+    u_in, u_acc, u_ref = (checks.unit_roundoff(t) for t in (dt, acc, ref.dtype))
+    g = checks.gamma
+    d, sq, skv = case["d"], case["sq"], case["skv"]
+    ds_u = 2 * (g(d + 2, u_acc) + g(d + 2, u_ref))
+    b, h, hk = case["b"], case["h"], kv_heads(case)
     if case["pass"] == "fwd":
-        return {**relative_error(out, ref), "err_tol": ERR_TOL[dtype]}
-    sizes = [g.numel() for g in out]
-    parts = torch.split(ref, sizes)
-    errs = [relative_error(o.reshape(-1), r) for o, r in zip(out, parts)]
-    return {"err_rel": max(e["err_rel"] for e in errs),
-            "err_max_abs": max(e["err_max_abs"] for e in errs), "err_tol": ERR_TOL[dtype]}
+        u_out = checks.unit_roundoff(out.dtype)
+        c = u_in + g(skv, u_acc) + g(skv, u_ref) + ds_u * ref.score_err
+        bound = checks.SAFETY * (u_out * ref.abs().nan_to_num(0.0, posinf=0.0) + c * ref.abs_scale
+                                 + float(torch.finfo(out.dtype).tiny))
+        heads = torch.arange(b * h, device=ref.device).repeat_interleave(sq)
+        rule = (f"elementwise |O-ref| <= {checks.SAFETY:g}*(u_out|ref| + (u_in + gamma_SKV(u_acc) + "
+                f"gamma_SKV(u_ref) + ds_i)(P|V|)), ds_i = 2(gamma_{{D+2}}(u_acc)+gamma_{{D+2}}(u_ref))"
+                f"max_j|q_i||k_j|/sqrt(D), u_in=u_out={checks.fmt_u(u_in)}, u_acc={checks.fmt_u(u_acc)}, "
+                f"u_ref={checks.fmt_u(u_ref)}, SKV={skv}, D={d} (running error bound)")
+        cols = checks.bounded(out, ref, bound, row_blocks=(heads, b * h), rule=rule)
+        return checks.with_tol(cols, ERR_TOL[dtype])
+    flat = torch.cat([t.reshape(-1) for t in out])
+    u_out = checks.unit_roundoff(out[0].dtype)
+    L = sq + skv + d
+    c = 3 * u_in + g(L, u_acc) + g(L, u_ref) + ds_u * ref.score_err
+    bound = checks.SAFETY * (u_out * ref.abs().nan_to_num(0.0, posinf=0.0) + c * ref.abs_scale
+                             + float(torch.finfo(out[0].dtype).tiny))
+    heads = torch.cat([torch.arange(n, device=ref.device).repeat_interleave(s) + off
+                       for n, s, off in ((b * h, sq, 0), (b * hk, skv, b * h), (b * hk, skv, b * h + b * hk))])
+    rule = (f"elementwise |dX-ref| <= {checks.SAFETY:g}*(u_out|ref| + (3u_in + gamma_L(u_acc) + "
+            f"gamma_L(u_ref) + ds)|dX|_abs) for dX in dq, dk, dv, L=SQ+SKV+D={L}, "
+            f"u_in=u_out={checks.fmt_u(u_in)}, u_acc={checks.fmt_u(u_acc)}, u_ref={checks.fmt_u(u_ref)} "
+            "(running error bound; loose in bf16)")
+    cols = checks.bounded(flat, ref, bound, row_len=d, row_blocks=(heads, b * h + 2 * b * hk), rule=rule)
+    sizes = [t.numel() for t in out]
+    cols["err_rel"] = max(relative_error(o.reshape(-1), r)["err_rel"]
+                          for o, r in zip(out, torch.split(ref, sizes)))
+    return checks.with_tol(cols, ERR_TOL[dtype])
 
 
 def flops(case) -> float:
@@ -156,7 +253,7 @@ def _bytes(case, dtype):
 
 ATTENTION.make_inputs = _inputs
 ATTENTION.reference = _reference
-ATTENTION.error = _error
+ATTENTION.error = error
 ATTENTION.flops = flops
 ATTENTION.bytes = _bytes
 

@@ -129,7 +129,7 @@ class Operator:
     dtypes: tuple[str, ...]
     make_inputs: Callable = None        # (case, dtype, device, seed) -> dict[str, Tensor]
     reference: Callable = None          # (case, dtype, inputs) -> Tensor (high precision)
-    error: Callable = None              # (out, ref, case, dtype) -> dict of error columns
+    error: Callable = None              # (out, ref, case, dtype) -> error columns + accuracy_ok (ops/checks.py)
     flops: Callable = None              # (case) -> float
     bytes: Callable = None              # (case, dtype) -> float
     validate: Callable = None           # (params dict) -> None, raises UsageError
@@ -277,6 +277,8 @@ def _coerce(default, text: str, op: str, key: str):
         if isinstance(default, int):
             return int(text)
         if isinstance(default, float) or default is None:
+            if text.lower() == "none":  # e.g. rmsnorm eps=None: torch's own default
+                return None
             return float(text)
     except ValueError:
         raise UsageError(f"bad value {text!r} for {op} option {key} "
@@ -286,28 +288,41 @@ def _coerce(default, text: str, op: str, key: str):
 
 def relative_error(out, ref) -> dict[str, float]:
     """Error columns for a tensor result: ``err_rel`` = ||out - ref||_2 / ||ref||_2 and
-    ``err_max_abs`` = max |out - ref|, both computed in float64."""
+    ``err_max_abs`` = max |out - ref|, both computed in float64 over the elements that are
+    finite in both (NaN/Inf are judged by :func:`flyexplore.ops.checks.nonfinite_masks`)."""
+    import torch
+
     o = out.double()
     r = ref.double()
-    diff = o - r
-    denom = float(r.norm())
+    fin = torch.isfinite(o) & torch.isfinite(r)
+    diff = torch.where(fin, o - r, torch.zeros_like(o))
+    denom = float(torch.where(fin, r, torch.zeros_like(r)).norm())
     return {
         "err_rel": float(diff.norm()) / denom if denom > 0 else float(diff.norm()),
         "err_max_abs": float(diff.abs().max()) if diff.numel() else 0.0,
     }
 
 
-#: Default accuracy tolerances on ``err_rel`` per dtype (output-precision rounding plus
-#: accumulation-order differences; a row above its tolerance gets ``accuracy_ok=False``).
+#: Default tolerances on the global ``err_rel`` per dtype (output-precision rounding plus
+#: accumulation-order differences). Operators check each element or row as well
+#: (:mod:`flyexplore.ops.checks`); scaled GEMMs judge against the dequantized product instead.
 ERR_TOL = {"fp32": 1e-4, "fp16": 5e-3, "bf16": 2e-2, "fp64": 1e-10,
            "fp8_e4m3": 1e-1, "fp8_e5m2": 2e-1, "mxfp8": 1e-1, "mxfp4": 3e-1}
 
 
-def fresh_dynamo(_ctx, _case):
-    """``Backend.context`` for compile backends: reset Dynamo so each case compiles anew (the
-    compile options themselves are given to ``torch.compile`` by the backend's build)."""
+def reset_dynamo() -> None:
+    """Reset Dynamo (``torch._dynamo.reset()``) so that the next case compiles anew. The sweep
+    and :func:`flyexplore.trace.trace_case` call it once per case, before any backend of the
+    case is built: with interleaved timing several compiled backends of one case live side by
+    side, so a reset per backend (or per round) would recompile the others."""
     import torch
     torch._dynamo.reset()
+
+
+def compile_context(_ctx, _case):
+    """``Backend.context`` for compile backends: nothing to switch at call time (the compile
+    options are given to ``torch.compile`` by the backend's build; Dynamo is reset per case by
+    :func:`reset_dynamo`)."""
     return contextlib.nullcontext()
 
 

@@ -4,6 +4,11 @@ Layout is two letters for A and B: ``N`` = stored as used (row-major), ``T`` = s
 transposed. ``NT`` is ``A @ B.T`` with B stored [N, K] (``nn.Linear``; the published MI355X
 suite). FLOPs 2*M*N*K; bytes (M*K + K*N + M*N) * element size.
 
+Check (:func:`error`): every output element against the float64 (CPU) / float32 (GPU) product
+within the GEMM rounding bound of :func:`flyexplore.ops.checks.gemm_bound`
+(``2(u_out|ref| + gamma_K(u_acc)|A||B| + ...)``, Higham 2002 eq. 3.13), so one wrong element,
+row or 32x32 tile fails the row; the worst row and tile are reported beside the global error.
+
 Backends: ``aten`` (eager ``torch.mm``: cuBLAS/hipBLASLt/CPU BLAS), ``triton``
 (``torch.compile`` max-autotune restricted to Triton templates; GPU only), ``inductor``
 (``torch.compile`` default), ``flydsl`` (``torch.compile`` max-autotune with
@@ -15,7 +20,8 @@ from __future__ import annotations
 import csv
 
 from ..paths import published_dir
-from .base import ERR_TOL, DTYPE_BYTES, Operator, fresh_dynamo, relative_error, torch_dtype
+from . import checks
+from .base import ERR_TOL, DTYPE_BYTES, Operator, compile_context, torch_dtype
 
 GEMM = Operator(
     name="gemm",
@@ -41,16 +47,32 @@ def _inputs(case, dtype, device, seed):
 
 
 def _reference(case, dtype, inputs):
+    """A @ B in float64 (CPU) / float32 (GPU); ``|A| @ |B|`` is attached as ``.abs_product``
+    (the scale of each element's rounding bound)."""
     import torch
 
     a, b = inputs["a"], inputs["b"]
     hi = torch.float64 if a.device.type == "cpu" else torch.float32
-    return a.to(hi) @ b.to(hi)
+    ref = a.to(hi) @ b.to(hi)
+    ref.abs_product = a.to(hi).abs() @ b.to(hi).abs()
+    return ref
+
+
+def error(out, ref, case, dtype):
+    """Error columns and ``accuracy_ok`` for a GEMM output [M, N]: every element within
+    :func:`flyexplore.ops.checks.gemm_bound` (K = case K) of ``ref`` and NaN/Inf only where
+    ``ref`` has them, and ``err_rel <= err_tol``; ``err_row_max_rel`` is the worst output row,
+    ``err_block_max_rel`` the worst 32x32 output tile."""
+    import torch
+
+    bound, rule = checks.gemm_bound(ref, ref.abs_product, case["k"], out.dtype, torch_dtype(dtype))
+    cols = checks.bounded(out, ref, bound, tile=32, rule=rule)
+    return checks.with_tol(cols, ERR_TOL[dtype])
 
 
 GEMM.make_inputs = _inputs
 GEMM.reference = _reference
-GEMM.error = lambda out, ref, case, dtype: {**relative_error(out, ref), "err_tol": ERR_TOL[dtype]}
+GEMM.error = error
 GEMM.flops = lambda case: 2.0 * case["m"] * case["n"] * case["k"]
 GEMM.bytes = lambda case, dtype: float(
     (case["m"] * case["k"] + case["k"] * case["n"] + case["m"] * case["n"]) * DTYPE_BYTES[dtype])
@@ -95,7 +117,7 @@ FLYDSL_OPTIONS = {"max_autotune": True, "max_autotune_gemm_backends": "FLYDSL",
 
 
 @GEMM.backend("triton", "torch.compile max-autotune, Triton GEMM templates only",
-              available=_needs_gpu, context=fresh_dynamo)
+              available=_needs_gpu, context=compile_context)
 def _triton(case, dtype, inputs, ctx):
     f = compiled(_mm, TRITON_OPTIONS)
     a, b = inputs["a"], inputs["b"]
@@ -103,7 +125,7 @@ def _triton(case, dtype, inputs, ctx):
 
 
 @GEMM.backend("inductor", "torch.compile default (Inductor picks ATen or its own kernel)",
-              context=fresh_dynamo)
+              context=compile_context)
 def _inductor(case, dtype, inputs, ctx):
     f = compiled(_mm, {})
     a, b = inputs["a"], inputs["b"]
@@ -111,7 +133,7 @@ def _inductor(case, dtype, inputs, ctx):
 
 
 @GEMM.backend("flydsl", "torch.compile max-autotune with max_autotune_gemm_backends=FLYDSL",
-              available=_flydsl_available, context=fresh_dynamo)
+              available=_flydsl_available, context=compile_context)
 def _flydsl(case, dtype, inputs, ctx):
     f = compiled(_mm, FLYDSL_OPTIONS)
     a, b = inputs["a"], inputs["b"]

@@ -33,7 +33,8 @@ import re
 
 from ..errors import UsageError
 from ..paths import published_dir
-from .base import ERR_TOL, DTYPE_BYTES, Operator, fresh_dynamo, relative_error, torch_dtype
+from . import checks
+from .base import ERR_TOL, DTYPE_BYTES, Operator, compile_context, torch_dtype
 
 GROUPED_GEMM = Operator(
     name="grouped_gemm",
@@ -109,18 +110,36 @@ def _inputs(case, dtype, device, seed):
 
 
 def _reference(case, dtype, inputs):
-    """Per-group products in float64 (CPU) or float32 (GPU): [total_M, N]."""
+    """Per-group products in float64 (CPU) or float32 (GPU): [total_M, N]. Attached:
+    ``.abs_product`` (the per-group ``|A| @ |B|``) and ``.group`` (the group of each row,
+    int64 [total_M])."""
     import torch
 
     a, b = inputs["a"], inputs["b"]
     hi = torch.float64 if a.device.type == "cpu" else torch.float32
     out = torch.zeros(a.shape[0], b.shape[-1], dtype=hi, device=a.device)
+    absp = torch.zeros_like(out)
     start = 0
     for gi, rows in enumerate(inputs["sizes"]):
         if rows:
-            out[start:start + rows] = a[start:start + rows].to(hi) @ b[gi].to(hi)
+            ag, bg = a[start:start + rows].to(hi), b[gi].to(hi)
+            out[start:start + rows] = ag @ bg
+            absp[start:start + rows] = ag.abs() @ bg.abs()
         start += rows
+    out.abs_product = absp
+    out.group = torch.repeat_interleave(torch.arange(len(inputs["sizes"]), device=a.device),
+                                        torch.tensor(inputs["sizes"], device=a.device))
     return out
+
+
+def error(out, ref, case, dtype):
+    """Error columns and ``accuracy_ok`` for a grouped GEMM output [total_M, N]: every element
+    within :func:`flyexplore.ops.checks.gemm_bound` of ``ref``, NaN/Inf only where ``ref`` has
+    them, and ``err_rel <= err_tol``; ``err_row_max_rel``: the worst row, ``err_block_max_rel``:
+    the worst group (empty groups have no rows)."""
+    bound, rule = checks.gemm_bound(ref, ref.abs_product, case["k"], out.dtype, torch_dtype(dtype))
+    cols = checks.bounded(out, ref, bound, row_blocks=(ref.group, case["g"]), rule=rule + "; blocks = groups")
+    return checks.with_tol(cols, ERR_TOL[dtype])
 
 
 def _bytes(case, dtype):
@@ -132,7 +151,7 @@ def _bytes(case, dtype):
 
 GROUPED_GEMM.make_inputs = _inputs
 GROUPED_GEMM.reference = _reference
-GROUPED_GEMM.error = lambda out, ref, case, dtype: {**relative_error(out, ref), "err_tol": ERR_TOL[dtype]}
+GROUPED_GEMM.error = error
 GROUPED_GEMM.flops = lambda case: 2.0 * sum(group_sizes(case)) * case["n"] * case["k"]
 GROUPED_GEMM.bytes = _bytes
 
@@ -221,13 +240,13 @@ def _compiled(options, inputs):
 
 
 @GROUPED_GEMM.backend("triton", "torch.compile max-autotune, Triton grouped-GEMM template only",
-                      available=_triton_available, context=fresh_dynamo)
+                      available=_triton_available, context=compile_context)
 def _triton(case, dtype, inputs, ctx):
     return _compiled(TRITON_OPTIONS, inputs)
 
 
 @GROUPED_GEMM.backend("flydsl", "torch.compile max-autotune with max_autotune_gemm_backends=FLYDSL",
-                      available=_flydsl_available, context=fresh_dynamo)
+                      available=_flydsl_available, context=compile_context)
 def _flydsl(case, dtype, inputs, ctx):
     return _compiled(FLYDSL_OPTIONS, inputs)
 

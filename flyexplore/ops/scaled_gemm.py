@@ -12,8 +12,18 @@ elsewhere ``float8_e4m3fn`` (max 448).
 
 Inputs are seeded bf16 A [M, K] and B [N, K], quantized once outside the timed call. Errors:
 ``err_rel`` is against the unquantized product of the bf16 inputs (float64 on CPU, float32 on
-GPU) -- the precision a format trades for speed; ``err_rel_dequant`` is against the product of
-the dequantized inputs -- the kernel's own error.
+GPU) -- the precision a format trades for speed, reported but not judged; ``err_rel_dequant``
+is against the product of the dequantized inputs -- the kernel's own error.
+
+Check (:func:`error`): the kernel is judged against the product of the *dequantized* operands
+(what it is defined to compute): every bf16 output element within
+:func:`flyexplore.ops.checks.gemm_bound` of it -- ``2(u_bf16 |ref| + (gamma_{K+4}(fp32) +
+gamma_K(u_ref)) |A_dq||B_dq|)``; products of FP8/MX elements and power-of-two scales are exact
+in fp32, so the K-term fp32 sum and the bf16 output rounding are the error, plus up to four
+roundings for per-tensor/row scales (applied to the operands or to the output). A doubled
+block scale of A changes a row of the output, one of B a column; either fails elementwise.
+``err_row_max_rel`` is the worst row and ``err_block_max_rel`` the worst 32x32 output tile,
+both against the dequantized product.
 
 FLOPs 2*M*N*K. Bytes: (M*K + N*K) * element size (1 for FP8/MXFP8, 0.5 for MXFP4) + one E8M0
 byte per 32 elements (MX), or 8 (per-tensor) / 4*(M+N) (per-row) bytes of fp32 scales, + 2*M*N
@@ -41,7 +51,8 @@ import csv
 
 from ..paths import published_dir
 from .. import mx
-from .base import DTYPE_BYTES, ERR_TOL, Operator, fresh_dynamo, relative_error
+from . import checks
+from .base import DTYPE_BYTES, ERR_TOL, Operator, compile_context, relative_error
 
 SCALED_GEMM = Operator(
     name="scaled_gemm",
@@ -125,23 +136,38 @@ def dequantized(inputs, dtype, which: str, out_dtype=None):
 
 def _reference(case, dtype, inputs):
     """The unquantized product A @ B.T of the bf16 inputs in float64 (CPU) / float32 (GPU).
-    The product of the dequantized operands is attached as ``.dequantized`` (same precision)."""
+    The product of the dequantized operands is attached as ``.dequantized`` and
+    ``|A_dq| @ |B_dq|.T`` as ``.dequantized_abs`` (same precision)."""
     import torch
 
     a = inputs["a_hp"]
     hi = torch.float64 if a.device.type == "cpu" else torch.float32
     ref = a.to(hi) @ inputs["b_hp"].to(hi).t()
     if "a_q" in inputs:
-        ref.dequantized = dequantized(inputs, dtype, "a", hi) @ dequantized(inputs, dtype, "b", hi).t()
+        ad, bd = dequantized(inputs, dtype, "a", hi), dequantized(inputs, dtype, "b", hi)
+        ref.dequantized = ad @ bd.t()
+        ref.dequantized_abs = ad.abs() @ bd.abs().t()
     return ref
 
 
-def _error(out, ref, case, dtype):
+def error(out, ref, case, dtype):
+    """Error columns and ``accuracy_ok`` for a scaled GEMM output [M, N] (bf16): ``err_rel``,
+    ``err_max_abs`` and ``err_tol`` against the unquantized product (reported, not judged);
+    ``err_rel_dequant`` and the elementwise check (module docstring) against the dequantized
+    product, which alone decides ``accuracy_ok``."""
+    import torch
+
     cols = {**relative_error(out, ref), "err_tol": ERR_TOL[dtype]}
     dq = getattr(ref, "dequantized", None)
-    if dq is not None:
-        cols["err_rel_dequant"] = relative_error(out, dq)["err_rel"]
-    return cols
+    if dq is None:
+        return cols
+    bound, rule = checks.gemm_bound(dq, ref.dequantized_abs, case["k"], out.dtype,
+                                    torch.bfloat16, extra_terms=4)
+    chk = checks.bounded(out, dq, bound, tile=32,
+                         rule=rule.replace("|A||B|", "|A_dq||B_dq|") + " against the dequantized product")
+    cols["err_rel_dequant"] = chk.pop("err_rel")
+    chk.pop("err_max_abs")
+    return {**cols, **chk}
 
 
 def _bytes(case, dtype):
@@ -158,7 +184,7 @@ def _bytes(case, dtype):
 
 SCALED_GEMM.make_inputs = _inputs
 SCALED_GEMM.reference = _reference
-SCALED_GEMM.error = _error
+SCALED_GEMM.error = error
 SCALED_GEMM.flops = lambda case: 2.0 * case["m"] * case["n"] * case["k"]
 SCALED_GEMM.bytes = _bytes
 
@@ -328,13 +354,13 @@ def _compiled(options, case, dtype, inputs, ctx):
 
 
 @SCALED_GEMM.backend("inductor", "torch.compile max-autotune, ATEN,TRITON (no FlyDSL)",
-                     available=_inductor_available, context=fresh_dynamo)
+                     available=_inductor_available, context=compile_context)
 def _inductor(case, dtype, inputs, ctx):
     return _compiled(INDUCTOR_OPTIONS, case, dtype, inputs, ctx)
 
 
 @SCALED_GEMM.backend("flydsl", "torch.compile max-autotune with max_autotune_gemm_backends=FLYDSL",
-                     available=_flydsl_available, context=fresh_dynamo)
+                     available=_flydsl_available, context=compile_context)
 def _flydsl(case, dtype, inputs, ctx):
     return _compiled(FLYDSL_OPTIONS, case, dtype, inputs, ctx)
 

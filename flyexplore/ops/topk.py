@@ -8,6 +8,13 @@ indices); FLOPs are not counted (0).
 Backends: ``aten`` (eager, FlyDSL overrides off), ``inductor`` (``torch.compile`` default),
 ``flydsl`` (eager with overrides on; fp32, gfx950; register kernel for K in {2,4,8,16},
 radix kernels for K bands 64-1024 -- ``torch/_native/ops/topk/flydsl_impl.py``).
+
+Check (:func:`error`), from ``torch.topk``'s definition: the values equal the float64
+reference's exactly (NaN counts as larger than every number, as in torch.topk; NaN matches
+NaN), position by position when ``sorted`` and as a multiset otherwise; every index is in
+``[0, N)``, unique in its row, and gathers its value (``x.gather(-1, idx) == values``); with
+``sorted`` every row is in order. An index that differs from the reference's only among equal
+values is a tie and is allowed: it is counted in ``tie_order_diffs``, never failed.
 """
 from __future__ import annotations
 
@@ -15,7 +22,7 @@ import contextlib
 import csv
 
 from ..paths import published_dir
-from .base import DTYPE_BYTES, Operator, fresh_dynamo, flydsl_eager, torch_dtype
+from .base import DTYPE_BYTES, Operator, compile_context, flydsl_eager, torch_dtype
 
 TOPK = Operator(
     name="topk",
@@ -40,22 +47,91 @@ def _inputs(case, dtype, device, seed):
 
 
 def _reference(case, dtype, inputs):
+    """The top-k values of the float64 input, sorted ([M, K]); the reference's indices are
+    attached as ``.indices`` and the input itself as ``.x`` (for :func:`error`)."""
     import torch
 
     x = inputs["x"].to(torch.float64)
-    return torch.topk(x, case["k"], dim=-1, largest=case["largest"], sorted=True).values
+    r = torch.topk(x, case["k"], dim=-1, largest=case["largest"], sorted=True)
+    ref = r.values
+    ref.indices, ref.x = r.indices, inputs["x"]
+    return ref
 
 
-def _error(out, ref, case, dtype):
-    """Values only (indices may differ between equal values): sorted, then compared exactly
-    to the float64 reference; ``err_rel`` is max |diff| / max |ref|."""
+def _eq(a, b):
+    """Elementwise equality with NaN equal to NaN."""
     import torch
 
-    vals = out[0] if isinstance(out, tuple) else out.values
-    vals = torch.sort(vals.to(torch.float64), dim=-1, descending=case["largest"]).values
-    diff = (vals - ref).abs()
-    scale = float(ref.abs().max()) or 1.0
-    return {"err_rel": float(diff.max()) / scale, "err_max_abs": float(diff.max()), "err_tol": 0.0}
+    return (a == b) | (torch.isnan(a) & torch.isnan(b))
+
+
+def _sorted(v, largest: bool):
+    """Rows of ``v`` in topk order (NaN first when largest, last otherwise), stable."""
+    import torch
+
+    return torch.sort(v, dim=-1, descending=largest, stable=True).values
+
+
+def error(out, ref, case, dtype):
+    """Error columns and ``accuracy_ok`` for a ``torch.topk`` result ``(values, indices)``
+    against :func:`_reference` (module docstring for the rule). Counts: ``err_fail_count``
+    (value positions that differ from the reference), ``index_errors`` (indices out of range,
+    repeated in a row, or gathering another value), ``order_errors`` (rows out of order with
+    ``sorted``), ``tie_order_diffs`` (allowed: indices differing from the reference's among
+    equal values), ``nonfinite_matched`` (NaN/Inf values matching the reference's) and
+    ``nonfinite_mismatch``. ``err_rel`` is max |diff| / max |ref| over finite values;
+    ``err_row_max_rel`` the same per row, the worst."""
+    import torch
+
+    from . import checks
+
+    vals, idx = (out[0], out[1]) if isinstance(out, tuple) else (out.values, out.indices)
+    m, n, k = case["m"], case["n"], case["k"]
+    rule = ("topk: values == float64 reference exactly (NaN == NaN"
+            + (", position by position" if case["sorted"] else ", as a multiset")
+            + "); indices in [0, N), unique per row, x.gather(idx) == values"
+            + ("; rows in order" if case["sorted"] else "") + "; ties allowed (tie_order_diffs)")
+    if tuple(vals.shape) != (m, k) or tuple(idx.shape) != (m, k):
+        return {"err_rel": float("inf"), "err_max_abs": float("inf"), "err_tol": 0.0,
+                "err_fail_count": m * k, "index_errors": m * k, "accuracy_ok": False,
+                "accuracy_rule": rule + f"; got shapes {tuple(vals.shape)}, {tuple(idx.shape)}"}
+    v = vals.to(torch.float64)
+    largest = case["largest"]
+    cmp = v if case["sorted"] else _sorted(v, largest)
+    same = _eq(cmp, ref)
+    value_errors = int((~same).sum())
+    matched, mismatch, fin = checks.nonfinite_masks(cmp, ref)
+    diff = torch.where(fin, (cmp - ref).abs(), torch.zeros_like(ref))
+    scale = float(torch.where(fin, ref, torch.zeros_like(ref)).abs().max()) if ref.numel() else 0.0
+    row_scale = torch.where(fin, ref, torch.zeros_like(ref)).abs().amax(dim=-1)
+    row_rel = diff.amax(dim=-1) / torch.where(row_scale > 0, row_scale, torch.ones_like(row_scale))
+    # indices: range, uniqueness, gather
+    idx = idx.long()
+    in_range = (idx >= 0) & (idx < n)
+    safe = torch.where(in_range, idx, torch.zeros_like(idx))
+    gathered = ref.x.gather(-1, safe).to(torch.float64)
+    bad_gather = in_range & ~_eq(gathered, v)
+    si = torch.sort(safe, dim=-1).values
+    dup = (si[:, 1:] == si[:, :-1]).sum() if k > 1 else torch.zeros((), dtype=torch.long)
+    index_errors = int((~in_range).sum()) + int(bad_gather.sum()) + int(dup)
+    order_errors = 0
+    if case["sorted"]:
+        order_errors = int((~_eq(_sorted(v, largest), v).all(dim=-1)).sum())
+    # ties: a valid index differing from the reference's where the value is the same
+    good = in_range & ~bad_gather
+    if case["sorted"]:   # the same value at a position, from another (equal) element
+        ties = int((good & same & (idx != ref.indices)).sum())
+    else:                # an index outside the reference's set, its value still right
+        rows = torch.arange(m, device=idx.device).view(-1, 1) * n
+        ties = int((good & ~torch.isin(rows + idx, rows + ref.indices)).sum()) if value_errors == 0 else 0
+    ok = value_errors == 0 and index_errors == 0 and order_errors == 0
+    return {"err_rel": float(diff.max()) / (scale or 1.0) if diff.numel() else 0.0,
+            "err_max_abs": float(diff.max()) if diff.numel() else 0.0, "err_tol": 0.0,
+            "err_row_max_rel": float(row_rel.max()) if row_rel.numel() else 0.0,
+            "err_fail_count": value_errors, "nonfinite_matched": int(matched.sum()),
+            "nonfinite_mismatch": int(mismatch.sum()), "index_errors": index_errors,
+            "order_errors": order_errors, "tie_order_diffs": ties,
+            "accuracy_ok": ok, "accuracy_rule": rule}
 
 
 def _topk(x, k, largest, sorted_):
@@ -66,7 +142,7 @@ def _topk(x, k, largest, sorted_):
 TOPK.validate = _validate
 TOPK.make_inputs = _inputs
 TOPK.reference = _reference
-TOPK.error = _error
+TOPK.error = error
 TOPK.flops = lambda case: 0.0
 TOPK.bytes = lambda case, dtype: float(case["m"] * case["n"] * DTYPE_BYTES[dtype]
                                        + case["m"] * case["k"] * (DTYPE_BYTES[dtype] + 8))
@@ -111,7 +187,7 @@ def _aten(case, dtype, inputs, ctx):
 
 @contextlib.contextmanager
 def _compile_ctx(ctx, case):
-    with fresh_dynamo(ctx, case), deterministic(case["deterministic"]):
+    with compile_context(ctx, case), deterministic(case["deterministic"]):
         yield
 
 

@@ -1,0 +1,352 @@
+"""Verdicts that hold: intervals, labels, interleaved rounds with a seeded fake clock, the
+stopping rule, device state, result schema 2 and its migration, compare labels."""
+import json
+import math
+import sys
+import types
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from flyexplore import results as R
+from flyexplore import stats as S
+from flyexplore.devstate import THROTTLE_FRACTION, AmdSmiSampler, NvmlSampler, case_columns
+from flyexplore.timing import Timer, measure_interleaved, rounds_from_json, samples_json
+
+
+# -- statistics ------------------------------------------------------------------------------
+
+def test_median_ci_is_order_statistics_and_covers():
+    v = np.arange(1.0, 21.0)  # 1..20
+    lo, hi = S.median_ci(v)
+    assert lo in v and hi in v and lo < np.median(v) < hi
+    # 95% binomial ranks for n=20 are the 6th and 15th values
+    assert (lo, hi) == (6.0, 15.0)
+    assert all(math.isnan(x) for x in S.median_ci([1.0, 2.0, 3.0, 4.0, 5.0]))  # too few for 95%
+    rng = np.random.default_rng(1)
+    cover = 0
+    for _ in range(400):
+        x = rng.lognormal(0.0, 0.3, size=25)  # true median 1.0
+        a, b = S.median_ci(x)
+        cover += a <= 1.0 <= b
+    assert cover / 400 >= 0.93
+    with pytest.raises(ValueError):
+        S.median_ci(v, confidence=1.5)
+
+
+@pytest.mark.parametrize("lo,hi,label", [
+    (0.995, 1.005, "SAME"), (0.99, 1.01, "SAME"), (1.02, 1.05, "FASTER"), (0.90, 0.98, "SLOWER"),
+    (0.985, 1.002, "AMBIGUOUS"), (1.005, 1.03, "AMBIGUOUS"), (0.5, 2.0, "AMBIGUOUS"),
+    (float("nan"), 1.0, "AMBIGUOUS")])
+def test_verdict_labels(lo, hi, label):
+    assert S.verdict(lo, hi) == label
+
+
+def test_verdict_band_is_a_parameter():
+    assert S.verdict(1.02, 1.04, band=0.05) == "SAME"
+    assert S.verdict(1.02, 1.04, band=0.01) == "FASTER"
+
+
+def test_paired_ratio_cancels_a_shared_drift_unpaired_does_not():
+    drift = np.linspace(1.0, 1.5, 30)
+    base = [[1.1 * d] for d in drift]
+    x = [[1.0 * d] for d in drift]
+    est, lo, hi = S.paired_ratio(base, x)
+    assert est == pytest.approx(1.1) and lo == pytest.approx(1.1) and hi == pytest.approx(1.1)
+    e2, lo2, hi2 = S.unpaired_ratio(S.round_values(base), S.round_values(x))
+    assert lo2 < 1.0 < hi2  # the drift swamps a 10% difference when rounds are not paired
+    assert S.verdict(lo, hi) == "FASTER" and S.verdict(lo2, hi2) == "AMBIGUOUS"
+    with pytest.raises(ValueError):
+        S.paired_ratio(base, x[:-1])
+
+
+def test_geomean_ci_shrinks_with_cases_and_needs_intervals():
+    est, lo, hi = S.geomean_ci([1.1] * 4, [1.05] * 4, [1.15] * 4)
+    one = S.geomean_ci([1.1], [1.05], [1.15])
+    assert est == pytest.approx(1.1)
+    assert (hi - lo) == pytest.approx((one[2] - one[1]) / 2, rel=0.05)  # 1/sqrt(4)
+    assert math.isnan(S.geomean_ci([1.1, 1.2], [1.0, float("nan")], [1.2, 1.3])[1])
+
+
+def test_notch_ci_and_fmt():
+    assert S.notch_ci(10.0, 2.0, 16) == pytest.approx((10 - 1.57 * 0.5, 10 + 1.57 * 0.5))
+    assert S.fmt_interval(1.1, 1.05, 1.15, "FASTER") == "1.100x [1.050, 1.150] FASTER"
+    assert S.fmt_interval(1.1, float("nan"), 1.2) == "1.100x [no interval]"
+
+
+# -- interleaved rounds with a seeded fake clock ----------------------------------------------
+
+class DriftClock:
+    """A fake clock: each call advances it by its backend's base time, times a regime that
+    drifts from 1.0 to ``1 + drift`` over ``span`` seconds (the GPU clock falling with load),
+    times seeded log-normal noise."""
+
+    def __init__(self, drift=0.5, span=0.5, sigma=0.0, seed=0):
+        self.t, self.drift, self.span, self.sigma = 0.0, drift, span, sigma
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self):
+        return self.t
+
+    def fn(self, base_s):
+        def call():
+            regime = 1.0 + self.drift * min(self.t / self.span, 1.0)
+            noise = float(self.rng.lognormal(0.0, self.sigma)) if self.sigma else 1.0
+            self.t += base_s * regime * noise
+        return call
+
+
+def test_interleaved_reads_the_true_ratio_under_drift_block_order_does_not():
+    c = DriftClock(drift=0.5, span=0.2)
+    r = measure_interleaved({"a": c.fn(1.10e-3), "b": c.fn(1.00e-3)}, "cpu", baseline="a",
+                            clock=c, min_rounds=10, budget_s=5.0)
+    est, lo, hi = r.speedup("b")
+    assert est == pytest.approx(1.10, rel=1e-6) and S.verdict(lo, hi) == "FASTER"
+    assert r.measurements["a"].order == "interleaved" and r.rounds >= 10
+    # block order on the same drifting clock: b is timed after a, in a slower regime
+    c2 = DriftClock(drift=0.5, span=0.2)
+    ma = Timer(c2.fn(1.10e-3), "cpu", warmup=2, rep=60, clock=c2).measure()
+    mb = Timer(c2.fn(1.00e-3), "cpu", warmup=2, rep=60, clock=c2).measure()
+    assert abs(ma.median / mb.median - 1.10) > 0.05
+
+
+def test_a_vs_a_with_noise_reads_same_and_stops_when_tight():
+    c = DriftClock(drift=0.3, span=1.0, sigma=0.02, seed=3)
+    r = measure_interleaved({"x": c.fn(1e-3), "y": c.fn(1e-3)}, "cpu", clock=c, budget_s=20.0, band=0.01)
+    est, lo, hi = r.speedup("y")
+    assert r.converged and lo <= 1.0 <= hi and S.verdict(lo, hi) == "SAME"
+    assert hi / est - 1 <= 0.01 and 1 - lo / est <= 0.01
+    assert r.verdict_s is not None and r.verdict_s <= r.wall_s
+
+
+def test_budget_ends_an_unconvergeable_case_flagged():
+    c = DriftClock(drift=0.0, sigma=0.5, seed=5)  # very noisy: cannot reach +-0.1% in budget
+    r = measure_interleaved({"x": c.fn(1e-3), "y": c.fn(1e-3)}, "cpu", clock=c, budget_s=0.5,
+                            target=0.001)
+    assert not r.converged
+    assert r.wall_s < 0.5 + 0.2  # stops at the budget (plus the round in flight and warm-up)
+
+
+def test_fixed_rounds_and_calls_per_round():
+    c = DriftClock()
+    r = measure_interleaved({"x": c.fn(1e-3), "y": c.fn(2e-3)}, "cpu", clock=c, min_rounds=7,
+                            max_rounds=7, calls_per_round=3, warmup_rounds=1)
+    m = r.measurements["y"]
+    assert r.rounds == 7 and all(len(rr) == 3 for rr in m.rounds) and m.n == 21
+    assert rounds_from_json(m.summary()["samples_ms"]) == tuple(tuple(float(f"{x:.6g}") for x in rr) for rr in m.rounds)
+
+
+def test_rounds_rotate_the_backend_order():
+    seen = []
+    fns = {n: (lambda n=n: seen.append(n)) for n in "abc"}
+    measure_interleaved(fns, "cpu", min_rounds=3, max_rounds=3, calls_per_round=1, warmup_rounds=0)
+    firsts = [seen[i] for i in range(0, 9, 3)]
+    assert firsts == ["a", "b", "c"]
+
+
+def test_interleaved_argument_errors():
+    with pytest.raises(ValueError, match="graph"):
+        measure_interleaved({"a": lambda: None}, "cpu", mode="graph")
+    with pytest.raises(ValueError, match="baseline"):
+        measure_interleaved({"a": lambda: None}, "cpu", baseline="z")
+    with pytest.raises(ValueError):
+        measure_interleaved({}, "cpu")
+    with pytest.raises(ValueError, match="GPU"):
+        measure_interleaved({"a": lambda: None}, "cpu", mode="event-gated")
+
+
+def test_samples_json_round_trip():
+    r = ((0.123456789, 1.5), (2.0,))
+    assert rounds_from_json(samples_json(r)) == ((0.123457, 1.5), (2.0,))
+    assert rounds_from_json(None) == () and rounds_from_json(pd.NA) == ()
+
+
+# -- device state (fakes of nvidia-ml-py and amdsmi) -------------------------------------------
+
+def _fake_pynvml():
+    m = types.ModuleType("pynvml")
+
+    class NVMLError(Exception):
+        pass
+    m.NVMLError = NVMLError
+    m.NVML_CLOCK_SM, m.NVML_TEMPERATURE_GPU = 1, 0
+    m.nvmlClocksEventReasonSwPowerCap, m.nvmlClocksEventReasonHwThermalSlowdown = 0x4, 0x40
+    state = {"clock": 1980}
+    m.nvmlInit = lambda: None
+    m.nvmlDeviceGetHandleByUUID = lambda u: ("h", u)
+    m.nvmlDeviceGetHandleByIndex = lambda i: ("h", i)
+    m.nvmlDeviceGetUUID = lambda h: b"GPU-1234"
+    m.nvmlDeviceGetMaxClockInfo = lambda h, k: 1980
+    m.nvmlDeviceGetClockInfo = lambda h, k: state["clock"]
+    m.nvmlDeviceGetPowerUsage = lambda h: 650_000
+    m.nvmlDeviceGetTemperature = lambda h, k: 61
+    m.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0x4 | 0x40
+    return m, state
+
+
+def test_nvml_sampler_with_fake_library(monkeypatch):
+    m, state = _fake_pynvml()
+    monkeypatch.setitem(sys.modules, "pynvml", m)
+    s = NvmlSampler("1234")
+    assert s.device_id == "GPU-1234" and s.max_clock_mhz == 1980
+    st = s.sample()
+    assert st == {"clock_mhz": 1980.0, "power_w": 650.0, "temp_c": 61.0, "reasons": "sw_power_cap,hw_thermal"}
+    state["clock"] = 1400
+    end = s.sample()
+    cols = case_columns(st, end, [1900.0, 1500.0], s.max_clock_mhz, [0.2, 0.25])
+    assert cols["clock_mhz_min"] == 1400.0 and cols["throttled"] is True  # 1400 < 0.8 * 1980
+    assert cols["throttle_reasons"] == "hw_thermal,sw_power_cap"
+    assert cols["time_cycles"] == pytest.approx(np.median([0.2e-3 * 1900e6, 0.25e-3 * 1500e6]))
+    assert case_columns(st, st, [], 1980.0)["throttled"] is False
+    assert 1980 * THROTTLE_FRACTION == pytest.approx(1584)
+
+
+def test_amdsmi_sampler_with_fake_library(monkeypatch):
+    a = types.ModuleType("amdsmi")
+    a.AmdSmiClkType = types.SimpleNamespace(GFX="gfx")
+    a.AmdSmiTemperatureType = types.SimpleNamespace(HOTSPOT="hot")
+    a.AmdSmiTemperatureMetric = types.SimpleNamespace(CURRENT="cur")
+    a.amdsmi_init = lambda: None
+    a.amdsmi_get_processor_handles = lambda: ["h0", "h1"]
+    a.amdsmi_get_gpu_device_bdf = lambda h: {"h0": "0000:05:00.0", "h1": "0000:75:00.0"}[h]
+    a.amdsmi_get_clock_info = lambda h, k: {"clk": 2100, "max_clk": 2400, "min_clk": 500}
+    a.amdsmi_get_power_info = lambda h: {"current_socket_power": 900, "average_socket_power": 880}
+    a.amdsmi_get_temp_metric = lambda h, t, m: 70
+    monkeypatch.setitem(sys.modules, "amdsmi", a)
+    s = AmdSmiSampler("0000:75:00.0")
+    assert s.device_id == "0000:75:00.0" and s.max_clock_mhz == 2400
+    assert s.sample() == {"clock_mhz": 2100.0, "power_w": 900.0, "temp_c": 70.0}
+
+
+# -- sweeps, schema 2, migration, compare ------------------------------------------------------
+
+def test_interleaved_sweep_rows_keep_samples_intervals_and_verdicts(tmp_path):
+    from flyexplore.sweep import run_sweep
+
+    out = tmp_path / "r.parquet"
+    df = run_sweep("rmsnorm", shapes="64x1024", dtypes="fp32", backends="aten,inductor", out=out,
+                   progress=False, timer={"rep": 8, "warmup": 1})
+    ok = df[df["status"] == "ok"]
+    assert set(ok["backend"]) == {"aten", "inductor"}
+    assert (ok["order"] == "interleaved").all() and (ok["rounds"] == 8).all()
+    for _, r in ok.iterrows():
+        rr = rounds_from_json(r["samples_ms"])
+        assert len(rr) == 8 and r["time_ci_lo_ms"] <= r["time_ms"] <= r["time_ci_hi_ms"]
+        assert r["recheck_ok"] == True  # noqa: E712
+    ind = ok[ok["backend"] == "inductor"].iloc[0]
+    assert ind["baseline"] == "aten" and ind["verdict"] in S.LABELS
+    assert ind["speedup_lo"] <= ind["speedup"] <= ind["speedup_hi"]
+    back = R.load(out)
+    assert back["samples_ms"].iloc[0] == df["samples_ms"].iloc[0] and (back["schema_version"] == 2).all()
+    sp = R.speedup(back, "aten")
+    assert sp.iloc[0]["interval"] == "paired" and sp.iloc[0]["speedup"] == pytest.approx(ind["speedup"])
+
+
+def test_block_order_still_available_with_unpaired_intervals():
+    from flyexplore.sweep import run_sweep
+
+    df = run_sweep("rmsnorm", shapes="64x1024", dtypes="fp32", backends="aten,inductor",
+                   progress=False, order="block", timer={"rep": 12, "warmup": 1})
+    assert (df.loc[df["status"] == "ok", "order"] == "block").all()
+    sp = R.speedup(df, "aten")
+    assert sp.iloc[0]["interval"] == "unpaired" and sp.iloc[0]["verdict"] in S.LABELS
+
+
+def test_bad_order_band_timer_refused_before_any_file(tmp_path):
+    from flyexplore.errors import UsageError
+    from flyexplore.sweep import run_sweep
+
+    out = tmp_path / "keep.csv"
+    out.write_text("precious")
+    for kw in ({"order": "zigzag"}, {"band": 0.0}, {"band": 2}, {"timer": {"nope": 1}},
+               {"baseline": "triton"}):
+        with pytest.raises(UsageError):
+            run_sweep("rmsnorm", shapes="64x1024", dtypes="fp32", backends="aten,inductor", out=out,
+                      overwrite=True, progress=False, **kw)
+    assert out.read_text() == "precious"
+
+
+def test_a_stale_result_is_caught_by_the_recheck(monkeypatch):
+    from flyexplore.ops import get_op
+    from flyexplore.ops.base import Backend
+    from flyexplore.sweep import run_sweep
+
+    op = get_op("rmsnorm")
+    aten = op.get_backend("aten")
+
+    def stale_build(case, dtype, inputs, ctx, _memo={}):
+        real = aten.build(case, dtype, inputs, ctx)
+        key = (case.label, dtype)
+        if key not in _memo:
+            _memo[key] = real().clone()  # computed once, returned for ever after
+        return lambda: _memo[key]
+    monkeypatch.setitem(op.backends, "stale", Backend("stale", stale_build, "returns its first result"))
+    df = run_sweep("rmsnorm", shapes="64x1024", dtypes="fp32", backends="aten,stale", progress=False,
+                   timer={"rep": 6, "warmup": 1})
+    st = df[df["backend"] == "stale"].iloc[0]
+    assert st["status"] == "ok" and st["recheck_ok"] == False and st["accuracy_ok"] == False  # noqa: E712
+    assert "fresh input" in st["message"]
+    assert df[df["backend"] == "aten"].iloc[0]["recheck_ok"] == True  # noqa: E712
+
+
+def test_schema1_files_load_report_and_compare(tmp_path):
+    from pathlib import Path
+
+    from flyexplore.compare import pair
+
+    root = Path(__file__).resolve().parents[1]
+    v1 = R.load(root / "data/h200/published_suites/results.parquet")
+    assert (v1["schema_version"] == 2).all()
+    ok = v1[v1["status"] == "ok"]
+    assert (ok["ci_method"] == "notch").all() and (ok["order"] == "block").all()
+    assert (ok["time_ci_lo_ms"] <= ok["time_ms"]).all() and (ok["time_ms"] <= ok["time_ci_hi_ms"]).all()
+    sp = R.speedup(v1[v1["op"] == "gemm"], "aten")
+    assert len(sp) and set(sp["interval"]) == {"notch"} and sp["verdict"].isin(S.LABELS).all()
+    ab = pair(v1, v1, ("x", "y"))
+    assert (ab.pairs["ratio"] == 1.0).all() and set(ab.pairs["verdict"].dropna()) <= {"SAME", "AMBIGUOUS"}
+    assert ab.warnings == ()
+
+
+def test_two_identical_cpu_sweeps_never_read_a_difference(tmp_path):
+    from flyexplore.compare import pair
+    from flyexplore.sweep import run_sweep
+
+    kw = dict(shapes="128x128x128;256x256x256", dtypes="fp32", backends="aten,inductor", progress=False,
+              timer={"budget_s": 1.0})
+    a, b = run_sweep("gemm", **kw), run_sweep("gemm", **kw)
+    ab = pair(a, b)
+    assert ab.pairs["interval"].eq("unpaired+run").all()
+    bad = ab.pairs[ab.pairs["verdict"].isin(["FASTER", "SLOWER"])
+                   & ((ab.pairs["ratio_lo"] > 1.01 + 0.01) | (ab.pairs["ratio_hi"] < 0.99 - 0.01))]
+    assert bad.empty, bad[["case", "backend", "ratio", "ratio_lo", "ratio_hi", "verdict"]]
+
+
+def test_compare_says_when_environments_differ():
+    from flyexplore.compare import env_warnings
+
+    a = R.frame([{"op": "gemm", "case": "8x8x8", "dtype": "fp32", "backend": "aten", "status": "ok",
+                  "source": "measured", "time_ms": 1.0, "device": "NVIDIA H200", "torch": "2.11.0",
+                  "clock_mhz_start": 1980.0, "throttled": True}])
+    b = a.assign(torch="2.15.0", clock_mhz_start=1500.0, device="NVIDIA H200")
+    w = env_warnings(a, b, ("old", "new"))
+    assert any("torch differs" in x for x in w) and any("SM clock differs" in x for x in w)
+    assert any("throttled" in x for x in w)
+
+
+def test_speedup_figure_draws_whiskers_and_labels():
+    from flyexplore.plots import speedup_figure
+
+    rows = []
+    for case, (tb, tx) in {"8x8x8": (1.1, 1.0), "16x8x8": (1.0, 1.0)}.items():
+        for be, t in (("aten", tb), ("triton", tx)):
+            rounds = [[t * (1 + 0.001 * ((i * 7) % 5))] for i in range(12)]
+            rows.append({"op": "gemm", "case": case, "dtype": "bf16", "backend": be, "status": "ok",
+                         "source": "measured", "time_ms": t, "run_id": "r1", "order": "interleaved",
+                         "samples_ms": json.dumps(rounds)})
+    df = R.frame(rows)
+    fig = speedup_figure(df, "aten")
+    bar = fig.data[0]
+    assert bar.error_y.array is not None and len(bar.error_y.array) == 2
+    assert "FASTER" in bar.name and "SAME" in bar.name and "[" in bar.name
