@@ -313,7 +313,8 @@ def ab_view(ab, a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     pair: ``case, dtype, backend, pass, d, causal, aotriton_a, aotriton_b`` (release names),
     ``arch_a, arch_b, ran_a, ran_b`` (:func:`ran_text`), ``flyc_b`` (FlyDSL kernels existed for
     the call in build B, :func:`flyc_support`), ``time_a_ms, time_b_ms, speedup`` (time A / time
-    B: > 1 means B faster), ``label`` (only when ``ab.pairs`` has one: the statistical verdict),
+    B: > 1 means B faster), ``speedup_lo``/``speedup_hi`` (its 95% interval) and ``label``
+    (FASTER/SAME/SLOWER/AMBIGUOUS, :func:`flyexplore.stats.verdict`; from ``ab.pairs``),
     ``published_range`` (text), ``in_published_range``, ``published_setup`` (True when both
     sides are gfx950 and the builds are 0.13.x vs 0.14.2 -- the published comparison) and
     ``source`` (``synthetic example`` when either input is marked made-up, else
@@ -322,9 +323,8 @@ def ab_view(ab, a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     p = ab.pairs
     key = list(ab.key)
     cols = ["case", "dtype", "backend", "pass", "d", "causal", "aotriton_a", "aotriton_b", "arch_a", "arch_b",
-            "ran_a", "ran_b", "flyc_b", "time_a_ms", "time_b_ms", "speedup"]
-    if "label" in p:
-        cols.append("label")
+            "ran_a", "ran_b", "flyc_b", "time_a_ms", "time_b_ms", "speedup", "speedup_lo", "speedup_hi",
+            "label"]
     cols += ["published_range", "in_published_range", "published_setup", "source"]
     if "op" in p:
         p = p[p["op"] == "attention"]
@@ -369,8 +369,7 @@ def ab_view(ab, a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
                "published_setup": bool(arch_a == arch_b == "gfx950" and ta is not None and tb is not None
                                        and ta[:2] == (0, 13) and tb == (0, 14, 2)),
                "source": "synthetic example" if synthetic else "measured"}
-        if "label" in p:
-            row["label"] = r.get("label")
+        row.update(speedup_lo=r.get("ratio_lo"), speedup_hi=r.get("ratio_hi"), label=r.get("verdict"))
         rows.append(row)
     out = pd.DataFrame(rows, columns=cols)
     out.attrs["names"] = tuple(ab.names)
@@ -443,9 +442,15 @@ def ab_figure(view: pd.DataFrame, title: str | None = None):
         g = view[view["pass"] == pas]
         lo, hi = published_range(pas)
         for ran, h in g.groupby("ran_b", sort=False):
-            text = [str(v) if isinstance(v, str) and v else f"{s:.2f}x"
+            text = [f"{s:.2f}x {v}" if isinstance(v, str) and v else f"{s:.2f}x"
                     for v, s in zip(h["label"] if "label" in h else [None] * len(h), h["speedup"])]
+            err = {}
+            if "speedup_lo" in h and h["speedup_lo"].notna().any():
+                from .plots import _whiskers
+                err = {"error_y": _whiskers(h.assign(speedup_lo=pd.to_numeric(h["speedup_lo"], errors="coerce"),
+                                                     speedup_hi=pd.to_numeric(h["speedup_hi"], errors="coerce")))}
             fig.add_bar(x=h["case"] + " " + h["dtype"], y=h["speedup"], name=f"{nb} ran {ran}", legendgroup=ran,
+                        **err,
                         showlegend=ran not in seen, marker_color=_ran_color(ran), text=text, textposition="outside",
                         customdata=list(zip(h["ran_a"], h["time_a_ms"] * 1e3, h["time_b_ms"] * 1e3)),
                         hovertemplate=(f"%{{x}}<br>{na}/{nb} %{{y:.3f}}x<br>{na} ran %{{customdata[0]}}, "

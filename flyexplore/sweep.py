@@ -185,7 +185,7 @@ def measure_one(op: Operator, case: Case, dtype: str, backend: str, ctx: RunCont
     why = bk.available(ctx, case, dtype)
     if why:
         return {"status": "unavailable", "message": why}
-    want_trace = trace or backend == "flydsl" or (op.name == "attention" and ctx.gpu)
+    want_trace = _traced(trace, backend, op, ctx)
     tr = None
     reset_dynamo()
     sampler = sampler_for(ctx.device)
@@ -224,6 +224,12 @@ def measure_one(op: Operator, case: Case, dtype: str, backend: str, ctx: RunCont
     row.update(ci_target=None, device_id=sampler.device_id,
                **case_columns(st0, sampler.sample(), [], sampler.max_clock_mhz))
     return row
+
+
+def _traced(trace: bool, backend: str, op: Operator, ctx: RunContext) -> bool:
+    """Whether a row records what really ran: on request, always for ``flydsl``, and for
+    attention on a GPU (which AOTriton backend ran: Triton, aiter or FlyDSL)."""
+    return trace or backend == "flydsl" or (op.name == "attention" and ctx.gpu)
 
 
 def _accuracy_ok(errs: dict):
@@ -336,7 +342,7 @@ def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], 
             continue
         try:
             with bk.context(ctx, case):
-                if trace or b == "flydsl":
+                if _traced(trace, b, op, ctx):
                     from .trace import capture_autotune
                     cap = capture_autotune()
                 else:
@@ -381,7 +387,7 @@ def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], 
         m = res.measurements[b]
         first_ms, errs = traces[b]
         tr = None
-        if trace or b == "flydsl":
+        if _traced(trace, b, op, ctx):
             tr = _trace_of(m, fn, ctx, decisions_by[b], bks[b], case)
         row = _ok_row(op, case, dtype, b, bks[b], m, first_ms, errs, tr)
         rclocks = list(res.round_clocks)

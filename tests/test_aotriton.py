@@ -105,7 +105,8 @@ def test_ab_view_says_which_backend_ran_on_each_side(example, sides):
     assert ab.names == ("AOTriton 0.13b", "AOTriton 0.14.2b")
     assert list(ab.only_b["case"]) == ["1x32x4096x4096x192:causal=1"]   # listed, never dropped silently
     assert len(v) == 10 and (v["source"] == "synthetic example").all() and v["published_setup"].all()
-    assert "label" not in v                       # compare.pair gives no verdict labels (yet)
+    # synthetic rows keep no samples: no interval, hence no label (never a made-up verdict)
+    assert v["label"].isna().all() and v["speedup_lo"].isna().all()
     assert set(v["aotriton_a"]) == {"0.13b"} and set(v["aotriton_b"]) == {"0.14.2b"}
     by = v.set_index("case")
     assert by.loc["1x32x4096x4096x128:causal=1", ["ran_a", "ran_b"]].tolist() == ["aiter", "FlyDSL"]
@@ -125,15 +126,19 @@ def test_ab_view_says_which_backend_ran_on_each_side(example, sides):
     assert (v["in_published_range"] == ((v["speedup"] >= lo) & (v["speedup"] <= hi))).all()
 
 
-def test_ab_view_shows_the_label_column_when_the_pairs_have_one(example, sides):
+def test_ab_view_shows_the_verdicts_and_intervals_of_the_pairs(example, sides):
     ab, _ = example
     labels = ["SAME" if abs(r - 1) < 0.05 else ("FASTER" if r > 1 else "SLOWER") for r in ab.pairs["ratio"]]
-    v = A.ab_view(dataclasses.replace(ab, pairs=ab.pairs.assign(label=labels)), *sides)
-    assert "label" in v and list(v["label"]) == labels
+    pairs = ab.pairs.assign(verdict=labels, ratio_lo=ab.pairs["ratio"] * 0.99, ratio_hi=ab.pairs["ratio"] * 1.01)
+    v = A.ab_view(dataclasses.replace(ab, pairs=pairs), *sides)
+    assert list(v["label"]) == labels
+    assert list(v["speedup_lo"]) == pytest.approx(list(v["speedup"] * 0.99))
     assert set(v.set_index("case").loc[["1x32x4096x4096x80", "4x32x256x256x128:causal=1"], "label"]) == {"SAME"}
     fig = A.ab_figure(v)
-    texts = [t for tr in fig.data if tr.type == "bar" for t in tr.text]
-    assert sorted(texts) == sorted(labels)
+    bars = [tr for tr in fig.data if tr.type == "bar"]
+    texts = [t for tr in bars for t in tr.text]
+    assert sorted(t.split(" ", 1)[1] for t in texts) == sorted(labels)
+    assert all(tr.error_y.array is not None for tr in bars)
 
 
 def test_ab_view_pairs_one_backend_against_another_and_skips_other_ops(sides):
