@@ -411,24 +411,9 @@ def kernel_times_from_profile(prof, reps: int, label: str) -> tuple[list[float],
     """Per-call device time (ms) of the kernels launched inside each ``label`` range, and the
     kernels themselves (name, launches per call, µs per call), from a ``torch.profiler`` run.
     """
-    from torch.autograd import DeviceType
-
-    samples: list[float] = []
-    per_kernel: dict[str, list[float]] = {}
-    for evt in prof.events():
-        # kineto also reports each range on the GPU timeline (gpu_user_annotation); count the
-        # CPU-side range only, whose device time is the sum of the kernels launched inside it.
-        if evt.name != label or evt.device_type != DeviceType.CPU:
-            continue
-        samples.append(_device_us(evt) / 1e3)
-        stack = list(evt.cpu_children)
-        while stack:
-            child = stack.pop()
-            stack.extend(child.cpu_children)
-            for k in getattr(child, "kernels", ()):
-                per_kernel.setdefault(k.name, []).append(float(k.duration))
+    samples, per_kernel = _ranges_device_ms(prof, {label: label}).get(label, ([], {}))
     kernels = tuple(
-        KernelTime(name, len(d) / max(reps, 1), sum(d) / max(reps, 1))
+        KernelTime(name, len(d) / max(reps, 1), sum(d) * 1e3 / max(reps, 1))
         for name, d in sorted(per_kernel.items(), key=lambda kv: -sum(kv[1])))
     return samples, kernels
 
@@ -863,7 +848,9 @@ def _worst_width(rounds: dict, baseline: str, speedups_only: bool = False) -> fl
 
 def _ranges_device_ms(prof, labels: dict) -> dict:
     """Per name: (device ms of each ``record_function`` range, in order; kernel name -> its
-    durations in ms), for the ranges named in ``labels`` (range name -> backend name)."""
+    durations in ms), for the ranges named in ``labels`` (range name -> backend name). kineto
+    also reports each range on the GPU timeline (gpu_user_annotation); only the CPU-side range
+    counts, whose device time is the sum of the kernels launched inside it."""
     from torch.autograd import DeviceType
 
     out: dict = {}

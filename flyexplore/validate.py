@@ -120,7 +120,7 @@ def timer_options(timer: Mapping[str, Any] | None, dev=None, *, cli: bool = Fals
     mode = t.get("mode", "auto")
     modes = INTERLEAVED_MODES if order == "interleaved" else MODES
     if mode not in modes:
-        raise bad_choice(f"timing mode for {order} order", mode, modes)
+        raise bad_choice("timing mode", mode, modes)
     if dev is not None:
         d = device(dev)
         if d.type == "cpu" and mode not in CPU_MODES:

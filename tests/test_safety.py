@@ -62,7 +62,7 @@ def test_gpu_timing_mode_on_cpu_is_refused_before_the_sweep(tmp_path):
 @pytest.mark.parametrize("timer,needle", [
     ({"rep": 0}, "rep must be an integer >= 1"), ({"rep_ms": -1.0}, "rep_ms must be a finite number > 0"),
     ({"warmup": 1.5}, "warmup must be an integer >= 0"), ({"reps": 3}, "unknown timer option 'reps'"),
-    ({"min_reps": 10, "max_reps": 5}, "max_reps (5) is below"), ({"mode": "fast"}, "unknown timing mode 'fast'"),
+    ({"min_rounds": 10, "max_rounds": 5}, "max_rounds (5) is below"), ({"mode": "fast"}, "unknown timing mode 'fast'"),
 ])
 def test_run_sweep_checks_timer_options_first(tmp_path, timer, needle):
     out = tmp_path / "r.jsonl"
@@ -80,7 +80,8 @@ def test_warmup_alone_is_passed_on(tmp_path):
     out = tmp_path / "r.csv"
     assert main(["sweep", "--op", "gemm", "--shapes", "8x8x8", "--backends", "aten", "--dtypes", "fp32",
                  "--out", str(out), "--rep", "3", "--warmup", "0", "--quiet"]) == 0
-    assert R.load(out)["n_samples"].tolist() == [3]
+    # interleaved (the default): --rep is a fixed number of rounds
+    assert R.load(out)["rounds"].tolist() == [3]
 
 
 # -- JSONL ----------------------------------------------------------------------------------------
