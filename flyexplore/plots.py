@@ -116,8 +116,8 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
     ``["aten", "triton"]`` as in the published dense suite). Shows a dashed 1.0x line, the
     geometric mean per backend (legend -- shown even for a single backend --, subtitle for up to
     four series, and a dotted line when there is one op and dtype), each bar's 95% interval as a
-    whisker and its label (:func:`flyexplore.stats.verdict`: SAME outlined in black, the first
-    letter after the value), the y axis from zero, and per-bar values when there are
+    whisker and its label (:func:`flyexplore.stats.verdict`: SAME outlined in black, the mark of
+    :data:`flyexplore.stats.MARKS` after the value), the y axis from zero, and per-bar values when there are
     at most 40 bars (``show_values``). With more than 30 cases or long case labels
     (``horizontal=None``) the bars run horizontally, one row per case, so every label stays
     readable. Hover: times in
@@ -156,7 +156,7 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
         fig.add_bar(
             **xy, name=name, legendgroup=backend, marker_color=c,
             marker_line_width=[2.5 if t else 0 for t in same], marker_line_color="black",
-            text=[f"{v:.2f} {lab[:1]}".rstrip() for v, lab in zip(g["speedup"], labels)] if show_values else None,
+            text=[f"{v:.2f}{S.MARKS.get(lab, '')}" for v, lab in zip(g["speedup"], labels)] if show_values else None,
             textposition="outside", textfont=dict(size=10), cliponaxis=False,
             customdata=list(zip(g["time_ms"] * 1e3, g["baseline_ms"] * 1e3, g["baseline"], g["source"],
                                 labels, g["speedup_lo"].fillna(float("nan")), g["speedup_hi"].fillna(float("nan")))),
@@ -176,7 +176,7 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
     # the geometric means also in the subtitle: visible wherever the legend is hidden or cut
     gms = "; ".join(means) if len(means) <= _SUBTITLE_MEANS else f"geomeans of {len(means)} series in the legend"
     ttl += ("<br><sup>baseline time / backend time per case; higher is better; whiskers: 95% interval; "
-            "outlined: SAME (interval within ±1%); letter: F(ASTER) S(AME/LOWER) A(MBIGUOUS)"
+            "outlined: SAME (interval within ±1%); after the value: + FASTER, = SAME, − SLOWER, ? AMBIGUOUS"
             f"<br>{gms}</sup>")
     vlab = f"speedup vs {base} (x)"
     _style(fig, ttl, vlab if horizontal else "case", "case" if horizontal else vlab, legend_title="backend",

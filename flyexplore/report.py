@@ -72,18 +72,19 @@ def _f(v) -> float:
     return float(v) if v is not None and not pd.isna(v) else float("nan")
 
 
-def verdict_sentence(labels: pd.Series, faster: str = "the backend", than: str = "the baseline") -> str:
+def verdict_sentence(labels: pd.Series, faster: str = "faster", than: str = "the baseline") -> str:
     """One plain sentence on what a set of labels says: which differences are real (FASTER,
     SLOWER: the 95% interval lies outside +-1%), which are none (SAME: inside), and which are
-    noise at this precision (AMBIGUOUS)."""
+    noise at this precision (AMBIGUOUS). ``faster`` names the FASTER side's word, ``than`` the
+    baseline."""
     lab = labels.dropna()
     if lab.empty:
         return "No interval: these numbers carry no verdict."
     n = {k: int((lab == k).sum()) for k in S.LABELS}
     parts = []
     if n["FASTER"] or n["SLOWER"]:
-        parts.append(f"{n['FASTER'] + n['SLOWER']} real difference(s) ({n['FASTER']} {faster} faster, "
-                     f"{n['SLOWER']} slower than {than}: the 95% interval lies outside ±1%)")
+        parts.append(f"{n['FASTER'] + n['SLOWER']} real difference(s): {n['FASTER']} {faster}, "
+                     f"{n['SLOWER']} slower than {than} (the 95% interval lies outside ±1%)")
     if n["SAME"]:
         parts.append(f"{n['SAME']} no difference (SAME: the interval lies within ±1%)")
     if n["AMBIGUOUS"]:
@@ -328,7 +329,7 @@ def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> No
     try:
         fig = F.speedup_figure(d, baseline, title=f"{op}: speedup over {bname}")
         sp = R.speedup(d, baseline)
-        page.p(verdict_sentence(sp["verdict"]))
+        page.p(verdict_sentence(sp["verdict"], than=bname))
         page.fig(f"{name}_speedup", fig)
         gm = R.geomean_speedup(d, baseline)
         for r in gm.itertuples():
@@ -469,7 +470,7 @@ def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,
     page = _Page(title or f"A/B: {names[1]} vs {names[0]}")
     page.p(f"ratio = time {names[0]} / time {names[1]} per case (> 1: {names[1]} faster); "
            f"{len(ab.pairs)} pairs, geometric mean {S.fmt_interval(*ab.geomean_ci)} (95% interval). "
-           + verdict_sentence(ab.pairs["verdict"], names[1], names[0]))
+           + verdict_sentence(ab.pairs["verdict"], f"{names[1]} faster", names[0]))
     for w in ab.warnings:
         page.p("Environments differ: " + w + ". Ratios mix this difference with the code's.", cls="note")
     page.h2("Environments")

@@ -44,6 +44,9 @@ CONFIDENCE = 0.95
 BAND = 0.01
 #: Labels, in display order.
 LABELS = ("FASTER", "SAME", "SLOWER", "AMBIGUOUS")
+#: One-character marks of the labels, for bar texts: `` +`` faster, `` =`` same, `` −`` slower,
+#: `` ?`` ambiguous.
+MARKS = {"FASTER": " +", "SAME": " =", "SLOWER": " −", "AMBIGUOUS": " ?"}
 
 
 def round_values(rounds: Sequence[Sequence[float]]) -> np.ndarray:
