@@ -85,7 +85,7 @@ def _cmd_sweep(a):
                        case_timeout=a.case_timeout, max_cases_per_worker=a.max_cases_per_worker,
                        retry_failed=a.retry_failed, ray_address=a.ray_address)
     except KeyboardInterrupt:
-        print(f"flyexplore: interrupted; every worker stopped, finished rows kept in {a.out}; "
+        print(f"flyexplore: interrupted; finished rows kept in {a.out}; "
               "to continue, re-run the same command with --resume", file=sys.stderr)
         sys.exit(130)
     with_cols = summary_table(df)

@@ -283,6 +283,7 @@ class CaseRunner:
             torch.cuda.set_device(self.device)
         self.env = env if env is not None else collect()
         self.ctx = RunContext(self.device, self.env)
+        torch.ones(2, 2) @ torch.ones(2, 2)  # loads the CPU BLAS now, not in the first case's time limit
         self.info = {"pid": os.getpid(), "device_id": physical_device_id(self.device),
                      "fp": {**self.env.fingerprint(), "flyexplore": self.env.versions.get("flyexplore", "")},
                      "worker": f"{label}/pid{os.getpid()}"}

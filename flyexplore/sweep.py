@@ -6,7 +6,9 @@
 the sweep ends, is stopped, or is interrupted (Ctrl-C). After a hard crash the journal remains;
 ``resume=True`` reads the result file and the journal and skips the (op, case, dtype, backend)
 keys already there. A failing case becomes a row (``unavailable``, ``error`` or ``oom``, with
-the message) and the sweep goes on.
+the message) and the sweep goes on. Where cases run -- this process, worker processes (the
+default on a GPU; a crash or hang becomes ``crashed``/``timeout`` rows), several GPUs or Ray --
+is :mod:`flyexplore.engine`'s part; the unit of work is :func:`run_case`.
 
 Order (``order=``): ``interleaved`` (the default, GPU and CPU) builds, compiles and warms every
 backend of a case first, then times them in shared rounds until every interval is tight

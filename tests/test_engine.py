@@ -118,7 +118,7 @@ def test_faults_in_two_cpu_workers_every_other_row_kept_and_resume(tmp_path, mon
     out = tmp_path / "r.parquet"
     _killer(fd)
     t0 = time.time()
-    df = run_sweep(OP, shapes=SHAPES, out=out, workers=2, case_timeout=8, max_cases_per_worker=10,
+    df = run_sweep(OP, shapes=SHAPES, out=out, workers=2, case_timeout=15, max_cases_per_worker=10,
                    timer=FAST, progress=False)
     _check_faulty_sweep(df, max_cases=10)
     assert time.time() - t0 < 240
@@ -164,7 +164,7 @@ def test_faults_on_ray_same_rows(tmp_path, monkeypatch):
                 raise
     try:
         _killer(fd)
-        df = run_sweep(OP, shapes=SHAPES, out=out, engine="ray", workers=2, case_timeout=10,
+        df = run_sweep(OP, shapes=SHAPES, out=out, engine="ray", workers=2, case_timeout=15,
                        max_cases_per_worker=12, timer=FAST, progress=False)
         _check_faulty_sweep(df, ray=True)
         assert all(w.startswith("ray:") for w in df.worker)
