@@ -10,10 +10,14 @@ workers in percent (goal: under 5%; the worker's start-up -- importing torch, cr
 context -- is part of the cost).
 
 Writes into OUT (at most 8 files): ``workers.parquet``, ``inprocess.parquet``, ``env.json``,
-``summary.json``, ``summary.md``, ``workers.log``, ``inprocess.log``; prints the summary.
+``summary.json``, ``summary.md``, ``workers.log``, ``inprocess.log``, ``wall_s.json``; prints
+the summary.
 Imports no plotly (the GPU machine has none).
 
 On the lent GPU:   python benchmarks/engine_overhead.py data/h200/engine_overhead
+  (or in two calls, each under a 10-minute limit: ``--part workers``, then ``--part inprocess``;
+  each run's wall time is kept in OUT/wall_s.json (the 8th file) and the summary is written once
+  both result files are there)
 On a CPU (check):  python benchmarks/engine_overhead.py /tmp/eo --cpu-small
 (``--cpu-small``: gemm ``cpu-small``, backend aten, workers forced with ``--executor local``.)
 """
@@ -83,6 +87,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", help="output folder (created; at most 8 files written)")
     ap.add_argument("--cpu-small", action="store_true", help="CPU check: gemm cpu-small, backend aten")
+    ap.add_argument("--part", choices=("both", "workers", "inprocess"), default="both",
+                    help="run both sweeps (default) or one; the summary needs both result files")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -97,8 +103,17 @@ def main(argv=None) -> int:
 
     env = collect()
     (out / "env.json").write_text(json.dumps(env.to_dict(), indent=2, default=str))
-    t_w = _run(out, "workers", args, ["--executor", "local"])
-    t_i = _run(out, "inprocess", args, ["--in-process"])
+    walls_p = out / "wall_s.json"
+    walls = json.loads(walls_p.read_text()) if walls_p.exists() and a.part != "both" else {}
+    if a.part in ("both", "workers"):
+        walls["workers"] = _run(out, "workers", args, ["--executor", "local"])
+    if a.part in ("both", "inprocess"):
+        walls["inprocess"] = _run(out, "inprocess", args, ["--in-process"])
+    walls_p.write_text(json.dumps(walls, indent=2))
+    if not {"workers", "inprocess"} <= set(walls):
+        print(f"{a.part} done ({walls}); run the other --part for the summary")
+        return 0
+    t_w, t_i = walls["workers"], walls["inprocess"]
     w, i = R.load(out / "workers.parquet"), R.load(out / "inprocess.parquet")
     s = compare(w, i)
     s.update(command="flyexplore sweep " + " ".join(args), device=env.device.name, platform=env.platform,
