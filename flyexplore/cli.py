@@ -70,14 +70,23 @@ def _cmd_sweep(a):
         if v is not None and not 0 < v < 0.5:
             raise UsageError(f"{name} must be a fraction in (0, 0.5), e.g. 0.01 for ±1%, got {v!r}")
     timer = _timer_opts(a)
+    if a.in_process and a.executor == "ray":
+        raise UsageError("--in-process and --executor ray exclude each other")
+    if a.ray_address and a.executor != "ray":
+        raise UsageError("--ray-address needs --executor ray")
+    engine = "in-process" if a.in_process else ("ray" if a.executor == "ray" else
+                                                ("local" if a.executor == "local" else "auto"))
     try:
         df = run_sweep(a.op, suite=a.suite, shapes=a.shapes, dtypes=a.dtypes, backends=a.backends,
                        out=a.out, resume=a.resume, overwrite=a.overwrite, device=a.device,
                        seed=a.seed, timer=timer, progress=not a.quiet, trace=a.trace,
                        order=a.order, band=a.band if a.band is not None else 0.01,
-                       baseline=a.baseline)
+                       baseline=a.baseline, engine=engine, devices=a.devices, workers=a.workers,
+                       case_timeout=a.case_timeout, max_cases_per_worker=a.max_cases_per_worker,
+                       retry_failed=a.retry_failed, ray_address=a.ray_address)
     except KeyboardInterrupt:
-        print(f"flyexplore: interrupted; finished rows kept in {a.out}", file=sys.stderr)
+        print(f"flyexplore: interrupted; finished rows kept in {a.out}; "
+              "to continue, re-run the same command with --resume", file=sys.stderr)
         sys.exit(130)
     with_cols = summary_table(df)
     print(with_cols.to_string(index=False, max_colwidth=60))
@@ -371,6 +380,26 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--quiet", action="store_true", help="no progress bar")
     w.add_argument("--trace", action="store_true",
                    help="record what really ran for every row (observed, autotune; flydsl rows always)")
+    w.add_argument("--in-process", action="store_true",
+                   help="run every case in this process (for debugging; the default on the CPU). On a GPU "
+                   "the default is worker processes: a crash or hang becomes a crashed/timeout row")
+    w.add_argument("--executor", choices=("local", "ray"),
+                   help="local (default): worker processes on this machine; ray: Ray actors, num_gpus=1 "
+                   "each (pip install 'flyexplore[ray]')")
+    w.add_argument("--devices", help="all, or GPU indices such as 0,1: one worker per GPU, pinned with "
+                   "CUDA_VISIBLE_DEVICES (NVIDIA) or HIP_VISIBLE_DEVICES (ROCm); cases handed out most "
+                   "expensive first")
+    w.add_argument("--workers", type=int, help="CPU: this many worker processes (sharding on the CPU); "
+                   "ray: at most this many actors")
+    w.add_argument("--case-timeout", type=float, metavar="SECONDS",
+                   help="a case (compile included) running longer gets timeout rows and its worker is "
+                   "killed and replaced (default 900; 0 = none)")
+    w.add_argument("--max-cases-per-worker", type=int, metavar="N",
+                   help="replace a worker after N cases, against leaks (default 50)")
+    w.add_argument("--retry-failed", action="store_true",
+                   help="with --resume: run crashed and timeout rows again (default: keep them)")
+    w.add_argument("--ray-address", help="Ray cluster to join, e.g. ray://head:10001 (default: "
+                   "$RAY_ADDRESS, else a local Ray instance for this sweep)")
     w.set_defaults(func=_cmd_sweep)
 
     x = sub.add_parser("explain", help="would a call take FlyDSL, and if not, why not")

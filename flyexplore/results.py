@@ -33,7 +33,7 @@ from .errors import UsageError
 SCHEMA_VERSION = 2
 
 #: Row status values.
-STATUSES = ("ok", "unavailable", "error", "oom", "published")
+STATUSES = ("ok", "unavailable", "error", "oom", "published", "crashed", "timeout")
 #: Where a number came from.
 SOURCES = ("measured", "emulated", "published")
 
@@ -47,7 +47,9 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "params": ("string", "all case parameters as a JSON object"),
     "dtype": ("string", "input dtype name: bf16, fp16, fp32, mxfp8, ..."),
     "backend": ("string", "backend requested: aten, triton, inductor, flydsl, ..."),
-    "status": ("string", "ok | unavailable (reason in message) | error | oom | published"),
+    "status": ("string", "ok | unavailable (reason in message) | error | oom | published | crashed (the "
+               "worker process died in this case: signal or exit code and its last stderr lines in message) | "
+               "timeout (the case ran past --case-timeout; its worker was killed) (flyexplore.engine)"),
     "message": ("string", "why a row is not ok, or notes on an ok row"),
     "source": ("string", "measured | emulated | published"),
     "timing_mode": ("string", "cpu-thread | cpu-wall | event-gated | event | graph | kernel (see flyexplore.timing)"),
@@ -145,6 +147,9 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "host": ("string", "host name"),
     "env_id": ("string", "hash of the environment fingerprint"),
     "flyexplore": ("string", "flyexplore version that wrote the row"),
+    # -- engine (flyexplore.engine): where the case ran
+    "worker": ("string", "where the case ran: in-process | <place>/pid<pid> of a worker process (cuda:1, "
+               "cpu0) | ray:<node ip>:<slot>/pid<pid> of a Ray actor"),
 }
 
 KEY = ("op", "case", "dtype", "backend")

@@ -6,7 +6,9 @@
 the sweep ends, is stopped, or is interrupted (Ctrl-C). After a hard crash the journal remains;
 ``resume=True`` reads the result file and the journal and skips the (op, case, dtype, backend)
 keys already there. A failing case becomes a row (``unavailable``, ``error`` or ``oom``, with
-the message) and the sweep goes on.
+the message) and the sweep goes on. Where cases run -- this process, worker processes (the
+default on a GPU; a crash or hang becomes ``crashed``/``timeout`` rows), several GPUs or Ray --
+is :mod:`flyexplore.engine`'s part; the unit of work is :func:`run_case`.
 
 Order (``order=``): ``interleaved`` (the default, GPU and CPU) builds, compiles and warms every
 backend of a case first, then times them in shared rounds until every interval is tight
@@ -74,12 +76,16 @@ def _split(v: str | Iterable[str] | None) -> list[str] | None:
 def make_plan(op: str | Operator, suite: str | None = None, shapes: str | Sequence | None = None,
               dtypes: str | Sequence[str] | None = None,
               backends: str | Sequence[str] | None = None) -> Plan:
-    """Resolve and validate a sweep plan. Exactly one of ``suite`` and ``shapes`` (a text such
+    """Resolve and validate a sweep plan. ``op``: a catalogue name, an :class:`Operator`, or
+    an import path ``"module:attribute"`` of one (:func:`flyexplore.engine.resolve_op`).
+    Exactly one of ``suite`` and ``shapes`` (a text such
     as ``"4096x4096x4096;8x4096x4096"`` or a list of texts / :class:`Case`).
     ``dtypes`` defaults to the suite's (or the operator's first); ``backends`` to all.
     Raises :class:`UsageError` naming any unknown operator, suite, dtype, backend or bad shape.
     """
-    op = get_op(op) if isinstance(op, str) else op
+    from .engine import resolve_op
+
+    op = resolve_op(op) if isinstance(op, str) else op
     if (suite is None) == (shapes is None):
         raise UsageError("give exactly one of a suite and shapes")
     dts = _split(dtypes)
@@ -454,6 +460,93 @@ def _failure(exc: BaseException, ctx) -> dict:
     return {"status": "oom" if _is_oom(exc) else "error", "message": _first_line(exc)}
 
 
+def run_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], ctx: RunContext, *,
+             order: str = "interleaved", timer_opts: dict | None = None, trace: bool = False,
+             seed: int = 0, band: float = S.BAND, baseline: str | None = None,
+             should_stop: Callable[[], bool] | None = None):
+    """Run one case -- inputs (``seed``), reference, then every backend in ``backends`` -- and
+    yield ``(backend, row columns)`` as rows finish: all at the end in ``interleaved`` order
+    (:func:`measure_case`), one by one in ``block`` order (:func:`measure_one`; ``should_stop``
+    is checked between backends and a true answer yields ``(None, None)`` and ends). The unit of
+    work of every engine: in-process, a worker process or a Ray actor
+    (:mod:`flyexplore.engine`). A failure while making inputs gives every backend an
+    ``error``/``oom`` row; ``KeyboardInterrupt`` propagates."""
+    timer_opts = dict(timer_opts or {})
+    inputs = ref = None
+    setup_err = None
+    try:
+        inputs = op.make_inputs(case, dtype, ctx.device, seed)
+        ref = op.reference(case, dtype, inputs)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # OOM or unsupported dtype while making inputs
+        setup_err = exc
+    if order == "interleaved":
+        if setup_err is not None:
+            got = {b: _failure(setup_err, ctx) for b in backends}
+        else:
+            got = measure_case(op, case, dtype, backends, ctx, inputs, ref, timer_opts,
+                               trace=trace, seed=seed, band=band, baseline=baseline)
+        del inputs, ref
+        for b in backends:
+            yield b, got[b]
+        return
+    for b in backends:
+        if should_stop is not None and should_stop():
+            yield None, None
+            return
+        try:
+            if setup_err is not None:
+                raise setup_err
+            cols = measure_one(op, case, dtype, b, ctx, inputs, ref, timer_opts, trace)
+            cols["order"] = "block"
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:
+            cols = _failure(exc, ctx)
+        yield b, cols
+
+
+def case_cost(op: Operator, case: Case, dtype: str) -> float:
+    """Expected cost of a case, for balancing shards over workers: its FLOPs
+    (``op.flops``), else its bytes (``op.bytes``), else 1. A count, not a time: cases of one
+    operator compare by it (longest-processing-time-first ordering, :mod:`flyexplore.engine`)."""
+    for f in (lambda: op.flops(case), lambda: op.bytes(case, dtype)):
+        try:
+            v = float(f())
+        except Exception:  # noqa: BLE001 - an operator without a count
+            continue
+        if v > 0:
+            return v
+    return 1.0
+
+
+def physical_device_id(device) -> str | None:
+    """The physical GPU behind a torch ``device``: the NVML UUID (``GPU-...``) on NVIDIA, the
+    PCI bus id (``0000:05:00.0``) on AMD, from :func:`flyexplore.devstate.sampler_for`, else
+    from ``torch.cuda.get_device_properties`` (``uuid``, or the PCI domain/bus/device). Stable
+    under ``CUDA_VISIBLE_DEVICES``/``HIP_VISIBLE_DEVICES`` pinning, unlike the index. ``None``
+    on the CPU. Never raises."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+        if dev.type != "cuda":
+            return None
+        sid = sampler_for(dev).device_id
+        if sid:
+            return str(sid)
+        idx = dev.index if dev.index is not None else torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(idx)
+        if getattr(torch.version, "hip", None):
+            from .devstate import _bdf
+            return _bdf(props)
+        u = getattr(props, "uuid", None)
+        return None if u is None else (str(u) if str(u).startswith("GPU-") else f"GPU-{u}")
+    except Exception:  # noqa: BLE001 - the row keeps an empty device_id
+        return None
+
+
 def default_device():
     import torch
     return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
@@ -465,7 +558,10 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
               progress: bool = True, on_row: Callable[[dict], None] | None = None,
               should_stop: Callable[[], bool] | None = None, trace: bool = False,
               order: str = "interleaved", band: float = S.BAND,
-              baseline: str | None = None) -> pd.DataFrame:
+              baseline: str | None = None, engine: str = "auto", devices=None,
+              workers: int | None = None, case_timeout: float | None = None,
+              max_cases_per_worker: int | None = None, retry_failed: bool = False,
+              ray_address: str | None = None) -> pd.DataFrame:
     """Run a sweep and return its result set (resumed rows included).
 
     ``order``: ``interleaved`` (default) or ``block`` (see the module text). ``timer``: for
@@ -480,10 +576,22 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
     finished row (the widgets' Stop). ``trace=True`` records what ran for every row
     (``observed``, ``autotune``); rows of the ``flydsl`` backend always get it, with
     ``flydsl_taken`` / ``flydsl_reason`` (see :mod:`flyexplore.trace`).
+
+    Engines (:mod:`flyexplore.engine`): ``engine="auto"`` (default) runs cases in worker
+    processes on a GPU and in this process on the CPU (unless ``workers``, ``devices`` or
+    ``case_timeout`` ask for workers); ``"in-process"``, ``"local"`` (worker processes, one per
+    GPU of ``devices`` -- ``"all"`` or indices -- or ``workers`` CPU processes) or ``"ray"``
+    (Ray actors, ``ray_address``). In workers a case that crashes its process becomes
+    ``crashed`` rows, one past ``case_timeout`` seconds (default
+    :data:`flyexplore.engine.CASE_TIMEOUT_S`; 0 = none) ``timeout`` rows; a worker is replaced
+    after those and after ``max_cases_per_worker`` cases. ``resume`` skips ``crashed`` and
+    ``timeout`` rows like any other unless ``retry_failed``, which runs them again.
     Raises :class:`UsageError` for bad input (including an unknown order, a band outside
-    (0, 0.5) or an unknown timer option) before anything runs or any file is opened;
-    ``KeyboardInterrupt`` is re-raised after the finished rows are saved.
+    (0, 0.5), an unknown timer option or engine, or engine options that do not fit the device)
+    before anything runs or any file is opened; ``KeyboardInterrupt`` is re-raised after the
+    finished rows are saved and every worker is stopped.
     """
+    from .engine import choose_engine
     import torch
 
     if order not in ORDERS:
@@ -497,9 +605,16 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
     timer_opts = dict(timer or {})
     if order == "interleaved":
         _interleaved_opts(timer_opts)
+    kind = choose_engine(engine, device, devices=devices, workers=workers, case_timeout=case_timeout,
+                         max_cases=max_cases_per_worker, op=plan.op)
+    if retry_failed and not resume:
+        raise UsageError("--retry-failed runs the crashed and timeout rows of a file again: it needs --resume")
     outp = R.check_path(out) if out is not None else None
     old = _previous(outp, resume, overwrite) if outp else R.empty_frame()
+    if retry_failed and len(old):
+        old = old[~old["status"].isin(["crashed", "timeout"])].reset_index(drop=True)
     done = {tuple(r) for r in old[list(R.KEY)].astype(str).itertuples(index=False)} if len(old) else set()
+    ray_gpus = None if device is None else torch.device(device).type == "cuda"
     device = torch.device(device) if device is not None else default_device()
     env = collect()
     ctx = RunContext(device, env)
@@ -512,60 +627,59 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
 
     bar = tqdm(total=len(todo), disable=not progress, unit="row", desc=f"{plan.op.name} sweep")
 
-    def emit(case, dtype, b, cols):
-        row = _base_row(plan.op, case, dtype, b, run_id, fp)
+    def emit(case, dtype, b, cols, info):
+        row = _base_row(plan.op, case, dtype, b, run_id, {**fp, **(info.get("fp") or {})})
+        if order == "interleaved" and cols.get("status") == "ok":
+            cols = {**cols, "band": band}
         row.update(cols)
+        row["worker"] = info.get("worker")
+        if not row.get("device_id"):
+            row["device_id"] = info.get("device_id")
         row["timestamp"] = _now()
         writer.add(row)
         bar.update(1)
         if on_row is not None:
             on_row(row)
 
+    by_case: dict[tuple[str, str], list[str]] = {}
+    for c, d, b in todo:
+        by_case.setdefault((c.label, d), []).append(b)
+    cases = {c.label: c for c, _ in plan.pairs}
+    settings = None
+    if kind != "in-process":
+        from .engine import Settings, op_ref
+        settings = Settings(op_ref(plan.op), order, timer_opts, trace, seed, band, baseline)
     try:
-        by_case: dict[tuple[str, str], list[str]] = {}
-        for c, d, b in todo:
-            by_case.setdefault((c.label, d), []).append(b)
-        cases = {c.label: c for c, _ in plan.pairs}
-        stopped = False
-        for (label, dtype), bks in by_case.items():
-            if should_stop is not None and should_stop():
-                break
-            case = cases[label]
-            inputs = ref = None
-            setup_err = None
-            bar.set_postfix_str(f"{label} {dtype}")
-            try:
-                inputs = plan.op.make_inputs(case, dtype, device, seed)
-                ref = plan.op.reference(case, dtype, inputs)
-            except Exception as exc:  # OOM or unsupported dtype while making inputs
-                setup_err = exc
-            if order == "interleaved":
-                if setup_err is not None:
-                    got = {b: _failure(setup_err, ctx) for b in bks}
-                else:
-                    got = measure_case(plan.op, case, dtype, bks, ctx, inputs, ref, timer_opts,
-                                       trace=trace, seed=seed, band=band, baseline=baseline)
-                for b in bks:
-                    emit(case, dtype, b, {**got[b], "band": band} if got[b].get("status") == "ok" else got[b])
-            else:
-                for b in bks:
-                    if should_stop is not None and should_stop():
+        if kind == "in-process":
+            inproc = {"worker": "in-process", "device_id": physical_device_id(device)}
+            for (label, dtype), bks in by_case.items():
+                if should_stop is not None and should_stop():
+                    break
+                case = cases[label]
+                bar.set_postfix_str(f"{label} {dtype}")
+                stopped = False
+                for b, cols in run_case(plan.op, case, dtype, bks, ctx, order=order, timer_opts=timer_opts,
+                                        trace=trace, seed=seed, band=band, baseline=baseline,
+                                        should_stop=should_stop):
+                    if b is None:
                         stopped = True
                         break
-                    bar.set_postfix_str(f"{label} {dtype} {b}")
-                    try:
-                        if setup_err is not None:
-                            raise setup_err
-                        cols = measure_one(plan.op, case, dtype, b, ctx, inputs, ref, timer_opts, trace)
-                        cols["order"] = "block"
-                    except KeyboardInterrupt:
-                        raise
-                    except Exception as exc:
-                        cols = _failure(exc, ctx)
-                    emit(case, dtype, b, cols)
-            del inputs, ref
-            if stopped:
-                break
+                    emit(case, dtype, b, cols, inproc)
+                if stopped:
+                    break
+        else:
+            from .engine import Task, run_tasks
+            pos = {k: i for i, k in enumerate(by_case)}
+            tasks = [Task(pos[(label, dtype)], cases[label], dtype, tuple(bks),
+                          case_cost(plan.op, cases[label], dtype))
+                     for (label, dtype), bks in by_case.items()]
+            run_tasks(tasks, settings, kind, device=device, env=env, devices=devices, workers=workers,
+                      case_timeout=case_timeout, max_cases=max_cases_per_worker, ray_address=ray_address,
+                      ray_gpus=ray_gpus,
+                      emit=lambda t, b, cols, info: emit(t.case, t.dtype, b, cols, info),
+                      should_stop=should_stop, status=bar.set_postfix_str)
+            rank = {(c.label, d, b): i for i, (c, d, b) in enumerate(plan.items())}
+            writer.rows.sort(key=lambda r: rank.get((r["case"], r["dtype"], r["backend"]), -1))
     finally:
         bar.close()
         result = writer.close()
