@@ -14,7 +14,7 @@ from flyexplore import results as R
     (["sweep", "--op", "gemm", "--shapes", "8x0x8", "--out", "{out}"], "non-positive gemm n=0"),
     (["sweep", "--op", "gemm", "--shapes", "8x8x8", "--out", "/proc/nope/r.parquet"], "cannot write output file '/proc/nope/r.parquet'"),
     (["sweep", "--op", "gemm", "--shapes", "8x8x8", "--out", "{tmp}/r.xlsx"], "unknown result file extension '.xlsx'"),
-    (["sweep", "--op", "gemm", "--shapes", "8x8x8", "--timing", "fast", "--out", "{out}"], "unknown timing mode 'fast'"),
+    (["sweep", "--op", "gemm", "--shapes", "8x8x8", "--timing", "fast", "--out", "{out}"], "unknown timing mode for interleaved order 'fast'"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
 ])
 def test_bad_input_is_one_line_exit_2_and_keeps_existing_file(cli, tmp_path, args, needle):
