@@ -420,12 +420,16 @@ def _cmd_xray(a):
 
 
 def _cmd_export(a):
-    from . import plots as F
-    from .export import FIGURE_FORMATS, export_figure
-
-    if Path(a.out).suffix.lstrip(".").lower() not in FIGURE_FORMATS:
+    formats = ("png", "svg", "pdf", "html")  # flyexplore.export.FIGURE_FORMATS, checked before any import
+    if Path(a.out).suffix.lstrip(".").lower() not in formats:
         raise UsageError(f"unknown figure file extension {Path(a.out).suffix!r} in {a.out!r} "
-                         f"(valid: {', '.join('.' + f for f in FIGURE_FORMATS)})")
+                         f"(valid: {', '.join('.' + f for f in formats)})")
+    for f in a.results:
+        if not Path(f).is_file():
+            raise UsageError(f"result file not found: {f!r}")
+    from . import plots as F
+    from .export import export_figure
+
     df = _load_many(a.results)
     for col, v in (("op", a.op), ("dtype", a.dtype)):
         if v is not None:

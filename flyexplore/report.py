@@ -167,6 +167,8 @@ def env_summary(df: pd.DataFrame) -> pd.DataFrame:
         d.loc[d["platform"] == "cpu", "gpu_runtime"] = ""
     d = d[[c for c in d.columns if c == "source" or (d[c] != "").any()]]
     cols = [c for c in cols if c in d]
+    if not cols:
+        return pd.DataFrame({"rows": [len(d)], "source": [",".join(sorted(set(d["source"])))]})
     return (d.groupby(cols, sort=False).agg(rows=("source", "size"),
                                             source=("source", lambda v: ",".join(sorted(set(v)))))
             .reset_index())

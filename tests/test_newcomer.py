@@ -209,3 +209,14 @@ def test_flydsl_section_without_lld_says_how(monkeypatch):
         assert c["explanation"].taken and c["xray"] is None
         assert "apt-get install lld-22" in c["xray_note"] and "none found" in c["xray_note"]
         assert c["published"] is not None
+
+
+def test_export_formats_match():
+    from flyexplore.export import FIGURE_FORMATS
+
+    p = _py("import sys\nfrom flyexplore.cli import main\n"
+            "print(main(['export', 'x.parquet', '--out', 'y.gif']), main(['export', 'nothere.parquet', '--out', 'y.png']),"
+            " 'torch' in sys.modules, 'plotly' in sys.modules)", cwd="/tmp")
+    assert p.stdout.split() == ["2", "2", "False", "False"], p.stderr
+    assert "(valid: " + ", ".join("." + f for f in FIGURE_FORMATS) + ")" in p.stderr
+    assert "result file not found: 'nothere.parquet'" in p.stderr
