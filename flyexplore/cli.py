@@ -460,7 +460,10 @@ def _cmd_export(a):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="flyexplore", description="Measure and explain PyTorch's FlyDSL, ATen, "
-                "Triton and vendor paths (MI350 gfx950, any CUDA/ROCm GPU, or CPU).")
+                "Triton and vendor paths (MI350 gfx950, any CUDA/ROCm GPU, or CPU).",
+                epilog="flyexplore COMMAND --help lists a command's valid values (sweep --help: operators, "
+                "backends, dtypes, suites, timing modes).\nexit codes: 0 ok (explain: FlyDSL YES), 1 explain: NO, "
+                "2 usage error, 3 explain --op attention: unverified, 130 interrupted, 141 output pipe closed.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     e = sub.add_parser("env", help="environment report and FlyDSL readiness")
