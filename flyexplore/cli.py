@@ -679,6 +679,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _pipe_closed()
         return EXIT_PIPE
+    except KeyboardInterrupt:   # sweep says more itself (which rows were kept)
+        print("flyexplore: interrupted", file=sys.stderr)
+        return 130
     return rc or 0
 
 
