@@ -220,3 +220,12 @@ def test_export_formats_match():
     assert p.stdout.split() == ["2", "2", "False", "False"], p.stderr
     assert "(valid: " + ", ".join("." + f for f in FIGURE_FORMATS) + ")" in p.stderr
     assert "result file not found: 'nothere.parquet'" in p.stderr
+
+
+def test_ctrl_c_is_one_line_and_130(monkeypatch, capsys):
+    def interrupted(a):          # Ctrl-C while a command runs
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(C, "_cmd_suites", interrupted)
+    assert C.main(["suites"]) == 130
+    assert capsys.readouterr().err == "flyexplore: interrupted\n"
