@@ -2,17 +2,108 @@
 
 Bad input (unknown operator, suite, backend or dtype, malformed shapes, an output path that
 cannot be written) prints one line, ``flyexplore: error: ...``, and exits with code 2.
+``--help`` and the name checks of :data:`CATALOGUE` answer without importing torch (well
+under a second); torch is imported only by the commands that run something.
+
+Exit codes: 0 success (``explain``: FlyDSL YES / AOTriton eligible); 1 ``explain``: NO / not
+eligible (``xray``: the X-ray cannot run here); 2 usage error; 3 ``explain --op attention``:
+unverified (a condition cannot be evaluated away from the device); 130 interrupted (Ctrl-C);
+a closed output pipe (``flyexplore explain ... | head``) ends quietly with 141 (128 + SIGPIPE,
+what a shell reports for a program stopped by it).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
-from .errors import UsageError
+from .errors import UsageError, bad_choice
+
+#: What the command line accepts, per operator: backends, dtypes and named suites, in the
+#: catalogue's order. Kept here so that ``--help`` and name errors need no torch; a test
+#: (tests/test_cli.py) checks it against the live catalogue (:mod:`flyexplore.ops`).
+CATALOGUE = {
+    "gemm": (("aten", "triton", "inductor", "flydsl"), ("bf16", "fp16", "fp32"),
+             ("published-bf16", "llama3.1-8b", "cpu-small")),
+    "rmsnorm": (("aten", "inductor", "flydsl"), ("bf16", "fp16", "fp32"), ("published", "llm", "cpu-small")),
+    "topk": (("aten", "inductor", "flydsl"), ("fp32", "bf16", "fp16"), ("published", "llm", "cpu-small")),
+    "grouped_gemm": (("aten", "triton", "flydsl", "reference"), ("bf16", "fp16", "fp32"),
+                     ("published", "mixtral-8x7b", "qwen3-30b-a3b", "cpu-small")),
+    "scaled_gemm": (("aten", "inductor", "flydsl", "emulated"), ("mxfp8", "mxfp4", "fp8_e4m3"),
+                    ("published", "published-shapes-fp8", "cpu-small")),
+    "attention": (("flash", "efficient", "cudnn", "ck", "math", "default"), ("bf16", "fp16", "fp32"),
+                  ("llm", "cpu-small")),
+}
+#: Timing modes by order (``flyexplore.timing.INTERLEAVED_MODES`` and ``MODES``; checked by a test).
+TIMING_MODES = {"interleaved": ("auto", "cpu-thread", "cpu-wall", "event-gated", "event", "kernel"),
+                "block": ("auto", "cpu-thread", "cpu-wall", "event", "graph", "kernel")}
+#: Operators ``explain`` answers for (``flyexplore.explain.OPS`` and attention).
+EXPLAIN_OPS = ("rmsnorm", "topk", "gemm", "grouped_gemm", "scaled_gemm", "attention")
+#: Figures ``flyexplore export`` draws from a result file (see :func:`_cmd_export`).
+EXPORT_FIGURES = ("speedup", "sweep", "roofline", "error")
+#: ``explain`` exit codes by answer (documented in the module docstring and README).
+EXIT_YES, EXIT_NO, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_PIPE = 0, 1, 2, 3, 141
+
+
+def _values_text(only: str | None = None) -> str:
+    """The valid values of :data:`CATALOGUE` as help text, one block per operator."""
+    lines = ["operators, with their backends, dtypes (first: the default for --shapes on a GPU; "
+             "fp32 on the CPU when the operator has it) and suites:"]
+    for op, (bk, dt, su) in CATALOGUE.items():
+        if only and op != only:
+            continue
+        lines.append(f"  {op}")
+        lines.append(f"    backends: {', '.join(bk)}")
+        lines.append(f"    dtypes:   {', '.join(dt)}")
+        lines.append(f"    suites:   {', '.join(su)}")
+    return "\n".join(lines)
+
+
+def _check_names(op: str | None, backends: str | None = None, dtypes: str | None = None,
+                 suite: str | None = None, what: str = "operator") -> None:
+    """Check names against :data:`CATALOGUE` (no torch), with the library's messages."""
+    if op is None:
+        return
+    if op not in CATALOGUE:
+        raise bad_choice(what, op, CATALOGUE)
+    bk, dt, su = CATALOGUE[op]
+    for b in (backends or "").split(","):
+        if b.strip() and b.strip() not in bk:
+            raise bad_choice(f"backend for {op}", b.strip(), bk)
+    for d in (dtypes or "").split(","):
+        if d.strip() and d.strip() not in dt:
+            raise bad_choice(f"dtype for {op}", d.strip(), dt)
+    if suite is not None and suite not in su:
+        raise bad_choice(f"suite for {op}", suite, su)
+
+
+def _gpu_visible() -> bool:
+    """Whether this machine shows a GPU device node (NVIDIA or AMD KFD), without torch."""
+    return Path("/dev/kfd").exists() or any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def quiet_cpu_noise() -> None:
+    """On a machine without a GPU, silence two harmless messages torch prints there: Inductor's
+    ``W... cpp_extension.py ... No CUDA runtime is found, using CUDA_HOME=...`` (the CUDA wheel
+    looks for a CUDA toolkit it does not need on the CPU) and the profiler's (Kineto)
+    ``gpuGetDeviceCount failed with code 35`` (CUDA error 35, insufficient driver: there is no
+    GPU driver to ask). Neither affects a CPU result. Sets ``KINETO_LOG_LEVEL=5`` unless the
+    user set it, and the ``torch.utils.cpp_extension`` logger to errors only."""
+    if _gpu_visible():
+        return
+    import logging
+
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kw):
+        kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kw)
+
     def error(self, message):  # one line, no usage dump
         raise UsageError(message)
 
@@ -61,7 +152,7 @@ def _timer_opts(a) -> dict:
 
 
 def _cmd_sweep(a):
-    from .report import summary_table
+    from .report import scan_table, summary_table
     from .sweep import run_sweep
 
     if a.resume and a.overwrite:
@@ -88,8 +179,12 @@ def _cmd_sweep(a):
         print(f"flyexplore: interrupted; finished rows kept in {a.out}; "
               "to continue, re-run the same command with --resume", file=sys.stderr)
         sys.exit(130)
-    with_cols = summary_table(df)
-    print(with_cols.to_string(index=False, max_colwidth=60))
+    table, caption, notes = scan_table(summary_table(df))
+    print(table.to_string(index=False))
+    if caption:
+        print("all rows: " + "; ".join(caption) + "; times in µs")
+    for n in notes:
+        print(n)
     print(f"{len(df)} rows written to {a.out}")
 
 
@@ -111,7 +206,7 @@ def _cmd_explain(a):
         ex = X.explain_attention_options(a.shape, a.dtype, _parse_opts(a.opt), arch=a.arch, aotriton=a.aotriton,
                                          assume_rocm=a.assume_rocm)
         print(ex.to_json() if a.json else ex.to_text())
-        return
+        return {"eligible": EXIT_YES, "not eligible": EXIT_NO}.get(ex.verdict, EXIT_UNVERIFIED)
     if a.aotriton is not None:
         raise UsageError(f"--aotriton is for --op attention only, not {a.op!r}")
     if a.op not in X.OPS:
@@ -144,6 +239,7 @@ def _cmd_explain(a):
         if comp is not None:
             print(f"compiled as torch.compile(options={comp}) (--compile-options to change)")
         print(ex.to_text())
+    return EXIT_YES if ex.taken else EXIT_NO
 
 
 def _cmd_trace(a):
@@ -332,9 +428,51 @@ def _cmd_xray(a):
             print(f"figure: {a.figure}")
 
 
+def _cmd_export(a):
+    formats = ("png", "svg", "pdf", "html")  # flyexplore.export.FIGURE_FORMATS, checked before any import
+    if Path(a.out).suffix.lstrip(".").lower() not in formats:
+        raise UsageError(f"unknown figure file extension {Path(a.out).suffix!r} in {a.out!r} "
+                         f"(valid: {', '.join('.' + f for f in formats)})")
+    for f in a.results:
+        if not Path(f).is_file():
+            raise UsageError(f"result file not found: {f!r}")
+    from . import plots as F
+    from .export import export_figure
+
+    df = _load_many(a.results)
+    for col, v in (("op", a.op), ("dtype", a.dtype)):
+        if v is not None:
+            if v not in set(df[col].dropna()):
+                raise bad_choice(f"{col} in {', '.join(a.results)}", v, sorted(set(df[col].dropna())))
+            df = df[df[col] == v]
+    if a.figure == "speedup":
+        fig = F.speedup_figure(df, _baseline(a.baseline), title=a.title)
+    elif a.figure == "sweep":
+        from .report import _sweep_candidates
+
+        x = a.x or next(iter(_sweep_candidates(df)), None)
+        if x is None:
+            raise UsageError("no case parameter takes three or more values here; give --x")
+        fig = F.sweep_figure(df, x=x, y=a.y, title=a.title)
+    elif a.figure == "roofline":
+        fig = F.roofline_figure(df, kind="measured", title=a.title)
+    else:
+        fig = F.error_figure(df, title=a.title)
+    if a.timeout is not None and not a.timeout > 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {a.timeout!r}")
+    kw = {"timeout": a.timeout} if a.timeout is not None else {}
+    path, note = export_figure(fig, a.out, width=a.width, height=a.height, **kw)
+    if note:
+        print(f"flyexplore: note: {note}", file=sys.stderr)
+    print(f"figure: {path}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="flyexplore", description="Measure and explain PyTorch's FlyDSL, ATen, "
-                "Triton and vendor paths (MI350 gfx950, any CUDA/ROCm GPU, or CPU).")
+                "Triton and vendor paths (MI350 gfx950, any CUDA/ROCm GPU, or CPU).",
+                epilog="flyexplore COMMAND --help lists a command's valid values (sweep --help: operators, "
+                "backends, dtypes, suites, timing modes).\nexit codes: 0 ok (explain: FlyDSL YES), 1 explain: NO, "
+                "2 usage error, 3 explain --op attention: unverified, 130 interrupted, 141 output pipe closed.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     e = sub.add_parser("env", help="environment report and FlyDSL readiness")
@@ -342,16 +480,22 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=_cmd_env)
 
     s = sub.add_parser("suites", help="list the named shape suites")
-    s.add_argument("--op")
+    s.add_argument("--op", help="only this operator: " + ", ".join(CATALOGUE))
     s.set_defaults(func=_cmd_suites)
 
-    w = sub.add_parser("sweep", help="run a sweep; rows are kept as they finish")
-    w.add_argument("--op", required=True)
+    w = sub.add_parser("sweep", help="run a sweep; rows are kept as they finish",
+                       epilog=_values_text() + "\n\ntiming modes: interleaved order: "
+                       + ", ".join(TIMING_MODES["interleaved"]) + "; block order: " + ", ".join(TIMING_MODES["block"])
+                       + "\n\nexamples:\n  flyexplore sweep --op gemm --suite cpu-small --out r.parquet\n"
+                       "  flyexplore sweep --op rmsnorm --shapes '2048x4096;8192x4096' --backends aten,inductor "
+                       "--out r.csv")
+    w.add_argument("--op", required=True, help="operator: " + ", ".join(CATALOGUE))
     g = w.add_mutually_exclusive_group(required=True)
-    g.add_argument("--suite")
+    g.add_argument("--suite", help="a named shape set of the operator (below; flyexplore suites)")
     g.add_argument("--shapes", help="inline shapes, e.g. '4096x4096x4096;8x4096x4096:NN'")
-    w.add_argument("--dtypes", help="comma-separated, e.g. bf16,fp16 (default: the suite's)")
-    w.add_argument("--backends", help="comma-separated (default: all of the operator's)")
+    w.add_argument("--dtypes", help="comma-separated, e.g. bf16,fp16 (default: the suite's; with --shapes "
+                   "the operator's first dtype on a GPU, fp32 on the CPU)")
+    w.add_argument("--backends", help="comma-separated (default: all of the operator's; below)")
     w.add_argument("--out", required=True, help="result file: .parquet, .csv or .jsonl")
     w.add_argument("--resume", action="store_true", help="skip cases already in --out")
     w.add_argument("--overwrite", action="store_true", help="replace an existing --out")
@@ -402,7 +546,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "$RAY_ADDRESS, else a local Ray instance for this sweep)")
     w.set_defaults(func=_cmd_sweep)
 
-    x = sub.add_parser("explain", help="would a call take FlyDSL, and if not, why not")
+    x = sub.add_parser("explain", help="would a call take FlyDSL, and if not, why not",
+                       epilog="exit codes: 0 FlyDSL YES (attention: eligible), 1 NO (not eligible), "
+                       "2 usage error, 3 attention: unverified here\n\nexample:\n  flyexplore explain --op gemm "
+                       "--shape 16x28672x4096:NT --dtype bf16 --assume-rocm --arch gfx950 && echo taken")
     x.add_argument("--op", required=True, help="rmsnorm, topk, gemm, grouped_gemm, scaled_gemm, attention")
     x.add_argument("--shape", required=True,
                    help="catalogue shape text: 8192x4096 (rmsnorm), 4096x2048x8 (topk), 16x28672x4096:NT "
@@ -424,10 +571,10 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(func=_cmd_explain)
 
     t = sub.add_parser("trace", help="run one case and show the kernels that really ran")
-    t.add_argument("--op", required=True)
-    t.add_argument("--shape", required=True)
-    t.add_argument("--backend", required=True)
-    t.add_argument("--dtype")
+    t.add_argument("--op", required=True, help="operator: " + ", ".join(CATALOGUE))
+    t.add_argument("--shape", required=True, help="one case, e.g. 64x64x64 (gemm), 8192x4096 (rmsnorm)")
+    t.add_argument("--backend", required=True, help="one of the operator's backends (sweep --help lists them)")
+    t.add_argument("--dtype", help="one of the operator's dtypes (default: its first)")
     t.add_argument("--device", help="torch device (default: cuda:0 if present, else cpu)")
     t.add_argument("--reps", type=int, default=3, help="profiled calls (default 3)")
     t.add_argument("--json", action="store_true")
@@ -489,18 +636,82 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--title")
     c.add_argument("--no-images", action="store_true", help="skip the PNG/SVG/PDF figure files")
     c.set_defaults(func=_cmd_compare)
+
+    ex = sub.add_parser("export", help="one figure from result files, as .png/.svg/.pdf (kaleido) or .html",
+                        epilog="figures: speedup (bars per case against --baseline, 95%% whiskers), sweep "
+                        "(--y across case parameter --x, one line per backend), roofline (needs a known device), "
+                        "error (err_rel per case).\nWithout a browser for kaleido a .png/.svg/.pdf request writes "
+                        ".html instead and says so.\n\nexample:\n  flyexplore export flyexplore-demo/results.parquet "
+                        "--figure speedup --op gemm --out gemm.png")
+    ex.add_argument("results", nargs="+", help="result files (.parquet, .csv, .jsonl)")
+    ex.add_argument("--figure", default="speedup", choices=EXPORT_FIGURES,
+                    help="which figure: " + ", ".join(EXPORT_FIGURES) + " (default speedup)")
+    ex.add_argument("--out", required=True, help="figure file: .png, .svg, .pdf or .html")
+    ex.add_argument("--op", help="only this operator's rows")
+    ex.add_argument("--dtype", help="only this dtype's rows")
+    ex.add_argument("--baseline", default="aten", help="speedup: backend, or several comma-separated "
+                    "(the faster per case); default aten")
+    ex.add_argument("--x", help="sweep: case parameter on the x axis (default: the first with 3+ values)")
+    ex.add_argument("--y", default="time_ms", choices=("time_ms", "tflops", "gbps"), help="sweep: the value "
+                    "(default time_ms)")
+    ex.add_argument("--title")
+    ex.add_argument("--width", type=int, default=1100, help="CSS pixels (default 1100)")
+    ex.add_argument("--height", type=int, help="CSS pixels (default: the figure's)")
+    ex.add_argument("--timeout", type=float, help="time limit for the image, s (kaleido's; default 60); "
+                    "past it the figure is written as .html")
+    ex.set_defaults(func=_cmd_export)
     return p
+
+
+def _precheck(a) -> None:
+    """Name checks that need no torch (:data:`CATALOGUE`), before a command imports anything
+    heavy; and the CPU's default dtype for ``sweep --shapes`` (fp32: bf16 is emulated slowly
+    on most CPUs and rarely what a CPU user means)."""
+    cmd = a.command
+    if cmd == "sweep":
+        _check_names(a.op, a.backends, a.dtypes, a.suite)
+        modes = TIMING_MODES.get(a.order, ())
+        if a.timing not in modes:
+            raise bad_choice("timing mode", a.timing, modes)
+        on_cpu = (a.device or "").startswith("cpu") or (a.device is None and not _gpu_visible())
+        if a.shapes and not a.dtypes and on_cpu and "fp32" in CATALOGUE[a.op][1]:
+            a.dtypes = "fp32"
+    elif cmd in ("trace",):
+        _check_names(a.op, a.backend, a.dtype)
+    elif cmd == "suites":
+        _check_names(a.op)
+    elif cmd == "explain" and a.op not in EXPLAIN_OPS:
+        raise bad_choice("operator for explain", a.op, EXPLAIN_OPS)
+
+
+def _pipe_closed() -> None:
+    """The reader of stdout went away (``| head``): send what is left to /dev/null so that
+    Python's exit flush raises nothing (the recipe in Python's ``signal`` documentation)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``flyexplore`` console script. Returns the exit code."""
     try:
         a = build_parser().parse_args(argv)
-        a.func(a)
+        _precheck(a)
+        quiet_cpu_noise()
+        rc = a.func(a)
+        sys.stdout.flush()
     except UsageError as exc:
         print(f"flyexplore: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_USAGE
+    except BrokenPipeError:
+        _pipe_closed()
+        return EXIT_PIPE
+    except KeyboardInterrupt:   # sweep says more itself (which rows were kept)
+        print("flyexplore: interrupted", file=sys.stderr)
+        return 130
+    return rc or 0
 
 
 if __name__ == "__main__":

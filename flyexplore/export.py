@@ -1,6 +1,10 @@
 """Export figures (PNG, SVG, PDF, standalone HTML) and tables (CSV, Markdown, LaTeX).
 
-Static images are rendered by kaleido (>= 1.0), which drives a Chromium/Chrome browser: on
+Static images are rendered by kaleido (>= 1.0), which drives a Chromium/Chrome browser. One
+browser is started per process, on first use, and kept (:func:`kaleido_session`, kaleido's own
+``start_sync_server``): starting Chromium costs 5-8 s, an image in a running one about 0.5 s.
+Each image has a time limit (:data:`IMAGE_TIMEOUT_S`, kaleido's ``timeout``); a figure that
+fails or runs past it is written as HTML instead, with a note saying why. On
 Debian/Ubuntu ``apt-get install chromium`` (kaleido finds ``/usr/bin/chromium`` by itself), or
 ``plotly_get_chrome`` / ``kaleido.get_chrome_sync()`` to download one. HTML needs neither:
 plotly.js is embedded, so the file opens offline. Markdown needs ``tabulate``; LaTeX needs
@@ -22,6 +26,9 @@ FIGURE_FORMATS = (*IMAGE_FORMATS, "html")
 TABLE_FORMATS = ("csv", "md", "tex", "html")
 #: Default size of static images, CSS pixels (PNG is rendered at ``scale`` x this).
 WIDTH, HEIGHT, SCALE = 1100, 560, 2
+
+#: Time limit for rendering one static image, s (kaleido's per-image ``timeout``).
+IMAGE_TIMEOUT_S = 60.0
 
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 
@@ -48,6 +55,55 @@ def static_export_problem() -> str | None:
             "plotly_get_chrome")
 
 
+_SESSION: dict = {}
+
+
+def kaleido_session(timeout: float = IMAGE_TIMEOUT_S) -> None:
+    """Start this process's kaleido server (one Chromium, kept until exit or
+    :func:`close_kaleido_session`) if it is not running; later static exports reuse it.
+    ``timeout``: kaleido's limit for one image, s (a new value restarts the server).
+    Raises ``RuntimeError`` with :func:`static_export_problem`'s reason when there is no
+    browser."""
+    import kaleido
+
+    why = static_export_problem()
+    if why:
+        raise RuntimeError(f"static figure export unavailable: {why}")
+    if kaleido._global_server.is_running() and _SESSION.get("timeout") == timeout:  # noqa: SLF001
+        return
+    close_kaleido_session()
+    kaleido.start_sync_server(timeout=timeout, silence_warnings=True)
+    _SESSION["timeout"] = timeout
+
+
+def close_kaleido_session() -> None:
+    """Stop the kaleido server of :func:`kaleido_session` (its Chromium exits); no-op if none."""
+    import kaleido
+
+    kaleido.stop_sync_server(silence_warnings=True)
+    _SESSION.clear()
+
+
+def _render(items: list[tuple[object, Path, str, int, int, float]], timeout: float) -> dict[Path, str]:
+    """Render ``(fig, path, format, width, height, scale)`` items in the persistent session;
+    returns ``{path: why}`` for the images that failed (timeout or error), the rest written."""
+    import kaleido
+
+    kaleido_session(timeout)
+    specs = [{"fig": fig, "path": str(p), "opts": {"format": f, "width": w, "height": h, "scale": s}}
+             for fig, p, f, w, h, s in items]
+    for _, p, *_ in items:
+        p.unlink(missing_ok=True)   # what exists afterwards is what rendered
+    try:
+        errs = kaleido.write_fig_from_object_sync(specs, cancel_on_error=False) or ()
+    except Exception as exc:  # noqa: BLE001 - the browser died or would not start
+        close_kaleido_session()
+        errs = (exc,)
+    whys = [f"no image within {timeout:g} s (kaleido timeout)" if isinstance(e, TimeoutError)
+            else f"{type(e).__name__}: {e}" for e in errs]
+    return {p: (whys[0] if whys else "not written") for _, p, *_ in items if not p.exists()}
+
+
 def write_html(fig, path: str | os.PathLike) -> Path:
     """Write ``fig`` as one standalone HTML file with plotly.js embedded (opens offline)."""
     p = Path(path)
@@ -58,16 +114,16 @@ def write_html(fig, path: str | os.PathLike) -> Path:
 
 def save_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
                  formats: Iterable[str] = IMAGE_FORMATS, width: int = WIDTH, height: int | None = None,
-                 scale: float = SCALE) -> list[Path]:
+                 scale: float = SCALE, timeout: float = IMAGE_TIMEOUT_S) -> list[Path]:
     """Write each figure of ``figs`` (name -> plotly figure) as ``out_dir/<name>.<fmt>`` for
-    every format (png, svg, pdf, html). Static formats are rendered in one kaleido session.
+    every format (png, svg, pdf, html). Static formats are rendered in this process's
+    persistent kaleido session (:func:`kaleido_session`), each image within ``timeout`` s.
     ``height`` defaults to the figure's own layout height, else :data:`HEIGHT`.
 
     Returns the written paths. Raises :class:`UsageError` for an unknown format and
-    ``RuntimeError`` (with :func:`static_export_problem`'s reason, or kaleido's error) when
-    static export is not possible here."""
-    import plotly.io as pio
-
+    ``RuntimeError`` (with :func:`static_export_problem`'s reason, or kaleido's error or
+    timeout for the first failed image) when static export is not possible here; the images
+    that did render stay written."""
     formats = list(formats)
     for f in formats:
         if f not in FIGURE_FORMATS:
@@ -81,19 +137,14 @@ def save_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
             raise RuntimeError(f"static figure export unavailable: {why}")
     out.mkdir(parents=True, exist_ok=True)
     if static and figs:
-        fl, paths, fmts, heights = [], [], [], []
-        for name, fig in figs.items():
-            for f in static:
-                fl.append(fig)
-                paths.append(out / f"{name}.{f}")
-                fmts.append(f)
-                heights.append(height or fig.layout.height or HEIGHT)
-        try:
-            pio.write_images(fl, paths, format=fmts, width=[fig.layout.width or width for fig in fl],
-                             height=heights, scale=scale)
-        except Exception as exc:  # noqa: BLE001 - browser start/render failures of any kind
-            raise RuntimeError(f"static figure export failed: {type(exc).__name__}: {exc}") from exc
-        written.extend(paths)
+        items = [(fig, out / f"{name}.{f}", f, fig.layout.width or width,
+                  height or fig.layout.height or HEIGHT, scale) for name, fig in figs.items() for f in static]
+        failed = _render(items, timeout)
+        if failed:
+            p, why = next(iter(failed.items()))
+            raise RuntimeError(f"static figure export failed for {len(failed)} of {len(items)} image(s), "
+                               f"e.g. {p.name}: {why}")
+        written.extend(p for _, p, *_ in items)
     if "html" in formats:
         for name, fig in figs.items():
             written.append(write_html(fig, out / f"{name}.html"))
@@ -146,6 +197,31 @@ def save_figure(fig, path: str | os.PathLike, width: int = WIDTH, height: int | 
                          f"(valid: {', '.join('.' + f for f in FIGURE_FORMATS)})")
     tmp = save_figures({p.stem: fig}, p.parent, [fmt], width, height, scale)
     return tmp[0]
+
+
+def export_figure(fig, path: str | os.PathLike, width: int = WIDTH, height: int | None = None,
+                  scale: float = SCALE, timeout: float = IMAGE_TIMEOUT_S) -> tuple[Path, str | None]:
+    """Write one figure to ``path`` like :func:`save_figure`, but when a static image (.png,
+    .svg, .pdf) cannot be made here (no browser, kaleido's error, or no image within
+    ``timeout`` s) write ``path`` with ``.html`` instead. Returns ``(written path, note)``;
+    the note says why the format changed, else ``None``. Raises :class:`UsageError` for an
+    unknown extension or an unwritable folder."""
+    p = Path(path)
+    fmt = p.suffix.lstrip(".").lower()
+    if fmt not in FIGURE_FORMATS:
+        raise UsageError(f"unknown figure file extension {p.suffix!r} in {str(p)!r} "
+                         f"(valid: {', '.join('.' + f for f in FIGURE_FORMATS)})")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write figure file {str(p)!r}: {exc.strerror or exc}") from None
+    if fmt == "html":
+        return write_html(fig, p), None
+    try:
+        return save_figures({p.stem: fig}, p.parent, [fmt], width, height, scale, timeout)[0], None
+    except RuntimeError as exc:
+        h = write_html(fig, p.with_suffix(".html"))
+        return h, f"{p.name} not written ({exc}); wrote {h.name} instead (opens offline in a browser)"
 
 
 def _fmt(v) -> str:

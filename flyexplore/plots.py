@@ -46,6 +46,17 @@ def backend_color(name: str) -> str:
     return BACKEND_COLORS.get(name) or _EXTRA[zlib.crc32(str(name).encode()) % len(_EXTRA)]
 
 
+def dtype_shade(color: str, i: int) -> str:
+    """The ``i``-th shade of a backend colour, for the ``i``-th dtype of that backend in one
+    figure (0: the colour itself; 1: lighter; 2: darker; ...), so fp32 and bf16 bars differ."""
+    if i == 0:
+        return color
+    r, g, b = (int(color[k:k + 2], 16) for k in (1, 3, 5))
+    f = (0.5, -0.4, 0.25, -0.2)[(i - 1) % 4]
+    mix = (lambda v: v + (255 - v) * f) if f > 0 else (lambda v: v * (1 + f))
+    return "#" + "".join(f"{int(round(mix(v))):02X}" for v in (r, g, b))
+
+
 def _style(fig, title: str, xtitle: str, ytitle: str, height: int = HEIGHT, legend_title: str = ""):
     fig.update_layout(title=dict(text=title, x=0.01, xanchor="left", font=dict(size=16)),
                       template="plotly_white", font=_FONT, height=height,
@@ -149,12 +160,14 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
         counts = ", ".join(f"{int((labels == k).sum())} {k}" for k in S.LABELS if (labels == k).any())
         name = f"{backend}: geomean {gtxt}" if single else f"{backend} {op} {dtype}: geomean {gtxt}"
         means.append(name.replace(": geomean", " geomean"))
-        c = backend_color(backend)
+        dts = list(pd.unique(s.loc[s["backend"] == backend, "dtype"]))
+        c = dtype_shade(backend_color(backend), dts.index(dtype))
         err = _whiskers(g)
         xy = (dict(x=g["speedup"], y=g["x"], orientation="h", error_x=err) if horizontal
               else dict(x=g["x"], y=g["speedup"], error_y=err))
         fig.add_bar(
             **xy, name=name, legendgroup=backend, marker_color=c,
+            marker_pattern_shape=("", "/", "x", ".")[dts.index(dtype) % 4],
             marker_line_width=[2.5 if t else 0 for t in same], marker_line_color="black",
             text=[f"{v:.2f}{S.MARKS.get(lab, '')}" for v, lab in zip(g["speedup"], labels)] if show_values else None,
             textposition="outside", textfont=dict(size=10), cliponaxis=False,

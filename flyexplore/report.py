@@ -5,7 +5,8 @@ plus the figures as PNG/SVG/PDF and the tables as CSV/Markdown/LaTeX beside it.
 - :func:`write_compare_report`: an A/B of two result sets paired by case (``flyexplore compare``).
 - :func:`write_vllm_report`: an A/B of two arms of ``vllm bench serve --save-result`` files.
 
-Layout of ``out_dir``: ``report.html`` (plotly.js embedded once), ``figures/<name>.{png,svg,pdf}``
+Layout of ``out_dir``: ``report.html`` (it loads plotly.js from ``plotly.min.js`` beside it, so
+the folder opens offline and the page stays small), ``figures/<name>.{png,svg,pdf}``
 (when static export works here; see :mod:`flyexplore.export`), ``tables/<name>.{csv,md,tex}``,
 and ``.flyexplore-report.json`` listing them. A report goes only into a new or empty folder or
 one holding an earlier report, which it replaces whole (:func:`check_report_dir`).
@@ -51,7 +52,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     t = df[[c for c in _TABLE_COLS if c in df]].copy()
     t["time_us"] = t.pop("time_ms") * 1e3
     t["time_ci_us"] = [
-        "" if pd.isna(lo) or pd.isna(hi) else f"[{lo * 1e3:.4g}, {hi * 1e3:.4g}]"
+        "" if pd.isna(lo) or pd.isna(hi) else f"[{fmt_num(lo * 1e3)}, {fmt_num(hi * 1e3)}]"
         for lo, hi in zip(df.get("time_ci_lo_ms", pd.Series(pd.NA, index=df.index)),
                           df.get("time_ci_hi_ms", pd.Series(pd.NA, index=df.index)))]
     t["per_call_us"] = t.pop("per_call_ms") * 1e3
@@ -70,6 +71,69 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def _f(v) -> float:
     return float(v) if v is not None and not pd.isna(v) else float("nan")
+
+
+def fmt_num(v) -> str:
+    """A number as a reader scans it in a table column: 4 significant digits in plain notation
+    from 0.001 up (``31980``, ``7586``, ``12.35``, ``0.01235``; no ``3.198e+04`` beside
+    ``7586``), scientific only below 0.001 (errors such as ``1.19e-07``); ``""`` for NA."""
+    import math
+
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    a = abs(float(v))
+    if isinstance(v, int):
+        return str(v)
+    if a == 0:
+        return "0"
+    if a >= 1000:
+        return f"{v:.0f}"
+    if a >= 1e-3:
+        return f"{v:.{3 - math.floor(math.log10(a))}f}"
+    return f"{v:.3g}"
+
+
+#: Columns that, when one value holds for every row, move from a table into its caption.
+_CONTEXT_COLS = ("device", "timing_mode", "order", "source", "baseline")
+
+
+def scan_table(t: pd.DataFrame, note_col: str = "message") -> tuple[pd.DataFrame, list[str], list[str]]:
+    """A table made for scanning (what reports and the sweep command show): columns that are
+    empty in every row dropped; :data:`_CONTEXT_COLS` that hold one value moved into the
+    caption; each distinct ``note_col`` text (an "unavailable" reason, say) replaced by a
+    footnote mark ``[n]``, the text given once; numbers as text via :func:`fmt_num`.
+
+    Returns ``(table of strings, caption parts such as "device: AMD EPYC", footnotes
+    "[1] reason")``. The input is not changed; files written from it keep every column."""
+    d = plain(t)
+    keep = [c for c in d.columns
+            if not d[c].isna().all() and not d[c].astype(str).str.strip().isin(["", "<NA>", "nan", "None"]).all()]
+    d = d[keep].copy()
+    caption = []
+    for c in _CONTEXT_COLS:
+        if c in d and len(d) > 1 and d[c].nunique() == 1:
+            caption.append(f"{c}: {d[c].dropna().iloc[0]}")
+            d = d.drop(columns=c)
+    notes: list[str] = []
+    if note_col in d:
+        marks = {}
+        col = []
+        for v in d[note_col]:
+            if v is None or (isinstance(v, float) and pd.isna(v)) or str(v).strip() == "":
+                col.append("")
+                continue
+            if v not in marks:
+                marks[v] = len(marks) + 1
+                notes.append(f"[{marks[v]}] {v}")
+            col.append(f"[{marks[v]}]")
+        d[note_col] = col
+        d = d.rename(columns={note_col: "note"})
+    for c in d.columns:
+        d[c] = [fmt_num(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                else ("" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)) for v in d[c]]
+    return d, caption, notes
 
 
 def verdict_sentence(labels: pd.Series, faster: str = "faster", than: str = "the baseline") -> str:
@@ -100,6 +164,12 @@ def env_summary(df: pd.DataFrame) -> pd.DataFrame:
     if not cols or df.empty:
         return pd.DataFrame(columns=cols + ["rows", "source"])
     d = df[cols + ["source"]].astype(object).where(df[cols + ["source"]].notna(), "")
+    if "gpu_runtime" in d and "platform" in d:  # the CUDA wheel's version means nothing on a CPU
+        d.loc[d["platform"] == "cpu", "gpu_runtime"] = ""
+    d = d[[c for c in d.columns if c == "source" or (d[c] != "").any()]]
+    cols = [c for c in cols if c in d]
+    if not cols:
+        return pd.DataFrame({"rows": [len(d)], "source": [",".join(sorted(set(d["source"])))]})
     return (d.groupby(cols, sort=False).agg(rows=("source", "size"),
                                             source=("source", lambda v: ",".join(sorted(set(v)))))
             .reset_index())
@@ -130,24 +200,41 @@ class _Page:
 
     def fig(self, name: str, fig):
         self.figs[name] = fig
-        self.parts.append(fig.to_html(full_html=False, include_plotlyjs=True if self._js else False,
+        # plotly.js (4.8 MB) is written once beside report.html (PLOTLYJS) and loaded from there:
+        # the folder opens offline and report.html stays small
+        self.parts.append(fig.to_html(full_html=False, include_plotlyjs=PLOTLYJS if self._js else False,
                                       div_id=f"fig-{name}", config={"displaylogo": False}))
         self._js = False
 
-    def table(self, name: str | None, df: pd.DataFrame, fmt: str = "{:.4g}", highlight: str | None = None):
+    def table(self, name: str | None, df: pd.DataFrame, fmt: str | None = None, highlight: str | None = None,
+              scan: bool = False):
+        """Add a table (and, with ``name``, its files). ``scan``: show it through
+        :func:`scan_table` (empty columns dropped, shared values in a caption, notes as
+        footnotes); the files keep every column. Numbers: :func:`fmt_num` unless ``fmt``."""
         if name:
             self.tables[name] = df
         classes = None
         if highlight and highlight in df:
             classes = list(df[highlight].fillna(False).astype(bool))
-        d = plain(df)
-        for c in d.columns:
-            if d[c].dtype == object:
-                d[c] = d[c].where(d[c].notna(), "")
-        h = d.to_html(index=False, na_rep="", escape=True, float_format=lambda v: fmt.format(v))
+        notes: list[str] = []
+        if scan:
+            d, caption, notes = scan_table(df)
+            if caption:
+                self.parts.append(f"<p>All rows: {html.escape('; '.join(caption))}.</p>")
+        else:
+            d = plain(df)
+            for c in d.columns:
+                if d[c].dtype == object:
+                    d[c] = d[c].where(d[c].notna(), "")
+        h = d.to_html(index=False, na_rep="", escape=True,
+                      float_format=(lambda v: fmt.format(v)) if fmt else fmt_num)
         if classes:
             h = _mark_rows(h, classes)
         self.parts.append(h)
+        if notes:
+            self.parts.append("<ol class='notes'>" + "".join(
+                f"<li value='{i}'>{html.escape(n.split('] ', 1)[1])}</li>" for i, n in enumerate(notes, 1))
+                + "</ol>")
 
     def write(self, out: Path, static: bool, formats: Sequence[str], table_formats: Sequence[str],
               keep: Iterable[str] = ()) -> Path:
@@ -207,6 +294,10 @@ class _Page:
             links = "".join(f"<li><a href='{html.escape(os.path.relpath(f, out))}'>"
                             f"{html.escape(os.path.relpath(f, out))}</a></li>" for f in files)
             self.parts.append(f"<h2>Files</h2><ul>{links}</ul>")
+        if self.figs:
+            from plotly.offline import get_plotlyjs
+
+            (out / PLOTLYJS).write_text(get_plotlyjs(), encoding="utf-8")
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         self.parts.append(f"<p style='color:#777;font-size:11px'>written by flyexplore {__version__} at {stamp}</p>")
         page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + html.escape(self.title) +
@@ -216,13 +307,17 @@ class _Page:
         return path
 
 
+#: plotly.js, written once into a report folder beside report.html, which loads it by this
+#: relative name (no network needed; keep the folder together when moving a report).
+PLOTLYJS = "plotly.min.js"
+
 #: File a report folder gets, listing the entries the report wrote (``report.html``,
 #: ``figures``, ``tables``: what the next report into the folder replaces) and the caller's
 #: files it was told to keep beside them (``kept``, e.g. the demo's results).
 REPORT_MARKER = ".flyexplore-report.json"
 _STAGING = ".flyexplore-staging-"
 #: What a report written before :data:`REPORT_MARKER` existed consists of.
-_LEGACY_ENTRIES = ("report.html", "figures", "tables", ".report.html.tmp")
+_LEGACY_ENTRIES = ("report.html", "figures", "tables", ".report.html.tmp", "plotly.min.js")
 
 
 def _names(values) -> set[str]:
@@ -320,10 +415,11 @@ def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> No
     page.p(f"{len(d)} rows ({src}); {d['case'].nunique()} cases; dtypes {', '.join(sorted(d['dtype'].dropna().unique()))}; "
            f"backends {', '.join(d['backend'].dropna().unique())}.")
     bad = d[~d["status"].isin(["ok", "published"])]
-    if len(bad):
-        page.p(f"{len(bad)} row(s) not ok: " + "; ".join(
-            f"{r.backend} {r.case} {r.dtype}: {r.status} ({r.message})" for r in bad.head(8).itertuples())
-            + (" ..." if len(bad) > 8 else ""), cls="note")
+    if len(bad):   # one line per distinct reason, not one per row
+        parts = []
+        for (st, be, msg), g in bad.groupby(["status", "backend", bad["message"].fillna("")], sort=False):
+            parts.append(f"{be} {st} in {len(g)} row(s)" + (f": {msg}" if msg else ""))
+        page.p(f"{len(bad)} row(s) not ok: " + "; ".join(parts), cls="note")
     name = _safe(f"{idx:02d}_{op.split(' on ')[0]}")
     bname = baseline if isinstance(baseline, str) else "faster of " + ", ".join(baseline)
     try:
@@ -368,7 +464,7 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
                  baseline: str | Sequence[str] = "aten", static: bool = True,
                  formats: Iterable[str] = IMAGE_FORMATS, table_formats: Iterable[str] = ("csv", "md", "tex"),
                  published: bool | pd.DataFrame = False, peak_kind: str = "datasheet",
-                 keep: Iterable[str] = ()) -> Path:
+                 keep: Iterable[str] = (), sections: Sequence = ()) -> Path:
     """Write ``report.html`` to ``out_dir`` and return its path.
 
     Contents: the environment (``env.to_text()`` when an :class:`~flyexplore.env.Environment`
@@ -383,8 +479,9 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
     when that is impossible here the report says why and is written without them.
     ``table_formats``: tables under ``tables/`` (csv, md, tex, html). ``out_dir`` must be new,
     empty, or hold an earlier flyexplore report (replaced whole) and only the files named in
-    ``keep`` besides (:func:`check_report_dir`). Raises ``UsageError`` for another folder,
-    before anything is written, and for an unwritable ``out_dir``."""
+    ``keep`` besides (:func:`check_report_dir`). ``sections``: callables ``f(page)`` adding
+    more sections after the environment (the demo's FlyDSL section). Raises ``UsageError`` for
+    another folder, before anything is written, and for an unwritable ``out_dir``."""
     from . import peaks as K
     from . import plots as F
     from .errors import UsageError
@@ -407,6 +504,8 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
     if env is not None:
         page.pre(env.to_text())
     page.table("environments", env_summary(df))
+    for add in sections:
+        add(page)
     # one section per operator and device: speedups never mix rows of different devices
     groups = list(df.assign(_dev=df["device"].astype(object).where(df["device"].notna(), "unknown device"))
                   .groupby(["op", "_dev"], sort=False))
@@ -449,7 +548,9 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
         page.h3("Published only as ranges (no per-case values are public)")
         page.table("published_ranges", ranges())
     page.h2("Results")
-    page.table("results", summary_table(df))
+    page.p("Times in µs (median over rounds; time_ci_us: its 95% interval; per_call_us: one call within a "
+           "round). Speedup: baseline time / backend time, est [95% interval], with its verdict.")
+    page.table("results", summary_table(df), scan=True)
     return page.write(out, static, list(formats), list(table_formats), keep)
 
 

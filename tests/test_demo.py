@@ -17,3 +17,18 @@ def test_demo_writes_results_env_and_report(cli, tmp_path):
     assert "Plotly.newPlot" in html and "speedup" in html.lower()
     assert "platform: cpu" in html
     assert (out / "env.json").exists() and (out / "results.csv").exists()
+    # issue 14: the FlyDSL section (explainer verdicts, X-ray resources or how to get them, published
+    # figures), tables a reader can scan, plotly.js once beside the page, no alarming CPU messages
+    assert "FlyDSL on MI355X (gfx950): explainer and kernel X-ray" in html
+    assert html.count("FlyDSL YES") >= 3 and "26.7 µs" in html and "43.6 TFLOP/s" in html
+    from flyexplore.xray import unavailable_reason
+    if unavailable_reason() is None:
+        assert "waves per SIMD" in html and "VGPRs" in html and "8 of 8 (100%)" in html
+    else:
+        assert "apt-get install lld-22" in html
+    assert "time_us" in html and "time_ms" not in html.split("<h2>Results</h2>")[1]
+    assert "e+0" not in html.split("<h2>Results</h2>")[1]
+    res = html.split("<h2>Results</h2>")[1]
+    assert res.count("is a CUDA build, not ROCm") <= 2  # a footnote, not once per row
+    assert len(html) < 1_000_000 and (out / "plotly.min.js").exists()
+    assert "gpuGetDeviceCount" not in p.stderr and "No CUDA runtime is found" not in p.stderr, p.stderr

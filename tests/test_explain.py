@@ -149,14 +149,15 @@ def test_describe_options_and_errors():
 
 
 def test_cli_explain(capsys):
-    assert main(["explain", "--op", "gemm", "--shape", "4096x4096x4104:NT", "--assume-rocm", "--json"]) == 0
+    # exit codes a script can use: 0 YES, 1 NO, 2 usage error (flyexplore.cli)
+    assert main(["explain", "--op", "gemm", "--shape", "4096x4096x4104:NT", "--assume-rocm", "--json"]) == 1
     d = json.loads(capsys.readouterr().out)
     assert d["taken"] is False and "K=4104 is not a multiple of 32" in d["reason"]
     assert d["compile_options"]["max_autotune_gemm_backends"].endswith("FLYDSL")
     assert main(["explain", "--op", "grouped_gemm", "--shape", "g8x512x4096x4096", "--assume-rocm"]) == 0
     assert "grouped_gemm: FlyDSL YES" in capsys.readouterr().out
     assert main(["explain", "--op", "scaled_gemm", "--shape", "32x4096x4096", "--dtype", "mxfp8", "--assume-rocm",
-                 "--opt", "swizzle=swizzle_32_4_4"]) == 0
+                 "--opt", "swizzle=swizzle_32_4_4"]) == 1
     assert "FlyDSL needs NO_SWIZZLE" in capsys.readouterr().out
     for argv, msg in ((["explain", "--op", "conv", "--shape", "1x1"], "unknown operator for explain 'conv'"),
                       (["explain", "--op", "topk", "--shape", "1x0x1"], "non-positive topk n=0"),
@@ -336,11 +337,11 @@ def test_attention_bad_input(kw, msg):
 
 def test_cli_explain_attention(capsys):
     assert main(["explain", "--op", "attention", "--shape", "1x32x4096x4096x128:causal=1", "--arch", "gfx950",
-                 "--aotriton", "0.14.2"]) == 0
+                 "--aotriton", "0.14.2"]) == 3  # unverified here
     out = capsys.readouterr().out
     assert out.startswith("attention: AOTriton FlyDSL UNVERIFIED") and "flyc_attn_fwd" in out
     assert "note: the final choice is AOTriton's" in out
-    assert main(["explain", "--op", "attention", "--shape", "1x32x4096x4096x80", "--arch", "gfx950", "--json"]) == 0
+    assert main(["explain", "--op", "attention", "--shape", "1x32x4096x4096x80", "--arch", "gfx950", "--json"]) == 1
     d = json.loads(capsys.readouterr().out)
     assert d["verdict"] == "not eligible" and "rung 80" in d["reason"]
     for argv, msg in ((["--opt", "backend=foo"], "unknown attention backend 'foo'"),
