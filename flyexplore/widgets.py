@@ -796,7 +796,9 @@ class SweepPanel:
                         s = self._series[sk] = _Series(*sk)
                     s.put(self._x_label(key), sp, base)
                     self._dirty.add(sk)
+            time.sleep(0)  # let a sweep thread that waits for the GIL run now, not after 5 ms
             self._draw_figure(rebuild=full)
+            time.sleep(0)
             now = time.perf_counter()
             if table or (table is None and self._table_due and (final or full or now >= self._next_table)):
                 self._table.show(list(self._table_rows))
