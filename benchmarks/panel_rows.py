@@ -28,8 +28,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from flyexplore import stats as S  # noqa: E402
-from flyexplore.widgets import SweepPanel  # noqa: E402
+from flyexplore.widgets import REDRAW_FACTOR, SweepPanel  # noqa: E402
 
+#: Redraws timed at the end, one new case each.
+REPS = 5
 REASON = ("torch 2.15.0+cu132 is a CUDA build, not ROCm; no ROCm device (Inductor reads the device's "
           "gcnArchName only)")
 
@@ -86,7 +88,7 @@ def main(argv=None) -> int:
     cost = []
     t_start = time.perf_counter()
     panel.open_feed(len(rows))
-    for r in rows[:-3]:
+    for r in rows[:-REPS * 3]:
         t0 = time.perf_counter()
         panel.add_row(r)
         cost.append(time.perf_counter() - t0)
@@ -94,11 +96,14 @@ def main(argv=None) -> int:
             time.sleep(a.gap_ms / 1e3)
     t_fed = time.perf_counter() - t_start
     last = panel.close_feed()  # the UI thread ends; what follows is timed on this thread
-    for r in rows[-3:]:  # the last case arrives: one redraw at N rows
-        panel.add_row(r)
-    fig_only = panel.redraw(table=False)
-    table_only = panel.redraw(table=True)
-    full = panel.redraw(full=True)
+    fig_t, tab_t = [], []
+    for i in range(REPS, 0, -1):  # the last cases arrive one by one: redraws at ~N rows
+        for r in rows[len(rows) - 3 * i:len(rows) - 3 * (i - 1)]:
+            panel.add_row(r)
+        fig_t.append(panel.redraw(table=False))
+        tab_t.append(panel.redraw(table=True))
+    fig_only, table_only = statistics.median(fig_t), statistics.median(tab_t)
+    full = statistics.median(panel.redraw(full=True) for _ in range(3))
     ms = sorted(c * 1e3 for c in cost)
     p95 = ms[min(len(ms) - 1, int(0.95 * len(ms)))]
     log = panel.redraw_log
@@ -120,10 +125,11 @@ def main(argv=None) -> int:
     if late:
         print(f"UI-thread redraws at >= 90% of the rows: {len(late)}, max {max(late) * 1e3:.1f} ms   (goal < 200 ms)")
     print(f"end of the feed: last redraw with every row (catch-up, figure, table, notes): {last * 1e3:.1f} ms")
-    print(f"one redraw at {len(rows)} rows, one new case (3 rows) into the figure: {fig_only * 1e3:.1f} ms; "
-          f"the table refresh with {len(rows)} rows: {table_only * 1e3:.1f} ms; together "
-          f"{(fig_only + table_only) * 1e3:.1f} ms   (goal < 200 ms)")
-    print(f"full redraw at {len(rows)} rows (every speedup recomputed, figure rebuilt, table): {full * 1e3:.1f} ms")
+    print(f"one redraw at ~{len(rows)} rows (median of {REPS}), one new case (3 rows) into the figure: "
+          f"{fig_only * 1e3:.1f} ms; the table refresh with {len(rows)} rows: {table_only * 1e3:.1f} ms; together "
+          f"{(fig_only + table_only) * 1e3:.1f} ms   (goal: a redraw < 200 ms; the table refresh is\n"
+          f"  separate and rarer: at most every {REDRAW_FACTOR}x its own cost)")
+    print(f"full redraw at {len(rows)} rows (median of 3; every speedup recomputed, figure rebuilt, table): {full * 1e3:.1f} ms")
     return 0
 
 
