@@ -88,9 +88,9 @@ TABLE_S = 2.0
 REDRAW_FACTOR = 20
 #: The longest wait between two redraws while rows arrive (seconds).
 REDRAW_MAX_S = 2.0
-#: A plan with more speedup points than this draws WebGL markers (``Scattergl``) instead of SVG.
+#: A plan with more rows than this draws WebGL markers (``Scattergl``) instead of SVG.
 GL_POINTS = 400
-#: A plan with at most this many speedup points writes each point's value and label letter.
+#: A plan with at most this many rows writes each point's value and label letter.
 TEXT_POINTS = 40
 #: Rows per page of the paged table (used without itables).
 PAGE_ROWS = 25
