@@ -9,7 +9,6 @@ import time
 import types
 
 import ipywidgets as W
-import pandas as pd
 import plotly.graph_objects as go
 import pytest
 import torch
@@ -110,7 +109,7 @@ def test_without_anywidget_a_static_figure_a_paged_table_and_what_to_install(mon
     assert [t["name"].split(":")[0] for t in fig["data"]] == ["triton", "flydsl"]
     assert len(fig["data"][0]["x"]) == 10 and "Speedup over aten" in fig["layout"]["title"]["text"]
     # the paged table
-    assert p.table.children[0].children[1].value == f"page 1 of 2 (30 rows)"
+    assert p.table.children[0].children[1].value == "page 1 of 2 (30 rows)"
     assert p.table.children[1].value.count("<tr>") == PAGE_ROWS  # a page of body rows
     p.table.children[0].children[2].click()
     assert p.table.children[1].value.count("<tr>") == 30 - PAGE_ROWS
