@@ -9,13 +9,28 @@ UI only. Everything these widgets show or do is a call into the library
 plotly's ``FigureWidget`` (plotly >= 6 builds it on anywidget): the ``notebook`` extra.
 
 Threading. A sweep runs in a background thread so that the notebook stays responsive while it
-runs (other cells execute, Stop can be clicked). Widget updates are trait changes made from
-that thread; in ipykernel every IOPub message, comm messages included, is handed to the
-kernel's IOPub thread to send (``ipykernel.iostream.IOPubThread.send_multipart``), and a
-message sent from a user thread takes the shell's parent header
-(``ipykernel.kernelbase.Kernel._get_shell_context_var``), so this is safe without marshalling
-through the IOLoop. ``tests/test_notebooks.py`` checks that the updates reach a real kernel's
-frontend state.
+runs (other cells execute, Stop can be clicked). The sweep thread never renders: each finished
+row is appended to a list and a redraw is requested (:meth:`SweepPanel.add_row`, microseconds);
+a second thread (``flyexplore-panel-ui``) applies the rows that arrived since its last pass a few
+times per second (:data:`REDRAW_S`, stretched to :data:`REDRAW_FACTOR` x the last redraw's own
+cost, so the UI takes a bounded share of the CPU and of the GIL from the sweep). A redraw
+appends to the figure's existing traces inside ``batch_update`` (plotly's advice for live
+figures; WebGL markers for large plans) and updates the geometric means with their intervals
+(:func:`flyexplore.stats.geomean_ci`) and the verdict counts of the touched series only.
+Widget updates are trait changes made from that thread; in ipykernel every IOPub message,
+comm messages included, is handed to the kernel's IOPub thread to send
+(``ipykernel.iostream.IOPubThread.send_multipart``), and a message sent from a user thread takes
+the shell's parent header (``ipykernel.kernelbase.Kernel._get_shell_context_var``), so this is
+safe without marshalling through the IOLoop. ``tests/test_notebooks.py`` checks that the
+updates reach a real kernel's frontend state.
+
+Results table: an ``itables`` grid (:class:`itables.widget.ITable`, DataTables in the browser)
+-- chosen over ipydatagrid (last release 2024, pulls bqplot and py2vega) and perspective
+(a WebAssembly engine and its own JupyterLab extension) because it is maintained, small, pure
+Python, built on anywidget like plotly's ``FigureWidget`` (no further JupyterLab extension), and
+pages, sorts and searches thousands of rows in the browser. Without itables (or anywidget) the
+table is a paged HTML view. Long messages (an ``unavailable`` reason) are numbered once in the
+notes below the table; rows show the number and the first words.
 """
 from __future__ import annotations
 
@@ -63,6 +78,199 @@ def _fmt_seconds(s: float) -> str:
     return f"{s / 60:.1f} min"
 
 
+#: Seconds between two redraws of the sweep panel while rows arrive.
+REDRAW_S = 0.25
+#: Seconds between two refreshes of the results table (a full resend of its rows) while rows arrive.
+TABLE_S = 2.0
+#: A redraw that took ``t`` seconds waits at least ``REDRAW_FACTOR * t`` (at most
+#: :data:`REDRAW_MAX_S`) before the next one, so the panel's thread takes about 1/REDRAW_FACTOR of
+#: a core (and of the GIL) from the sweep.
+REDRAW_FACTOR = 20
+#: The longest wait between two redraws while rows arrive (seconds).
+REDRAW_MAX_S = 2.0
+#: A plan with more rows than this draws WebGL markers (``Scattergl``) instead of SVG.
+GL_POINTS = 400
+#: A plan with at most this many rows writes each point's value and label letter.
+TEXT_POINTS = 40
+#: Rows per page of the paged table (used without itables).
+PAGE_ROWS = 25
+#: Messages longer than this are numbered in the notes under the table instead of repeated.
+NOTE_CHARS = 60
+#: Marker symbol of each verdict label (SAME is also outlined in black, as in speedup_figure).
+SYMBOLS = {"FASTER": "triangle-up", "SAME": "circle", "SLOWER": "triangle-down", "AMBIGUOUS": "diamond"}
+_INSTALL = "pip install anywidget itables (or pip install 'flyexplore[notebook]')"
+
+
+def _missing_anywidget() -> str | None:
+    """Why the live figure widget cannot be made (``None`` when anywidget imports)."""
+    try:
+        import anywidget  # noqa: F401 - plotly's FigureWidget and itables' grid are anywidgets
+    except ImportError as exc:
+        return f"anywidget is not installed ({exc})"
+    return None
+
+
+def _finite(v) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return f if math.isfinite(f) else math.nan
+
+
+def case_speedups(rows: list[dict], baseline: str) -> list[dict]:
+    """Speedups of one case (``rows``: the row dicts of one (op, case, dtype), as the sweep
+    emits them) against ``baseline``, by the rules of :func:`flyexplore.results.speedup` without
+    building a frame: only ``ok``/``published`` rows with a time and not ``flydsl_taken=False``;
+    the speedup, interval and label a row carries when its sweep measured it against the same
+    baseline in the same run (paired rounds), else :func:`flyexplore.results.ratio_interval` on
+    the two rows' stored samples; the label by :func:`flyexplore.stats.verdict` with the row's
+    ``band``. Returns one dict per non-baseline backend with ``backend, speedup, speedup_lo,
+    speedup_hi, verdict, time_ms, baseline_ms`` (times in ms); empty without a baseline row."""
+    from . import stats as S
+
+    ok = [r for r in rows if r.get("status") in ("ok", "published") and _finite(r.get("time_ms")) > 0
+          and r.get("flydsl_taken") is not False]
+    base = [r for r in ok if r.get("backend") == baseline]
+    if not base:
+        return []
+    b = base[-1]
+    out = []
+    for x in ok:
+        if x.get("backend") == baseline:
+            continue
+        band = _finite(x.get("band"))
+        band = band if band == band else S.BAND
+        if (x.get("baseline") == baseline and _finite(x.get("speedup")) == _finite(x.get("speedup"))
+                and x.get("run_id") is not None and x.get("run_id") == b.get("run_id")):
+            est, lo, hi = _finite(x["speedup"]), _finite(x.get("speedup_lo")), _finite(x.get("speedup_hi"))
+        else:
+            est, lo, hi, _how = R.ratio_interval(pd.DataFrame([b]), pd.DataFrame([x]))
+        published = "published" in (b.get("source"), x.get("source"))
+        lab = "" if published and not (lo == lo and hi == hi) else S.verdict(lo, hi, band)
+        out.append({"backend": x["backend"], "speedup": est, "speedup_lo": lo, "speedup_hi": hi,
+                    "verdict": lab, "time_ms": _finite(x["time_ms"]), "baseline_ms": _finite(b["time_ms"])})
+    return out
+
+
+class _Series:
+    """The points of one (dtype, backend) series of the live speedup figure."""
+
+    def __init__(self, dtype: str, backend: str):
+        self.dtype, self.backend = dtype, backend
+        self.pos: dict[str, int] = {}
+        self.x: list[str] = []
+        self.y: list[float] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+        self.lab: list[str] = []
+        self.hover: list[str] = []
+
+    def put(self, x: str, sp: dict, baseline: str) -> None:
+        est, lo, hi, lab = sp["speedup"], sp["speedup_lo"], sp["speedup_hi"], sp["verdict"]
+        iv = f"[{lo:.3f}, {hi:.3f}]" if lo == lo and hi == hi else "[no interval]"
+        hov = (f"<b>{html.escape(self.backend)}</b> {html.escape(x)}<br>speedup {est:.3f}x {iv} {lab}<br>"
+               f"time {sp['time_ms'] * 1e3:.2f} µs<br>baseline {html.escape(baseline)} "
+               f"{sp['baseline_ms'] * 1e3:.2f} µs")
+        i = self.pos.get(x)
+        if i is None:  # append: the common case, one point per case
+            self.pos[x] = len(self.x)
+            for lst, v in ((self.x, x), (self.y, est), (self.lo, lo), (self.hi, hi), (self.lab, lab),
+                           (self.hover, hov)):
+                lst.append(v)
+        else:  # a case's rows arrived in several parts (block order): its point moves
+            self.y[i], self.lo[i], self.hi[i], self.lab[i], self.hover[i] = est, lo, hi, lab, hov
+
+    def geomean(self) -> tuple[float, float, float]:
+        from . import stats as S
+        return S.geomean_ci(self.y, self.lo, self.hi)
+
+    def counts(self) -> str:
+        from . import stats as S
+        return ", ".join(f"{self.lab.count(k)} {k}" for k in S.LABELS if k in self.lab)
+
+
+class _Notes:
+    """Long messages numbered once: a row shows ``[n]`` and the first words."""
+
+    def __init__(self):
+        self.num: dict[str, int] = {}
+        self.count: dict[str, int] = {}
+
+    def short(self, msg) -> str:
+        if msg is None or (isinstance(msg, float) and math.isnan(msg)) or msg is pd.NA:
+            return ""
+        msg = str(msg)
+        if len(msg) <= NOTE_CHARS:
+            return msg
+        n = self.num.setdefault(msg, len(self.num) + 1)
+        self.count[msg] = self.count.get(msg, 0) + 1
+        return f"[{n}] {msg[:NOTE_CHARS - 20].rstrip()}…"
+
+    def html(self) -> str:
+        if not self.num:
+            return ""
+        items = "".join(f"<li>[{n}] ({self.count[m]} row{'s' if self.count[m] != 1 else ''}) "
+                        f"{html.escape(m)}</li>" for m, n in self.num.items())
+        return f"<small><b>messages</b><ul style='margin:2px 0'>{items}</ul></small>"
+
+
+class _GridTable:
+    """The results table as an itables grid (see the module text)."""
+
+    kind = "itables grid"
+
+    def __init__(self):
+        from itables.widget import ITable
+
+        self.frame = pd.DataFrame(columns=list(TABLE_COLUMNS))
+        # every row (no downsampling), 15 a page; the options go with every update (update()
+        # otherwise falls back to itables' defaults, which downsample above 64 KB)
+        self.opts = dict(maxBytes=0, pageLength=15, lengthMenu=[15, 50, 200, 1000], showIndex=False,
+                         scrollX=True, classes="display compact nowrap cell-border flyexplore-grid")
+        self.widget = ITable(self.frame, **self.opts)
+
+    def show(self, rows: list[dict]) -> None:
+        self.frame = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+        self.widget.update(self.frame, **self.opts)
+
+
+class _PagedTable:
+    """The results table as HTML pages of :data:`PAGE_ROWS` rows (without itables)."""
+
+    kind = "paged table"
+
+    def __init__(self):
+        self.frame = pd.DataFrame(columns=list(TABLE_COLUMNS))
+        self.page = 0
+        self.html = W.HTML()
+        self.prev = W.Button(description="previous", icon="chevron-left", layout=W.Layout(width="110px"))
+        self.next = W.Button(description="next", icon="chevron-right", layout=W.Layout(width="110px"))
+        self.label = W.Label()
+        self.prev.on_click(lambda _b: self.turn(-1))
+        self.next.on_click(lambda _b: self.turn(1))
+        self.widget = W.VBox([W.HBox([self.prev, self.label, self.next]), self.html])
+        self._render()
+
+    def show(self, rows: list[dict]) -> None:
+        self.frame = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+        self._render()
+
+    def turn(self, step: int) -> None:
+        """Show the page ``step`` pages on (negative: back), within the pages there are."""
+        self.page += step
+        self._render()
+
+    def _render(self) -> None:
+        pages = max(1, math.ceil(len(self.frame) / PAGE_ROWS))
+        self.page = min(max(self.page, 0), pages - 1)
+        part = self.frame.iloc[self.page * PAGE_ROWS:(self.page + 1) * PAGE_ROWS]
+        self.label.value = f"page {self.page + 1} of {pages} ({len(self.frame)} rows)"
+        self.prev.disabled, self.next.disabled = self.page == 0, self.page >= pages - 1
+        body = part.to_html(index=False, escape=True, classes="flyexplore-table", border=0, na_rep="")
+        self.html.value = f"{_TABLE_CSS}{body}"
+
+
 class SweepPanel:
     """A sweep panel: choose an operator, a suite or shapes, dtypes and backends; Run and Stop;
     watch a progress bar, a speedup figure and a results table fill in as rows arrive; save.
@@ -87,11 +295,19 @@ class SweepPanel:
       :attr:`save_path`, :attr:`save_button` (``.click()``).
     - outputs: :attr:`progress` (IntProgress: ``value`` rows done of ``max``), :attr:`status`
       (rows done, the case now running, time left = mean seconds per finished row x rows
-      left), :attr:`message` (HTML; errors and outcomes), :attr:`figure`
-      (plotly ``FigureWidget``: :func:`flyexplore.plots.speedup_figure`, baseline time /
-      backend time per case), :attr:`table` (HTML; times in ms, TFLOP/s, GB/s),
-      :attr:`row_select` and :attr:`details` (one finished row, every column).
+      left), :attr:`message` (HTML; errors and outcomes), :attr:`figure` (plotly
+      ``FigureWidget``, live: one marker series per backend (and dtype), baseline time /
+      backend time per case with its 95% interval as a whisker, the verdict label as the
+      marker (and letter, for small plans), the geometric mean with its interval and the label
+      counts in the legend; the statistics of :func:`flyexplore.plots.speedup_figure`, computed
+      case by case (:func:`case_speedups`); without anywidget a plain ``go.Figure`` shown
+      statically, with :attr:`notice` saying what to install), :attr:`table` (the results grid:
+      itables, else a paged HTML view; :attr:`table_frame` is what it shows; times in ms,
+      TFLOP/s, GB/s), :attr:`notes` (long messages, numbered once), :attr:`row_select` and
+      :attr:`details` (one finished row, every column).
     - :meth:`plan`, :meth:`start`, :meth:`stop`, :meth:`wait`, :meth:`save`, :attr:`running`,
+      :meth:`open_feed`, :meth:`add_row` (the sweep thread's per-row call), :meth:`close_feed`,
+      :meth:`redraw`,
       :attr:`results` (a DataFrame of the rows so far, :mod:`flyexplore.results` schema),
       :attr:`widget` (the top-level ``VBox``).
 
@@ -118,6 +334,19 @@ class SweepPanel:
         self._sync_depth = 0
         self._items: list = []
         self._t0 = 0.0
+        # rows reach the UI through self._rows + self._wake; the UI thread draws them (see module)
+        self._total = 0
+        self._drawn = 0
+        self._wake = threading.Event()
+        self._closing = threading.Event()
+        self._ui: threading.Thread | None = None
+        self._draw_lock = threading.RLock()
+        self._next_draw = self._next_table = 0.0
+        self._gl = self._text = False
+        #: (rows drawn, seconds, table refreshed) of each redraw the UI thread made in this feed
+        self.redraw_log: list[tuple[int, float, bool]] = []
+        self._last_table = False
+        self._reset_views()
         self._row_cbs: list[Callable[[dict], Any]] = []
         self._done_cbs: list[Callable[[pd.DataFrame], Any]] = []
         self._select_cbs: list[Callable[[dict], Any]] = []
@@ -137,8 +366,28 @@ class SweepPanel:
         self.progress = W.IntProgress(value=0, min=0, max=1, description="progress")
         self.status = W.Label("idle")
         self.message = W.HTML()
-        self.figure = go.FigureWidget()
-        self.table = W.HTML()
+        self.notice = W.HTML()
+        missing = _missing_anywidget()
+        if missing is None:
+            self.figure = go.FigureWidget()
+            self._static = None
+        else:  # a plain figure, shown as a static plot in an Output, redrawn in full
+            self.figure = go.Figure()
+            self._static = W.Output()
+        try:
+            if missing is not None:
+                raise ImportError(missing)
+            self._table = _GridTable()
+        except ImportError as exc:
+            self._table = _PagedTable()
+            missing = missing or f"itables is not installed ({exc})"
+        if missing is not None:
+            live = ("the figure below is static, redrawn in full (no live updates)"
+                    if self._static is not None else "the figure is live")
+            self.notice.value = _span(f"{missing}: {live}; the table is a {self._table.kind}. For the live "
+                                      f"figure and the data grid: {_INSTALL}", "warn")
+        self.table = self._table.widget
+        self.notes = W.HTML()
         self.row_select = W.Dropdown(description="row", options=[], layout=W.Layout(width="600px"))
         self.details = W.HTML()
         self.save_path = W.Text(value=save_path, description="save to",
@@ -149,7 +398,7 @@ class SweepPanel:
         self.op.observe(lambda ch: self._load_op(), names="value")
         self.suite.observe(lambda ch: self._load_suite(), names="value")
         self.shapes.observe(self._shapes_edited, names="value")
-        self.baseline.observe(lambda ch: self._refresh_figure(), names="value")
+        self.baseline.observe(lambda ch: self.redraw(full=True), names="value")
         self.row_select.observe(self._row_chosen, names="value")
         self.run_button.on_click(lambda _b: self.start())
         self.stop_button.on_click(lambda _b: self.stop())
@@ -165,9 +414,11 @@ class SweepPanel:
             W.HBox([self.shapes, self.dtypes, self.backends]),
             W.HBox([self.run_button, self.stop_button, self.progress, self.status]),
             self.message,
-            self.figure,
+            self.notice,
+            self.figure if self._static is None else self._static,
             W.HTML("<b>Results</b>"),
             self.table,
+            self.notes,
             W.HBox([self.row_select]),
             self.details,
             W.HBox([self.save_path, self.save_button]),
@@ -306,17 +557,9 @@ class SweepPanel:
         except UsageError as exc:
             self._say(str(exc), "error")
             return False
-        with self._lock:
-            self._rows = []
         self._items = [(c.label, d, b) for c, d, b in plan.items()]
         self._stop.clear()
-        self.progress.max = max(1, len(plan))
-        self.progress.value = 0
-        self.progress.bar_style = ""
-        self.row_select.options = []
-        self.details.value = ""
-        self.table.value = ""
-        self._draw_empty()
+        self.open_feed(len(plan))
         for w in self._inputs:
             w.disabled = True
         self.stop_button.disabled = False
@@ -353,12 +596,13 @@ class SweepPanel:
                 for factory in list(self._contexts):
                     stack.enter_context(factory())
                 df = run_sweep(**args, device=self.device, timer=self.timer, progress=False,
-                               on_row=self._row_done, should_stop=self._stop.is_set)
+                               on_row=self.add_row, should_stop=self._stop.is_set)
         except UsageError as exc:
             failure = (str(exc), "error")
         except Exception as exc:  # shown in the panel; finished rows are kept
             lines = str(exc).strip().splitlines()
             failure = (f"sweep failed: {type(exc).__name__}: {lines[0] if lines else ''}", "error")
+        self.close_feed()
         self._finish(df, failure)
 
     def _finish(self, df, failure) -> None:
@@ -384,22 +628,10 @@ class SweepPanel:
         for cb in list(self._done_cbs):
             self._call(cb, frame)
 
-    def _row_done(self, row: dict) -> None:
-        with self._lock:
-            self._rows.append(row)
-        self.progress.value = len(self._rows)
-        self._set_status()
-        self._refresh_table()
-        self._refresh_figure()
-        self.row_select.options = [*self.row_select.options,
-                                   (self._row_label(row), len(self._rows) - 1)]
-        for cb in list(self._row_cbs):
-            self._call(cb, row)
-
     def _set_status(self) -> None:
-        done, total = len(self._rows), len(self._items)
+        done, total = len(self._rows), len(self._items) or self._total
         text = f"{done}/{total}"
-        if done < total:
+        if done < len(self._items):
             label, dtype, backend = self._items[done]
             text += f" - now {label} {dtype} {backend}"
             if done:
@@ -433,41 +665,251 @@ class SweepPanel:
         self.message.value = (f'<span style="color:{color}">{html.escape(text, quote=False)}</span>'
                               if text else "")
 
-    def _draw_empty(self) -> None:
+    def _draw_empty(self, title: str | None = None) -> None:
+        self._trace_of = {}
+        self._dirty = set(self._series)
         with self.figure.batch_update():
             self.figure.data = ()
-            self.figure.layout = {}
-            self.figure.update_layout(title="speedup: no rows yet", template="plotly_white",
-                                      height=380)
+            # the look of plotly_white, set directly: validating the template costs ~0.1 s a time
+            self.figure.layout = dict(title=dict(text=title or "speedup: no rows yet"), height=420,
+                                      paper_bgcolor="white", plot_bgcolor="white",
+                                      font=dict(family="Arial, Helvetica, sans-serif", size=12),
+                                      xaxis=dict(gridcolor="#EBF0F8", zerolinecolor="#EBF0F8"),
+                                      yaxis=dict(gridcolor="#EBF0F8", zerolinecolor="#EBF0F8"))
 
-    def _refresh_figure(self) -> None:
-        from .plots import speedup_figure
+    # -- rows to the UI ------------------------------------------------------------------
+    def _reset_views(self) -> None:
+        self._by_case: dict[tuple, list[dict]] = {}
+        self._series: dict[tuple[str, str], _Series] = {}
+        self._trace_of: dict[tuple[str, str], int] = {}
+        self._dirty: set[tuple[str, str]] = set()
+        self._table_rows: list[dict] = []
+        self._options: list[tuple[str, int]] = []
+        self._notes = _Notes()
+        self._table_due = False
+        self._dtypes: set[str] = set()
 
-        df = self.results
-        if df.empty:
+    def open_feed(self, total: int) -> None:
+        """Start showing a new set of rows (what Run does before its sweep starts): clear the
+        rows, figure, table and notes, and start the panel's UI thread, which applies the rows
+        given to :meth:`add_row` a few times per second (see the module text). ``total``: rows
+        expected (progress bar; above :data:`GL_POINTS` the figure uses WebGL markers, up to
+        :data:`TEXT_POINTS` it writes values). Ends a feed still open."""
+        self.close_feed(draw=False)
+        from scipy.stats import norm  # noqa: F401 - imported here, not in the first redraw (geomean_ci)
+        with self._draw_lock:
+            with self._lock:
+                self._rows = []
+            self._drawn = 0
+            self.redraw_log = []
+            self._total = int(total)
+            self._gl, self._text = total > GL_POINTS, total <= TEXT_POINTS
+            self._reset_views()
+            self.progress.max = max(1, self._total)
+            self.progress.value = 0
+            self.progress.bar_style = ""
+            self.row_select.options = []
+            self.details.value = ""
+            self.notes.value = ""
+            self._table.show([])
+            self._draw_empty()
+        self._wake.clear()
+        self._closing.clear()
+        self._next_draw = self._next_table = 0.0
+        self._ui = threading.Thread(target=self._ui_loop, daemon=True, name="flyexplore-panel-ui")
+        self._ui.start()
+
+    def add_row(self, row: dict) -> None:
+        """Take one finished row (a dict of result columns): what the sweep's thread calls for
+        each row (``run_sweep(on_row=...)``). Only appends the row and wakes the UI thread
+        (microseconds; the sweep never waits on rendering), then calls the :meth:`on_row`
+        callbacks in the caller's thread."""
+        with self._lock:
+            self._rows.append(row)
+        self._wake.set()
+        for cb in list(self._row_cbs):
+            self._call(cb, row)
+
+    def close_feed(self, draw: bool = True) -> float:
+        """Stop the UI thread, then (``draw``) redraw once in full with every row, table and
+        notes included (what the end of a sweep does; a full redraw re-sends the figure, so a
+        browser view that missed an update while it was being created ends right). Returns the
+        seconds that last redraw took."""
+        ui = self._ui
+        if ui is not None:
+            self._closing.set()
+            self._wake.set()
+            ui.join()
+            self._ui = None
+        return self.redraw(full=True, final=True) if draw else 0.0
+
+    def _ui_loop(self) -> None:
+        while True:
+            self._wake.wait()
+            wait = self._next_draw - time.perf_counter()
+            if self._closing.is_set() or (wait > 0 and self._closing.wait(wait)):
+                return
+            self._wake.clear()
+            try:
+                cost = self.redraw()
+                self.redraw_log.append((self._drawn, cost, self._last_table))
+            except Exception as exc:  # a drawing bug must not end the sweep
+                cost = REDRAW_S
+                self._say(f"panel redraw failed: {type(exc).__name__}: {exc}", "error")
+            self._next_draw = time.perf_counter() + min(REDRAW_MAX_S, max(REDRAW_S, REDRAW_FACTOR * cost))
+
+    def redraw(self, full: bool = False, final: bool = False, table: bool | None = None) -> float:
+        """Apply the rows that arrived since the last redraw: progress, status, the figure's
+        touched series (appended in one ``batch_update``), their geometric means and label
+        counts; the table, notes and row list at most every :data:`TABLE_S` seconds (always
+        with ``final``; ``table`` True/False: now/not this time). ``full``: recompute every speedup and redraw the figure from all rows
+        (what changing the baseline does). Called by the UI thread; safe from any thread.
+        Returns the seconds it took."""
+        t0 = time.perf_counter()
+        self._last_table = False
+        with self._draw_lock:
+            with self._lock:
+                new = self._rows[self._drawn:]
+                n = len(self._rows)
+            self._drawn = n
+            self.progress.value = n
+            self._set_status()
+            touched: dict[tuple[str, str], None] = {}  # in arrival order: points append in case order
+            for row in new:
+                key = (str(row.get("case")), str(row.get("dtype")))
+                self._by_case.setdefault(key, []).append(row)
+                self._dtypes.add(key[1])
+                touched[key] = None
+                self._table_rows.append(self._display_row(row))
+                self._options.append((self._row_label(row), len(self._options)))
+            if new:
+                self._table_due = True
+            if full:
+                self._series, self._trace_of, self._dirty = {}, {}, set()
+                touched = dict.fromkeys(self._by_case)
+            base = self.baseline.value
+            for key in touched:
+                for sp in case_speedups(self._by_case[key], base):
+                    sk = (key[1], sp["backend"])
+                    s = self._series.get(sk)
+                    if s is None:
+                        s = self._series[sk] = _Series(*sk)
+                    s.put(self._x_label(key), sp, base)
+                    self._dirty.add(sk)
+            time.sleep(0)  # let a sweep thread that waits for the GIL run now, not after 5 ms
+            self._draw_figure(rebuild=full)
+            time.sleep(0)
+            now = time.perf_counter()
+            if table or (table is None and self._table_due and (final or full or now >= self._next_table)):
+                self._table.show(list(self._table_rows))
+                self.notes.value = self._notes.html()
+                self.row_select.options = list(self._options)
+                self._table_due = False
+                if self._static is not None:
+                    self._show_static()
+                self._next_table = time.perf_counter() + min(
+                    5 * REDRAW_MAX_S, max(TABLE_S, REDRAW_FACTOR * (time.perf_counter() - now)))
+                self._last_table = True
+            elif final and self._static is not None:
+                self._show_static()
+        return time.perf_counter() - t0
+
+    def _x_label(self, key: tuple[str, str]) -> str:
+        return f"{key[0]} {key[1]}" if self._multi_dtype() else key[0]
+
+    def _multi_dtype(self) -> bool:
+        return len({d for _, d, _ in self._items}) > 1
+
+    def _display_row(self, row: dict) -> dict:
+        return {c: (self._notes.short(row.get(c)) if c == "message" else _cell(row.get(c)))
+                for c in TABLE_COLUMNS}
+
+    @property
+    def table_frame(self) -> pd.DataFrame:
+        """The rows the table shows (text cells; long messages as ``[n] first words…``)."""
+        return self._table.frame
+
+    def _show_static(self) -> None:
+        import json
+
+        data = {"application/vnd.plotly.v1+json": json.loads(self.figure.to_json()),
+                "text/plain": f"<speedup figure: {len(self.figure.data)} series>"}
+        self._static.outputs = ({"output_type": "display_data", "data": data, "metadata": {}},)
+
+    def _draw_figure(self, rebuild: bool = False) -> None:
+        import plotly.graph_objects as go
+
+        from . import stats as S
+        from .plots import backend_color
+
+        fig = self.figure
+        base = self.baseline.value
+        if not self._series:
+            if rebuild or self._drawn:
+                self._draw_empty(f"speedup: waiting for a {base} row" if self._drawn else None)
             return
-        try:
-            fig = speedup_figure(df, self.baseline.value)
-        except UsageError:  # no baseline row yet
-            fig = None
-        with self.figure.batch_update():
-            self.figure.data = ()
-            if fig is None:
-                self.figure.layout = {}
-                self.figure.update_layout(title=f"speedup: waiting for a {self.baseline.value} row",
-                                          template="plotly_white", height=380)
-            else:
-                self.figure.add_traces(fig.data)
-                self.figure.layout = fig.layout
-                # the legend names each backend with its geometric mean, even for one backend
-                self.figure.update_layout(height=380, showlegend=True)
-
-    def _refresh_table(self) -> None:
-        df = self.results
-        cols = [c for c in TABLE_COLUMNS if c in df.columns]
-        t = pd.DataFrame({c: [_cell(v) for v in df[c]] for c in cols})
-        body = t.to_html(index=False, escape=True, classes="flyexplore-table", border=0)
-        self.table.value = f'{_TABLE_CSS}<div style="max-height:320px;overflow:auto">{body}</div>'
+        if rebuild or not self._trace_of:
+            self._draw_empty()
+            fig.update_layout(legend=dict(title_text="backend", orientation="h", x=0, y=1.0, xanchor="left",
+                                          yanchor="bottom"),
+                              showlegend=True, height=520, margin=dict(l=60, r=20, t=170, b=60),
+                              hoverlabel=dict(align="left"),
+                              xaxis=dict(type="category", title_text="case", automargin=True),
+                              yaxis=dict(rangemode="tozero", title_text=f"speedup vs {base} (x)"))
+        new = [k for k in self._series if k not in self._trace_of]
+        if new:
+            cls = go.Scattergl if self._gl else go.Scatter
+            fig.add_traces([cls(mode="markers+text" if self._text else "markers", legendgroup=k[1],
+                                marker=dict(color=backend_color(k[1]), size=9, line=dict(color="black")),
+                                error_y=dict(type="data", symmetric=False, color="#333", thickness=1.2, width=3),
+                                textposition="top center", textfont=dict(size=10), hoverinfo="text")
+                            for k in new])
+            for i, k in enumerate(new):
+                self._trace_of[k] = len(fig.data) - len(new) + i
+        single = len(self._dtypes) <= 1 and not self._multi_dtype()
+        means, shapes = [], [dict(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1,
+                                  line=dict(color="#555", dash="dash", width=1.5))]
+        # the touched series' arrays in one restyle: plotly_restyle sets the figure's trace data
+        # without validating every element again (2,000 points: ~1 ms instead of ~100 ms)
+        keys = ("name", "x", "y", "error_y.array", "error_y.arrayminus", "marker.symbol", "marker.line.width",
+                "hovertext") + (("text",) if self._text else ())
+        upd: dict[str, list] = {k: [] for k in keys}
+        idx = []
+        for k, s in self._series.items():
+            gm, glo, ghi = s.geomean()
+            gtxt = S.fmt_interval(gm, glo, ghi).replace(" [no interval]", "")
+            name = f"{s.backend}: geomean {gtxt}" if single else f"{s.backend} {s.dtype}: geomean {gtxt}"
+            means.append(name.replace(": geomean", " geomean"))
+            if single and gm == gm:
+                shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=gm, y1=gm,
+                                   line=dict(color=backend_color(s.backend), dash="dot", width=1.5)))
+            if k not in self._dirty:
+                continue
+            counts = s.counts()
+            y = s.y
+            idx.append(self._trace_of[k])
+            for key, v in (("name", name + (f" ({counts})" if counts else "")), ("x", list(s.x)), ("y", list(y)),
+                           ("error_y.array", [h - v if h == h and h > v else 0.0 for v, h in zip(y, s.hi)]),
+                           ("error_y.arrayminus", [v - lo if lo == lo and v > lo else 0.0 for v, lo in zip(y, s.lo)]),
+                           ("marker.symbol", [SYMBOLS.get(lab, "circle") for lab in s.lab]),
+                           ("marker.line.width", [2 if lab == "SAME" else 0 for lab in s.lab]),
+                           ("hovertext", list(s.hover)),
+                           ("text", [f"{v:.2f} {lab[:1]}".rstrip() for v, lab in zip(y, s.lab)])):
+                if key in upd:
+                    upd[key].append(v)
+        self._dirty = set()
+        if idx:
+            fig.plotly_restyle(upd, trace_indexes=idx)
+        with fig.batch_update():
+            gms = "; ".join(means) if len(means) <= 4 else f"geomeans of {len(means)} series in the legend"
+            npts = sum(len(s.x) for s in self._series.values())
+            fig.layout.title.text = (
+                f"Speedup over {html.escape(base)} ({npts} points)<br><sup>baseline time / backend time per "
+                "case; higher is better; whiskers: 95% interval; dashed: 1.0x, dotted: geomean<br>"
+                "marker: ▲ FASTER, ● SAME (outlined: interval within ±1%), ▼ SLOWER, ◆ AMBIGUOUS"
+                f"<br>{html.escape(gms)}</sup>")
+            fig.layout.title.y, fig.layout.title.yanchor = 0.98, "top"
+            fig.layout.shapes = shapes
 
     def _row_chosen(self, change) -> None:
         i = change["new"]

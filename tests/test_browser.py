@@ -172,12 +172,12 @@ def test_quickstart_runs_in_jupyterlab_with_panel_and_figures(lab, tmp_path):
             panel.wait_for(state="visible")
             page.locator(".widget-html", has_text="done: 12 rows").first.wait_for(timeout=30_000)
             assert panel.locator(".widget-dropdown select").first.input_value() == "gemm"
-            assert panel.locator("table.flyexplore-table tbody tr").count() == 12
-            # the panel's FigureWidget drew the inductor bars; the static figure is there too
+            assert panel.locator("table.dataTable tbody tr").count() == 12  # the itables grid
+            # the panel's FigureWidget drew the inductor points; the static figure is there too
             fw = panel.locator(".js-plotly-plot").first
             fw.wait_for(state="visible", timeout=30_000)
-            assert fw.locator(".barlayer .trace").count() == 1
-            assert fw.locator(".barlayer .trace .point").count() == 3
+            assert fw.locator(".scatterlayer .trace").count() == 1
+            assert fw.locator(".scatterlayer .trace .point").count() == 3
             assert "inductor: geomean" in fw.locator(".legend").text_content()
             assert page.locator(".js-plotly-plot").count() == 2
             static = page.locator(".jp-CodeCell").last.locator(".js-plotly-plot")
@@ -193,8 +193,8 @@ def test_quickstart_runs_in_jupyterlab_with_panel_and_figures(lab, tmp_path):
                 "(custom shapes)", timeout=30_000)  # the kernel saw the edit and answered
             panel.locator(".widget-button", has_text="Run").click()
             page.locator(".widget-html", has_text="done: 4 rows").first.wait_for(timeout=90_000)
-            assert panel.locator("table.flyexplore-table tbody tr").count() == 4
-            assert fw.locator(".barlayer .trace .point").count() == 1
+            expect(panel.locator("table.dataTable tbody tr")).to_have_count(4, timeout=30_000)
+            assert fw.locator(".scatterlayer .trace .point").count() == 1
         finally:
             browser.close()
     for d in _artifacts(tmp_path):
@@ -251,3 +251,72 @@ def test_switch_panel_and_inspector_render_and_answer_clicks(lab, tmp_path):
     for d in _artifacts(tmp_path):
         for s in ("dispatch-switches.png", "dispatch-inspector.png"):
             assert (d / s).stat().st_size > 10_000, s
+
+
+PANEL_2000 = [
+    """import importlib.util, threading, time
+spec = importlib.util.spec_from_file_location("panel_rows", {bench!r})
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+from flyexplore.widgets import SweepPanel
+panel = SweepPanel("gemm", backends="aten,triton,flydsl")
+panel""",
+    """rows = bench.synthetic_rows(2000)  # SYNTHETIC rows, fed as a sweep's thread feeds them
+panel.open_feed(len(rows))
+def sweep():
+    for r in rows:
+        panel.add_row(r)
+        time.sleep(0.001)
+t = threading.Thread(target=sweep, name="flyexplore-sweep")
+t.start(); t.join()
+panel.close_feed()
+print("fed", len(rows), "rows")""",
+]
+
+
+def test_sweep_panel_with_2000_rows_shows_figure_and_grid(lab, tmp_path):
+    """The sweep panel fed 2,000 synthetic rows from a thread (benchmarks/panel_rows.py) in
+    JupyterLab: the WebGL figure with its geometric means and the itables grid of 2,000 rows render;
+    the screenshot is kept as panel-2000-rows.png."""
+    try:
+        import nbformat
+        from playwright.sync_api import expect, sync_playwright
+    except ImportError:
+        _need(False, "playwright is not installed (pip install playwright; no 'playwright install')")
+    url, work, log = lab
+    nb = nbformat.v4.new_notebook()
+    bench = str(ROOT / "benchmarks" / "panel_rows.py")
+    nb.cells = [nbformat.v4.new_code_cell(c.format(bench=bench) if "{bench" in c else c) for c in PANEL_2000]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, work / "panel2000.ipynb")
+    with sync_playwright() as pw:
+        # WebGL without a GPU: Chromium's software rasterizer (SwiftShader), asked for explicitly
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS + ["--enable-unsafe-swiftshader"],
+                                     headless=True, timeout=60_000)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1400})
+            page.set_default_timeout(PAGE_LOAD_S * 1000)
+            _run_all(page, url, "panel2000.ipynb")
+            text = page.locator(".jp-Notebook").inner_text()
+            assert "Traceback" not in text, text[text.index("Traceback"):][:2000]
+            assert "fed 2000 rows" in text
+            panel = page.locator(".widget-vbox", has=page.locator(".widget-button", has_text="Run")).first
+            panel.scroll_into_view_if_needed()
+            fw = panel.locator(".js-plotly-plot").first
+            fw.wait_for(state="visible", timeout=60_000)
+            legend = fw.locator(".legend")
+            expect(legend).to_contain_text("triton: geomean", timeout=60_000)
+            assert "flydsl: geomean" in legend.text_content() and "FASTER" in legend.text_content()
+            assert fw.locator(".gl-container canvas").count() >= 1  # WebGL markers
+            assert "WebGL is not supported" not in fw.inner_text()
+            expect(panel.locator(".dt-info")).to_contain_text("2,000", timeout=60_000)
+            assert panel.locator("table.dataTable tbody tr").count() == 15  # one page of the grid
+            # the long unavailable reason once, with its count, not in every row
+            assert re.search(r"\[1\] \(\d+ rows\) torch 2\.15\.0\+cu132 is a CUDA build", panel.inner_text())
+            page.wait_for_timeout(1500)  # the WebGL canvas paints after the DOM
+            for d in _artifacts(tmp_path):
+                panel.screenshot(path=str(d / "panel-2000-rows.png"))
+        finally:
+            browser.close()
+    for d in _artifacts(tmp_path):
+        assert (d / "panel-2000-rows.png").stat().st_size > 30_000

@@ -8,7 +8,8 @@ import pytest
 from flyexplore import results as R
 from flyexplore.errors import UsageError
 from flyexplore.ops import list_ops
-from flyexplore.widgets import CUSTOM, SweepPanel, environment_view
+from flyexplore.plots import speedup_figure
+from flyexplore.widgets import CUSTOM, SYMBOLS, SweepPanel, environment_view
 
 FAST = {"rep": 3, "warmup": 1}
 WAIT = 240  # seconds; a bound, never reached on a healthy machine
@@ -74,7 +75,8 @@ def test_bad_initial_values_raise_usage_error():
 
 
 def test_run_fills_rows_progress_table_and_figure(tmp_path):
-    p = SweepPanel("gemm", suite="cpu-small", backends=["aten", "inductor", "triton"], timer=FAST)
+    # 8 rounds: enough for a 95% interval of every speedup (6 or more)
+    p = SweepPanel("gemm", suite="cpu-small", backends=["aten", "inductor", "triton"], timer={"rep": 8, "warmup": 1})
     seen, done = [], []
     p.on_row(lambda row: seen.append((row["case"], row["backend"], threading.current_thread().name)))
     p.on_done(done.append)
@@ -90,12 +92,18 @@ def test_run_fills_rows_progress_table_and_figure(tmp_path):
     assert "done: 9 rows" in p.message.value and "3 unavailable" in p.message.value
     assert not p.running and not p.run_button.disabled and p.stop_button.disabled
     assert len(done) == 1 and len(done[0]) == 9
-    # figure: one bar trace (inductor vs aten), one bar per case, the 1.0x line
-    bars = [t for t in p.figure.data if t.type == "bar"]
-    assert len(bars) == 1 and bars[0].name.startswith("inductor: geomean ")
-    assert list(bars[0].x) == ["128x128x128", "256x256x256", "384x256x512"]
+    # figure: one marker series (inductor vs aten), one point per case with its interval and
+    # label, the 1.0x line; the same numbers and legend as plots.speedup_figure
+    pts = [t for t in p.figure.data if t.type == "scatter"]
+    assert len(pts) == 1 and pts[0].name.startswith("inductor: geomean ")
+    assert list(pts[0].x) == ["128x128x128", "256x256x256", "384x256x512"]
     sp = R.speedup(df, "aten")
-    assert list(bars[0].y) == pytest.approx(list(sp["speedup"]))
+    assert list(pts[0].y) == pytest.approx(list(sp["speedup"]))
+    assert [y + e for y, e in zip(pts[0].y, pts[0].error_y.array)] == pytest.approx(list(sp["speedup_hi"]))
+    assert [y - e for y, e in zip(pts[0].y, pts[0].error_y.arrayminus)] == pytest.approx(list(sp["speedup_lo"]))
+    assert list(pts[0].marker.symbol) == [SYMBOLS[v] for v in sp["verdict"]]
+    assert [t[-1] for t in pts[0].text] == [v[0] for v in sp["verdict"]]  # a small plan writes the letters
+    assert pts[0].name == speedup_figure(df, "aten").data[0].name  # geomean, interval, label counts
     assert any(s.y0 == 1.0 and s.line.dash == "dash" for s in p.figure.layout.shapes)
     # a lone backend's geometric mean is shown: legend on, and in the subtitle
     gm = R.geomean(sp["speedup"])
@@ -103,9 +111,12 @@ def test_run_fills_rows_progress_table_and_figure(tmp_path):
     assert {round(sh.y0, 6): sh.line.dash for sh in p.figure.layout.shapes}[round(gm, 6)] == "dot"
     # another baseline redraws the figure from the same rows
     p.baseline.value = "inductor"
-    assert [t.name.split(":")[0] for t in p.figure.data if t.type == "bar"] == ["aten"]
-    # table: every row, with the unavailable reason
-    assert p.table.value.count("<tr>") == 9 and "Triton GEMM templates need a CUDA or ROCm GPU" in p.table.value
+    assert [t.name.split(":")[0] for t in p.figure.data if t.type == "scatter"] == ["aten"]
+    # table: every row; the long unavailable reason once in the notes, numbered in the rows
+    t = p.table_frame
+    assert len(t) == 9 and list(t.backend) == list(df.backend)
+    assert set(t.message[t.status == "unavailable"]) == {"[1] Triton GEMM templates need a CUDA or ROC…"}
+    assert p.notes.value.count("Triton GEMM templates need a CUDA or ROCm GPU") == 1 and "(3 rows)" in p.notes.value
     # row details and on_select
     chosen = []
     p.on_select(chosen.append)
@@ -127,11 +138,13 @@ def test_stop_ends_after_the_current_case_and_keeps_rows():
     shapes = "\n".join(f"{64 + 8 * i}x64x64" for i in range(12))
     p = SweepPanel("gemm", shapes=shapes, dtypes="fp32", backends="aten", timer=FAST)
     gate = threading.Event()
+    seen = []
 
     def hold_then_stop(row):
-        if p.progress.value == 2:
+        seen.append(row)
+        if len(seen) == 2:
             gate.wait(WAIT)  # the worker waits here while the test looks at the panel
-        if p.progress.value == 3:
+        if len(seen) == 3:
             p.stop_button.click()
 
     p.on_row(hold_then_stop)
