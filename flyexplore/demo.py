@@ -135,8 +135,8 @@ def flydsl_section(page, cases: list[dict], measured) -> None:
              "waves/SIMD": (f"{k.occupancy.waves_per_simd:g} of {GFX950.max_waves_per_simd} ({k.occupancy.fraction:.0%})"
                             if k else ""),
              "occupancy limited by": ",".join(k.occupancy.limited_by) if k else "",
-             f"published ATen": f"{pub[a_col]} {c['unit']}" if pub else "",
-             f"published FlyDSL": f"{pub[f_col]} {c['unit']}" if pub else ""}
+             "published ATen": f"{pub[a_col]} {c['unit']}" if pub else "",
+             "published FlyDSL": f"{pub[f_col]} {c['unit']}" if pub else ""}
         rows.append(r)
     t = pd.DataFrame(rows)
     for col in ("VGPRs", "SGPRs", "LDS bytes"):
