@@ -197,39 +197,36 @@ def measure_one(op: Operator, case: Case, dtype: str, backend: str, ctx: RunCont
     sampler = sampler_for(ctx.device)
     st0 = sampler.sample()
     with bk.context(ctx, case):
-        if want_trace:
-            from .trace import capture_autotune
-            cap = capture_autotune()
-        else:
-            import contextlib
-            cap = contextlib.nullcontext([])
-        with cap as decisions:
-            fn = bk.build(case, dtype, inputs, ctx)
-            t0 = time.perf_counter()
-            outv = fn()
-            if ctx.gpu:
-                import torch
-                torch.cuda.synchronize(ctx.device)
-            first_ms = (time.perf_counter() - t0) * 1e3
-        errs = op.error(outv, ref, case, dtype) if ref is not None else {}
-        del outv
+        fn, first_ms, errs, decisions = _build_first(op, case, dtype, bk, ctx, inputs, ref, want_trace)
         m = Timer(fn, ctx.device, **timer_opts).measure()
-        if want_trace:
-            from .trace import Trace, from_kernels
-            from .trace import trace as run_trace
-            if m.kernels:
-                tr = from_kernels(m.kernels, decisions)
-            else:
-                try:
-                    t = run_trace(fn, device=ctx.device, reps=1, warmup=0, autotune=False)
-                    tr = Trace(t.kernels, t.cpu_ops, tuple(decisions), t.device, t.notes)
-                except Exception as exc:  # no profiler here: what ran stays unknown, the time stands
-                    tr = Trace((), (), tuple(decisions), "cuda" if ctx.gpu else "cpu",
-                               (f"tracing failed: {_first_line(exc)}",))
+    if want_trace:
+        tr = _trace_of(m, fn, ctx, decisions, bk, case)
     row = _ok_row(op, case, dtype, backend, bk, m, first_ms, errs, tr)
     row.update(ci_target=None, device_id=sampler.device_id,
                **case_columns(st0, sampler.sample(), [], sampler.max_clock_mhz))
     return row
+
+
+def _build_first(op: Operator, case: Case, dtype: str, bk, ctx: RunContext, inputs: dict, ref,
+                 traced: bool):
+    """Build a backend (inside its context, entered by the caller) and make its first call
+    (compile, autotune): returns ``(fn, first_ms, error columns against ref, autotune
+    decisions)``; the decisions are captured only when ``traced``."""
+    import contextlib
+
+    from .trace import capture_autotune
+
+    with (capture_autotune() if traced else contextlib.nullcontext([])) as decisions:
+        fn = bk.build(case, dtype, inputs, ctx)
+        t0 = time.perf_counter()
+        outv = fn()
+        if ctx.gpu:
+            import torch
+            torch.cuda.synchronize(ctx.device)
+        first_ms = (time.perf_counter() - t0) * 1e3
+    errs = op.error(outv, ref, case, dtype) if ref is not None else {}
+    del outv
+    return fn, first_ms, errs, tuple(decisions)
 
 
 def _traced(trace: bool, backend: str, op: Operator, ctx: RunContext) -> bool:
@@ -332,8 +329,6 @@ def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], 
        after timing, the inputs are refilled with new values (``seed + 1``), each backend is
        built again and its output checked against the new reference.
     Exceptions while timing become ``error``/``oom`` rows for every timed backend."""
-    import torch
-
     opts = _interleaved_opts(timer_opts)
     reset_dynamo()
     rows: dict[str, dict] = {}
@@ -348,24 +343,11 @@ def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], 
             continue
         try:
             with bk.context(ctx, case):
-                if _traced(trace, b, op, ctx):
-                    from .trace import capture_autotune
-                    cap = capture_autotune()
-                else:
-                    import contextlib
-                    cap = contextlib.nullcontext([])
-                with cap as decisions:
-                    fn = bk.build(case, dtype, inputs, ctx)
-                    t0 = time.perf_counter()
-                    outv = fn()
-                    if ctx.gpu:
-                        torch.cuda.synchronize(ctx.device)
-                    first_ms = (time.perf_counter() - t0) * 1e3
-                errs = op.error(outv, ref, case, dtype) if ref is not None else {}
-                del outv
+                fn, first_ms, errs, decisions = _build_first(op, case, dtype, bk, ctx, inputs, ref,
+                                                             _traced(trace, b, op, ctx))
             fns[b] = fn
             traces[b] = (first_ms, errs)
-            decisions_by[b] = tuple(decisions)
+            decisions_by[b] = decisions
         except KeyboardInterrupt:
             raise
         except Exception as exc:
