@@ -63,8 +63,10 @@ def _values_text(only: str | None = None) -> str:
 
 def _check_names(op: str | None, backends: str | None = None, dtypes: str | None = None,
                  suite: str | None = None, what: str = "operator") -> None:
-    """Check names against :data:`CATALOGUE` (no torch), with the library's messages."""
-    if op is None:
+    """Check names against :data:`CATALOGUE` (no torch), with the library's messages. An
+    operator given as ``module:attribute`` (an Operator outside the catalogue, see
+    :mod:`flyexplore.engine`) is checked later, when it is imported."""
+    if op is None or ":" in op:
         return
     if op not in CATALOGUE:
         raise bad_choice(what, op, CATALOGUE)

@@ -402,10 +402,11 @@ def _rounds(r) -> tuple:
 #: one run's interval knows its own noise but not how much the machine changes between runs
 #: (clock and power state on a GPU; load, cache neighbours and CPU steal on a shared CPU).
 #: GPU: benchmarks/verdicts.py on an H200 (data/h200/verdicts): aten/triton ratios from 3 fresh
-#: processes spread by <= 1% for 7 of 8 cases (8% for one, a power-capped regime). CPU: two
-#: identical sweeps on this project's 2-core machine, the second while other jobs ran, read
-#: medians up to 20% apart.
-RUN_TO_RUN = {"cuda": 0.02, "rocm": 0.02, "cpu": 0.25}
+#: processes spread by <= 1.2% for 8 shapes. CPU: two identical sweeps on this project's 2-core
+#: machine read medians up to 20% apart (compute-bound calls, other jobs running) and, in a CI
+#: run, 47% apart for a 0.08 ms Inductor call dominated by Python overhead: on a shared CPU a
+#: difference between runs under 50% cannot be told from the machine.
+RUN_TO_RUN = {"cuda": 0.02, "rocm": 0.02, "cpu": 0.50}
 
 
 def ratio_interval(base_rows: pd.DataFrame, x_rows: pd.DataFrame) -> tuple[float, float, float, str]:
