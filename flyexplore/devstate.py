@@ -13,6 +13,7 @@ round: ``time_cycles`` (time x clock) is an estimate, stated as such in the resu
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 #: A case is flagged ``throttled`` when its lowest sampled SM clock fell below this fraction of
@@ -189,11 +190,9 @@ def case_columns(start: dict, end: dict, round_clocks: list, max_clock: float | 
     }
     reasons = sorted({r for s in (start, end) for r in (s.get("reasons") or "").split(",") if r})
     out["throttle_reasons"] = ",".join(reasons) if (start or end) else None
-    out["throttled"] = (bool(clocks) and bool(max_clock)
-                        and min(clocks) < THROTTLE_FRACTION * max_clock) if clocks and max_clock else None
+    out["throttled"] = min(clocks) < THROTTLE_FRACTION * max_clock if clocks and max_clock else None
     if round_ms and round_clocks and len(round_ms) == len(round_clocks):
-        cyc = sorted(t * 1e-3 * c * 1e6 for t, c in zip(round_ms, round_clocks) if c is not None)
+        cyc = [t * 1e-3 * c * 1e6 for t, c in zip(round_ms, round_clocks) if c is not None]
         if cyc:
-            mid = len(cyc) // 2
-            out["time_cycles"] = cyc[mid] if len(cyc) % 2 else (cyc[mid - 1] + cyc[mid]) / 2
+            out["time_cycles"] = statistics.median(cyc)
     return out

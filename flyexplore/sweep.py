@@ -611,8 +611,6 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
 
     def emit(case, dtype, b, cols, info):
         row = _base_row(plan.op, case, dtype, b, run_id, {**fp, **(info.get("fp") or {})})
-        if order == "interleaved" and cols.get("status") == "ok":
-            cols = {**cols, "band": band}
         row.update(cols)
         row["worker"] = info.get("worker")
         if not row.get("device_id"):
