@@ -99,9 +99,15 @@ def _render(items: list[tuple[object, Path, str, int, int, float]], timeout: flo
     except Exception as exc:  # noqa: BLE001 - the browser died or would not start
         close_kaleido_session()
         errs = (exc,)
-    whys = [f"no image within {timeout:g} s (kaleido timeout)" if isinstance(e, TimeoutError)
-            else f"{type(e).__name__}: {e}" for e in errs]
-    return {p: (whys[0] if whys else "not written") for _, p, *_ in items if not p.exists()}
+    errs = list(errs)
+    if any(isinstance(e, TimeoutError) for e in errs):
+        # a timed-out image can leave kaleido's executor closed, so the images after it fail
+        # with ChannelClosedError: the timeout is the cause; the next export starts afresh
+        why = f"no image within {timeout:g} s (kaleido timeout)"
+        close_kaleido_session()
+    else:
+        why = f"{type(errs[0]).__name__}: {errs[0]}" if errs else "not written"
+    return {p: why for _, p, *_ in items if not p.exists()}
 
 
 def write_html(fig, path: str | os.PathLike) -> Path:

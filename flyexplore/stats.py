@@ -50,8 +50,32 @@ MARKS = {"FASTER": " +", "SAME": " =", "SLOWER": " −", "AMBIGUOUS": " ?"}
 
 
 def round_values(rounds: Sequence[Sequence[float]]) -> np.ndarray:
-    """Per-round medians of ``rounds`` (a list of rounds, each a list of call times)."""
-    return np.asarray([float(np.median(r)) for r in rounds if len(r)], dtype=float)
+    """Per-round medians of ``rounds`` (a list of rounds, each a list of call times), in
+    round order; empty rounds are skipped."""
+    rounds = [r for r in rounds if len(r)]
+    if not rounds:
+        return np.asarray([], dtype=float)
+    if len({len(r) for r in rounds}) == 1:  # the usual case: one array, one vectorised median
+        return np.median(np.asarray(rounds, dtype=float), axis=1)
+    return np.asarray([float(np.median(r)) for r in rounds], dtype=float)
+
+
+#: Parts of a run's rounds (consecutive, in time order) compared by :func:`drift`.
+DRIFT_PARTS = 4
+
+
+def drift(values: Sequence[float], parts: int = DRIFT_PARTS) -> float:
+    """How far one backend's speed moved during its own measurement: the rounds' values (per-
+    round medians, in time order) cut into ``parts`` consecutive parts, the largest part median
+    over the smallest, minus 1 (0.0 = steady; 1.0 = one quarter of the run took twice as long
+    as another). 0.0 with fewer than ``2 * parts`` values. A machine that drifts this much
+    within one run can drift as much between two runs; :func:`flyexplore.results.ratio_interval`
+    widens cross-run intervals by it."""
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2 * parts:
+        return 0.0
+    meds = [float(np.median(c)) for c in np.array_split(v, parts)]
+    return max(meds) / min(meds) - 1.0 if min(meds) > 0 else math.inf
 
 
 def median_ci(values: Iterable[float], confidence: float = CONFIDENCE) -> tuple[float, float]:

@@ -622,6 +622,8 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     sync = (lambda: torch.cuda.synchronize(dev)) if gpu else (lambda: None)
     notes: list[str] = []
 
+    import scipy.stats  # noqa: F401 - the stopping checks need it; loading it (~1 s) must not eat the budget
+
     t_start = clock()
     state_start = sampler.sample()
     # interleaved warm-up: whole rounds until warmup_ms has passed (at least one)
@@ -742,7 +744,9 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     chunk = max(int(min_rounds), 1)
     converged = False
     verdict_s = None
+    run_s = 0.0  # time spent in rounds (the stopping checks between chunks excluded)
     while True:
+        chunk_t0 = clock()
         try:
             got, ev, kern, clocks = run_chunk(chunk, len(round_clocks), how)
         except _ProfilerGaveNothing as exc:
@@ -754,6 +758,8 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
             events = {nm: [] for nm in names}
             round_clocks = []
             continue
+        chunk_s = clock() - chunk_t0
+        run_s += chunk_s
         for nm in names:
             rounds[nm] += got[nm]
             events[nm] += ev[nm]
@@ -775,8 +781,8 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
                 worst = max(worst, amb / (band / 2))
         if converged or n >= max_rounds or elapsed >= budget_s:
             break
-        per_round = elapsed / max(n, 1)
-        room = int((budget_s - elapsed) / per_round) if per_round > 0 else max_rounds
+        per_round = run_s / max(n, 1)
+        room = max(1, int((budget_s - elapsed) / per_round)) if per_round > 0 else max_rounds
         # an interval narrows as 1/sqrt(rounds): ask for the rounds that should reach the
         # target (+20%), at least 2 and at most 4x what ran, within the budget
         need = int(math.ceil(n * min(worst, 3.0) ** 2 * 1.2)) - n if math.isfinite(worst) else n

@@ -350,3 +350,42 @@ def test_speedup_figure_draws_whiskers_and_labels():
     bar = fig.data[0]
     assert bar.error_y.array is not None and len(bar.error_y.array) == 2
     assert "FASTER" in bar.name and "SAME" in bar.name and "[" in bar.name
+
+
+def test_loading_scipy_does_not_eat_the_case_budget():
+    # in a fresh process the first stopping check loads scipy.stats (~1 s on the CI machine):
+    # that used to count against a 1 s budget, so a CI sweep got 24 rounds, all from the
+    # machine's warm-up, instead of ~1,500, and read one call 1.7x slower than the next sweep
+    import subprocess
+
+    code = ("import sys, time\n"
+            "from flyexplore.timing import measure_interleaved\n"
+            "assert 'scipy.stats' not in sys.modules\n"
+            "def busy():\n"
+            "    t = time.thread_time()\n"
+            "    while time.thread_time() - t < 2e-4: pass\n"
+            "r = measure_interleaved({'x': busy, 'y': busy}, 'cpu', budget_s=1.0, target=1e-4,\n"
+            "                        calls_per_round=5)\n"
+            "print(r.rounds)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    # 2 backends x 5 calls x 0.2 ms = 2 ms a round: ~500 rounds fit in the budget
+    assert int(out.stdout.split()[-1]) >= 200, out.stdout
+
+
+def test_drift_measures_a_run_that_moved_and_widens_cross_run_intervals():
+    steady = [1.0 + 0.01 * ((i * 7) % 3) for i in range(400)]
+    moved = [1.0 if i < 200 else 1.6 for i in range(400)]
+    assert S.drift(steady) == pytest.approx(0.0, abs=0.005)
+    assert S.drift(moved) == pytest.approx(0.6) and S.drift([1.0, 2.0]) == 0.0
+    rows = []
+    for run, vals in (("r1", steady), ("r2", moved)):
+        rows.append({"op": "gemm", "case": "8x8x8", "dtype": "fp32", "backend": "aten", "status": "ok",
+                     "source": "measured", "time_ms": float(np.median(vals)), "run_id": run,
+                     "platform": "cuda", "order": "interleaved",
+                     "samples_ms": json.dumps([[v] for v in vals])})
+    df = R.frame(rows)
+    est, lo, hi, how = R.ratio_interval(df[df.run_id == "r1"], df[df.run_id == "r2"])
+    assert how == "unpaired+run"
+    # the GPU allowance is 2%, but r2 moved 60% within itself: the interval widens by that
+    assert lo <= est / 1.6 * 1.001 and hi >= est * 1.6 * 0.999
