@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 
 from ..errors import bad_choice
-from .base import Backend, Case, Operator, RunContext, Suite  # noqa: F401
+from .base import Backend, Case, FlyDSLPath, KernelPattern, Operator, RunContext, Suite  # noqa: F401
 
 #: operator name -> (module, attribute). Modules import lazily.
 _MODULES = {
@@ -25,14 +25,43 @@ _MODULES = {
 }
 
 
+#: operators registered at run time (:func:`register_op`): name -> Operator.
+_REGISTERED: dict[str, Operator] = {}
+
+
+def register_op(op: Operator, *, replace: bool = False) -> Operator:
+    """Add ``op`` to the catalogue under ``op.name`` (a family defined outside this package,
+    e.g. in a test or a user's module): sweeps, ``explain``, the switches table, trace
+    classification and the figures then take it like a built-in family. Returns ``op``.
+    Raises ``ValueError`` when the name is taken (unless ``replace``)."""
+    if not replace and (op.name in _MODULES or op.name in _REGISTERED):
+        raise ValueError(f"operator {op.name!r} is already in the catalogue")
+    _REGISTERED[op.name] = op
+    return op
+
+
+def unregister_op(name: str) -> None:
+    """Remove an operator added by :func:`register_op` (no-op for unknown names)."""
+    _REGISTERED.pop(name, None)
+
+
 def list_ops() -> tuple[str, ...]:
-    """Names of the operators in the catalogue."""
-    return tuple(_MODULES)
+    """Names of the operators in the catalogue (the built-in families, then registered ones)."""
+    return tuple(_MODULES) + tuple(n for n in _REGISTERED if n not in _MODULES)
 
 
 def get_op(name: str) -> Operator:
     """The :class:`Operator` called ``name``; :class:`UsageError` for an unknown name."""
+    if name in _REGISTERED:
+        return _REGISTERED[name]
     if name not in _MODULES:
-        raise bad_choice("operator", name, _MODULES)
+        raise bad_choice("operator", name, list_ops())
     mod, attr = _MODULES[name]
     return getattr(importlib.import_module(f"{__name__}.{mod}"), attr)
+
+
+def flydsl_ops(route: str | None = None) -> tuple[str, ...]:
+    """Names of the operators torch routes to FlyDSL (those with ``op.flydsl``), optionally only
+    those of one ``route`` (``"eager"``, ``"compile"``, ``"aotriton"``); imports every family."""
+    return tuple(n for n in list_ops() if (p := get_op(n).flydsl) is not None
+                 and (route is None or p.route == route))

@@ -74,6 +74,7 @@ import warnings
 from ..errors import UsageError
 from . import checks
 from .base import DTYPE_BYTES, ERR_TOL, Operator, relative_error, torch_dtype
+from .attention_flydsl import FLYDSL as ATTENTION_FLYDSL
 
 ATTENTION = Operator(
     name="attention",
@@ -83,6 +84,7 @@ ATTENTION = Operator(
     options={"hkv": 0, "causal": False, "pass": "fwd"},
     choices={"pass": ("fwd", "bwd")},
     dtypes=("bf16", "fp16", "fp32"),
+    flydsl=ATTENTION_FLYDSL,
 )
 
 

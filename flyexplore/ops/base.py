@@ -108,6 +108,56 @@ class Suite:
         return tuple((c, d) for c in self.cases for d in ds)
 
 
+@dataclass(frozen=True)
+class KernelPattern:
+    """One FlyDSL kernel name as the profiler shows it: ``regex`` on the kernel's head (name
+    without ``void``, template arguments or parameters), the ``library`` it stands for (the
+    trace's ``observed`` text) and ``why`` the pattern means that (its source)."""
+
+    regex: str
+    library: str
+    why: str = "torch 2.15 @flyc.kernel function name"
+
+
+@dataclass(frozen=True)
+class FlyDSLPath:
+    """How torch 2.15 routes one operator family to FlyDSL, and what flyexplore knows of it.
+    Registered on the :class:`Operator` (``op.flydsl``); the explainer, switches, trace,
+    X-ray and published data dispatch through it (``docs/adding-an-operator.md``).
+
+    ``route``: ``"eager"`` (a ``torch/_native`` override, switched by
+    ``torch.backends.python_native``), ``"compile"`` (an Inductor template, switched by
+    ``max_autotune_gemm_backends``) or ``"aotriton"`` (SDPA through AOTriton, whose tuning
+    table picks the backend). ``path``: that route in one line. ``judge(call, env, common)``:
+    pops its arguments from the ``call`` dict (tensors or
+    :class:`~flyexplore.conditions.TensorDesc`) and returns ``(arguments shown, call and config
+    conditions, FlyDSL kernel or None, notes)``; ``common`` holds the compile route's
+    ``dynamic`` / ``autotuning`` / ``search_space`` / ``assume_aligned_inputs``.
+    ``describe(case, dtype, opts, device)``: the ``judge`` call for a catalogue
+    :class:`Case`, popping the ``options`` it reads from ``opts``. ``options``: the explainer's
+    ``key=value`` options (``flyexplore explain --opt``). ``example``: a shape for help texts.
+    ``kernels``: the FlyDSL kernels' names (:class:`KernelPattern`). ``aten_ops`` and
+    ``module`` (eager route): the overridden ``aten`` op symbols and the torch module holding
+    the override. ``xray``: ``"module:function"`` of the X-ray builder (``None``: no X-ray).
+    ``case_notes(case)``: notes on what of a catalogue case the rules do not model.
+    ``explain_text(shape, dtype, options, **kw)``: a family's own front door replacing the
+    generic ``judge``/``describe`` one (attention: :func:`flyexplore.ops.attention_flydsl.
+    explain_attention_options`)."""
+
+    route: str
+    path: str
+    judge: Callable | None = None
+    describe: Callable | None = None
+    options: tuple[str, ...] = ()
+    example: str = ""
+    kernels: tuple[KernelPattern, ...] = ()
+    aten_ops: tuple[str, ...] = ()
+    module: str | None = None
+    xray: str | None = None
+    case_notes: Callable | None = None
+    explain_text: Callable | None = None
+
+
 _DIMS = re.compile(r"^\d+(x\d+)*$")
 
 
@@ -136,6 +186,7 @@ class Operator:
     choices: dict[str, tuple[str, ...]] = field(default_factory=dict)
     backends: dict[str, Backend] = field(default_factory=dict)
     suites: dict[str, Suite] = field(default_factory=dict)
+    flydsl: FlyDSLPath | None = None    # how torch routes this family to FlyDSL (None: it does not)
 
     # -- registration --------------------------------------------------------------------
     def backend(self, name: str, doc: str, *, available=None, context=None,
@@ -220,6 +271,8 @@ class Operator:
         text = text.strip()
         shape, _, opts = text.partition(":")
         shape = shape.strip().lower()
+        if self.dims and re.match(rf"^{re.escape(self.dims[0])}\d", shape):
+            shape = shape[len(self.dims[0]):]  # "g8x512x4096x4096": the first dimension named
         want = "x".join(d.upper() for d in self.dims)
         if not _DIMS.match(shape) or len(shape.split("x")) != len(self.dims):
             raise UsageError(f"malformed {self.name} shape {text!r} (expected {want}, "
@@ -269,9 +322,10 @@ class Operator:
 def _coerce(default, text: str, op: str, key: str):
     try:
         if isinstance(default, bool):
-            if text.lower() in ("1", "true", "yes", "on"):
+            from ..conditions import FALSE_WORDS, TRUE_WORDS
+            if text.lower() in TRUE_WORDS:
                 return True
-            if text.lower() in ("0", "false", "no", "off"):
+            if text.lower() in FALSE_WORDS:
                 return False
             raise ValueError
         if isinstance(default, int):

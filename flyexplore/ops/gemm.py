@@ -22,6 +22,7 @@ import csv
 from ..paths import published_dir
 from . import checks
 from .base import ERR_TOL, DTYPE_BYTES, Operator, compile_context, torch_dtype
+from .gemm_flydsl import FLYDSL as GEMM_FLYDSL
 
 GEMM = Operator(
     name="gemm",
@@ -30,6 +31,7 @@ GEMM = Operator(
     options={"layout": "NT"},
     choices={"layout": ("NN", "NT", "TN", "TT")},
     dtypes=("bf16", "fp16", "fp32"),
+    flydsl=GEMM_FLYDSL,
 )
 
 

@@ -35,6 +35,7 @@ from ..errors import UsageError
 from ..paths import published_dir
 from . import checks
 from .base import ERR_TOL, DTYPE_BYTES, Operator, compile_context, torch_dtype
+from .grouped_gemm_flydsl import FLYDSL as GROUPED_GEMM_FLYDSL
 
 GROUPED_GEMM = Operator(
     name="grouped_gemm",
@@ -44,6 +45,7 @@ GROUPED_GEMM = Operator(
     options={"layout": "NN", "ms": ""},
     choices={"layout": ("NN", "NT")},
     dtypes=("bf16", "fp16", "fp32"),
+    flydsl=GROUPED_GEMM_FLYDSL,
 )
 
 

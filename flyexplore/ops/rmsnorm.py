@@ -26,6 +26,7 @@ import csv
 from ..paths import published_dir
 from . import checks
 from .base import DTYPE_BYTES, ERR_TOL, Operator, compile_context, flydsl_eager, torch_dtype
+from .rmsnorm_flydsl import FLYDSL as RMSNORM_FLYDSL
 
 RMSNORM = Operator(
     name="rmsnorm",
@@ -33,6 +34,7 @@ RMSNORM = Operator(
     dims=("m", "n"),
     options={"eps": 1e-6, "weight": True},
     dtypes=("bf16", "fp16", "fp32"),
+    flydsl=RMSNORM_FLYDSL,
 )
 
 

@@ -53,6 +53,7 @@ from ..paths import published_dir
 from .. import mx
 from . import checks
 from .base import DTYPE_BYTES, ERR_TOL, Operator, compile_context, relative_error
+from .scaled_gemm_flydsl import FLYDSL as SCALED_GEMM_FLYDSL
 
 SCALED_GEMM = Operator(
     name="scaled_gemm",
@@ -63,6 +64,7 @@ SCALED_GEMM = Operator(
     options={"scaling": "block"},
     choices={"scaling": ("block", "tensor", "row")},
     dtypes=("mxfp8", "mxfp4", "fp8_e4m3"),
+    flydsl=SCALED_GEMM_FLYDSL,
 )
 
 MX_DTYPES = ("mxfp8", "mxfp4")

@@ -23,6 +23,7 @@ import csv
 
 from ..paths import published_dir
 from .base import DTYPE_BYTES, Operator, compile_context, flydsl_eager, torch_dtype
+from .topk_flydsl import FLYDSL as TOPK_FLYDSL
 
 TOPK = Operator(
     name="topk",
@@ -30,6 +31,7 @@ TOPK = Operator(
     dims=("m", "n", "k"),
     options={"largest": True, "sorted": True, "deterministic": False},
     dtypes=("fp32", "bf16", "fp16"),
+    flydsl=TOPK_FLYDSL,
 )
 
 
