@@ -2,7 +2,7 @@
 
 Bad input (unknown operator, suite, backend or dtype, malformed shapes, an output path that
 cannot be written) prints one line, ``flyexplore: error: ...``, and exits with code 2.
-``--help`` and the name checks of :data:`CATALOGUE` answer without importing torch (well
+``--help`` and the name checks of :func:`catalogue` answer without importing torch (well
 under a second); torch is imported only by the commands that run something.
 
 Exit codes: 0 success (``explain``: FlyDSL YES / AOTriton eligible); 1 ``explain``: NO / not
@@ -21,26 +21,28 @@ from pathlib import Path
 
 from .errors import UsageError, bad_choice
 
-#: What the command line accepts, per operator: backends, dtypes and named suites, in the
-#: catalogue's order. Kept here so that ``--help`` and name errors need no torch; a test
-#: (tests/test_cli.py) checks it against the live catalogue (:mod:`flyexplore.ops`).
-CATALOGUE = {
-    "gemm": (("aten", "triton", "inductor", "flydsl"), ("bf16", "fp16", "fp32"),
-             ("published-bf16", "llama3.1-8b", "cpu-small")),
-    "rmsnorm": (("aten", "inductor", "flydsl"), ("bf16", "fp16", "fp32"), ("published", "llm", "cpu-small")),
-    "topk": (("aten", "inductor", "flydsl"), ("fp32", "bf16", "fp16"), ("published", "llm", "cpu-small")),
-    "grouped_gemm": (("aten", "triton", "flydsl", "reference"), ("bf16", "fp16", "fp32"),
-                     ("published", "mixtral-8x7b", "qwen3-30b-a3b", "cpu-small")),
-    "scaled_gemm": (("aten", "inductor", "flydsl", "emulated"), ("mxfp8", "mxfp4", "fp8_e4m3"),
-                    ("published", "published-shapes-fp8", "cpu-small")),
-    "attention": (("flash", "efficient", "cudnn", "ck", "math", "default"), ("bf16", "fp16", "fp32"),
-                  ("llm", "cpu-small")),
-}
+def catalogue() -> dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
+    """What the command line accepts, per operator: ``{op: (backends, dtypes, suites)}`` in the
+    catalogue's order, read from the registry (:mod:`flyexplore.ops`, which imports no torch,
+    so ``--help`` and name errors stay fast), operators added by ``register_op`` included."""
+    from .ops import get_op, list_ops
+
+    out = {}
+    for n in list_ops():
+        op = get_op(n)
+        out[n] = (tuple(op.backends), tuple(op.dtypes), tuple(op.suites))
+    return out
+
+
+def explain_ops() -> tuple[str, ...]:
+    """Operators ``explain`` answers for (:func:`flyexplore.explain.explainable`, attention included)."""
+    from .explain import explainable
+    return tuple(explainable(True))
+
+
 #: Timing modes by order (``flyexplore.timing.INTERLEAVED_MODES`` and ``MODES``; checked by a test).
 TIMING_MODES = {"interleaved": ("auto", "cpu-thread", "cpu-wall", "event-gated", "event", "kernel"),
                 "block": ("auto", "cpu-thread", "cpu-wall", "event", "graph", "kernel")}
-#: Operators ``explain`` answers for (``flyexplore.explain.OPS`` and attention).
-EXPLAIN_OPS = ("rmsnorm", "topk", "gemm", "grouped_gemm", "scaled_gemm", "attention")
 #: Figures ``flyexplore export`` draws from a result file (see :func:`_cmd_export`).
 EXPORT_FIGURES = ("speedup", "sweep", "roofline", "error")
 #: ``explain`` exit codes by answer (documented in the module docstring and README).
@@ -48,10 +50,10 @@ EXIT_YES, EXIT_NO, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_PIPE = 0, 1, 2, 3, 141
 
 
 def _values_text(only: str | None = None) -> str:
-    """The valid values of :data:`CATALOGUE` as help text, one block per operator."""
+    """The valid values of :func:`catalogue` as help text, one block per operator."""
     lines = ["operators, with their backends, dtypes (first: the default for --shapes on a GPU; "
              "fp32 on the CPU when the operator has it) and suites:"]
-    for op, (bk, dt, su) in CATALOGUE.items():
+    for op, (bk, dt, su) in catalogue().items():
         if only and op != only:
             continue
         lines.append(f"  {op}")
@@ -63,14 +65,15 @@ def _values_text(only: str | None = None) -> str:
 
 def _check_names(op: str | None, backends: str | None = None, dtypes: str | None = None,
                  suite: str | None = None, what: str = "operator") -> None:
-    """Check names against :data:`CATALOGUE` (no torch), with the library's messages. An
+    """Check names against :func:`catalogue` (no torch), with the library's messages. An
     operator given as ``module:attribute`` (an Operator outside the catalogue, see
     :mod:`flyexplore.engine`) is checked later, when it is imported."""
     if op is None or ":" in op:
         return
-    if op not in CATALOGUE:
-        raise bad_choice(what, op, CATALOGUE)
-    bk, dt, su = CATALOGUE[op]
+    cat = catalogue()
+    if op not in cat:
+        raise bad_choice(what, op, cat)
+    bk, dt, su = cat[op]
     for b in (backends or "").split(","):
         if b.strip() and b.strip() not in bk:
             raise bad_choice(f"backend for {op}", b.strip(), bk)
@@ -203,18 +206,20 @@ def _parse_opts(items) -> dict:
 
 def _cmd_explain(a):
     from . import explain as X
+    from .ops import get_op
 
-    if a.op == "attention":
-        ex = X.explain_attention_options(a.shape, a.dtype, _parse_opts(a.opt), arch=a.arch, aotriton=a.aotriton,
-                                         assume_rocm=a.assume_rocm)
+    path = get_op(a.op).flydsl if a.op in explain_ops() else None
+    if path is not None and path.route == "aotriton":
+        ex = X.explain_text(a.op, a.shape, a.dtype, _parse_opts(a.opt), arch=a.arch, aotriton=a.aotriton,
+                            assume_rocm=a.assume_rocm)
         print(ex.to_json() if a.json else ex.to_text())
         return {"eligible": EXIT_YES, "not eligible": EXIT_NO}.get(ex.verdict, EXIT_UNVERIFIED)
     if a.aotriton is not None:
-        raise UsageError(f"--aotriton is for --op attention only, not {a.op!r}")
-    if a.op not in X.OPS:
-        raise UsageError(f"unknown operator for explain {a.op!r} (valid: {', '.join(X.OPS)}, attention)")
+        raise UsageError(f"--aotriton is for --op attention only (AOTriton operators), not {a.op!r}")
+    if path is None:
+        raise bad_choice("operator for explain", a.op, explain_ops())
     comp = None
-    if a.op not in X.EAGER:
+    if path.route == "compile":
         if a.compile_options == "current":
             comp = None
         elif a.compile_options:
@@ -482,7 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=_cmd_env)
 
     s = sub.add_parser("suites", help="list the named shape suites")
-    s.add_argument("--op", help="only this operator: " + ", ".join(CATALOGUE))
+    s.add_argument("--op", help="only this operator: " + ", ".join(catalogue()))
     s.set_defaults(func=_cmd_suites)
 
     w = sub.add_parser("sweep", help="run a sweep; rows are kept as they finish",
@@ -491,7 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
                        + "\n\nexamples:\n  flyexplore sweep --op gemm --suite cpu-small --out r.parquet\n"
                        "  flyexplore sweep --op rmsnorm --shapes '2048x4096;8192x4096' --backends aten,inductor "
                        "--out r.csv")
-    w.add_argument("--op", required=True, help="operator: " + ", ".join(CATALOGUE))
+    w.add_argument("--op", required=True, help="operator: " + ", ".join(catalogue()))
     g = w.add_mutually_exclusive_group(required=True)
     g.add_argument("--suite", help="a named shape set of the operator (below; flyexplore suites)")
     g.add_argument("--shapes", help="inline shapes, e.g. '4096x4096x4096;8x4096x4096:NN'")
@@ -573,7 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(func=_cmd_explain)
 
     t = sub.add_parser("trace", help="run one case and show the kernels that really ran")
-    t.add_argument("--op", required=True, help="operator: " + ", ".join(CATALOGUE))
+    t.add_argument("--op", required=True, help="operator: " + ", ".join(catalogue()))
     t.add_argument("--shape", required=True, help="one case, e.g. 64x64x64 (gemm), 8192x4096 (rmsnorm)")
     t.add_argument("--backend", required=True, help="one of the operator's backends (sweep --help lists them)")
     t.add_argument("--dtype", help="one of the operator's dtypes (default: its first)")
@@ -666,7 +671,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _precheck(a) -> None:
-    """Name checks that need no torch (:data:`CATALOGUE`), before a command imports anything
+    """Name checks that need no torch (:func:`catalogue`), before a command imports anything
     heavy; and the CPU's default dtype for ``sweep --shapes`` (fp32: bf16 is emulated slowly
     on most CPUs and rarely what a CPU user means)."""
     cmd = a.command
@@ -676,14 +681,14 @@ def _precheck(a) -> None:
         if a.timing not in modes:
             raise bad_choice("timing mode", a.timing, modes)
         on_cpu = (a.device or "").startswith("cpu") or (a.device is None and not _gpu_visible())
-        if a.shapes and not a.dtypes and on_cpu and a.op in CATALOGUE and "fp32" in CATALOGUE[a.op][1]:
+        if a.shapes and not a.dtypes and on_cpu and a.op in catalogue() and "fp32" in catalogue()[a.op][1]:
             a.dtypes = "fp32"
     elif cmd in ("trace",):
         _check_names(a.op, a.backend, a.dtype)
     elif cmd == "suites":
         _check_names(a.op)
-    elif cmd == "explain" and a.op not in EXPLAIN_OPS:
-        raise bad_choice("operator for explain", a.op, EXPLAIN_OPS)
+    elif cmd == "explain" and a.op not in explain_ops():
+        raise bad_choice("operator for explain", a.op, explain_ops())
 
 
 def _pipe_closed() -> None:

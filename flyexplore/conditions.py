@@ -16,7 +16,7 @@ import json
 import math
 import re
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .errors import UsageError, bad_choice
 

@@ -64,11 +64,13 @@ def flydsl_cases(xray=True) -> list[dict]:
     :func:`run_xrays` returned earlier. Runs on a CPU; the X-ray
     compiles for gfx950 in one subprocess (about 10 s on 2 cores), nothing is run on a GPU."""
     from . import explain as X
+    from .ops import get_op
     from .switches import compile_options
 
     out = []
     for op, shape, dtype, csv, match, cols, unit in FLYDSL_CASES:
-        comp = compile_options(True, backends="ATEN,TRITON,FLYDSL") if op not in X.EAGER else None
+        route = get_op(op).flydsl.route
+        comp = compile_options(True, backends="ATEN,TRITON,FLYDSL") if route == "compile" else None
         ex = X.explain_shape(op, shape, dtype, None, arch="gfx950", assume_rocm=True, compile_options=comp)
         out.append({"op": op, "shape": shape, "dtype": dtype, "explanation": ex,
                     "published": _published_row(csv, match), "published_cols": cols, "unit": unit,

@@ -32,8 +32,8 @@ Grouped GEMM: the label printed in pytorch/pytorch PR 194032 is kept in ``publis
 (standard / kn_variants / ragged_m) and ``total_m``; the flyexplore label is
 :func:`flyexplore.ops.grouped_gemm.published_case_label` of it (uniform cases take the printed
 G x M x N x K order, which SOURCES.md notes is unconfirmed; the FLOP count does not depend on
-the order of N and K). MXFP rows use op ``scaled_gemm`` (:data:`SCALED_OP`) with its default
-``scaling=block``; grouped rows op ``grouped_gemm`` (:data:`GROUPED_OP`).
+the order of N and K). MXFP rows use op ``scaled_gemm`` with its default
+``scaling=block``; grouped rows op ``grouped_gemm``.
 
 The vLLM whole-request A/B (``vllm_e2e.csv``) is not per-kernel data: :func:`vllm_published`
 returns it as a serving A/B table (see :mod:`flyexplore.vllm`). Figures that are public only
@@ -43,62 +43,39 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass
 from typing import Sequence
 
 import pandas as pd
 
 from . import results as R
 from .errors import UsageError, bad_choice
+from .ops.base import PublishedSuite
 from .paths import published_dir
 
 DEVICE = "AMD Instinct MI355X"
 ARCH = "gfx950"
-#: Operator names of the MXFP scaled GEMM and BF16 grouped GEMM families.
-SCALED_OP = "scaled_gemm"
-GROUPED_OP = "grouped_gemm"
 
 
-@dataclass(frozen=True)
-class PublishedSuite:
-    """One published table: its file under ``data/published``, the operator family, where it
-    was published and the setup as published (from ``SOURCES.md``)."""
+def suites() -> dict[str, PublishedSuite]:
+    """The published kernel tables, each registered by its operator family
+    (``Operator.published`` in ``flyexplore/ops/<family>.py``): ``{name: PublishedSuite}``."""
+    from .ops import get_op, list_ops
 
-    name: str
-    file: str
-    op: str
-    publication: str
-    setup: str
-    timing_mode: str | None = None
-
-    @property
-    def provenance(self) -> str:
-        return f"{self.publication}; {self.setup}; data/published/{self.file}"
+    return {t.name: t for n in list_ops() for t in get_op(n).published}
 
 
-SUITES: dict[str, PublishedSuite] = {s.name: s for s in (
-    PublishedSuite("dense", "dense_gemm_bf16.csv", "gemm",
-                   "pytorch/pytorch PR 190903, benchmark comment",
-                   "BF16, NT layout (A @ B.T), MI355 gfx950, graph replay, median of four "
-                   "accuracy-checked runs; FlyDSL and Triton with EXHAUSTIVE search, ATen default",
-                   "graph"),
-    PublishedSuite("mxfp", "mxfp_gemm.csv", SCALED_OP,
-                   "pytorch/pytorch PR 196719, benchmark comment",
-                   "MI355X gfx950, NT layout, FlyDSL vs ATen; output dtype and iteration counts "
-                   "not published"),
-    PublishedSuite("grouped", "grouped_gemm_bf16.csv", GROUPED_OP,
-                   "pytorch/pytorch PR 194032",
-                   "BF16 gfx950 F.grouped_mm; isolated process and fresh cache per backend/shape; "
-                   "steady-state TFLOP/s excluding compilation"),
-    PublishedSuite("rmsnorm", "rmsnorm.csv", "rmsnorm",
-                   "pytorch/pytorch PR 191447",
-                   "MI355X, FlyDSL 0.3.0, GPU events, 10 warm-up + 50 timed iterations, one run per "
-                   "case; ATen measured with FlyDSL disabled", "event"),
-    PublishedSuite("topk", "topk.csv", "topk",
-                   "pytorch/pytorch PR 193548",
-                   "fp32, MI355X, GPU events, 20 warm-up + 100 timed iterations, median of 3 runs "
-                   "for each torch.use_deterministic_algorithms setting", "event"),
-)}
+def suite_names() -> tuple[str, ...]:
+    """Every name ``flyexplore published --suite`` accepts: the kernel tables, ``vllm``, ``ranges``."""
+    return (*suites(), "vllm", "ranges")
+
+
+def __getattr__(name):  # SUITES / SUITE_NAMES as before, read from the registry
+    if name == "SUITES":
+        return suites()
+    if name == "SUITE_NAMES":
+        return suite_names()
+    raise AttributeError(name)
+
 
 VLLM = PublishedSuite("vllm", "vllm_e2e.csv", "vllm", "the FlyDSL blog's vLLM A/B",
                       "vllm bench serve, one MI355X, TP=1, ISL 256 / OSL 512 with --ignore-eos, "
@@ -108,7 +85,6 @@ VLLM = PublishedSuite("vllm", "vllm_e2e.csv", "vllm", "the FlyDSL blog's vLLM A/
                       "speedup = 1 + whole_request_speedup_pct/100")
 
 #: Every name ``flyexplore published --suite`` accepts.
-SUITE_NAMES = (*SUITES, "vllm", "ranges")
 
 #: Figures public only as ranges (no per-case values exist); never mix them with per-case rows.
 RANGES = (
@@ -131,12 +107,12 @@ def ranges() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _read(suite: PublishedSuite) -> list[dict]:
+def read_table(suite: PublishedSuite) -> list[dict]:
     with open(published_dir() / suite.file, newline="") as f:
         return list(csv.DictReader(f))
 
 
-def _row(suite: PublishedSuite, op: str, case: str, params: dict, dtype: str, backend: str, *,
+def published_row(suite: PublishedSuite, op: str, case: str, params: dict, dtype: str, backend: str, *,
          time_ms: float, flops: float | None, nbytes: float | None, message: str,
          extra: dict | None = None) -> dict:
     sec = time_ms / 1e3
@@ -154,13 +130,13 @@ def _row(suite: PublishedSuite, op: str, case: str, params: dict, dtype: str, ba
     return row
 
 
-_TFLOPS_MSG = ("published as TFLOP/s ({v} TFLOP/s); time_ms derived as {f} / throughput; "
+TFLOPS_MSG = ("published as TFLOP/s ({v} TFLOP/s); time_ms derived as {f} / throughput; "
                "not measured by flyexplore")
-_US_MSG = ("published as {v} us; tflops/gbps (where set) derived with flyexplore's FLOP and byte "
+US_MSG = ("published as {v} us; tflops/gbps (where set) derived with flyexplore's FLOP and byte "
            "counts; not measured by flyexplore")
 
 
-def _throughput_rows(suite: PublishedSuite, op_name: str, case, dtype: str, r: dict,
+def throughput_rows(suite: PublishedSuite, op_name: str, case, dtype: str, r: dict,
                      backends: tuple[str, ...], flops: float, nbytes: float, formula: str,
                      extra: dict | None = None) -> list[dict]:
     """One row per backend of a CSV row published as ``<backend>_tflops``: ``time_ms`` is derived
@@ -168,86 +144,10 @@ def _throughput_rows(suite: PublishedSuite, op_name: str, case, dtype: str, r: d
     rows = []
     for be in backends:
         v = float(r[f"{be}_tflops"])
-        rows.append(_row(suite, op_name, case.label, case.p, dtype, be,
+        rows.append(published_row(suite, op_name, case.label, case.p, dtype, be,
                          time_ms=flops / (v * 1e12) * 1e3, flops=flops, nbytes=nbytes,
-                         message=_TFLOPS_MSG.format(v=r[f"{be}_tflops"], f=formula), extra=extra))
+                         message=TFLOPS_MSG.format(v=r[f"{be}_tflops"], f=formula), extra=extra))
     return rows
-
-
-def _dense(suite: PublishedSuite) -> list[dict]:
-    from .ops import get_op
-
-    op = get_op("gemm")
-    rows = []
-    for r in _read(suite):
-        case = op.case(f"{r['m']}x{r['n']}x{r['k']}:NT")
-        rows += _throughput_rows(suite, "gemm", case, "bf16", r, ("aten", "triton", "flydsl"),
-                                 op.flops(case), op.bytes(case, "bf16"), "2*M*N*K")
-    return rows
-
-
-def _mxfp(suite: PublishedSuite) -> list[dict]:
-    from .ops import get_op
-
-    op = get_op(SCALED_OP)
-    rows = []
-    for r in _read(suite):
-        fmt = r["format"]
-        case = op.case(f"{r['m']}x{r['n']}x{r['k']}")
-        rows += _throughput_rows(suite, SCALED_OP, case, fmt, r, ("aten", "flydsl"),
-                                 op.flops(case), op.bytes(case, fmt), "2*M*N*K")
-    return rows
-
-
-def _grouped(suite: PublishedSuite) -> list[dict]:
-    from .ops import get_op
-    from .ops.grouped_gemm import group_sizes, published_case_label
-
-    op = get_op(GROUPED_OP)
-    rows = []
-    for r in _read(suite):
-        case = op.case(published_case_label(r["suite"], r["case"]))
-        rows += _throughput_rows(suite, GROUPED_OP, case, "bf16", r, ("aten", "triton", "flydsl"),
-                                 op.flops(case), op.bytes(case, "bf16"), "2*sum(M_g)*N*K",
-                                 extra={"subset": r["suite"], "published_label": r["case"],
-                                        "total_m": sum(group_sizes(case))})
-    return rows
-
-
-def _rmsnorm(suite: PublishedSuite) -> list[dict]:
-    from .ops import get_op
-
-    op = get_op("rmsnorm")
-    rows = []
-    for r in _read(suite):
-        case, dt = op.case(f"{r['m']}x{r['n']}"), r["dtype"]
-        for be in ("aten", "flydsl"):
-            rows.append(_row(suite, "rmsnorm", case.label, case.p, dt, be,
-                             time_ms=float(r[f"{be}_us"]) / 1e3, flops=op.flops(case),
-                             nbytes=op.bytes(case, dt), message=_US_MSG.format(v=r[f"{be}_us"]),
-                             extra={"flydsl": "0.3.0"} if be == "flydsl" else None))
-    return rows
-
-
-def _topk(suite: PublishedSuite) -> list[dict]:
-    from .ops import get_op
-
-    op = get_op("topk")
-    rows = []
-    for r in _read(suite):
-        for det in (False, True):
-            case = op.make_case(m=int(r["m"]), n=int(r["n"]), k=int(r["k"]), deterministic=det)
-            word = "deterministic" if det else "nondeterministic"
-            for be in ("aten", "flydsl"):
-                v = r[f"{be}_{word}_us"]
-                rows.append(_row(suite, "topk", case.label, case.p, "fp32", be,
-                                 time_ms=float(v) / 1e3, flops=None, nbytes=op.bytes(case, "fp32"),
-                                 message=_US_MSG.format(v=v),
-                                 extra={"family": r["family"], "k_band": r["k_band"]}))
-    return rows
-
-
-_LOADERS = {"dense": _dense, "mxfp": _mxfp, "grouped": _grouped, "rmsnorm": _rmsnorm, "topk": _topk}
 
 
 def _names(suite: str | Sequence[str] | None, allowed: Sequence[str]) -> list[str]:
@@ -275,8 +175,9 @@ def load(suite: str | Sequence[str] | None = None) -> pd.DataFrame:
     are not kernel rows: use :func:`vllm_published` and :func:`ranges`).
     """
     rows: list[dict] = []
-    for n in _names(suite, tuple(SUITES)):
-        rows.extend(_LOADERS[n](SUITES[n]))
+    tables = suites()
+    for n in _names(suite, tuple(tables)):
+        rows.extend(tables[n].load(tables[n]))
     return R.frame(rows)
 
 
@@ -288,7 +189,7 @@ def vllm_published() -> pd.DataFrame:
     published), ``noise_pct`` (the published noise floor of the BF16 A/B, 1.79%; not given for
     MXFP8, one run per cell), ``source="published"`` and ``provenance``."""
     rows = []
-    for r in _read(VLLM):
+    for r in read_table(VLLM):
         pct = float(r["whole_request_speedup_pct"])
         bf16 = r["precision"] == "bf16"
         rows.append({
@@ -308,7 +209,7 @@ def summary(df: pd.DataFrame | None = None) -> pd.DataFrame:
     prints first)."""
     df = load() if df is None else df
     out = []
-    for name, s in SUITES.items():
+    for name, s in suites().items():
         d = df[df["run_id"] == f"published:{name}"]
         out.append({"suite": name, "op": s.op, "rows": len(d), "cases": d[["case", "dtype"]].drop_duplicates().shape[0],
                     "dtypes": ",".join(sorted(d["dtype"].dropna().unique())),

@@ -13,6 +13,8 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from flyexplore import explain as E  # noqa: E402
+from flyexplore.ops import attention_flydsl as AF  # noqa: E402
+from flyexplore.ops import topk_flydsl as TF  # noqa: E402
 from flyexplore import switches as S  # noqa: E402
 from flyexplore.cli import main  # noqa: E402
 from flyexplore.errors import UsageError  # noqa: E402
@@ -257,8 +259,8 @@ def test_explain_text_bad_input(args, msg):
 
 
 def test_topk_bands_name_every_kernel_family():
-    b = E.topk_bands()
-    assert list(b["kernel"]) == ["register"] + [E.topk_kernel(k0, n0) for k0, _, n0, _ in E.TOPK_RADIX_BANDS]
+    b = TF.topk_bands()
+    assert list(b["kernel"]) == ["register"] + [TF.topk_kernel(k0, n0) for k0, _, n0, _ in TF.TOPK_RADIX_BANDS]
 
 
 # -- attention: SDPA -> AOTriton -> its FlyDSL ("flyc") kernels -----------------------------------
@@ -278,7 +280,7 @@ def _cond(ex, name):
 def test_attention_head_dims_inside_and_outside_the_flydsl_set(shape, rung, ok):
     """What-if on gfx950 with AOTriton 0.14.2b: the head-dim condition decides; torch's SDPA pick
     cannot be asked away from the device, so the best verdict is 'unverified'."""
-    ex = E.explain_attention(shape, "bf16", arch="gfx950", aotriton="0.14.2")
+    ex = AF.explain_attention(shape, "bf16", arch="gfx950", aotriton="0.14.2")
     hd = _cond(ex, "head dim")
     assert hd.ok is ok and ex.arguments["rung"] == rung
     assert ex.verdict == ("unverified" if ok else "not eligible")
@@ -296,29 +298,29 @@ def test_attention_head_dims_inside_and_outside_the_flydsl_set(shape, rung, ok):
 
 
 def test_attention_dtype_version_arch_library_and_backend_rules():
-    ex = E.explain_attention("1x32x4096x4096x128", "fp32", arch="gfx950", aotriton="0.14.2")
+    ex = AF.explain_attention("1x32x4096x4096x128", "fp32", arch="gfx950", aotriton="0.14.2")
     assert _cond(ex, "dtype").ok is False and "fp32 stays on Triton" in ex.reason
-    old = E.explain_attention("1x32x4096x4096x128", "bf16", arch="gfx950", aotriton="0.13b")
+    old = AF.explain_attention("1x32x4096x4096x128", "bf16", arch="gfx950", aotriton="0.13b")
     assert _cond(old, "AOTriton has flyc").ok is False and old.verdict == "not eligible" and old.kernel is None
     assert "aiter fmha v3 is declared for head dim 128" in " ".join(old.notes)   # what 0.13b runs instead
-    mi300 = E.explain_attention("1x32x4096x4096x128", "bf16", arch="gfx942", aotriton="0.14.2")
+    mi300 = AF.explain_attention("1x32x4096x4096x128", "bf16", arch="gfx942", aotriton="0.14.2")
     assert _cond(mi300, "arch").ok is False
-    assert _cond(E.explain_attention("1x32x4096x4096x128", "bf16", arch="gfx1201"), "head dim").ok is True
-    ck = E.explain_attention("1x32x4096x4096x128", "bf16", arch="gfx950", fa_library="ck")
+    assert _cond(AF.explain_attention("1x32x4096x4096x128", "bf16", arch="gfx1201"), "head dim").ok is True
+    ck = AF.explain_attention("1x32x4096x4096x128", "bf16", arch="gfx950", fa_library="ck")
     assert _cond(ck, "flash-attention library").ok is False and "CK runs flash and efficient" in ck.reason
-    pinned = E.explain_attention("1x32x4096x4096x128", "bf16", backend="flash", arch="gfx950", fa_library="ck")
+    pinned = AF.explain_attention("1x32x4096x4096x128", "bf16", backend="flash", arch="gfx950", fa_library="ck")
     assert _cond(pinned, "flash-attention library").ok is True   # flyexplore's flash backend pins aotriton
     for be in ("ck", "math", "cudnn"):
-        ex = E.explain_attention("1x32x4096x4096x128", "bf16", backend=be, arch="gfx950")
+        ex = AF.explain_attention("1x32x4096x4096x128", "bf16", backend=be, arch="gfx950")
         assert _cond(ex, "SDPA backend").ok is False and ex.verdict == "not eligible"
-    d = E.explain_attention("1x32x4096x4096x128", "bf16", arch="gfx950").to_dict()
+    d = AF.explain_attention("1x32x4096x4096x128", "bf16", arch="gfx950").to_dict()
     assert d["verdict"] == "unverified" and d["arguments"]["aotriton"] == "0.14.2b" and d["sdpa"] is None
     assert "the version torch main pins" in d["assumed"]
 
 
 def test_attention_on_this_cuda_cpu_machine():
     """No ROCm here: not eligible for the right reasons, and the what-if is named."""
-    ex = E.explain_attention("1x32x4096x4096x128:causal=1", "bf16")
+    ex = AF.explain_attention("1x32x4096x4096x128:causal=1", "bf16")
     assert {"ROCm build", "AOTriton bundled"} <= _failed(ex, "environment")
     assert "ask a what-if with --arch gfx950" in ex.reason and ex.assumed is None
 
@@ -332,7 +334,7 @@ def test_attention_on_this_cuda_cpu_machine():
 ])
 def test_attention_bad_input(kw, msg):
     with pytest.raises(UsageError, match=msg):
-        E.explain_attention(**kw)
+        AF.explain_attention(**kw)
 
 
 def test_cli_explain_attention(capsys):
@@ -365,12 +367,12 @@ def test_attention_asks_torch_itself_in_a_rocm_environment(monkeypatch):
     rocm = SimpleNamespace(platform="rocm", device=SimpleNamespace(arch="gfx950"),
                            versions={"torch": "2.15.0+rocm", "aotriton": "0.14.2"})
     monkeypatch.setattr(EN, "collect", lambda *a, **k: rocm)
-    ex = E.explain_attention("1x4x128x128x64:causal=1", "bf16", device="cpu")
+    ex = AF.explain_attention("1x4x128x128x64:causal=1", "bf16", device="cpu")
     sd = _cond(ex, "SDPA picks AOTriton")
     assert ex.assumed is None and ex.sdpa["choice"] == "flash" and sd.ok is True
     assert ex.sdpa["priority"][:2] == ["flash", "efficient"]
     assert "All tensors need to be on cuda device" in ex.sdpa["reasons"]["efficient"]
     assert ex.verdict == "eligible" and ex.taken and ex.reason.startswith("FlyDSL eligible (flyc_attn_fwd)")
-    refused = E.explain_attention("1x4x128x128x64:causal=1", "bf16", backend="efficient", device="cpu")
+    refused = AF.explain_attention("1x4x128x128x64:causal=1", "bf16", backend="efficient", device="cpu")
     sd = _cond(refused, "SDPA picks AOTriton")
     assert sd.ok is False and refused.sdpa["choice"].startswith("none") and "can_use_efficient_attention" in sd.detail

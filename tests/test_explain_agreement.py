@@ -32,6 +32,12 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from flyexplore import explain as E  # noqa: E402
+from flyexplore import readiness as RD  # noqa: E402
+from flyexplore.ops import gemm_flydsl as GF  # noqa: E402
+from flyexplore.ops import grouped_gemm_flydsl as GGF  # noqa: E402
+from flyexplore.ops import rmsnorm_flydsl as RF  # noqa: E402
+from flyexplore.ops import scaled_gemm_flydsl as SF  # noqa: E402
+from flyexplore.ops import topk_flydsl as TF  # noqa: E402
 
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -138,8 +144,8 @@ def test_rmsnorm_agrees_with_torch(gfx950, fake_mode, case):
          "noncontig": _fake(fake_mode, (n,), (2,), _DT[dt]) if n > 1 else _fake(fake_mode, (n,), (1,), _DT[dt]),
          "cpu": _fake(fake_mode, (n,), (1,), _DT[dt], device="cpu")}[wkind]
     want = bool(R._fused_rms_norm_cond(x, normalized, w, eps))
-    got = _call_ok(E.rmsnorm_rules(x, normalized, w, eps))
-    assert got == want, (case, [c for c in E.rmsnorm_rules(x, normalized, w, eps) if c.ok is False])
+    got = _call_ok(RF.rmsnorm_rules(x, normalized, w, eps))
+    assert got == want, (case, [c for c in RF.rmsnorm_rules(x, normalized, w, eps) if c.ok is False])
 
 
 def test_rmsnorm_published_cases_all_eligible(gfx950, fake_mode):
@@ -158,7 +164,7 @@ def test_rmsnorm_published_cases_all_eligible(gfx950, fake_mode):
         x = _fake(fake_mode, (m, n), (n, 1), dt)
         w = _fake(fake_mode, (n,), (1,), dt)
         assert R._fused_rms_norm_cond(x, [n], w, 1e-6)
-        assert _call_ok(E.rmsnorm_rules(x, [n], w, 1e-6)), r
+        assert _call_ok(RF.rmsnorm_rules(x, [n], w, 1e-6)), r
 
 
 # -- TopK ---------------------------------------------------------------------------------
@@ -204,7 +210,7 @@ def test_topk_agrees_with_torch(gfx950, fake_mode, case):
     x = _fake(fake_mode, shape, stride, _DT[dt])
     with mock.patch.object(T, "_min_rows_for_full_wave", lambda idx: cu):
         want = bool(T._cond(x, k, dim, largest, sorted_))
-    conds, kernel = E.topk_rules(x, k, dim, largest, sorted_, cu, "test")
+    conds, kernel = TF.topk_rules(x, k, dim, largest, sorted_, cu, "test")
     assert _call_ok(conds) == want, (case, [c for c in conds if c.ok is False])
     n = shape[-1]
     fam = T._kernel_for(k, n)
@@ -220,7 +226,7 @@ def test_topk_kernel_bands_match_torch():
     ns = sorted({n + d for n in (1024, 2048, 4096, 8192, 16384, 32768, 131072, 262144) for d in (-1, 0, 1)})
     for k in ks:
         for n in ns:
-            ours = E.topk_kernel(k, n)
+            ours = TF.topk_kernel(k, n)
             assert (ours.split()[0] if ours else None) == T._kernel_for(k, n), (k, n)
             if ours and ours.startswith("radix"):
                 lo, hi = (int(v) for v in ours.split("K ")[1].split(",")[0].split("-"))
@@ -309,7 +315,7 @@ def test_mm_agrees_with_torch(gfx950, fake_mode, case):
         layout = ir.FixedLayout(torch.device("cuda", 0), a.dtype, [a.shape[0], b.shape[1]])
         static, nonzero = _is_static_problem(layout)
         want = len(MM.get_flydsl_mm_template_kwargs(layout, na, nb, static, nonzero)) > 0
-    conds = E.mm_rules(a, b, autotuning=autotune, search_space=space)
+    conds = GF.mm_rules(a, b, autotuning=autotune, search_space=space)
     assert _call_ok(conds) == want, (case, [c.detail for c in conds if c.ok is False])
 
 
@@ -332,7 +338,7 @@ def test_mm_published_shapes_eligible(gfx950, fake_mode):
                 layout = ir.FixedLayout(torch.device("cuda", 0), torch.bfloat16, [m, n])
                 assert MM.get_flydsl_mm_template_kwargs(layout, _ir_input(g, fake_mode, a),
                                                         _ir_input(g, fake_mode, b), True, True)
-                assert _call_ok(E.mm_rules(a, b, autotuning=autotune, search_space=space))
+                assert _call_ok(GF.mm_rules(a, b, autotuning=autotune, search_space=space))
 
 
 def test_mm_dynamic_shapes_refused(gfx950, fake_mode):
@@ -344,8 +350,8 @@ def test_mm_dynamic_shapes_refused(gfx950, fake_mode):
         layout = ir.FixedLayout(torch.device("cuda", 0), torch.bfloat16, [64, 64])
         assert MM.get_flydsl_mm_template_kwargs(layout, _ir_input(g, fake_mode, a), _ir_input(g, fake_mode, b),
                                                 False, True) == []
-    assert not _call_ok(E.mm_rules(a, b, dynamic=True))
-    assert _call_ok(E.mm_rules(a, b))
+    assert not _call_ok(GF.mm_rules(a, b, dynamic=True))
+    assert _call_ok(GF.mm_rules(a, b))
 
 
 # -- the gate's switch half: config settings ----------------------------------------------
@@ -366,8 +372,8 @@ def test_gate_switches_agree(gfx950, backends, max_autotune, max_autotune_gemm, 
     f = dataclasses.replace(f, inductor={**f.inductor, "max_autotune": max_autotune,
                                          "max_autotune_gemm": max_autotune_gemm,
                                          "max_autotune_gemm_backends": backends})
-    env_ok = all(c.ok for c in E.compile_environment(f))
-    dtype_ok = next(c for c in E.mm_rules(E.TensorDesc((64, 64), dtype), E.TensorDesc((64, 64), dtype))
+    env_ok = all(c.ok for c in RD.compile_environment(f))
+    dtype_ok = next(c for c in GF.mm_rules(E.TensorDesc((64, 64), dtype), E.TensorDesc((64, 64), dtype))
                     if c.name == "dtype").ok
     assert (env_ok and dtype_ok) == want
 
@@ -419,7 +425,7 @@ def test_grouped_mm_agrees_with_torch(gfx950, fake_mode, case):
         _, nonzero = _is_static_problem(layout)
         want = bool(GM.use_flydsl_grouped_mm_template(na, nb, layout, True, False, no, nbias, nonzero, scaled)
                     and GM.get_flydsl_grouped_mm_template_kwargs(na, nb))
-    conds = E.grouped_mm_rules(a, b, offs or None, bias=bias, scaled=scaled, out_dtype=odt,
+    conds = GGF.grouped_mm_rules(a, b, offs or None, bias=bias, scaled=scaled, out_dtype=odt,
                                autotuning=autotune, search_space=space)
     assert _call_ok(conds) == want, (case, [c.detail for c in conds if c.ok is False])
 
@@ -445,7 +451,7 @@ def test_grouped_published_uniform_cases(gfx950, fake_mode):
             no = _ir_input(g, fake_mode, E.TensorDesc((gg,), torch.int32))
             assert GM.use_flydsl_grouped_mm_template(na, nb, layout, True, False, no, None, True, False)
             assert GM.get_flydsl_grouped_mm_template_kwargs(na, nb)
-            assert _call_ok(E.grouped_mm_rules(a, b, True))
+            assert _call_ok(GGF.grouped_mm_rules(a, b, True))
 
 
 # -- MXFP scaled mm -------------------------------------------------------------------------
@@ -512,7 +518,7 @@ def test_mxfp_agrees_with_torch(gfx950, fake_mode, case):
             na = ir.ExternKernel.require_exact_strides(na, (a.shape[1], 1))
         if b.stride[0] != 1:
             nb = ir.ExternKernel.require_exact_strides(nb, (1, b.shape[0]))
-        rec, sw = E.RECIPES[recipe], E.SWIZZLES[swz]
+        rec, sw = SF.RECIPES[recipe], SF.SWIZZLES[swz]
         scales_a, scales_b = [nsa] * levels, [nsb] * levels
         fmt = MM._get_rocm_mxfp_v2_format(na, nb, scales_a, [rec] * levels, [sw] * levels, scales_b,
                                           [rec] * levels, [sw] * levels, nbias, out, cdim, fast)
@@ -520,7 +526,7 @@ def test_mxfp_agrees_with_torch(gfx950, fake_mode, case):
         if fmt is not None:
             layout = ir.FixedLayout(torch.device("cuda", 0), out, [a.shape[0], n])
             want = len(MM.get_flydsl_mxfp_template_kwargs(fmt, layout, na, nb, nsa, nsb, nbias)) > 0
-    conds = E.scaled_mm_rules(a, b, sa, sb, recipe_a=recipe, recipe_b=recipe, swizzle_a=swz, swizzle_b=swz,
+    conds = SF.scaled_mm_rules(a, b, sa, sb, recipe_a=recipe, recipe_b=recipe, swizzle_a=swz, swizzle_b=swz,
                               out_dtype=out, bias=bias, use_fast_accum=fast, contraction_dim=cdim,
                               scale_levels=levels, autotuning=autotune, search_space=space)
     assert _call_ok(conds) == want, (case, [c.detail for c in conds if c.ok is False])
@@ -548,7 +554,7 @@ def test_mxfp_published_shapes_eligible(gfx950, fake_mode):
             assert fmt == r["format"]
             layout = ir.FixedLayout(torch.device("cuda", 0), torch.bfloat16, [m, n])
             assert MM.get_flydsl_mxfp_template_kwargs(fmt, layout, na, nb, nsa, nsb, None)
-            assert _call_ok(E.scaled_mm_rules(a, b, sa, sb))
+            assert _call_ok(SF.scaled_mm_rules(a, b, sa, sb))
 
 
 # -- the eager arch lookup ------------------------------------------------------------------

@@ -12,7 +12,10 @@ from __future__ import annotations
 import importlib
 
 from ..errors import bad_choice
-from .base import Backend, Case, FlyDSLPath, KernelPattern, Operator, RunContext, Suite  # noqa: F401
+from .base import Backend, Case, FlyDSLPath, KernelPattern, Operator, PublishedSuite, RunContext, Suite
+
+__all__ = ["Backend", "Case", "FlyDSLPath", "KernelPattern", "Operator", "PublishedSuite", "RunContext",
+           "Suite", "flydsl_ops", "get_op", "list_ops", "register_op", "unregister_op"]
 
 #: operator name -> (module, attribute). Modules import lazily.
 _MODULES = {

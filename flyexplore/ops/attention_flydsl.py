@@ -5,7 +5,6 @@ FlyDSL ("flyc", first in AOTriton 0.14). What can be said before running an SDPA
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 

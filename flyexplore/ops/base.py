@@ -109,6 +109,26 @@ class Suite:
 
 
 @dataclass(frozen=True)
+class PublishedSuite:
+    """One published table of an operator family: its file under ``data/published``, the
+    operator, where it was published and the setup as published (from ``SOURCES.md``), and
+    ``load(suite) -> list of result rows`` (``source="published"``; see
+    :mod:`flyexplore.published`). Registered on the :class:`Operator` (``op.published``)."""
+
+    name: str
+    file: str
+    op: str
+    publication: str
+    setup: str
+    timing_mode: str | None = None
+    load: Callable | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def provenance(self) -> str:
+        return f"{self.publication}; {self.setup}; data/published/{self.file}"
+
+
+@dataclass(frozen=True)
 class KernelPattern:
     """One FlyDSL kernel name as the profiler shows it: ``regex`` on the kernel's head (name
     without ``void``, template arguments or parameters), the ``library`` it stands for (the
@@ -187,6 +207,7 @@ class Operator:
     backends: dict[str, Backend] = field(default_factory=dict)
     suites: dict[str, Suite] = field(default_factory=dict)
     flydsl: FlyDSLPath | None = None    # how torch routes this family to FlyDSL (None: it does not)
+    published: tuple[PublishedSuite, ...] = ()   # its published MI355X tables (flyexplore.published)
 
     # -- registration --------------------------------------------------------------------
     def backend(self, name: str, doc: str, *, available=None, context=None,

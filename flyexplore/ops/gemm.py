@@ -21,7 +21,7 @@ import csv
 
 from ..paths import published_dir
 from . import checks
-from .base import ERR_TOL, DTYPE_BYTES, Operator, compile_context, torch_dtype
+from .base import PublishedSuite, ERR_TOL, DTYPE_BYTES, Operator, compile_context, torch_dtype
 from .gemm_flydsl import FLYDSL as GEMM_FLYDSL
 
 GEMM = Operator(
@@ -159,3 +159,25 @@ GEMM.add_suite("llama3.1-8b", [f"{m}x{n}x{k}:NT" for m in (16, 2048) for n, k in
                "Llama-3.1-8B config: hidden 4096, intermediate 14336, 32 heads, 8 KV heads")
 GEMM.add_suite("cpu-small", ["128x128x128", "256x256x256", "384x256x512"], ["fp32"],
                "small NT GEMMs that finish in seconds on a 2-core CPU", "flyexplore")
+
+
+def _published_rows(suite) -> list[dict]:
+    """Result rows of the published table ``suite`` (:class:`~flyexplore.ops.base.PublishedSuite`)."""
+    from .. import published as P
+
+    op = GEMM
+    rows = []
+    for r in P.read_table(suite):
+        case = op.case(f"{r['m']}x{r['n']}x{r['k']}:NT")
+        rows += P.throughput_rows(suite, "gemm", case, "bf16", r, ("aten", "triton", "flydsl"),
+                                 op.flops(case), op.bytes(case, "bf16"), "2*M*N*K")
+    return rows
+
+
+GEMM.published = (PublishedSuite(
+    "dense", "dense_gemm_bf16.csv", "gemm",
+    "pytorch/pytorch PR 190903, benchmark comment",
+    "BF16, NT layout (A @ B.T), MI355 gfx950, graph replay, median of four "
+    "accuracy-checked runs; FlyDSL and Triton with EXHAUSTIVE search, ATen default",
+    "graph",
+    load=_published_rows),)

@@ -34,7 +34,7 @@ import re
 from ..errors import UsageError
 from ..paths import published_dir
 from . import checks
-from .base import ERR_TOL, DTYPE_BYTES, Operator, compile_context, torch_dtype
+from .base import PublishedSuite, ERR_TOL, DTYPE_BYTES, Operator, compile_context, torch_dtype
 from .grouped_gemm_flydsl import FLYDSL as GROUPED_GEMM_FLYDSL
 
 GROUPED_GEMM = Operator(
@@ -339,3 +339,26 @@ GROUPED_GEMM.add_suite(
     ["fp32", "bf16"],
     "small grouped GEMMs (one with an empty group, one column-major B) for a 2-core CPU",
     "flyexplore")
+
+
+def _published_rows(suite) -> list[dict]:
+    """Result rows of the published table ``suite`` (:class:`~flyexplore.ops.base.PublishedSuite`)."""
+    from .. import published as P
+
+    op = GROUPED_GEMM
+    rows = []
+    for r in P.read_table(suite):
+        case = op.case(published_case_label(r["suite"], r["case"]))
+        rows += P.throughput_rows(suite, "grouped_gemm", case, "bf16", r, ("aten", "triton", "flydsl"),
+                                 op.flops(case), op.bytes(case, "bf16"), "2*sum(M_g)*N*K",
+                                 extra={"subset": r["suite"], "published_label": r["case"],
+                                        "total_m": sum(group_sizes(case))})
+    return rows
+
+
+GROUPED_GEMM.published = (PublishedSuite(
+    "grouped", "grouped_gemm_bf16.csv", "grouped_gemm",
+    "pytorch/pytorch PR 194032",
+    "BF16 gfx950 F.grouped_mm; isolated process and fresh cache per backend/shape; "
+    "steady-state TFLOP/s excluding compilation",
+    load=_published_rows),)

@@ -25,7 +25,7 @@ import csv
 
 from ..paths import published_dir
 from . import checks
-from .base import DTYPE_BYTES, ERR_TOL, Operator, compile_context, flydsl_eager, torch_dtype
+from .base import PublishedSuite, DTYPE_BYTES, ERR_TOL, Operator, compile_context, flydsl_eager, torch_dtype
 from .rmsnorm_flydsl import FLYDSL as RMSNORM_FLYDSL
 
 RMSNORM = Operator(
@@ -154,3 +154,27 @@ RMSNORM.add_suite("llm", [f"{m}x{n}" for n in (4096, 8192) for m in (16, 2048, 8
                   "Llama-3.1-8B and Llama-3.3-70B configs (hidden_size)")
 RMSNORM.add_suite("cpu-small", ["256x1024", "1024x4096", "64x8192"], ["fp32"],
                   "small RMSNorm cases for a 2-core CPU", "flyexplore")
+
+
+def _published_rows(suite) -> list[dict]:
+    """Result rows of the published table ``suite`` (:class:`~flyexplore.ops.base.PublishedSuite`)."""
+    from .. import published as P
+
+    op = RMSNORM
+    rows = []
+    for r in P.read_table(suite):
+        case, dt = op.case(f"{r['m']}x{r['n']}"), r["dtype"]
+        for be in ("aten", "flydsl"):
+            rows.append(P.published_row(suite, "rmsnorm", case.label, case.p, dt, be,
+                             time_ms=float(r[f"{be}_us"]) / 1e3, flops=op.flops(case),
+                             nbytes=op.bytes(case, dt), message=P.US_MSG.format(v=r[f"{be}_us"]),
+                             extra={"flydsl": "0.3.0"} if be == "flydsl" else None))
+    return rows
+
+
+RMSNORM.published = (PublishedSuite(
+    "rmsnorm", "rmsnorm.csv", "rmsnorm",
+    "pytorch/pytorch PR 191447",
+    "MI355X, FlyDSL 0.3.0, GPU events, 10 warm-up + 50 timed iterations, one run per "
+    "case; ATen measured with FlyDSL disabled", "event",
+    load=_published_rows),)

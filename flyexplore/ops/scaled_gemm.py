@@ -52,7 +52,7 @@ import csv
 from ..paths import published_dir
 from .. import mx
 from . import checks
-from .base import DTYPE_BYTES, ERR_TOL, Operator, compile_context, relative_error
+from .base import PublishedSuite, DTYPE_BYTES, ERR_TOL, Operator, compile_context, relative_error
 from .scaled_gemm_flydsl import FLYDSL as SCALED_GEMM_FLYDSL
 
 SCALED_GEMM = Operator(
@@ -410,3 +410,25 @@ SCALED_GEMM.add_suite(
     ["mxfp8", "mxfp4", "fp8_e4m3"],
     "small scaled GEMMs for a 2-core CPU (MX rows: emulated; FP8 rows: torch's CPU kernel)",
     "flyexplore")
+
+
+def _published_rows(suite) -> list[dict]:
+    """Result rows of the published table ``suite`` (:class:`~flyexplore.ops.base.PublishedSuite`)."""
+    from .. import published as P
+
+    op = SCALED_GEMM
+    rows = []
+    for r in P.read_table(suite):
+        fmt = r["format"]
+        case = op.case(f"{r['m']}x{r['n']}x{r['k']}")
+        rows += P.throughput_rows(suite, "scaled_gemm", case, fmt, r, ("aten", "flydsl"),
+                                 op.flops(case), op.bytes(case, fmt), "2*M*N*K")
+    return rows
+
+
+SCALED_GEMM.published = (PublishedSuite(
+    "mxfp", "mxfp_gemm.csv", "scaled_gemm",
+    "pytorch/pytorch PR 196719, benchmark comment",
+    "MI355X gfx950, NT layout, FlyDSL vs ATen; output dtype and iteration counts "
+    "not published",
+    load=_published_rows),)

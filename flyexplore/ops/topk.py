@@ -22,7 +22,7 @@ import contextlib
 import csv
 
 from ..paths import published_dir
-from .base import DTYPE_BYTES, Operator, compile_context, flydsl_eager, torch_dtype
+from .base import PublishedSuite, DTYPE_BYTES, Operator, compile_context, flydsl_eager, torch_dtype
 from .topk_flydsl import FLYDSL as TOPK_FLYDSL
 
 TOPK = Operator(
@@ -223,3 +223,30 @@ TOPK.add_suite("llm", ["1x128256x50", "64x128256x50", "256x128256x50", "4096x256
                "Llama-3.1 vocab_size 128256; DeepSeek-V3 n_routed_experts 256, num_experts_per_tok 8")
 TOPK.add_suite("cpu-small", ["256x1024x8", "1024x4096x16", "64x32768x64"], ["fp32"],
                "small TopK cases for a 2-core CPU", "flyexplore")
+
+
+def _published_rows(suite) -> list[dict]:
+    """Result rows of the published table ``suite`` (:class:`~flyexplore.ops.base.PublishedSuite`)."""
+    from .. import published as P
+
+    op = TOPK
+    rows = []
+    for r in P.read_table(suite):
+        for det in (False, True):
+            case = op.make_case(m=int(r["m"]), n=int(r["n"]), k=int(r["k"]), deterministic=det)
+            word = "deterministic" if det else "nondeterministic"
+            for be in ("aten", "flydsl"):
+                v = r[f"{be}_{word}_us"]
+                rows.append(P.published_row(suite, "topk", case.label, case.p, "fp32", be,
+                                 time_ms=float(v) / 1e3, flops=None, nbytes=op.bytes(case, "fp32"),
+                                 message=P.US_MSG.format(v=v),
+                                 extra={"family": r["family"], "k_band": r["k_band"]}))
+    return rows
+
+
+TOPK.published = (PublishedSuite(
+    "topk", "topk.csv", "topk",
+    "pytorch/pytorch PR 193548",
+    "fp32, MI355X, GPU events, 20 warm-up + 100 timed iterations, median of 3 runs "
+    "for each torch.use_deterministic_algorithms setting", "event",
+    load=_published_rows),)
