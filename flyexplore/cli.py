@@ -194,13 +194,13 @@ def _cmd_sweep(a):
 
 
 def _parse_opts(items) -> dict:
+    """``--opt`` values (each ``key=value`` pairs separated by ``;``) -> one dict, by
+    :func:`flyexplore.parsing.parse_options` (later values win)."""
+    from .parsing import parse_options
+
     out = {}
     for it in items or ():
-        for tok in filter(None, (t.strip() for t in it.split(";"))):
-            k, eq, v = tok.partition("=")
-            if not eq or not k.strip():
-                raise UsageError(f"malformed --opt {tok!r} (expected key=value)")
-            out[k.strip()] = v.strip()
+        out.update(parse_options(it))
     return out
 
 

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from .errors import UsageError, bad_choice
-
-if TYPE_CHECKING:
-    from .readiness import EnvFacts
+from .parsing import FALSE_WORDS, TRUE_WORDS, parse_flag, parse_ints  # noqa: F401 (re-exported)
 
 INT32_MAX = (1 << 31) - 1
 UINT32_MAX = (1 << 32) - 1
@@ -268,43 +265,14 @@ def aligned_input(t: TensorDesc, assume_aligned: bool) -> bool:
     return bool(assume_aligned) or (t.storage_offset * t.itemsize) % GPU_ALIGN_BYTES == 0
 
 
-def autotune_mode(f: EnvFacts, autotuning: bool | None, search_space: str | None) -> tuple[bool, str]:
+def autotune_mode(f, autotuning: bool | None, search_space: str | None) -> tuple[bool, str]:
     at = bool(f.inductor.get("flydsl_enable_autotuning")) if autotuning is None else bool(autotuning)
     ss = str(f.inductor.get("max_autotune_gemm_search_space") or "DEFAULT") if search_space is None else search_space
     return at, ss.upper()
 
 
 
-# -- option text ----------------------------------------------------------------------
-
-def parse_ints(text: str, what: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(v) for v in re.split(r"[x,]", str(text).strip().strip("()[]")) if v.strip() != "")
-    except ValueError:
-        raise UsageError(f"malformed {what} {text!r} (expected integers, e.g. 4096,1)") from None
-    if not vals:
-        raise UsageError(f"malformed {what} {text!r} (expected integers, e.g. 4096,1)")
-    return vals
-
-
-#: The words a boolean option takes (case-insensitive), everywhere: shapes, ``--opt``, widgets.
-TRUE_WORDS = ("1", "true", "yes", "on")
-FALSE_WORDS = ("0", "false", "no", "off")
-
-
-def parse_flag(v) -> bool:
-    """A boolean option: ``True``/``False`` or one of :data:`TRUE_WORDS` / :data:`FALSE_WORDS`.
-    Raises :class:`UsageError` naming the value otherwise."""
-    if isinstance(v, bool):
-        return v
-    s = str(v).lower()
-    if s in TRUE_WORDS:
-        return True
-    if s in FALSE_WORDS:
-        return False
-    raise UsageError(f"bad boolean {v!r} (use 1/0, true/false)")
-
-
+# -- option text (parsed by flyexplore.parsing) ------------------------------------------
 
 def opt_stride(opts: dict, key: str, default):
     """Pop ``key`` (a stride text such as ``4096,1``) from ``opts`` as a tuple of ints, else

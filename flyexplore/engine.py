@@ -8,7 +8,7 @@ cases of :func:`flyexplore.sweep.run_sweep` run in **worker processes** by defau
   ``fork``), each pinned so that it sees exactly one GPU, and replaced after a crash, a
   time-out, a sticky device error (:data:`STICKY_ERRORS`: the context is unusable after one) or
   :data:`MAX_CASES` cases (against leaks). The unit of work is one case
-  (:func:`flyexplore.sweep.run_case`): all backends of a case run in one worker, because they
+  (:func:`flyexplore.cases.run_case`): all backends of a case run in one worker, because they
   are timed interleaved.
 - A worker that dies mid-case gives each backend of its case not yet written a ``crashed`` row
   (the signal or exit code and the last lines of its stderr); a case that runs past
@@ -16,7 +16,7 @@ cases of :func:`flyexplore.sweep.run_sweep` run in **worker processes** by defau
   ``timeout`` rows and its worker is killed (its whole process group: Inductor's and Triton's
   compile subprocesses too) and replaced. The sweep goes on.
 - Only the driver (the calling process) writes: one journal, one result file, one progress bar.
-- Cases are handed out dynamically, most expensive first (:func:`flyexplore.sweep.case_cost`:
+- Cases are handed out dynamically, most expensive first (:func:`flyexplore.cases.case_cost`:
   FLOPs, else bytes): an idle worker takes the next most expensive case, so shards balance by
   cost, not by count (with one worker the plan's order is kept).
 - Ctrl-C (``KeyboardInterrupt`` in the driver) stops every worker; the finished rows are kept.
@@ -32,7 +32,7 @@ in the driver: a ``CUDA_VISIBLE_DEVICES``/``HIP_VISIBLE_DEVICES`` the driver alr
 mapped through (``--devices 1`` under ``CUDA_VISIBLE_DEVICES=4,5`` pins physical GPU 5); an
 inherited ``ROCR_VISIBLE_DEVICES`` is left as it is (HIP indices are relative to it). Every
 row carries the physical GPU in ``device_id`` (NVML UUID or PCI bus id,
-:func:`flyexplore.sweep.physical_device_id`) and the worker in ``worker``.
+:func:`flyexplore.cases.physical_device_id`) and the worker in ``worker``.
 
 On the CPU the default is in-process: starting a process that imports torch takes 5-10 s on a
 small machine (measured: ~8 s for ``import torch`` on the 2-core CI machine) while a CPU sweep
@@ -81,7 +81,7 @@ STDERR_LINES = 5
 @dataclass(frozen=True)
 class Settings:
     """What every worker needs, the same for every case: the operator's import reference
-    (:func:`op_ref`) and :func:`flyexplore.sweep.run_case`'s options."""
+    (:func:`op_ref`) and :func:`flyexplore.cases.run_case`'s options."""
 
     op: str
     order: str
@@ -272,7 +272,7 @@ class CaseRunner:
 
         from .env import collect
         from .ops.base import RunContext
-        from .sweep import physical_device_id
+        from .cases import physical_device_id
 
         if threads:
             torch.set_num_threads(threads)
@@ -289,8 +289,8 @@ class CaseRunner:
                      "worker": f"{label}/pid{os.getpid()}"}
 
     def run(self, task: Task):
-        """Yield ``(backend, row columns)`` for ``task`` (:func:`flyexplore.sweep.run_case`)."""
-        from .sweep import run_case
+        """Yield ``(backend, row columns)`` for ``task`` (:func:`flyexplore.cases.run_case`)."""
+        from .cases import run_case
 
         s = self.settings
         yield from run_case(self.op, task.case, task.dtype, task.backends, self.ctx, order=s.order,
@@ -414,26 +414,29 @@ def _slots(device, devices, workers, env) -> list[_Slot]:
     return [_Slot(f"cpu{i}", "cpu", {}, env, threads) for i in range(n)]
 
 
+def limits(case_timeout: float | None, max_cases: int | None) -> tuple[float, int]:
+    """``(case time limit s, cases per worker)`` with the defaults :data:`CASE_TIMEOUT_S` and
+    :data:`MAX_CASES` for ``None`` (a limit of 0 means none)."""
+    return (CASE_TIMEOUT_S if case_timeout is None else float(case_timeout),
+            MAX_CASES if max_cases is None else int(max_cases))
+
+
 def run_tasks(tasks: Sequence[Task], settings: Settings, kind: str, *, device, env, devices=None,
-              workers=None, case_timeout=None, max_cases=None, ray_address=None, ray_gpus=None,
+              workers=None, case_timeout=None, max_cases=None,
               emit: Callable, should_stop: Callable | None = None,
               status: Callable[[str], Any] | None = None) -> None:
-    """Run ``tasks`` on worker processes (``kind="local"``) or Ray actors (``"ray"``), calling
+    """Run ``tasks`` on local worker processes (``kind="local"``; Ray actors are
+    :func:`flyexplore._ray.run_ray`'s, which the sweep calls itself), calling
     ``emit(task, backend, row columns, worker info)`` in the driver for every row, including the
     ``crashed`` and ``timeout`` rows made here. ``case_timeout`` None = :data:`CASE_TIMEOUT_S`,
-    0 = no limit; ``max_cases`` None = :data:`MAX_CASES`; ``ray_gpus``: Ray actors on GPUs
-    (None: when the cluster has some). ``should_stop()`` is checked before
+    0 = no limit; ``max_cases`` None = :data:`MAX_CASES`. ``should_stop()`` is checked before
     each case is handed out. Raises ``RuntimeError`` when a worker cannot start (its stderr
     tail in the message); ``KeyboardInterrupt`` after stopping every worker."""
     if not tasks:
         return
-    limit = CASE_TIMEOUT_S if case_timeout is None else float(case_timeout)
-    max_cases = MAX_CASES if max_cases is None else int(max_cases)
-    if kind == "ray":
-        from ._ray import run_ray
-        return run_ray(tasks, settings, device=device, workers=workers, case_timeout=limit,
-                       max_cases=max_cases, address=ray_address, emit=emit, should_stop=should_stop,
-                       status=status, use_gpus=ray_gpus)
+    limit, max_cases = limits(case_timeout, max_cases)
+    if kind != "local":
+        raise ValueError(f"run_tasks runs local workers; executor {kind!r} is flyexplore._ray.run_ray's")
     slots = _slots(device, devices, workers, env)
     queue = list(tasks)
     if len(slots) > 1:  # most expensive first, to whichever worker is free (LPT, dynamic)

@@ -16,12 +16,11 @@ machines. Every rule is checked against torch's own functions (``tests/test_expl
 """
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from .conditions import (Condition, Explanation, TensorDesc, autotune_mode, contiguous_strides, parse_flag,
-                         short_dtype)
+from .conditions import Condition, Explanation, TensorDesc, autotune_mode, contiguous_strides, short_dtype
+from .parsing import parse_flag, parse_options
 from .errors import UsageError, bad_choice
 from .readiness import (ARCHES, FLYDSL_ARCH, MI355X_CUS, EnvFacts, check_arch, compile_environment,
                         eager_environment, facts, torch_eager_arch)
@@ -200,24 +199,6 @@ def dtypes_for(op: str) -> tuple[str, ...]:
     _path(op, True)
     from .ops import get_op
     return tuple(get_op(op).dtypes)
-
-
-def parse_options(text: str | Mapping[str, Any] | None) -> dict[str, Any]:
-    """``"a_offset=3; bias=1"`` (``;`` or new lines between ``key=value`` pairs; values may hold
-    commas, e.g. ``a_stride=1,4096``) -> ``{"a_offset": "3", "bias": "1"}``. A mapping is
-    copied; ``None`` or blank text gives ``{}``. Raises :class:`UsageError` for a pair without
-    ``=`` or an empty key (names are checked by :func:`describe`)."""
-    if text is None:
-        return {}
-    if isinstance(text, Mapping):
-        return dict(text)
-    out: dict[str, Any] = {}
-    for tok in filter(None, (t.strip() for t in re.split(r"[;\n]", str(text)))):
-        k, eq, v = tok.partition("=")
-        if not eq or not k.strip():
-            raise UsageError(f"malformed option {tok!r} (expected key=value, pairs separated by ';')")
-        out[k.strip()] = v.strip()
-    return out
 
 
 def explain_text(op: str, shape: str, dtype: str | None = None,

@@ -165,7 +165,7 @@ def test_cli_explain(capsys):
                       (["explain", "--op", "topk", "--shape", "1x0x1"], "non-positive topk n=0"),
                       (["explain", "--op", "topk", "--shape", "256x1024x8", "--cu", "0"], "--cu"),
                       (["explain", "--op", "gemm", "--shape", "8x8x8", "--compile-options", "{bad"], "JSON"),
-                      (["explain", "--op", "gemm", "--shape", "8x8x8", "--opt", "bias"], "malformed --opt"),
+                      (["explain", "--op", "gemm", "--shape", "8x8x8", "--opt", "bias"], "malformed option 'bias'"),
                       (["explain", "--op", "rmsnorm"], "required")):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()

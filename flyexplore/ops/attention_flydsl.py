@@ -86,7 +86,7 @@ def _sdpa_on_device(case, dtype: str, backend: str, device) -> dict:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from . import attention as OA
+    from . import attention_sdpa as OA
 
     q, k, v = OA._probe_tensors(case, dtype, device)
     gqa = OA.kv_heads(case) != case["h"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from ..errors import UsageError, bad_choice
+from ..parsing import FALSE_WORDS, TRUE_WORDS
 
 #: dtype names used on the command line and in result rows -> torch dtype attribute names.
 DTYPE_NAMES = {
@@ -343,7 +344,6 @@ class Operator:
 def _coerce(default, text: str, op: str, key: str):
     try:
         if isinstance(default, bool):
-            from ..conditions import FALSE_WORDS, TRUE_WORDS
             if text.lower() in TRUE_WORDS:
                 return True
             if text.lower() in FALSE_WORDS:

@@ -1,0 +1,58 @@
+"""The one parser of option texts: integer lists (``4096,1``, ``8x512``), booleans and
+``key=value`` pairs. The operator catalogue's shapes (:meth:`flyexplore.ops.base.Operator.case`),
+``flyexplore explain --opt``, the CLI and the widgets all read options through these."""
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from .errors import UsageError
+
+
+def parse_ints(text: str, what: str) -> tuple[int, ...]:
+    """``"4096,1"``, ``"(4096, 1)"`` or ``"8x512"`` -> a tuple of ints (strides, shapes,
+    offsets). ``what`` names the option in the error. Raises :class:`UsageError` for text that
+    is not integers."""
+    try:
+        vals = tuple(int(v) for v in re.split(r"[x,]", str(text).strip().strip("()[]")) if v.strip() != "")
+    except ValueError:
+        raise UsageError(f"malformed {what} {text!r} (expected integers, e.g. 4096,1)") from None
+    if not vals:
+        raise UsageError(f"malformed {what} {text!r} (expected integers, e.g. 4096,1)")
+    return vals
+
+
+#: The words a boolean option takes (case-insensitive), everywhere: shapes, ``--opt``, widgets.
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def parse_flag(v) -> bool:
+    """A boolean option: ``True``/``False`` or one of :data:`TRUE_WORDS` / :data:`FALSE_WORDS`.
+    Raises :class:`UsageError` naming the value otherwise."""
+    if isinstance(v, bool):
+        return v
+    s = str(v).lower()
+    if s in TRUE_WORDS:
+        return True
+    if s in FALSE_WORDS:
+        return False
+    raise UsageError(f"bad boolean {v!r} (use 1/0, true/false)")
+
+
+def parse_options(text: str | Mapping[str, Any] | None) -> dict[str, Any]:
+    """``"a_offset=3; bias=1"`` (``;`` or new lines between ``key=value`` pairs; values may hold
+    commas, e.g. ``a_stride=1,4096``) -> ``{"a_offset": "3", "bias": "1"}``. A mapping is
+    copied; ``None`` or blank text gives ``{}``. Raises :class:`UsageError` for a pair without
+    ``=`` or an empty key (names are checked by :func:`describe`)."""
+    if text is None:
+        return {}
+    if isinstance(text, Mapping):
+        return dict(text)
+    out: dict[str, Any] = {}
+    for tok in filter(None, (t.strip() for t in re.split(r"[;\n]", str(text)))):
+        k, eq, v = tok.partition("=")
+        if not eq or not k.strip():
+            raise UsageError(f"malformed option {tok!r} (expected key=value, pairs separated by ';')")
+        out[k.strip()] = v.strip()
+    return out
