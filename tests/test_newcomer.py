@@ -34,7 +34,7 @@ def test_cli_names_come_from_the_registry():
                                                           "scaled_gemm", "attention"}
     assert C.TIMING_MODES == {"interleaved": T.INTERLEAVED_MODES, "block": T.MODES}
     toy = Operator(name="toy_cli", doc="toy", dims=("n",), options={}, dtypes=("fp32",))
-    toy.backend("aten", "toy")(lambda ctx, case, dtype, inputs: (lambda: None))
+    toy.backend("aten", "toy")(lambda case, dtype, inputs, ctx: (lambda: None))
     register_op(toy)
     try:
         assert C.catalogue()["toy_cli"] == (("aten",), ("fp32",), ())

@@ -1,0 +1,134 @@
+"""A whole operator family defined in this one file -- catalogue, two backends, one FlyDSL rule,
+one kernel-name pattern, one switch -- and registered with ``flyexplore.ops.register_op``. The
+sweep, ``explain`` (library and CLI), the switches table, trace classification and a speedup
+figure then take it without any other module naming it (issue 15; docs/adding-an-operator.md)."""
+from __future__ import annotations
+
+import pytest
+
+from flyexplore import conditions as C
+from flyexplore.ops import FlyDSLPath, KernelPattern, Operator, register_op, unregister_op
+
+# -- the family ------------------------------------------------------------------------------
+
+TOY = Operator(
+    name="toy_double",
+    doc="toy family: out = 2 * x; shape N",
+    dims=("n",),
+    options={},
+    dtypes=("fp32",),
+)
+
+
+def _inputs(case, dtype, device, seed):
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    return {"x": torch.randn(case["n"], generator=g, device=device, dtype=torch.float32)}
+
+
+def _reference(case, dtype, inputs):
+    import torch
+
+    return inputs["x"].to(torch.float64) * 2
+
+
+def _error(out, ref, case, dtype):
+    err = float((out.double() - ref).abs().max()) if out.numel() else 0.0
+    return {"err_abs": err, "accuracy_ok": err == 0.0}
+
+
+TOY.make_inputs, TOY.reference, TOY.error = _inputs, _reference, _error
+TOY.flops = lambda case: float(case["n"])
+TOY.bytes = lambda case, dtype: 8.0 * case["n"]
+
+
+@TOY.backend("aten", "eager torch.mul", baseline=True)
+def _aten(case, dtype, inputs, ctx):
+    x = inputs["x"]
+    return lambda: x * 2
+
+
+@TOY.backend("add", "x + x (the same result by another kernel)")
+def _add(case, dtype, inputs, ctx):
+    x = inputs["x"]
+    return lambda: x + x
+
+
+def _judge(call, env, common):
+    x = C.TensorDesc.of(call.pop("x"))
+    n = x.shape[0]
+    rule = C.cond("N multiple of 64", n % 64 == 0, f"N={n}" + ("" if n % 64 == 0 else ": the toy kernel needs N % 64 == 0"),
+                  "tests/test_toy_operator.py::_judge")
+    return {"x": x.text()}, [rule], "toy_kernel", []
+
+
+def _describe(case, dtype, opts, device):
+    return {"x": C.TensorDesc((case["n"],), dtype, None, 0, device)}
+
+
+TOY.flydsl = FlyDSLPath(
+    route="eager", path="eager override of aten::toy_double (a toy)", judge=_judge, describe=_describe,
+    options=("device",), example="4096",
+    kernels=(KernelPattern(r"^toy_double_kernel(_\d+)?$", "FlyDSL toy double", "the toy's @flyc.kernel name"),),
+    aten_ops=("toy_double",), module="flyexplore_toy_override")
+
+
+@pytest.fixture()
+def toy():
+    register_op(TOY)
+    try:
+        yield TOY
+    finally:
+        unregister_op(TOY.name)
+
+
+# -- what the rest of flyexplore does with it ---------------------------------------------------
+
+def test_sweep_and_speedup_figure(toy, tmp_path):
+    from flyexplore.plots import speedup_figure
+    from flyexplore.results import speedup
+    from flyexplore.sweep import run_sweep
+
+    df = run_sweep("toy_double", shapes="4096;65536", progress=False, timer={"budget_s": 0.3},
+                   out=tmp_path / "toy.parquet")
+    assert list(df["status"]) == ["ok"] * 4 and df["accuracy_ok"].all()
+    sp = speedup(df, "aten")
+    assert set(sp["backend"]) == {"add"} and sp["speedup_lo"].notna().all()
+    fig = speedup_figure(df, "aten")
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert len(bars) == 1 and list(bars[0].x) == ["4096", "65536"] and bars[0].error_y.array is not None
+
+
+def test_explain_library_and_cli(toy, capsys):
+    from flyexplore import explain as X
+    from flyexplore.cli import main
+
+    assert "toy_double" in X.explainable()
+    yes = X.explain_text("toy_double", "4096")          # judged as on a ROCm torch 2.15, gfx950
+    assert yes.call_ok and yes.kernel == "toy_kernel"
+    # the environment's conditions come from the route: the override module is not in torch
+    assert any("override" in c.name and c.ok is False for c in yes.conditions)
+    no = X.explain_text("toy_double", "100")
+    assert not no.call_ok and "N % 64 == 0" in no.reason
+    assert main(["explain", "--op", "toy_double", "--shape", "100", "--assume-rocm"]) == 1
+    assert "N % 64 == 0" in capsys.readouterr().out
+
+
+def test_switches_table_and_trace_classification(toy):
+    from flyexplore import switches, trace
+
+    tab = switches.table()
+    row = tab[tab["op"] == "toy_double"]
+    assert len(row) == 1 and row.iloc[0]["exists"] in (False, "no") or not bool(row.iloc[0]["exists"])
+    k = trace.classify("toy_double_kernel_0")
+    assert (k.family, k.library) == ("FlyDSL", "FlyDSL toy double")
+
+
+def test_gone_after_unregister():
+    from flyexplore import explain as X
+    from flyexplore import trace
+    from flyexplore.ops import list_ops
+
+    assert "toy_double" not in list_ops() and "toy_double" not in X.explainable()
+    assert trace.classify("toy_double_kernel_0").family == "unclassified"
