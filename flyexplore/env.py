@@ -4,17 +4,23 @@
 Every result row carries :meth:`Environment.fingerprint` so a number always says where it came
 from.
 
-Sources of the rules used here (read from the torch 2.15.0 wheel; see
+The FlyDSL readiness verdicts (which also decide whether the sweep's ``flydsl`` backends are
+available) are :mod:`flyexplore.readiness`'s rules, the ones ``explain`` uses, shown as
+:class:`Check` s with their fix (read from the torch 2.15.0 wheel; see
 ``shared/reference/pytorch-flydsl.md``):
 
 - FlyDSL eager overrides (RMSNorm, TopK) register only on a ROCm build of torch
-  (``torch.version.hip``) with flydsl importable and in the series torch accepts
-  (``torch/_native/flydsl_utils.py``), unless ``TORCH_DISABLE_NATIVE_JIT=1``.
-- FlyDSL Inductor templates (mm, grouped mm, MXFP scaled mm) are gated by
-  ``torch._inductor.utils.use_flydsl_gemm_template``: FLYDSL in
-  ``max_autotune_gemm_backends``, ROCm, max-autotune, fp16/bf16, runtime available, gfx950.
+  (``torch.version.hip``) with flydsl importable, its version metadata a stable release of the
+  series torch accepts (``torch/_native/flydsl_utils.py::_version_is_ok``; pre-releases and
+  missing metadata refused unless ``TORCH_NATIVE_SKIP_VERSION_CHECK=1``), unless
+  ``TORCH_DISABLE_NATIVE_JIT=1``, on gfx950 as :func:`resolve_target_arch` finds it.
+- FlyDSL Inductor templates (mm, grouped mm, MXFP scaled mm) need a ROCm build, flydsl's
+  ``_mlir`` runtime and valid version metadata in the accepted series (pre-releases pass:
+  ``torch/_inductor/codegen/flydsl/flydsl_utils.py::_flydsl_runtime_unavailable_reason``) and a
+  gfx950 device (gcnArchName only); the switch half of
+  ``torch._inductor.utils.use_flydsl_gemm_template`` is :mod:`flyexplore.switches`'.
 - The target arch is ``FLYDSL_GPU_ARCH``, else ``HSA_OVERRIDE_GFX_VERSION``, else the device's
-  ``gcnArchName``.
+  ``gcnArchName`` (:func:`flyexplore.readiness.torch_eager_arch`).
 - torch 2.15 accepts flydsl 0.3.x only; AOTriton's version is only in the file name of the
   bundled ``torch/lib/libaotriton_v2.so.X.Y.Z``.
 """
@@ -35,13 +41,8 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-#: The only arch whose FlyDSL paths torch 2.15 enables (MI350X / MI355X).
-FLYDSL_ARCH = "gfx950"
-
-#: flydsl series each torch release accepts: {torch "major.minor": flydsl "major.minor"}.
-#: Source: torch 2.15.0 ``torch/_native/flydsl_utils.py`` and
-#: ``torch/_inductor/codegen/flydsl/flydsl_utils.py`` (both accept stable 0.3.x only).
-ACCEPTED_FLYDSL_SERIES = {"2.15": "0.3"}
+from . import readiness as R
+from .readiness import ACCEPTED_FLYDSL_SERIES, FLYDSL_ARCH  # noqa: F401  (the one definition; kept importable here)
 
 #: Environment variables that change which path torch takes; reported verbatim.
 RELEVANT_ENV_VARS = (
@@ -241,107 +242,76 @@ def _soname_version(path: str) -> str | None:
         return None
 
 
-def _normalize_arch(arch: str) -> str:
-    """``gfx950:sramecc+:xnack-`` -> ``gfx950``; ``9.5.0`` (HSA override) -> ``gfx950``."""
-    arch = arch.strip().split(":")[0]
-    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)", arch)
-    if m:
-        major, minor, step = (int(x) for x in m.groups())
-        return f"gfx{major}{minor:x}{step:x}"
-    return arch
-
-
 def resolve_target_arch(devices: tuple[Device, ...], platform: str,
                         environ: dict[str, str] | None = None) -> tuple[str | None, str]:
-    """FlyDSL's target arch and where it came from, in torch's order of precedence:
-    ``FLYDSL_GPU_ARCH``, then ``HSA_OVERRIDE_GFX_VERSION``, then the device's gcnArchName.
+    """FlyDSL's target arch and where it came from, by torch's rule
+    (:func:`flyexplore.readiness.torch_eager_arch`, ``torch/_native/flydsl_utils.py::
+    _resolve_rocm_arch``): ``FLYDSL_GPU_ARCH``, then ``HSA_OVERRIDE_GFX_VERSION``, then the
+    gcnArchName of ``devices[0]`` on ROCm; ``(None, "no ROCm device")`` when none applies.
     """
     environ = os.environ if environ is None else environ
-    if environ.get("FLYDSL_GPU_ARCH"):
-        return _normalize_arch(environ["FLYDSL_GPU_ARCH"]), "FLYDSL_GPU_ARCH"
-    if environ.get("HSA_OVERRIDE_GFX_VERSION"):
-        return _normalize_arch(environ["HSA_OVERRIDE_GFX_VERSION"]), "HSA_OVERRIDE_GFX_VERSION"
-    if platform == "rocm" and devices:
-        return devices[0].arch, "device gcnArchName"
-    return None, "no ROCm device"
+    return R.torch_eager_arch(environ, devices[0].arch if platform == "rocm" and devices else None)
 
 
-def flydsl_version_check(torch_version: str, flydsl_version: str) -> Check:
-    """Is the installed flydsl in the series this torch accepts? (torch 2.15: 0.3.x only)."""
-    tv = ".".join(torch_version.split("+")[0].split(".")[:2])
-    want = ACCEPTED_FLYDSL_SERIES.get(tv)
-    if flydsl_version == "not installed":
-        fix = f"pip install 'flydsl=={want}.*'" if want else "pip install flydsl"
-        return Check("flydsl installed", False, "flydsl is not installed", fix)
-    if want is None:
-        return Check("flydsl version accepted", False,
-                     f"torch {torch_version} has no FlyDSL integration (first in torch 2.15)",
-                     "install torch >= 2.15 (a ROCm build)")
-    got = ".".join(flydsl_version.split(".")[:2])
-    if got != want:
-        return Check("flydsl version accepted", False,
-                     f"flydsl {flydsl_version} installed but torch {tv} accepts {want}.x",
-                     f"pip install 'flydsl=={want}.*'")
-    return Check("flydsl version accepted", True, f"flydsl {flydsl_version} (torch {tv} accepts {want}.x)")
+def _torch_series(torch_version: str) -> str:
+    return ".".join(torch_version.split("+")[0].split(".")[:2])
 
 
-def _torch_has(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
+def flydsl_version_check(torch_version: str, flydsl_version: str,
+                         environ: dict[str, str] | None = None) -> Check:
+    """Would this torch accept the installed flydsl for its eager overrides? ``flydsl_version``
+    as :func:`flyexplore.readiness.flydsl_version` reports it (``"not installed"``, the metadata
+    text, or ``readiness.NO_METADATA``). The rule is
+    :func:`flyexplore.readiness.eager_flydsl_version` (torch 2.15: stable 0.3.x; pre-releases and
+    missing or invalid metadata refused); ``environ`` (default: none) may carry
+    ``TORCH_NATIVE_SKIP_VERSION_CHECK=1``."""
+    tv = _torch_series(torch_version)
+    inst = R.flydsl_installed(flydsl_version)
+    if not inst.ok:
+        want = ACCEPTED_FLYDSL_SERIES.get(tv)
+        return Check("flydsl installed", False, inst.detail,
+                     "pip install 'flydsl==%d.%d.*'" % want if want else "pip install flydsl")
+    v = R.eager_flydsl_version(flydsl_version, environ or {}, tv)
+    return Check("flydsl version accepted", v.ok, v.detail, None if v.ok else v.fix)
 
 
-def _env_flag(environ: dict[str, str], name: str) -> bool:
-    """torch's reading of its switches: set means the value is the integer 1
-    (``torch/_native/common_utils.py``: ``int(os.getenv(NAME, 0)) == 1``)."""
-    try:
-        return int(environ.get(name, "0") or "0") == 1
-    except ValueError:
-        return False
+def _check(name: str, v: R.Verdict) -> Check:
+    return Check(name, v.ok, v.detail, None if v.ok else v.fix)
 
 
-def _readiness(platform: str, versions: dict[str, str], target_arch: str | None,
-               arch_source: str, environ: dict[str, str],
-               device_arch: str | None = None) -> tuple[Readiness, Readiness]:
+def _readiness(platform: str, versions: dict[str, str], environ: dict[str, str],
+               device_arch: str | None, flydsl_built: bool) -> tuple[Readiness, Readiness]:
+    from .ops import flydsl_ops, get_op
+
     tv = versions["torch"]
+    fv = versions.get("flydsl", R.NOT_INSTALLED)
     rocm = Check("ROCm build of torch", platform == "rocm" or bool(versions.get("hip")),
                  "torch.version.hip is set" if versions.get("hip") else
                  f"torch {tv} is a {'CUDA' if versions.get('cuda') else 'CPU'} build, not ROCm",
                  "install a ROCm build of torch >= 2.15")
-    arch_ok = target_arch == FLYDSL_ARCH
-    arch = Check("target arch gfx950", arch_ok,
-                 f"{target_arch} (from {arch_source})" if target_arch else "no ROCm device to target",
-                 None if arch_ok else "FlyDSL paths in torch 2.15 need gfx950 (MI350X/MI355X); "
-                 "FLYDSL_GPU_ARCH=gfx950 only helps compile-only use")
-    ver = flydsl_version_check(tv, versions.get("flydsl", "not installed"))
-    eager_mod = _torch_has("torch._native.ops.norm.flydsl_rmsnorm_impl")
-    eager_code = Check("torch has FlyDSL eager overrides", eager_mod,
-                       "torch._native.ops (RMSNorm, TopK) present" if eager_mod
-                       else f"torch {tv} has no torch._native FlyDSL ops", "install torch >= 2.15")
-    jit_off = _env_flag(environ, "TORCH_DISABLE_NATIVE_JIT")
-    jit = Check("native overrides not disabled", not jit_off,
-                "TORCH_DISABLE_NATIVE_JIT=1: no overrides are registered" if jit_off
-                else "TORCH_DISABLE_NATIVE_JIT is not 1", "unset TORCH_DISABLE_NATIVE_JIT")
-    eager_checks = [eager_code, rocm, ver, arch, jit]
-    skip = _env_flag(environ, "TORCH_NATIVE_SKIP_VERSION_CHECK")
-    if skip and not ver.ok and versions.get("flydsl") != "not installed":
-        eager_checks[2] = Check(ver.name, True, ver.detail + "; TORCH_NATIVE_SKIP_VERSION_CHECK=1 "
-                                "overrides the check (eager side only)")
-    comp_mod = _torch_has("torch._inductor.codegen.flydsl")
+    mods = {op: get_op(op).flydsl.module for op in flydsl_ops("eager")}
+    have = [op for op, m in mods.items() if m and R.has_module(m)]
+    lack = [f"{op} ({m})" for op, m in mods.items() if op not in have]
+    eager_code = Check("torch has FlyDSL eager overrides", bool(have),
+                       (f"torch._native FlyDSL overrides present ({', '.join(have)})" if have
+                        else f"torch {tv} has no torch._native FlyDSL ops")
+                       + (f"; missing: {', '.join(lack)}" if have and lack else ""), "install torch >= 2.15")
+    ver = flydsl_version_check(tv, fv, environ)
+    arch = _check("target arch gfx950", R.eager_arch(environ, device_arch))
+    jit = _check("native overrides not disabled", R.native_jit(environ))
+    eager_checks = (eager_code, rocm, ver, arch, jit)
+    comp_mod = R.has_module("torch._inductor.codegen.flydsl")
     comp_code = Check("torch has FlyDSL Inductor templates", comp_mod,
                       "torch._inductor.codegen.flydsl present" if comp_mod
                       else f"torch {tv} has no FlyDSL Inductor templates", "install torch >= 2.15")
+    runtime = _check("flydsl runtime available",
+                     R.compile_flydsl_runtime(fv, flydsl_built, _torch_series(tv)))
     # Inductor's gate reads the device's gcnArchName only
     # (torch/_inductor/codegen/flydsl/flydsl_scheduling.py::_get_flydsl_device_arch):
     # FLYDSL_GPU_ARCH and HSA_OVERRIDE_GFX_VERSION do not apply to the compile templates.
-    dev_ok = device_arch == FLYDSL_ARCH
-    dev_arch = Check("device arch gfx950", dev_ok,
-                     f"{device_arch} (device gcnArchName; Inductor ignores FLYDSL_GPU_ARCH)" if device_arch
-                     else "no ROCm device (Inductor reads the device's gcnArchName only)",
-                     None if dev_ok else "FlyDSL GEMM templates in torch 2.15 need a gfx950 device (MI350X/MI355X)")
-    compile_checks = [comp_code, rocm, ver, dev_arch]
-    return Readiness("eager overrides", tuple(eager_checks)), Readiness("compile templates", tuple(compile_checks))
+    dev_arch = _check("device arch gfx950", R.compile_arch(device_arch, environ))
+    compile_checks = (comp_code, rocm, runtime, dev_arch)
+    return Readiness("eager overrides", eager_checks), Readiness("compile templates", compile_checks)
 
 
 #: Oldest LLD taken as able to link FlyDSL's gfx950 code objects. flydsl 0.3 emits AMDGPU code
@@ -446,13 +416,15 @@ def xray_readiness(versions: dict[str, str] | None = None,
     """Can the kernel X-ray (``flyexplore xray``) compile FlyDSL kernels for gfx950 here?
 
     Needs no GPU and no ROCm: torch >= 2.15 (whose ``torch._native`` / Inductor code builds the
-    kernels), flydsl in the series that torch accepts (0.3.x for torch 2.15) and an
-    AMDGPU-capable ``ld.lld`` (LLD >= :data:`MIN_LLD_MAJOR`; Debian: ``apt-get install lld-22``).
-    ``versions`` as in :attr:`Environment.versions` (read from the installed packages if not given).
+    kernels), flydsl in the series that torch accepts (0.3.x stable for torch 2.15, the rule of
+    :func:`flydsl_version_check`) with its ``_mlir`` runtime built (probed on the installed flydsl,
+    :func:`flyexplore.readiness.flydsl_built`) and an AMDGPU-capable ``ld.lld`` (LLD >=
+    :data:`MIN_LLD_MAJOR`; Debian: ``apt-get install lld-22``). ``versions`` as in
+    :attr:`Environment.versions` (read from the installed packages if not given).
     """
     environ = dict(os.environ) if environ is None else environ
     if versions is None:
-        versions = {"torch": _pkg_version("torch"), "flydsl": _pkg_version("flydsl")}
+        versions = {"torch": _pkg_version("torch"), "flydsl": R.flydsl_version()}
     tv = versions.get("torch", "not installed")
     builders = _torch_files_present(_XRAY_BUILDERS)
     torch_ok = _torch_at_least(tv, (2, 15)) and builders
@@ -460,7 +432,13 @@ def xray_readiness(versions: dict[str, str] | None = None,
                         f"torch {tv}" + (" has torch._native FlyDSL ops and Inductor FlyDSL templates"
                                          if torch_ok else " has no FlyDSL kernel builders (first in 2.15)"),
                         None if torch_ok else "pip install 'torch>=2.15'")
-    ver = flydsl_version_check(tv, versions.get("flydsl", "not installed"))
+    fv = versions.get("flydsl", R.NOT_INSTALLED)
+    checks = [torch_check, flydsl_version_check(tv, fv)]
+    if R.flydsl_installed(fv).ok:
+        built = R.flydsl_built()
+        checks.append(Check("flydsl runtime built", built, "flydsl's _mlir runtime present" if built
+                            else "flydsl's _mlir runtime is missing (runtime not built)",
+                            None if built else "install a built flydsl wheel: " + R.FLYDSL_FIX))
     lld = find_amdgpu_lld(environ)
     if lld is None:
         lld_check = Check("AMDGPU-capable ld.lld", False, "no ld.lld found",
@@ -472,7 +450,7 @@ def xray_readiness(versions: dict[str, str] | None = None,
                           "apt-get install lld-22 (Debian/Ubuntu), or set FLYEXPLORE_LD_LLD")
     else:
         lld_check = Check("AMDGPU-capable ld.lld", True, f"{lld.path} ({lld.version}; from {lld.source})")
-    return Readiness("kernel X-ray (compile-only, gfx950)", (torch_check, ver, lld_check))
+    return Readiness("kernel X-ray (compile-only, gfx950)", (*checks, lld_check))
 
 
 def _devices(torch) -> tuple[str, tuple[Device, ...]]:
@@ -482,7 +460,9 @@ def _devices(torch) -> tuple[str, tuple[Device, ...]]:
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
             if plat == "rocm":
-                arch = _normalize_arch(getattr(p, "gcnArchName", "") or "unknown")
+                # the gcnArchName up to ":" (gfx950:sramecc+:xnack- -> gfx950), as torch reads it
+                # (torch/_native/flydsl_utils.py::_get_flydsl_device_arch)
+                arch = (getattr(p, "gcnArchName", "") or "unknown").split(":", 1)[0]
             else:
                 arch = f"sm_{p.major}{p.minor}"
             devs.append(Device(i, p.name, arch, int(p.multi_processor_count), int(p.total_memory),
@@ -525,7 +505,7 @@ def collect(refresh: bool = False, environ: dict[str, str] | None = None) -> Env
         "python": _platform.python_version(),
         "torch": torch.__version__,
         "triton": _pkg_version("triton", "pytorch-triton-rocm", "triton-rocm"),
-        "flydsl": _pkg_version("flydsl"),
+        "flydsl": R.flydsl_version(),
         "aotriton": aotriton_version(),
         "hip": getattr(torch.version, "hip", None) or "",
         "cuda": getattr(torch.version, "cuda", None) or "",
@@ -533,8 +513,8 @@ def collect(refresh: bool = False, environ: dict[str, str] | None = None) -> Env
     from . import __version__
     versions["flyexplore"] = __version__
     arch, src = resolve_target_arch(devs, plat, environ)
-    eager, comp = _readiness(plat, versions, arch, src, environ,
-                             devs[0].arch if plat == "rocm" and devs else None)
+    eager, comp = _readiness(plat, versions, environ, devs[0].arch if plat == "rocm" and devs else None,
+                             R.flydsl_built())
     env_vars = {k: environ[k] for k in RELEVANT_ENV_VARS if k in environ}
     xray = xray_readiness(versions, environ)
     return Environment(plat, devs, versions, arch, src, eager, comp, env_vars, _platform.node(), xray)

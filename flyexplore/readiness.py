@@ -1,54 +1,247 @@
 """Is this environment ready for FlyDSL? One model for ``env``, ``explain``, the sweep and the X-ray.
 
+The environment half of every FlyDSL verdict lives here, once:
+
+- what is installed: :func:`has_module`, :func:`flydsl_version` (the metadata text torch reads,
+  or :data:`NOT_INSTALLED` / :data:`NO_METADATA`), :func:`flydsl_built` (the ``_mlir`` runtime);
+- the rules torch 2.15 applies to it, as :class:`Verdict` s: :func:`flydsl_installed`,
+  :func:`eager_flydsl_version` (``torch/_native/flydsl_utils.py::_version_is_ok``),
+  :func:`compile_flydsl_runtime`
+  (``torch/_inductor/codegen/flydsl/flydsl_utils.py::_flydsl_runtime_unavailable_reason``),
+  :func:`native_jit`, :func:`eager_arch` and :func:`compile_arch`;
+- the one arch resolver, :func:`torch_eager_arch` (``_resolve_rocm_arch``), and the switch
+  reading :func:`env_int_is_one` (``torch/_native/common_utils.py``).
+
 :class:`EnvFacts` gathers what decides FlyDSL outside the call (torch build, flydsl version and
 runtime, device arch and CU count, switches, Inductor settings); :func:`eager_environment` and
 :func:`compile_environment` turn them into :class:`~flyexplore.conditions.Condition` lists for
 the two routes torch 2.15 has (eager overrides of ``torch/_native``; Inductor templates), and
-:func:`torch_eager_arch` is the arch resolver of the eager route. Every rule is held against
-torch 2.15's own functions in ``tests/test_explain_agreement.py``.
+:mod:`flyexplore.env` turns the same verdicts into its report's checks (which also decide
+whether the sweep's ``flydsl`` backends are available). Every rule is held against torch 2.15's
+own functions in ``tests/test_explain_agreement.py``; versions are read with ``packaging``, as
+torch does (its vendored ``torch/_vendor/packaging``).
 """
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
+
+from packaging.version import InvalidVersion, Version
 
 from .conditions import SRC_GATE, SRC_NATIVE, Condition, cond
 
 #: CUs of an MI355X (datasheet); TopK's row gate compares M with the device's CU count.
 MI355X_CUS = 256
-#: The one arch torch 2.15 dispatches FlyDSL on (``torch/_native/flydsl_utils.py::_is_supported_arch``).
+#: The one arch torch 2.15 dispatches FlyDSL on (``torch/_native/flydsl_utils.py::_is_supported_arch``
+#: callers pass ``("gfx950",)``; ``torch/_inductor/utils.py::use_flydsl_gemm_template`` compares
+#: with ``"gfx950"``).
 FLYDSL_ARCH = "gfx950"
+#: flydsl release series (major, minor) each torch release accepts, by torch "major.minor".
+#: torch 2.15.0: ``torch/_native/flydsl_utils.py::_FLYDSL_SUPPORTED_RELEASES = ((0, 3),)`` and
+#: ``torch/_inductor/codegen/flydsl/flydsl_utils.py::_FLYDSL_SUPPORTED_RELEASE = (0, 3)``.
+ACCEPTED_FLYDSL_SERIES: dict[str, tuple[int, int]] = {"2.15": (0, 3)}
+#: The series the rules below judge against (torch 2.15's).
+FLYDSL_SERIES = ACCEPTED_FLYDSL_SERIES["2.15"]
+#: :func:`flydsl_version` when ``import flydsl`` would fail (``find_spec`` finds nothing).
+NOT_INSTALLED = "not installed"
+#: :func:`flydsl_version` when flydsl is importable but has no distribution metadata (a source
+#: checkout on ``PYTHONPATH``): torch reads its version as missing.
+NO_METADATA = "installed, no version metadata"
+#: The install line for the accepted series.
+FLYDSL_FIX = "pip install 'flydsl==%d.%d.*'" % FLYDSL_SERIES
+_SRC_INDUCTOR_RT = "torch/_inductor/codegen/flydsl/flydsl_utils.py::_flydsl_runtime_unavailable_reason"
 
 
-# -- the environment ----------------------------------------------------------------------
+# -- what is installed ----------------------------------------------------------------------
 
-def version_tuple(v: str | None):
+def has_module(name: str) -> bool:
+    """Whether ``importlib.util.find_spec(name)`` finds ``name`` (a dotted name imports its
+    parent packages; nothing else is imported). ``False`` where the lookup raises, as torch's
+    ``torch/_native/common_utils.py::_unavailable_reason`` treats it."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def flydsl_version() -> str:
+    """flydsl as torch sees it: :data:`NOT_INSTALLED` when ``find_spec("flydsl")`` finds nothing
+    (``torch/_native/common_utils.py::_unavailable_reason``), else the ``Version`` of its
+    distribution metadata (``importlib.metadata.version``, what
+    ``torch/_native/common_utils.py::_available_version`` reads; may be invalid, see
+    :func:`parse_version`), else :data:`NO_METADATA`."""
+    if not has_module("flydsl"):
+        return NOT_INSTALLED
+    try:
+        return importlib.metadata.version("flydsl") or NO_METADATA
+    except importlib.metadata.PackageNotFoundError:
+        return NO_METADATA
+
+
+def parse_version(v: str | None) -> Version | None:
+    """``packaging.version.Version(v)``, or ``None`` when ``v`` is ``None``, :data:`NOT_INSTALLED`,
+    :data:`NO_METADATA` or not a PEP 440 version -- torch's ``_available_version`` returns
+    ``None`` for missing and invalid metadata alike."""
     if not v:
         return None
-    m = re.match(r"^\s*(\d+)\.(\d+)", v)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    try:
+        return Version(v)
+    except InvalidVersion:
+        return None
 
 
-def is_prerelease(v: str) -> bool:
-    return re.search(r"\d(a|b|rc|dev|alpha|beta)\d*", v.lower()) is not None
+def version_tuple(v: str | None) -> tuple[int, ...] | None:
+    """The (major, minor) release of version text ``v`` (``"0.3.4+g5a1b2c3"`` -> ``(0, 3)``),
+    ``None`` when it does not parse (:func:`parse_version`)."""
+    p = parse_version(v)
+    return None if p is None else tuple(p.release[:2])
+
+
+def is_prerelease(v: str | None) -> bool:
+    """Whether ``v`` is a PEP 440 pre-release (``a``/``b``/``rc``/``c``/``pre``/``preview`` or
+    ``.dev``): ``packaging``'s ``Version.is_prerelease``, which torch's eager version check
+    refuses. ``False`` for text that does not parse."""
+    p = parse_version(v)
+    return bool(p is not None and p.is_prerelease)
+
+
+def flydsl_built() -> bool:
+    """flydsl's ``_mlir`` runtime is present: ``PathFinder.find_spec("_mlir")`` in the flydsl
+    package's folders, found without importing flydsl, as
+    ``torch/_inductor/codegen/flydsl/flydsl_utils.py::_flydsl_runtime_unavailable_reason``
+    looks for it. ``False`` when flydsl itself is not found."""
+    try:
+        spec = importlib.util.find_spec("flydsl")
+    except (ImportError, ValueError):
+        return False
+    if spec is None or spec.submodule_search_locations is None:
+        return False
+    from importlib.machinery import PathFinder
+    try:
+        return PathFinder.find_spec("_mlir", list(spec.submodule_search_locations)) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def env_int_is_one(environ: Mapping[str, str], name: str) -> bool:
-    """torch's ``int(os.getenv(name, 0)) == 1`` (``torch/_native/common_utils.py``)."""
+    """torch's reading of its switches, ``int(os.getenv(name, 0)) == 1``
+    (``torch/_native/common_utils.py::check_native_jit_disabled`` /
+    ``check_native_version_skip``): ``"1"``, ``" 1"``, ``"01"`` are on, ``"0"``, ``"2"`` off.
+    Text ``int()`` refuses (``"true"``, ``""``) makes torch raise ``ValueError`` on first use;
+    here it reads as off."""
     try:
         return int(environ.get(name, 0)) == 1
     except ValueError:
         return False
 
 
+# -- the rules ------------------------------------------------------------------------------
+
+class Verdict(NamedTuple):
+    """One environment rule, evaluated: ``ok``, why in words (``detail``) and the fix where
+    there is one. :func:`eager_environment` / :func:`compile_environment` show it as a
+    :class:`~flyexplore.conditions.Condition`, :mod:`flyexplore.env` as a ``Check``."""
+
+    ok: bool
+    detail: str
+    fix: str | None = None
+
+
+def _installed(v: str | None) -> bool:
+    return bool(v) and v != NOT_INSTALLED
+
+
+def flydsl_installed(version: str | None) -> Verdict:
+    """flydsl importable (``version`` as :func:`flydsl_version` gives it; ``None`` = not
+    installed): the first thing both routes ask (``find_spec("flydsl")``)."""
+    if not _installed(version):
+        return Verdict(False, "flydsl is not installed", FLYDSL_FIX)
+    return Verdict(True, "flydsl is importable" + ("" if version == NO_METADATA else f" ({version})"))
+
+
+def _series(torch: str) -> tuple[str, Verdict | None]:
+    series = ACCEPTED_FLYDSL_SERIES.get(torch)
+    if series is None:
+        return "", Verdict(False, f"torch {torch} has no FlyDSL integration (first in torch 2.15)",
+                           "install torch >= 2.15 (a ROCm build)")
+    return "%d.%d" % series, None
+
+
+def eager_flydsl_version(version: str | None, environ: Mapping[str, str], torch: str = "2.15") -> Verdict:
+    """The eager overrides' version check on an importable flydsl (``version`` as
+    :func:`flydsl_version` gives it), by torch 2.15's
+    ``torch/_native/flydsl_utils.py::_version_is_ok``: ``TORCH_NATIVE_SKIP_VERSION_CHECK=1``
+    (:func:`env_int_is_one`) accepts anything, missing metadata included; else the metadata
+    must parse (``packaging``), be in the series ``torch`` ("major.minor") accepts
+    (:data:`ACCEPTED_FLYDSL_SERIES`, ``release[:2]``) and not be a pre-release
+    (``Version.is_prerelease``: ``.dev``, ``a``, ``b``, ``rc``, ``c``, ``pre``). Local
+    versions (``0.3.4+g5a1b2c3``) and post releases pass."""
+    want, bad = _series(torch)
+    if bad:
+        return bad
+    if env_int_is_one(environ, "TORCH_NATIVE_SKIP_VERSION_CHECK"):
+        return Verdict(True, f"flydsl {version}: version check skipped by TORCH_NATIVE_SKIP_VERSION_CHECK=1")
+    p = parse_version(version)
+    fix = f"pip install 'flydsl=={want}.*'"
+    if p is None:
+        what = "without version metadata" if version in (None, NO_METADATA) else f"with invalid version {version!r}"
+        return Verdict(False, f"flydsl is installed {what}: torch {torch} refuses missing or invalid "
+                       "FlyDSL version metadata", f"pip install --force-reinstall 'flydsl=={want}.*'")
+    if p.release[:2] != tuple(int(x) for x in want.split(".")):
+        return Verdict(False, f"flydsl {version} installed but torch {torch} accepts {want}.x (stable releases)", fix)
+    if p.is_prerelease:
+        return Verdict(False, f"flydsl {version} is a pre-release: torch {torch} accepts {want}.x stable "
+                       "releases only", fix)
+    return Verdict(True, f"flydsl {version} (torch {torch} accepts {want}.x, stable releases)")
+
+
+def compile_flydsl_runtime(version: str | None, built: bool, torch: str = "2.15") -> Verdict:
+    """The Inductor templates' runtime check, in torch 2.15's order
+    (``torch/_inductor/codegen/flydsl/flydsl_utils.py::_flydsl_runtime_unavailable_reason``):
+    flydsl importable, its ``_mlir`` runtime present (``built``, :func:`flydsl_built`), the
+    version metadata valid, in the series ``torch`` accepts. Pre-releases of that series pass
+    (no ``is_prerelease`` test here) and ``TORCH_NATIVE_SKIP_VERSION_CHECK`` does not apply."""
+    want, bad = _series(torch)
+    if bad:
+        return bad
+    fix = f"pip install 'flydsl=={want}.*'"
+    if not _installed(version):
+        return Verdict(False, "flydsl is not installed", fix)
+    if not built:
+        return Verdict(False, "flydsl's _mlir runtime is missing (runtime not built)", f"install a built wheel: {fix}")
+    p = parse_version(version)
+    if p is None:
+        return Verdict(False, "missing or invalid FlyDSL version metadata"
+                       + ("" if version == NO_METADATA else f" ({version!r})"),
+                       f"pip install --force-reinstall 'flydsl=={want}.*'")
+    if p.release[:2] != tuple(int(x) for x in want.split(".")):
+        return Verdict(False, f"flydsl {version} refused: Inductor accepts {want}.x only "
+                       "(TORCH_NATIVE_SKIP_VERSION_CHECK does not apply here)", fix)
+    pre = " (a pre-release: Inductor takes it, the eager overrides do not)" if p.is_prerelease else ""
+    return Verdict(True, f"flydsl {version} runtime available{pre}")
+
+
+def native_jit(environ: Mapping[str, str]) -> Verdict:
+    """``TORCH_DISABLE_NATIVE_JIT=1`` keeps every eager override from registering
+    (``torch/_native/common_utils.py::check_native_jit_disabled``, read with :func:`env_int_is_one`)."""
+    if env_int_is_one(environ, "TORCH_DISABLE_NATIVE_JIT"):
+        return Verdict(False, "TORCH_DISABLE_NATIVE_JIT=1: no override was registered", "unset TORCH_DISABLE_NATIVE_JIT")
+    return Verdict(True, "TORCH_DISABLE_NATIVE_JIT not set to 1")
+
+
 def torch_eager_arch(environ: Mapping[str, str], device_arch: str | None) -> tuple[str | None, str]:
-    """The arch torch's eager FlyDSL predicates compare with gfx950, and where it came from:
-    ``FLYDSL_GPU_ARCH`` (text before ``:``), else ``HSA_OVERRIDE_GFX_VERSION`` (``gfx...`` or
-    ``major.minor.stepping`` -> ``gfx{major}{minor}{stepping:x}``), else the device's
-    gcnArchName (``torch/_native/flydsl_utils.py::_resolve_rocm_arch``)."""
+    """The arch torch's eager FlyDSL predicates compare with gfx950, and where it came from
+    (``"FLYDSL_GPU_ARCH"``, ``"HSA_OVERRIDE_GFX_VERSION"``, ``"device gcnArchName"`` or
+    ``"no ROCm device"``), by the rule of ``torch/_native/flydsl_utils.py::_resolve_rocm_arch``:
+    a non-empty ``FLYDSL_GPU_ARCH`` wins as given up to the first ``:`` (no other
+    normalisation: ``9.5.0`` stays ``9.5.0``); else a non-empty ``HSA_OVERRIDE_GFX_VERSION``
+    starting ``gfx`` (up to ``:``), or of three dot-separated parts ``major.minor.stepping`` ->
+    ``gfx{major}{minor}{stepping as hex}`` when the stepping is an integer; any other value is
+    ignored; else ``device_arch`` (the device's gcnArchName up to ``:``, or ``None``)."""
     env = environ.get("FLYDSL_GPU_ARCH")
     if env:
         return env.split(":", 1)[0], "FLYDSL_GPU_ARCH"
@@ -62,29 +255,45 @@ def torch_eager_arch(environ: Mapping[str, str], device_arch: str | None) -> tup
                 return f"gfx{major}{minor}{int(step):x}", "HSA_OVERRIDE_GFX_VERSION"
             except ValueError:
                 pass
-    return device_arch, "device gcnArchName" if device_arch else "no ROCm device"
+    if device_arch:
+        return device_arch.split(":", 1)[0], "device gcnArchName"
+    return None, "no ROCm device"
 
 
-def flydsl_built() -> bool:
-    """flydsl's ``_mlir`` runtime is present (found without importing flydsl, as torch's
-    ``torch/_inductor/codegen/flydsl/flydsl_utils.py`` does)."""
-    try:
-        spec = importlib.util.find_spec("flydsl")
-    except (ImportError, ValueError):
-        return False
-    if spec is None or not spec.submodule_search_locations:
-        return False
-    from importlib.machinery import PathFinder
-    try:
-        return PathFinder.find_spec("_mlir", list(spec.submodule_search_locations)) is not None
-    except (ImportError, ValueError):
-        return False
+def eager_arch(environ: Mapping[str, str], device_arch: str | None) -> Verdict:
+    """The eager overrides' arch gate: :func:`torch_eager_arch` is gfx950
+    (``_is_supported_arch(device, ("gfx950",))``)."""
+    arch, src = torch_eager_arch(environ, device_arch)
+    if arch == FLYDSL_ARCH:
+        return Verdict(True, f"arch {arch} (from {src})")
+    what = (f"arch {arch} (from {src})" if arch else
+            "arch unknown (no ROCm device, FLYDSL_GPU_ARCH or HSA_OVERRIDE_GFX_VERSION)")
+    return Verdict(False, what + ": FlyDSL overrides need gfx950",
+                   "FlyDSL paths in torch 2.15 need gfx950 (MI350X/MI355X); "
+                   "FLYDSL_GPU_ARCH=gfx950 only helps compile-only use")
+
+
+def compile_arch(device_arch: str | None, environ: Mapping[str, str]) -> Verdict:
+    """The Inductor templates' arch gate: the device's gcnArchName (up to ``:``) is gfx950
+    (``torch/_inductor/codegen/flydsl/flydsl_scheduling.py::_get_flydsl_device_arch``);
+    ``FLYDSL_GPU_ARCH`` and ``HSA_OVERRIDE_GFX_VERSION`` are not consulted."""
+    arch = device_arch.split(":", 1)[0] if device_arch else None
+    if arch == FLYDSL_ARCH:
+        return Verdict(True, f"device arch {arch} (gcnArchName)")
+    detail = (f"device arch {arch} (gcnArchName)" if arch else "no ROCm device (Inductor reads the device's "
+              "gcnArchName only)") + ": FlyDSL templates need gfx950"
+    if environ.get("FLYDSL_GPU_ARCH") or environ.get("HSA_OVERRIDE_GFX_VERSION"):
+        detail += " (FLYDSL_GPU_ARCH / HSA_OVERRIDE_GFX_VERSION are not consulted by this gate)"
+    return Verdict(False, detail, "FlyDSL GEMM templates in torch 2.15 need a gfx950 device (MI350X/MI355X)")
 
 
 @dataclass(frozen=True)
 class EnvFacts:
     """Everything outside the call that decides FlyDSL (see :func:`facts`).
 
+    ``flydsl_version``: flydsl's version text as torch reads it (:func:`flydsl_version`;
+    ``None`` = not installed, :data:`NO_METADATA` or invalid text = missing or invalid
+    metadata); ``flydsl_built``: its ``_mlir`` runtime is present (:func:`flydsl_built`);
     ``device_arch``: the device's gcnArchName (the compile gate reads only this);
     ``environ``: the environment variables the rules read; ``eager_switch``: op ->
     (flydsl DSL enabled, disabled op symbols, CUDA dispatch key disabled) or ``None`` without
@@ -154,25 +363,21 @@ def facts(*, arch: str | None = None, cu: int | None = None, assume_rocm: bool =
     else:
         cus, cu_src = MI355X_CUS, "assumed MI355X"
     fly_v = env.versions.get("flydsl")
-    fly_v = None if fly_v in (None, "", "not installed") else fly_v
+    fly_v = fly_v if _installed(fly_v) else None
     eager_mods = {op: S.eager_mechanism(op) is None for op in eager}
     eager_sw = None
-    if S._pn() is not None and S._filter_sets() is not None:
-        dsl, syms, keys = S._filter_sets()
+    sets = S.eager_filter_sets()
+    if sets is not None:
+        dsl, syms, keys = sets
         eager_sw = {op: ("flydsl" not in dsl, tuple(s for s in get_op(op).flydsl.aten_ops if s in syms), "CUDA" in keys)
                     for op in eager}
-    registered = None
-    if S._fly_controller() is not None:
-        try:
-            registered = tuple(S._pn().get_dsl_operations("flydsl"))
-        except Exception:
-            registered = None
+    registered = S.registered_overrides()
     assumed = None
     if assume_rocm:
         dev_arch = arch or FLYDSL_ARCH
         assumed = (f"a ROCm build of torch 2.15 with flydsl 0.3.x, overrides registered, device "
                    f"{dev_arch} with {cus} CUs ({cu_src}); switches and settings as in this process")
-        return EnvFacts("2.15 (assumed)", True, "0.3 (assumed)", True, {op: True for op in eager}, True,
+        return EnvFacts("2.15 (assumed)", True, "%d.%d" % FLYDSL_SERIES, True, {op: True for op in eager}, True,
                         dev_arch, cus, cu_src, {k: environ[k] for k in _ENV_KEYS if k in environ},
                         eager_sw or {op: (True, (), False) for op in eager}, None, ind, assumed)
     return EnvFacts(torch.__version__, rocm, fly_v, flydsl_built(), eager_mods, S.compile_mechanism() is None,
@@ -194,22 +399,16 @@ def eager_environment(f: EnvFacts, op: str) -> list[Condition]:
     out.append(cond("ROCm build", f.rocm, "ROCm build of torch (torch.version.hip set)" if f.rocm
                   else f"torch {f.torch_version} is not a ROCm build: FlyDSL overrides never register",
                   f"{SRC_NATIVE}::_check_runtime_available", "environment"))
-    skip = env_int_is_one(f.environ, "TORCH_NATIVE_SKIP_VERSION_CHECK")
-    if f.flydsl_version is None:
-        out.append(cond("flydsl installed", False, "flydsl is not installed (pip install 'flydsl==0.3.*')",
+    inst = flydsl_installed(f.flydsl_version)
+    if not inst.ok:
+        out.append(cond("flydsl installed", False, f"{inst.detail} ({inst.fix})",
                       f"{SRC_NATIVE}::_check_runtime_available", "environment"))
     else:
-        vt = version_tuple(f.flydsl_version)
-        ok = (vt == (0, 3) and not is_prerelease(f.flydsl_version)) or skip
-        why = (f"flydsl {f.flydsl_version} accepted (stable 0.3.x)" if ok and not skip else
-               f"flydsl {f.flydsl_version}: version check skipped by TORCH_NATIVE_SKIP_VERSION_CHECK=1" if ok else
-               f"flydsl {f.flydsl_version} refused: torch 2.15 accepts stable 0.3.x only "
-               "(or set TORCH_NATIVE_SKIP_VERSION_CHECK=1)")
-        out.append(cond("flydsl version", ok, why, f"{SRC_NATIVE}::_version_is_ok", "environment"))
-    jit_off = env_int_is_one(f.environ, "TORCH_DISABLE_NATIVE_JIT")
-    out.append(cond("native JIT not disabled", not jit_off,
-                  "TORCH_DISABLE_NATIVE_JIT=1: no override was registered" if jit_off
-                  else "TORCH_DISABLE_NATIVE_JIT not set to 1",
+        v = eager_flydsl_version(f.flydsl_version, f.environ)
+        why = v.detail if v.ok else v.detail + " (or set TORCH_NATIVE_SKIP_VERSION_CHECK=1)"
+        out.append(cond("flydsl version", v.ok, why, f"{SRC_NATIVE}::_version_is_ok", "environment"))
+    jit = native_jit(f.environ)
+    out.append(cond("native JIT not disabled", jit.ok, jit.detail,
                   "torch/_native/common_utils.py::check_native_jit_disabled", "environment"))
     prereq = all(c.ok for c in out)
     if prereq and f.registered is not None:
@@ -233,10 +432,8 @@ def eager_environment(f: EnvFacts, op: str) -> list[Condition]:
         if key_off:
             out.append(cond("CUDA key", False, "the CUDA dispatch key is disabled for python_native overrides",
                           "torch/backends/python_native/__init__.py::disable_dispatch_keys", "switch"))
-    arch, src = torch_eager_arch(f.environ, f.device_arch)
-    out.append(cond("arch gfx950", arch == FLYDSL_ARCH,
-                  (f"arch {arch} (from {src})" if arch else "no ROCm device and no FLYDSL_GPU_ARCH: arch unknown")
-                  + ("" if arch == FLYDSL_ARCH else ": FlyDSL overrides need gfx950"),
+    arch = eager_arch(f.environ, f.device_arch)
+    out.append(cond("arch gfx950", arch.ok, arch.detail,
                   f"{SRC_NATIVE}::_resolve_rocm_arch / _is_supported_arch", "environment"))
     return out
 
@@ -257,25 +454,10 @@ def compile_environment(f: EnvFacts) -> list[Condition]:
                   "max-autotune off (compile with mode='max-autotune' or max_autotune_gemm=True)", SRC_GATE, "switch"))
     out.append(cond("ROCm build", f.rocm, "ROCm build of torch" if f.rocm
                   else f"torch {f.torch_version} is not a ROCm build", SRC_GATE, "environment"))
-    if f.flydsl_version is None:
-        ok, why = False, "flydsl is not installed"
-    elif not f.flydsl_built:
-        ok, why = False, "flydsl's _mlir runtime is missing (runtime not built)"
-    elif version_tuple(f.flydsl_version) != (0, 3):
-        ok, why = False, (f"flydsl {f.flydsl_version} refused: Inductor accepts 0.3.x only "
-                          "(TORCH_NATIVE_SKIP_VERSION_CHECK does not apply here)")
-    else:
-        ok, why = True, f"flydsl {f.flydsl_version} runtime available"
-    out.append(cond("flydsl runtime", ok, why,
-                  "torch/_inductor/codegen/flydsl/flydsl_utils.py::_flydsl_runtime_unavailable_reason",
-                  "environment"))
-    arch_ok = f.device_arch == FLYDSL_ARCH
-    detail = (f"device arch {f.device_arch} (gcnArchName)" if f.device_arch else "no ROCm device")
-    if not arch_ok:
-        detail += ": FlyDSL templates need gfx950"
-        if f.environ.get("FLYDSL_GPU_ARCH"):
-            detail += " (FLYDSL_GPU_ARCH is not consulted by this gate)"
-    out.append(cond("device arch gfx950", arch_ok, detail,
+    rt = compile_flydsl_runtime(f.flydsl_version, f.flydsl_built)
+    out.append(cond("flydsl runtime", rt.ok, rt.detail, _SRC_INDUCTOR_RT, "environment"))
+    arch = compile_arch(f.device_arch, f.environ)
+    out.append(cond("device arch gfx950", arch.ok, arch.detail,
                   "torch/_inductor/codegen/flydsl/flydsl_scheduling.py::_get_flydsl_device_arch", "environment"))
     return out
 

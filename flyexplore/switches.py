@@ -26,6 +26,10 @@ operator          torch mechanism (read from the torch 2.15.0 wheel)
                   :func:`sdpa` with ``["math"]`` to rule AOTriton out completely).
 ================  ==========================================================================
 
+The operators and their route, aten op symbols and torch module come from the catalogue's
+registry (each family's :class:`~flyexplore.ops.FlyDSLPath`, :func:`switch_ops`), so an
+operator registered with a FlyDSL path gets a row and a switch like the built-in ones.
+
 Use as plain calls (:func:`enable`, :func:`disable`) or as a context manager
 (:func:`flydsl`, :func:`sdpa`). A context restores on exit exactly the state it found on entry
 (python_native filter sets and AOT flag, the Inductor settings above, the SDPA flags and the
@@ -41,23 +45,13 @@ table says so; turning such a switch *on* changes nothing, warns
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
+from . import readiness as R
 from .errors import UsageError, bad_choice
 
-#: Operators with a FlyDSL switch, in table order.
-OPS = ("gemm", "grouped_gemm", "scaled_gemm", "attention", "rmsnorm", "topk")
-#: Eager operators -> the aten op symbols their FlyDSL overrides register
-#: (``torch/_native/ops/norm/flydsl_rmsnorm_impl.py``, ``torch/_native/ops/topk/flydsl_impl.py``).
-EAGER_OPS: dict[str, tuple[str, ...]] = {"rmsnorm": ("_fused_rms_norm",), "topk": ("topk", "topk.values")}
-#: Eager operators -> the torch module holding their FlyDSL override (absent before torch 2.15).
-EAGER_MODULES = {"rmsnorm": "torch._native.ops.norm.flydsl_rmsnorm_impl",
-                 "topk": "torch._native.ops.topk.flydsl_impl"}
-#: Operators served by the one Inductor FLYDSL setting.
-COMPILE_OPS = ("gemm", "grouped_gemm", "scaled_gemm")
 #: Inductor config keys a snapshot keeps (those present in the installed torch).
 INDUCTOR_KEYS = ("max_autotune", "max_autotune_gemm", "max_autotune_gemm_backends",
                  "max_autotune_gemm_search_space", "flydsl_enable_autotuning")
@@ -67,6 +61,71 @@ _SDPA_ALIASES = {"flash": "flash", "flash_attention": "flash", "efficient": "mem
                  "mem_efficient": "mem_efficient", "efficient_attention": "mem_efficient",
                  "cudnn": "cudnn", "cudnn_attention": "cudnn", "math": "math"}
 _DSL = "flydsl"
+
+
+# -- which operators have a switch: the registry's FlyDSL paths ------------------------------
+
+#: Table order of the routes (``FlyDSLPath.route``): the compiled GEMMs' one setting, SDPA, then
+#: the eager overrides.
+_ROUTE_ORDER = ("compile", "aotriton", "eager")
+
+
+def switch_ops() -> tuple[str, ...]:
+    """Operators with a FlyDSL switch, in table order: every catalogue operator with a
+    :class:`~flyexplore.ops.FlyDSLPath` (:func:`flyexplore.ops.flydsl_ops`, operators
+    registered at run time included), grouped by route (compile, aotriton, eager), catalogue
+    order within a route. Also readable as ``switches.OPS``."""
+    from .ops import flydsl_ops
+
+    return tuple(o for r in _ROUTE_ORDER for o in flydsl_ops(r))
+
+
+def eager_ops() -> dict[str, tuple[str, ...]]:
+    """Eager operators -> the aten op symbols their FlyDSL overrides register
+    (``FlyDSLPath.aten_ops``; torch 2.15: ``_fused_rms_norm``, ``topk`` / ``topk.values``).
+    Also readable as ``switches.EAGER_OPS``."""
+    from .ops import flydsl_ops, get_op
+
+    return {o: tuple(get_op(o).flydsl.aten_ops) for o in flydsl_ops("eager")}
+
+
+def eager_modules() -> dict[str, str | None]:
+    """Eager operators -> the torch module holding their FlyDSL override
+    (``FlyDSLPath.module``; absent before torch 2.15). Also ``switches.EAGER_MODULES``."""
+    from .ops import flydsl_ops, get_op
+
+    return {o: get_op(o).flydsl.module for o in flydsl_ops("eager")}
+
+
+def compile_ops() -> tuple[str, ...]:
+    """Operators served by the one Inductor FLYDSL setting (route ``"compile"``). Also
+    ``switches.COMPILE_OPS``."""
+    from .ops import flydsl_ops
+
+    return flydsl_ops("compile")
+
+
+def sdpa_ops() -> tuple[str, ...]:
+    """Operators whose FlyDSL kernels AOTriton picks (route ``"aotriton"``: attention)."""
+    from .ops import flydsl_ops
+
+    return flydsl_ops("aotriton")
+
+
+_TABLES = {"OPS": switch_ops, "EAGER_OPS": eager_ops, "EAGER_MODULES": eager_modules, "COMPILE_OPS": compile_ops}
+
+
+def __getattr__(name: str):
+    """``OPS``, ``EAGER_OPS``, ``EAGER_MODULES`` and ``COMPILE_OPS``, computed from the registry
+    on each read (so an operator registered later is in them)."""
+    if name in _TABLES:
+        return _TABLES[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _and(names) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 class SwitchUnavailable(UsageError):
@@ -79,14 +138,7 @@ class SwitchUnavailableWarning(UserWarning):
 
 # -- what exists --------------------------------------------------------------------------
 
-def _has_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def _pn():
+def python_native():
     """``torch.backends.python_native`` or ``None`` (torch < 2.13)."""
     try:
         import torch.backends.python_native as pn
@@ -95,8 +147,10 @@ def _pn():
     return pn
 
 
-def _fly_controller():
-    pn = _pn()
+def flydsl_controller():
+    """python_native's ``flydsl`` DSL controller (``torch.backends.python_native.flydsl``) or
+    ``None`` where this torch has none (torch < 2.15)."""
+    pn = python_native()
     if pn is None:
         return None
     try:
@@ -107,14 +161,15 @@ def _fly_controller():
 
 def eager_mechanism(op: str) -> str | None:
     """``None`` when the eager FlyDSL switch for ``op`` exists in this torch, else why not."""
-    if _pn() is None:
+    if python_native() is None:
         import torch
         return (f"torch {torch.__version__} has no torch.backends.python_native "
                 "(first in torch 2.13; FlyDSL overrides first in 2.15)")
-    if _fly_controller() is None:
+    if flydsl_controller() is None:
         return "torch.backends.python_native has no 'flydsl' DSL (needs torch >= 2.15)"
-    if not _has_module(EAGER_MODULES[op]):
-        return f"this torch has no FlyDSL {op} override ({EAGER_MODULES[op]})"
+    module = eager_modules()[op]
+    if not module or not R.has_module(module):
+        return f"this torch has no FlyDSL {op} override ({module})"
     return None
 
 
@@ -123,7 +178,7 @@ def compile_mechanism() -> str | None:
     import torch
     from torch._inductor import config as ic
 
-    if not hasattr(ic, "flydsl_enable_autotuning") or not _has_module("torch._inductor.codegen.flydsl"):
+    if not hasattr(ic, "flydsl_enable_autotuning") or not R.has_module("torch._inductor.codegen.flydsl"):
         return (f"torch {torch.__version__} has no FlyDSL Inductor templates (first in 2.15); "
                 "FLYDSL in max_autotune_gemm_backends would be ignored")
     return None
@@ -160,8 +215,11 @@ class Snapshot:
     __hash__ = None
 
 
-def _filter_sets():
-    pn = _pn()
+def eager_filter_sets() -> tuple[frozenset, frozenset, frozenset] | None:
+    """python_native's filter state as (disabled DSL names, disabled aten op symbols, disabled
+    dispatch keys), or ``None`` without python_native (torch < 2.13). Read from
+    ``torch.backends.python_native._get_filter_state()`` (torch 2.15 has no public getter)."""
+    pn = python_native()
     if pn is None:
         return None
     try:
@@ -169,6 +227,18 @@ def _filter_sets():
     except Exception:
         return None
     return frozenset(fs._dsl_names), frozenset(fs._op_symbols), frozenset(fs._dispatch_keys)
+
+
+def registered_overrides() -> tuple[str, ...] | None:
+    """The aten op symbols FlyDSL registered overrides for in this process
+    (``torch.backends.python_native.get_dsl_operations("flydsl")``), or ``None`` where this
+    torch has no flydsl DSL or the registry cannot be read."""
+    if flydsl_controller() is None:
+        return None
+    try:
+        return tuple(python_native().get_dsl_operations(_DSL))
+    except Exception:
+        return None
 
 
 def snapshot() -> Snapshot:
@@ -197,7 +267,7 @@ def snapshot() -> Snapshot:
         except Exception:  # a build without the ROCm preference
             fa = None
     ind = {k: getattr(ic, k) for k in INDUCTOR_KEYS if hasattr(ic, k)}
-    return Snapshot(_filter_sets(), aot, ind, sdpa, prio, fa)
+    return Snapshot(eager_filter_sets(), aot, ind, sdpa, prio, fa)
 
 
 def restore(snap: Snapshot) -> None:
@@ -206,8 +276,8 @@ def restore(snap: Snapshot) -> None:
     import torch
     from torch._inductor import config as ic
 
-    pn = _pn()
-    now = _filter_sets()
+    pn = python_native()
+    now = eager_filter_sets()
     if pn is not None and snap.native is not None and now is not None:
         was_dsl, was_ops, was_keys = snap.native
         cur_dsl, cur_ops, cur_keys = now
@@ -242,9 +312,10 @@ def restore(snap: Snapshot) -> None:
 
 def _check_ops(ops: Iterable[str]) -> tuple[str, ...]:
     out = []
+    known = switch_ops()
     for o in ops:
-        if o not in OPS:
-            raise bad_choice("FlyDSL switch", o, OPS)
+        if o not in known:
+            raise bad_choice("FlyDSL switch", o, known)
         if o not in out:
             out.append(o)
     return tuple(out)
@@ -259,8 +330,8 @@ def eager_on(op: str) -> bool:
     and the CUDA dispatch key not disabled). ``False`` where the mechanism does not exist."""
     if eager_mechanism(op) is not None:
         return False
-    dsl, syms, keys = _filter_sets()
-    return _DSL not in dsl and not (set(EAGER_OPS[op]) & syms) and "CUDA" not in keys
+    dsl, syms, keys = eager_filter_sets()
+    return _DSL not in dsl and not (set(eager_ops()[op]) & syms) and "CUDA" not in keys
 
 
 def compile_on() -> bool:
@@ -313,22 +384,24 @@ def _effective(path: str) -> tuple[bool, str]:
 
 
 def states() -> tuple[SwitchState, ...]:
-    """The state of every switch, one :class:`SwitchState` per operator in :data:`OPS`."""
+    """The state of every switch, one :class:`SwitchState` per operator of :func:`switch_ops`."""
     import torch
     from torch._inductor import config as ic
 
     rows = []
     comp_missing = compile_mechanism()
     comp_eff, comp_why = _effective("compile")
-    for op in OPS:
-        if op in COMPILE_OPS:
+    comp_ops, eager = compile_ops(), eager_ops()
+    for op in switch_ops():
+        if op in comp_ops:
             setting = (f"max_autotune_gemm_backends={ic.max_autotune_gemm_backends!r}, "
                        f"max_autotune={ic.max_autotune}, max_autotune_gemm={ic.max_autotune_gemm}")
             if hasattr(ic, "flydsl_enable_autotuning"):
                 setting += (f", flydsl_enable_autotuning={ic.flydsl_enable_autotuning}, "
                             f"search_space={ic.max_autotune_gemm_search_space}")
-            others = ", ".join(o for o in COMPILE_OPS if o != op)
-            note = f"one torch setting for gemm, grouped_gemm and scaled_gemm (switching {op} switches {others})"
+            others = ", ".join(o for o in comp_ops if o != op)
+            note = f"one torch setting for {_and(comp_ops)}" + (f" (switching {op} switches {others})"
+                                                                 if others else "")
             if comp_missing:
                 rows.append(SwitchState(op, "torch.compile GEMM backends", setting, "n/a", False, False,
                                         comp_missing))
@@ -338,30 +411,26 @@ def states() -> tuple[SwitchState, ...]:
                 note += f"; no effect here: {comp_why}"
             rows.append(SwitchState(op, "torch.compile GEMM backends", setting, "on" if on else "off",
                                     True, comp_eff, note))
-        elif op in EAGER_OPS:
+        elif op in eager:
             missing = eager_mechanism(op)
             if missing:
                 rows.append(SwitchState(op, "eager override (torch.backends.python_native)",
                                         "-", "n/a", False, False, missing))
                 continue
-            dsl, syms, keys = _filter_sets()
+            dsl, syms, keys = eager_filter_sets()
             setting = (f"flydsl DSL {'disabled' if _DSL in dsl else 'enabled'}; "
-                       + ", ".join(f"{s} {'disabled' if s in syms else 'enabled'}" for s in EAGER_OPS[op])
+                       + ", ".join(f"{s} {'disabled' if s in syms else 'enabled'}" for s in eager[op])
                        + ("; CUDA dispatch key disabled" if "CUDA" in keys else ""))
             eff, why = _effective("eager")
-            registered = ""
-            try:
-                regs = _pn().get_dsl_operations(_DSL)
-                registered = ("registered" if EAGER_OPS[op][0] in regs
-                              else "not registered in this process")
-            except Exception:
-                pass
+            regs = registered_overrides()
+            registered = ("" if regs is None or not eager[op] else
+                          "registered" if eager[op][0] in regs else "not registered in this process")
             note = f"override {registered}" if registered else ""
             if not eff:
                 note = (note + "; " if note else "") + f"no effect here: {why}"
             rows.append(SwitchState(op, "eager override (torch.backends.python_native)", setting,
                                     "on" if eager_on(op) else "off", True, eff, note))
-        else:  # attention
+        else:  # SDPA through AOTriton (attention)
             snap = snapshot()
             allowed = [n for n in ("flash", "mem_efficient") if snap.sdpa.get(n)]
             fa = _fa_name(snap.rocm_fa) if snap.rocm_fa is not None else "n/a"
@@ -415,7 +484,8 @@ def _unavailable(op: str, why: str, strict: bool, warn: bool) -> None:
 
 
 def _set_eager(ops: Sequence[str], on: bool, strict: bool, warn: bool) -> None:
-    pn = _pn()
+    pn = python_native()
+    eager = eager_ops()
     todo = []
     for op in ops:
         missing = eager_mechanism(op)
@@ -426,13 +496,13 @@ def _set_eager(ops: Sequence[str], on: bool, strict: bool, warn: bool) -> None:
         todo.append(op)
     if not todo:
         return
-    syms = [s for op in todo for s in EAGER_OPS[op]]
+    syms = [s for op in todo for s in eager[op]]
     if not on:
         pn.disable_operations(*syms)
         return
-    dsl, disabled_syms, keys = _filter_sets()
+    dsl, disabled_syms, keys = eager_filter_sets()
     # Keep the other eager ops as they are when the DSL-wide or key-wide switch must open.
-    keep_off = [o for o in EAGER_OPS if o not in todo and eager_mechanism(o) is None and not eager_on(o)]
+    keep_off = [o for o in eager if o not in todo and eager_mechanism(o) is None and not eager_on(o)]
     if _DSL in dsl:
         pn.flydsl.enable()
     if "CUDA" in keys:
@@ -442,7 +512,7 @@ def _set_eager(ops: Sequence[str], on: bool, strict: bool, warn: bool) -> None:
                           stacklevel=4)
         pn.enable_dispatch_keys("CUDA")
     if keep_off:
-        pn.disable_operations(*[s for o in keep_off for s in EAGER_OPS[o]])
+        pn.disable_operations(*[s for o in keep_off for s in eager[o]])
     pn.enable_operations(*syms)
 
 
@@ -469,12 +539,12 @@ def _set_compile(on: bool, autotuning: bool | None, search_space: str | None,
         ic.max_autotune_gemm_backends = ",".join(rest) or "ATEN"
 
 
-def _set_attention(on: bool, strict: bool, warn: bool) -> None:
+def _set_attention(on: bool, strict: bool, warn: bool, name: str = "attention") -> None:
     import torch
 
     if not getattr(torch.version, "hip", None):
         if on:
-            _unavailable("attention", "FlyDSL attention kernels exist only inside ROCm builds' AOTriton; "
+            _unavailable(name, "FlyDSL attention kernels exist only inside ROCm builds' AOTriton; "
                          "this torch is not a ROCm build", strict, warn)
         return
     if on:
@@ -487,7 +557,7 @@ def _set_attention(on: bool, strict: bool, warn: bool) -> None:
 
 def set_flydsl(ops: Iterable[str] | str | None, enabled: bool, *, autotuning: bool | None = None,
                search_space: str | None = None, strict: bool = False, warn: bool = True) -> None:
-    """Turn FlyDSL on or off for ``ops`` (names from :data:`OPS`; ``None`` = all).
+    """Turn FlyDSL on or off for ``ops`` (names from :func:`switch_ops`; ``None`` = all).
 
     ``autotuning`` / ``search_space`` (``"DEFAULT"`` or ``"EXHAUSTIVE"``) set
     ``flydsl_enable_autotuning`` / ``max_autotune_gemm_search_space`` when a compiled GEMM is
@@ -499,17 +569,19 @@ def set_flydsl(ops: Iterable[str] | str | None, enabled: bool, *, autotuning: bo
     """
     if isinstance(ops, str):
         ops = (ops,)
-    ops = _check_ops(OPS if ops is None else ops)
+    ops = _check_ops(switch_ops() if ops is None else ops)
     if search_space is not None and str(search_space).upper() not in ("DEFAULT", "EXHAUSTIVE"):
         raise bad_choice("search space", search_space, ("DEFAULT", "EXHAUSTIVE"))
-    eager = [o for o in ops if o in EAGER_OPS]
-    comp = [o for o in ops if o in COMPILE_OPS]
+    eager_names, comp_names = eager_ops(), compile_ops()
+    eager = [o for o in ops if o in eager_names]
+    comp = [o for o in ops if o in comp_names]
     if eager:
         _set_eager(eager, enabled, strict, warn)
     if comp:
         _set_compile(enabled, autotuning, search_space, strict, warn, comp)
-    if "attention" in ops:
-        _set_attention(enabled, strict, warn)
+    sdpa_names = [o for o in ops if o in sdpa_ops()]
+    if sdpa_names:
+        _set_attention(enabled, strict, warn, "/".join(sdpa_names))
 
 
 def enable(*ops: str, autotuning: bool | None = None, search_space: str | None = None,
@@ -624,7 +696,7 @@ def compile_options(enabled: bool = True, *, autotuning: bool | None = None,
 def unavailable() -> dict[str, str]:
     """Every switch that cannot be turned on in this process, with the reason in words.
 
-    Keys: operator names of :data:`OPS` (eager: no python_native / no FlyDSL override in this
+    Keys: operator names of :func:`switch_ops` (eager: no python_native / no FlyDSL override in this
     torch; compiled GEMMs: no FlyDSL Inductor templates; attention: not a ROCm build),
     ``"compile_settings"`` (``flydsl_enable_autotuning`` and the search space: no FlyDSL
     templates) and ``"rocm_fa_library"`` (not a ROCm build: the preference exists but selects
@@ -635,10 +707,11 @@ def unavailable() -> dict[str, str]:
     out: dict[str, str] = {}
     comp = compile_mechanism()
     rocm = bool(getattr(torch.version, "hip", None))
-    for op in OPS:
-        if op in EAGER_OPS:
+    eager, comp_ops = eager_ops(), compile_ops()
+    for op in switch_ops():
+        if op in eager:
             why = eager_mechanism(op)
-        elif op in COMPILE_OPS:
+        elif op in comp_ops:
             why = comp
         else:
             why = None if rocm else ("FlyDSL attention kernels exist only inside ROCm builds' AOTriton "
@@ -709,11 +782,12 @@ def rocm_fa_library() -> str | None:
 def _check_settings(s: Settings) -> None:
     for op in s.flydsl:
         _check_ops([op])
-    comp = {s.flydsl[o] for o in COMPILE_OPS if o in s.flydsl}
+    comp_ops = compile_ops()
+    comp = {s.flydsl[o] for o in comp_ops if o in s.flydsl}
     if len(comp) > 1:
-        raise UsageError("gemm, grouped_gemm and scaled_gemm share one torch setting "
+        raise UsageError(f"{_and(comp_ops)} share one torch setting "
                          "(max_autotune_gemm_backends): give them the same value, got "
-                         + ", ".join(f"{o}={s.flydsl[o]}" for o in COMPILE_OPS if o in s.flydsl))
+                         + ", ".join(f"{o}={s.flydsl[o]}" for o in comp_ops if o in s.flydsl))
     if s.search_space is not None and str(s.search_space).upper() not in ("DEFAULT", "EXHAUSTIVE"):
         raise bad_choice("search space", s.search_space, ("DEFAULT", "EXHAUSTIVE"))
     if s.sdpa_backends is not None:

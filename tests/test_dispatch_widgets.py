@@ -67,9 +67,10 @@ def test_switch_panel_changes_torch_settings_shows_them_and_restores(restored):
 
 def test_switch_panel_disables_what_this_torch_cannot_turn_on(monkeypatch):
     """torch 2.11 (the H200 machine): no python_native, no FlyDSL templates."""
-    real = S._has_module
-    monkeypatch.setattr(S, "_pn", lambda: None)
-    monkeypatch.setattr(S, "_has_module", lambda name: False if "codegen.flydsl" in name else real(name))
+    from flyexplore import readiness as R
+    real = R.has_module
+    monkeypatch.setattr(S, "python_native", lambda: None)
+    monkeypatch.setattr(R, "has_module", lambda name: False if "codegen.flydsl" in name else real(name))
     p = SwitchPanel()
     for op in ("rmsnorm", "topk"):
         assert p.toggles[op].disabled and "python_native" in p.notes[op].value

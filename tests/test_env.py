@@ -37,11 +37,17 @@ def test_torch_215_has_the_flydsl_code():
     ("2.15.1", "0.4.2", False, "accepts 0.3.x"),
     ("2.13.0", "0.3.4", False, "no FlyDSL integration"),
     ("2.15.0", "not installed", False, "not installed"),
+    ("2.15.0", "0.3.0rc1", False, "is a pre-release"),            # torch's eager check: stable only
+    ("2.15.0", "0.3.0.dev1", False, "is a pre-release"),
+    ("2.15.0", "0.3.0c1", False, "is a pre-release"),
+    ("2.15.0", "0.3.0pre1", False, "is a pre-release"),
+    ("2.15.0", "0.3.4+g5a1b2c3", True, "accepts 0.3.x"),          # a local build is no pre-release
+    ("2.15.0", "installed, no version metadata", False, "missing or invalid FlyDSL version metadata"),
 ])
 def test_flydsl_version_rule(torch_v, fly_v, ok, words):
     c = E.flydsl_version_check(torch_v, fly_v)
     assert c.ok is ok and words in c.detail
-    if not ok and fly_v != "not installed" and torch_v.startswith("2.15"):
+    if not ok and fly_v != "not installed" and torch_v.startswith("2.15") and "metadata" not in words:
         assert c.fix == "pip install 'flydsl==0.3.*'"
 
 
@@ -120,3 +126,16 @@ def test_every_attention_row_carries_the_bundled_aotriton_version(tmp_path, monk
                       dtypes="fp32", progress=False, timer={"rep": 3, "warmup": 1})
     assert len(df) == 6 and {"ok", "unavailable"} <= set(df["status"])
     assert (df["aotriton"] == "0.14.2").all()
+
+
+def test_skip_version_check_is_read_for_the_eager_path_only():
+    """TORCH_NATIVE_SKIP_VERSION_CHECK=1 lets torch's eager check accept any flydsl (missing
+    metadata too); Inductor's runtime check ignores it (torch/_inductor/codegen/flydsl/flydsl_utils.py)."""
+    from flyexplore import readiness as R
+
+    skip = {"TORCH_NATIVE_SKIP_VERSION_CHECK": "1"}
+    assert E.flydsl_version_check("2.15.0", "0.5.0", skip).ok
+    assert E.flydsl_version_check("2.15.0", R.NO_METADATA, skip).ok
+    assert not E.flydsl_version_check("2.15.0", "not installed", skip).ok
+    assert not R.compile_flydsl_runtime("0.5.0", True).ok
+    assert not R.compile_flydsl_runtime("0.3.4", False).ok      # the _mlir runtime is required there

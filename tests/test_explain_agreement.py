@@ -578,3 +578,178 @@ def test_eager_arch_lookup_agrees_with_torch(environ, device):
         want = fu._resolve_rocm_arch(0)
     _clear_arch_caches()
     assert E.torch_eager_arch(environ, device)[0] == want
+
+
+# -- the environment: flydsl version, _mlir runtime, arch -----------------------------------
+#
+# A fake flydsl is really installed in a temporary folder (a package, optionally its _mlir
+# runtime, optionally distribution metadata) with site-packages taken off sys.path, so torch's
+# own checks and flyexplore's read the same files through importlib; torch runs as a ROCm
+# build (torch.version.hip set) and its per-process caches are cleared around each case.
+
+_VERSIONS = ["0.3.0", "0.3.4", "0.3.0.dev1", "0.3.0rc1", "0.3.0c1", "0.3.0pre1", "0.3.4+g5a1b2c3",
+             "0.3.4.post1", "0.4.0", "0.2.9", "banana", None, "absent"]   # None: no metadata; absent: no package
+
+
+def _clear_runtime_caches():
+    from torch._native import common_utils as cu
+    from torch._native import flydsl_utils as fu
+    from torch._inductor.codegen.flydsl import flydsl_utils as ifu
+    for fn in (fu._check_runtime_available, fu._version_is_ok, cu.check_native_version_skip,
+               cu.check_native_jit_disabled, ifu._check_runtime_available):
+        fn.cache_clear()
+
+
+@contextlib.contextmanager
+def fake_flydsl(root, version, mlir=True, environ=None):
+    """flydsl ``version`` (None: without metadata; "absent": not installed) under ``root``, the
+    only one importlib can find; ``environ`` set in os.environ; torch a ROCm build."""
+    import importlib
+    import os
+    import sys
+
+    root.mkdir(parents=True, exist_ok=True)
+    if version != "absent":
+        pkg = root / "flydsl"
+        pkg.mkdir()
+        (pkg / "__init__.py").write_text("")
+        if mlir:
+            (pkg / "_mlir").mkdir()
+            (pkg / "_mlir" / "__init__.py").write_text("")
+        if version is not None:
+            meta = root / f"flydsl-{version}.dist-info"
+            meta.mkdir()
+            (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flydsl\nVersion: {version}\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "path", [str(root)] + [p for p in sys.path if "site-packages" not in p])
+        for name in [m for m in sys.modules if m == "flydsl" or m.startswith("flydsl.")]:
+            mp.delitem(sys.modules, name)
+        for k in ("TORCH_NATIVE_SKIP_VERSION_CHECK", "TORCH_DISABLE_NATIVE_JIT"):
+            mp.delenv(k, raising=False)
+        for k, v in (environ or {}).items():
+            mp.setenv(k, v)
+        mp.setattr(torch.version, "hip", "7.0.0")
+        importlib.invalidate_caches()
+        _clear_runtime_caches()
+        try:
+            yield dict(os.environ)
+        finally:
+            _clear_runtime_caches()
+    importlib.invalidate_caches()
+
+
+@pytest.fixture(scope="module")
+def assumed_facts():
+    from flyexplore import readiness as R
+    return R.facts(assume_rocm=True)     # before any fake install: collect() caches what it sees
+
+
+def _all_of(conds: dict, *names) -> bool:
+    """All of ``names`` that are present hold (the eager verdict shows either "installed" failed
+    or the version check); at least one is present."""
+    assert any(n in conds for n in names), conds
+    return all(conds[n] for n in names if n in conds)
+
+
+@pytest.mark.parametrize("mlir", [True, False], ids=["built", "no_mlir"])
+@pytest.mark.parametrize("version", _VERSIONS, ids=[str(v) for v in _VERSIONS])
+def test_flydsl_readiness_agrees_with_torch(tmp_path, version, mlir, assumed_facts):
+    """Eager: torch registers overrides iff ``_check_runtime_available()[0] and
+    _version_is_ok()`` (``register_op_override``); compile: ``_flydsl_runtime_unavailable_reason()
+    is None``. The readiness rules, the explainer's conditions and ``flyexplore env`` (which also
+    decides the sweep's flydsl backends) all give torch's answer."""
+    import dataclasses
+
+    from torch._inductor.codegen.flydsl import flydsl_utils as ifu
+    from torch._native import flydsl_utils as fu
+
+    from flyexplore import env as ENV
+    from flyexplore import readiness as R
+
+    for i, skip in enumerate((None, "1", "0")):
+        environ = {} if skip is None else {"TORCH_NATIVE_SKIP_VERSION_CHECK": skip}
+        with fake_flydsl(tmp_path / str(i), version, mlir, environ) as env_now:
+            eager_torch = fu._check_runtime_available()[0] and fu._version_is_ok()
+            compile_torch = ifu._flydsl_runtime_unavailable_reason() is None
+            v, built = R.flydsl_version(), R.flydsl_built()
+            assert built == (mlir and version != "absent")
+            assert (R.flydsl_installed(v).ok and R.eager_flydsl_version(v, env_now).ok) == eager_torch, (v, skip)
+            assert R.compile_flydsl_runtime(v, built).ok == compile_torch, v
+            f = dataclasses.replace(assumed_facts, flydsl_version=None if v == R.NOT_INSTALLED else v,
+                                    flydsl_built=built, environ=env_now)
+            eager_c = {c.name: c.ok for c in R.eager_environment(f, "rmsnorm")}
+            assert _all_of(eager_c, "flydsl installed", "flydsl version") == eager_torch
+            comp_c = {c.name: c.ok for c in R.compile_environment(f)}
+            assert comp_c["flydsl runtime"] == compile_torch
+            if skip is None:
+                e = ENV.collect(environ=env_now)
+                assert e.versions["flydsl"] == v
+                by = {c.name: c.ok for c in e.flydsl_eager.checks + e.flydsl_compile.checks}
+                assert _all_of(by, "flydsl installed", "flydsl version accepted") == eager_torch
+                assert by["flydsl runtime available"] == compile_torch
+
+
+def test_prereleases_and_local_builds_are_told_apart(tmp_path):
+    """What the issue found: torch's eager check refuses 0.3 pre-releases and accepts local
+    builds; Inductor takes both; missing metadata is not 'not installed'."""
+    from flyexplore import env as ENV
+    from flyexplore import readiness as R
+
+    for v in ("0.3.0.dev1", "0.3.0rc1", "0.3.0c1", "0.3.0pre1"):
+        r = R.eager_flydsl_version(v, {})
+        assert not r.ok and "pre-release" in r.detail and R.is_prerelease(v)
+        assert R.compile_flydsl_runtime(v, True).ok
+    assert R.eager_flydsl_version("0.3.4+g5a1b2c3", {}).ok and R.version_tuple("0.3.4+g5a1b2c3") == (0, 3)
+    with fake_flydsl(tmp_path, None) as environ:
+        assert R.flydsl_version() == R.NO_METADATA
+        e = ENV.collect(environ=environ)
+    assert e.versions["flydsl"] == R.NO_METADATA
+    eager = {c.name: c for c in e.flydsl_eager.checks}
+    assert "flydsl installed" not in eager and "version metadata" in eager["flydsl version accepted"].detail
+    comp = {c.name: c for c in e.flydsl_compile.checks}
+    assert "missing or invalid FlyDSL version metadata" in comp["flydsl runtime available"].detail
+    assert "version metadata" in e.to_text() and "flydsl: installed, no version metadata" in e.to_text()
+
+
+_ARCH_VALUES = ["gfx950", "gfx950:sramecc+", "9.5.0", "9.4.2", "11.0.0", "junk", "9.5", "9.5.x", "gfx942:xnack-", ""]
+
+
+class _Props:
+    def __init__(self, arch):
+        self.gcnArchName = arch
+
+
+@pytest.mark.parametrize("device", [None, "gfx950:sramecc+:xnack-", "gfx942"])
+@pytest.mark.parametrize("var", ["FLYDSL_GPU_ARCH", "HSA_OVERRIDE_GFX_VERSION", "both"])
+@pytest.mark.parametrize("value", _ARCH_VALUES)
+def test_arch_resolvers_agree_with_torch(var, value, device):
+    """The one arch resolver against torch's: eager ``_resolve_rocm_arch`` /
+    ``_is_supported_arch(("gfx950",))`` and Inductor's ``_get_flydsl_device_arch`` (which reads
+    the device only), on a device whose gcnArchName is ``device`` (torch.cuda faked)."""
+    import torch._inductor.codegen.flydsl.flydsl_scheduling as ifs
+    from torch._native import flydsl_utils as fu
+
+    from flyexplore import env as ENV
+    from flyexplore import readiness as R
+
+    environ = ({"FLYDSL_GPU_ARCH": value, "HSA_OVERRIDE_GFX_VERSION": "9.4.2"} if var == "both"
+               else {var: value})
+    with pytest.MonkeyPatch.context() as mp:
+        for k in ("FLYDSL_GPU_ARCH", "HSA_OVERRIDE_GFX_VERSION"):
+            mp.delenv(k, raising=False)
+        for k, v in environ.items():
+            mp.setenv(k, v)
+        mp.setattr(torch.cuda, "is_available", lambda: device is not None)
+        mp.setattr(torch.cuda, "get_device_properties", lambda idx: _Props(device))
+        _clear_arch_caches()
+        ifs._get_flydsl_device_arch.cache_clear()
+        want = fu._resolve_rocm_arch(0)
+        want_ok = fu._is_supported_arch(0, ("gfx950",))
+        want_compile = ifs._get_flydsl_device_arch(0) == "gfx950"
+    _clear_arch_caches()
+    ifs._get_flydsl_device_arch.cache_clear()
+    assert R.torch_eager_arch(environ, device)[0] == want
+    assert R.eager_arch(environ, device).ok == want_ok
+    assert R.compile_arch(device, environ).ok == want_compile
+    devs = (ENV.Device(0, "MI", device.split(":")[0], 256, 0),) if device else ()
+    assert ENV.resolve_target_arch(devs, "rocm" if device else "cpu", environ)[0] == want

@@ -130,7 +130,7 @@ def test_sdpa_context_and_bad_names():
 def test_missing_python_native_is_reported_not_faked(monkeypatch):
     """torch 2.11 has no torch.backends.python_native: the switch says so; 'on' warns or
     raises, 'off' is silently true."""
-    monkeypatch.setattr(S, "_pn", lambda: None)
+    monkeypatch.setattr(S, "python_native", lambda: None)
     row = S.table().set_index("op").loc["rmsnorm"]
     assert not row["exists"] and row["flydsl"] == "n/a" and "python_native" in row["note"]
     with warnings.catch_warnings():
@@ -143,8 +143,9 @@ def test_missing_python_native_is_reported_not_faked(monkeypatch):
 
 
 def test_missing_inductor_templates_are_reported(monkeypatch):
-    real = S._has_module
-    monkeypatch.setattr(S, "_has_module", lambda name: False if "codegen.flydsl" in name else real(name))
+    from flyexplore import readiness as R
+    real = R.has_module
+    monkeypatch.setattr(R, "has_module", lambda name: False if "codegen.flydsl" in name else real(name))
     before = ic.max_autotune_gemm_backends
     with pytest.warns(S.SwitchUnavailableWarning, match="no FlyDSL Inductor templates"):
         S.enable("gemm")
@@ -230,3 +231,28 @@ def test_plain_sdpa_and_compile_settings():
     finally:
         S.restore(before)
     assert S.snapshot() == before
+
+
+def test_a_registered_operator_gets_a_switch():
+    """The switch tables come from the registry: an operator registered with an eager
+    FlyDSLPath is in OPS / EAGER_OPS / EAGER_MODULES and the table, and its override's absence
+    from this torch is said, not faked."""
+    from flyexplore.ops import FlyDSLPath, Operator, register_op, unregister_op
+
+    toy = Operator("toy_norm", "a toy eager operator", ("n",), {}, ("fp32",),
+                   flydsl=FlyDSLPath(route="eager", path="eager override of aten::my_op", aten_ops=("my_op",),
+                                     module="torch._native.ops.no_such_flydsl_impl"))
+    assert "toy_norm" not in S.OPS
+    register_op(toy)
+    try:
+        assert S.OPS[-1] == "toy_norm" and S.EAGER_OPS["toy_norm"] == ("my_op",)
+        assert S.EAGER_MODULES["toy_norm"] == "torch._native.ops.no_such_flydsl_impl"
+        assert "toy_norm" not in S.COMPILE_OPS
+        row = S.table().set_index("op").loc["toy_norm"]
+        assert row["flydsl"] == "n/a" and "no_such_flydsl_impl" in row["note"]
+        assert "toy_norm" in S.unavailable()
+        with pytest.warns(S.SwitchUnavailableWarning, match="toy_norm"):
+            S.enable("toy_norm")
+    finally:
+        unregister_op("toy_norm")
+    assert "toy_norm" not in S.OPS and "toy_norm" not in S.EAGER_OPS
