@@ -106,9 +106,11 @@ def test_explain_library_and_cli(toy, capsys):
 
     assert "toy_double" in X.explainable()
     yes = X.explain_text("toy_double", "4096")          # judged as on a ROCm torch 2.15, gfx950
-    assert yes.call_ok and yes.kernel == "toy_kernel"
-    # the environment's conditions come from the route: the override module is not in torch
-    assert any("override" in c.name and c.ok is False for c in yes.conditions)
+    assert yes.taken and yes.kernel == "toy_kernel"
+    # this CPU process: the environment's conditions come from the route (eager override)
+    here = X.explain_text("toy_double", "4096", arch=None)
+    assert here.call_ok and not here.taken
+    assert any(c.name == "override in torch" and c.ok is False for c in here.conditions)
     no = X.explain_text("toy_double", "100")
     assert not no.call_ok and "N % 64 == 0" in no.reason
     assert main(["explain", "--op", "toy_double", "--shape", "100", "--assume-rocm"]) == 1
@@ -120,7 +122,7 @@ def test_switches_table_and_trace_classification(toy):
 
     tab = switches.table()
     row = tab[tab["op"] == "toy_double"]
-    assert len(row) == 1 and row.iloc[0]["exists"] in (False, "no") or not bool(row.iloc[0]["exists"])
+    assert len(row) == 1 and "python_native" in row.iloc[0]["mechanism"] and not row.iloc[0]["exists"]
     k = trace.classify("toy_double_kernel_0")
     assert (k.family, k.library) == ("FlyDSL", "FlyDSL toy double")
 
