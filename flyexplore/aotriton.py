@@ -429,7 +429,7 @@ def ab_figure(view: pd.DataFrame, title: str | None = None):
     :class:`UsageError` for an empty view."""
     from plotly.subplots import make_subplots
 
-    from .plots import _style
+    from .plot_style import style_figure
 
     if view is None or view.empty:
         raise UsageError("ab_figure needs a non-empty AOTriton A/B view (no attention case paired)")
@@ -446,9 +446,9 @@ def ab_figure(view: pd.DataFrame, title: str | None = None):
                     for v, s in zip(h["label"] if "label" in h else [None] * len(h), h["speedup"])]
             err = {}
             if "speedup_lo" in h and h["speedup_lo"].notna().any():
-                from .plots import _whiskers
-                err = {"error_y": _whiskers(h.assign(speedup_lo=pd.to_numeric(h["speedup_lo"], errors="coerce"),
-                                                     speedup_hi=pd.to_numeric(h["speedup_hi"], errors="coerce")))}
+                from .plot_style import whiskers
+                err = {"error_y": whiskers(h.assign(speedup_lo=pd.to_numeric(h["speedup_lo"], errors="coerce"),
+                                                    speedup_hi=pd.to_numeric(h["speedup_hi"], errors="coerce")))}
             fig.add_bar(x=h["case"] + " " + h["dtype"], y=h["speedup"], name=f"{nb} ran {ran}", legendgroup=ran,
                         **err,
                         showlegend=ran not in seen, marker_color=_ran_color(ran), text=text, textposition="outside",
@@ -471,7 +471,7 @@ def ab_figure(view: pd.DataFrame, title: str | None = None):
         ttl = "SYNTHETIC EXAMPLE (made-up numbers): " + ttl
     ttl += (f"<br><sup>time {na} / time {nb} (> 1: {nb} faster); bar colour: the AOTriton backend {nb} ran; "
             "grey band: the published range</sup>")
-    _style(fig, ttl, "", f"time {na} / time {nb} (x)", legend_title="")
+    style_figure(fig, ttl, "", f"time {na} / time {nb} (x)", legend_title="")
     fig.update_layout(margin=dict(t=110))
     fig.update_yaxes(rangemode="tozero")
     fig.update_xaxes(type="category")

@@ -2,21 +2,22 @@
 return plotly figures. Rendering never changes the data: every function works on a copy and
 plots the numbers it is given (speedups via :func:`flyexplore.results.speedup`).
 
-Colours are fixed per backend in every figure (:data:`BACKEND_COLORS`, :func:`backend_color`).
+Colours are fixed per backend in every figure (:data:`BACKEND_COLORS`, :func:`backend_color`;
+the common look is :mod:`flyexplore.plot_style`).
 Speedup axes start at zero and carry a dashed 1.0x line; ratios within +-1%
 (:data:`flyexplore.results.TIE_BAND`) are ties and are outlined.
 
 Figures: :func:`speedup_figure`, :func:`sweep_figure`, :func:`heatmap_figure` (with
 :func:`speedup_grid`), :func:`roofline_figure`, :func:`ab_figure`,
 :func:`published_vs_measured_figure`, :func:`vllm_figure`, :func:`error_figure`,
-:func:`range_figure`. Export: :mod:`flyexplore.export`.
+:func:`range_figure`. The comparison figures (:func:`ab_figure`,
+:func:`published_vs_measured_figure`, :func:`vllm_figure`) live in :mod:`flyexplore.plots_compare`
+and are re-exported here. Export: :mod:`flyexplore.export`.
 """
 from __future__ import annotations
 
 import json
 import math
-import textwrap
-import zlib
 from typing import Sequence
 
 import pandas as pd
@@ -24,96 +25,13 @@ import pandas as pd
 from . import results as R
 from . import stats as S
 from .errors import UsageError, bad_choice
-
-#: One colour per backend, the same in every figure.
-BACKEND_COLORS = {
-    "aten": "#636EFA", "triton": "#EF553B", "inductor": "#00CC96", "flydsl": "#AB63FA",
-    "emulated": "#FFA15A", "reference": "#19D3F3", "flash": "#FF6692", "efficient": "#B6E880",
-    "cudnn": "#FF97FF", "math": "#FECB52", "ck": "#8C564B", "aotriton": "#1F77B4",
-}
-_EXTRA = ("#2E91E5", "#E15F99", "#1CA71C", "#FB0D0D", "#DA16FF", "#B68100", "#750D86", "#EB663B",
-          "#511CFB", "#00A08B", "#FB00D1", "#6C7C32", "#778AAE", "#862A16", "#A777F1", "#620042")
-#: Colours for series that are not backends (models in vLLM figures), in order.
-SERIES_COLORS = ("#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD", "#8C564B", "#E377C2",
-                 "#7F7F7F", "#BCBD22", "#17BECF")
-HEIGHT = 560
-_FONT = dict(family="Arial, Helvetica, sans-serif", size=13)
-
-
-def backend_color(name: str) -> str:
-    """The colour of ``name``: :data:`BACKEND_COLORS`, else a stable colour from its hash (so
-    an unknown backend has the same colour in every figure and every run)."""
-    return BACKEND_COLORS.get(name) or _EXTRA[zlib.crc32(str(name).encode()) % len(_EXTRA)]
-
-
-def dtype_shade(color: str, i: int) -> str:
-    """The ``i``-th shade of a backend colour, for the ``i``-th dtype of that backend in one
-    figure (0: the colour itself; 1: lighter; 2: darker; ...), so fp32 and bf16 bars differ."""
-    if i == 0:
-        return color
-    r, g, b = (int(color[k:k + 2], 16) for k in (1, 3, 5))
-    f = (0.5, -0.4, 0.25, -0.2)[(i - 1) % 4]
-    mix = (lambda v: v + (255 - v) * f) if f > 0 else (lambda v: v * (1 + f))
-    return "#" + "".join(f"{int(round(mix(v))):02X}" for v in (r, g, b))
-
-
-def _style(fig, title: str, xtitle: str, ytitle: str, height: int = HEIGHT, legend_title: str = ""):
-    fig.update_layout(title=dict(text=title, x=0.01, xanchor="left", font=dict(size=16)),
-                      template="plotly_white", font=_FONT, height=height,
-                      margin=dict(l=70, r=30, t=90, b=60), legend_title_text=legend_title,
-                      hoverlabel=dict(align="left"))
-    fig.update_xaxes(title_text=xtitle, automargin=True)
-    fig.update_yaxes(title_text=ytitle, automargin=True)
-    return fig
-
-
-def _ref_line(fig, v: float, color: str, dash: str, name: str, horizontal: bool = False, **kw):
-    """A reference line across the plot at ``v`` (y, or x when ``horizontal``) with a legend
-    entry named ``name`` (a line shape does not appear in the legend by itself)."""
-    if horizontal:
-        fig.add_vline(x=v, line_dash=dash, line_color=color, line_width=1.5, **kw)
-    else:
-        fig.add_hline(y=v, line_dash=dash, line_color=color, line_width=1.5, **kw)
-    fig.add_scatter(x=[None], y=[None], mode="lines", name=name, line=dict(color=color, dash=dash, width=1.5),
-                    hoverinfo="skip", showlegend=True)
-
-
-def _horizontal(labels) -> bool:
-    """Many (> 30) or long case labels read better one per row (horizontal bars)."""
-    u = pd.unique(pd.Series(list(labels)).astype(str))
-    return len(u) > 30 or sum(len(x) for x in u) > 350
-
-
-def _wrap(text, width: int = 70) -> str:
-    if text is None or (isinstance(text, float) and math.isnan(text)) or text is pd.NA:
-        return ""
-    return "<br>".join(textwrap.wrap(str(text), width)) or ""
-
-
-def _base_name(baseline) -> str:
-    return baseline if isinstance(baseline, str) else "the faster of " + ", ".join(baseline)
-
-
-def _label_fn(d: pd.DataFrame, cols=("op", "dtype")):
-    vary = [c for c in cols if c in d and d[c].nunique() > 1]
-
-    def f(r):
-        parts = [str(r[c]) for c in vary if c == "op"] + [str(r["case"])] + \
-                [str(r[c]) for c in vary if c != "op"]
-        return " ".join(parts)
-    return f
+from .plot_style import (BACKEND_COLORS, HEIGHT, SERIES_COLORS, backend_color,  # noqa: F401 - re-exported
+                         baseline_name, case_labeler, dtype_shade, horizontal_bars, ref_line, style_figure,
+                         whiskers, wrap_text)
+from .plots_compare import ab_figure, published_vs_measured_figure, vllm_figure  # noqa: F401 - re-exported
 
 
 # -- speedup ---------------------------------------------------------------------------------
-def _whiskers(g: pd.DataFrame, est: str = "speedup", lo: str = "speedup_lo", hi: str = "speedup_hi") -> dict:
-    """plotly ``error_y``/``error_x`` for the 95% intervals in ``g`` (none drawn where missing)."""
-    e = g[est].astype(float)
-    plus = (g[hi].astype(float) - e).where(g[hi].notna(), 0.0).clip(lower=0)
-    minus = (e - g[lo].astype(float)).where(g[lo].notna(), 0.0).clip(lower=0)
-    return dict(type="data", symmetric=False, array=list(plus), arrayminus=list(minus),
-                color="#333", thickness=1.2, width=3)
-
-
 #: Up to this many (backend, op, dtype) series, their geometric means are also in the subtitle.
 _SUBTITLE_MEANS = 4
 
@@ -140,8 +58,8 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
     if backends is not None:
         s = s[s["backend"].isin(list(backends))]
     if s.empty:
-        raise UsageError(f"no case has both {_base_name(baseline)} and another backend")
-    label = _label_fn(s)
+        raise UsageError(f"no case has both {baseline_name(baseline)} and another backend")
+    label = case_labeler(s)
     s = s.assign(x=s.apply(label, axis=1))
     groups = list(s.groupby(["op", "dtype", "backend"], sort=False))
     single = s[["op", "dtype"]].drop_duplicates().shape[0] == 1
@@ -149,7 +67,7 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
         show_values = len(s) <= 40
     ncase = s["x"].nunique()
     if horizontal is None:
-        horizontal = _horizontal(s["x"])
+        horizontal = horizontal_bars(s["x"])
     fig = go.Figure()
     means = []
     for (op, dtype, backend), g in groups:
@@ -162,7 +80,7 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
         means.append(name.replace(": geomean", " geomean"))
         dts = list(pd.unique(s.loc[s["backend"] == backend, "dtype"]))
         c = dtype_shade(backend_color(backend), dts.index(dtype))
-        err = _whiskers(g)
+        err = whiskers(g)
         xy = (dict(x=g["speedup"], y=g["x"], orientation="h", error_x=err) if horizontal
               else dict(x=g["x"], y=g["speedup"], error_y=err))
         fig.add_bar(
@@ -182,9 +100,9 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
         if counts:
             fig.data[-1].name += f" ({counts})"
         if single:
-            _ref_line(fig, gm, c, "dot", f"{backend} geomean (dotted)", horizontal)
-    _ref_line(fig, 1.0, "#555", "dash", "1.0x (baseline)", horizontal)
-    base = _base_name(baseline)
+            ref_line(fig, gm, c, "dot", f"{backend} geomean (dotted)", horizontal)
+    ref_line(fig, 1.0, "#555", "dash", "1.0x (baseline)", horizontal)
+    base = baseline_name(baseline)
     ttl = title or f"Speedup over {base}"
     # the geometric means also in the subtitle: visible wherever the legend is hidden or cut
     gms = "; ".join(means) if len(means) <= _SUBTITLE_MEANS else f"geomeans of {len(means)} series in the legend"
@@ -192,7 +110,7 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
             "outlined: SAME (interval within ±1%); after the value: + FASTER, = SAME, − SLOWER, ? AMBIGUOUS"
             f"<br>{gms}</sup>")
     vlab = f"speedup vs {base} (x)"
-    _style(fig, ttl, vlab if horizontal else "case", "case" if horizontal else vlab, legend_title="backend",
+    style_figure(fig, ttl, vlab if horizontal else "case", "case" if horizontal else vlab, legend_title="backend",
            height=max(HEIGHT, 200 + 18 * ncase * s["backend"].nunique()) if horizontal else HEIGHT)
     # showlegend: plotly hides a legend with a single entry by default, which would hide the
     # geometric mean of a lone backend
@@ -210,8 +128,11 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
 _Y = {"time_ms": "time", "tflops": "TFLOP/s", "gbps": "GB/s"}
 
 
-def _params(df: pd.DataFrame) -> pd.DataFrame:
-    """Case parameters as columns (from ``params`` JSON where a column is missing)."""
+def case_params(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """A copy of the result set ``df`` with each case parameter (``m``, ``n``, ``k``, ``layout``,
+    ...: the keys of the rows' ``params`` JSON, :mod:`flyexplore.results`) as a column, filled
+    from ``params`` where ``df`` has no such column or it is all missing; and the list of those
+    parameter names (empty without a ``params`` column). ``df`` is not changed."""
     p = pd.DataFrame([json.loads(v) if isinstance(v, str) and v else {} for v in df["params"]],
                      index=df.index) if "params" in df else pd.DataFrame(index=df.index)
     out = df.copy()
@@ -247,7 +168,7 @@ def sweep_figure(df: pd.DataFrame, x: str = "m", y: str = "time_ms", title: str 
         d = d[d["backend"].isin(list(backends))]
     if d.empty:
         raise UsageError(f"no rows with {y} to plot")
-    d, pcols = _params(d)
+    d, pcols = case_params(d)
     if x not in d or d[x].isna().all():
         raise bad_choice("sweep dimension", x, [c for c in pcols if c != "layout"] or ["m", "n", "k"])
     d = d[d[x].notna()]
@@ -288,7 +209,7 @@ def sweep_figure(df: pd.DataFrame, x: str = "m", y: str = "time_ms", title: str 
         sub.append(f"{dropped} point(s) of series with fewer than {min_points} values not drawn")
     if sub:
         ttl += "<br><sup>" + "; ".join(sub) + "</sup>"
-    _style(fig, ttl, x, unit, legend_title="backend")
+    style_figure(fig, ttl, x, unit, legend_title="backend")
     if log_x and min(xs) > 0:
         ticks = []  # every value, except ones too close (on the log axis) to the previous tick
         for v in xs:
@@ -320,9 +241,9 @@ def speedup_grid(df: pd.DataFrame, x: str = "n", y: str = "m", backend: str = "f
     s = R.speedup(d, baseline)
     s = s[s["backend"] == backend]
     if s.empty:
-        raise UsageError(f"no speedup of {backend} over {_base_name(baseline)} in this set")
+        raise UsageError(f"no speedup of {backend} over {baseline_name(baseline)} in this set")
     key = d.drop_duplicates(subset=["op", "case", "dtype"])
-    key, _ = _params(key)
+    key, _ = case_params(key)
     for c in (x, y):
         if c not in key:
             raise UsageError(f"case parameter {c!r} not in this set")
@@ -376,7 +297,7 @@ def heatmap_figure(data: pd.DataFrame, x: str = "n", y: str = "m", value: str = 
     fig = go.Figure()
     xl, yl = [f"{v:g}" if isinstance(v, float) else str(v) for v in xs], \
              [f"{v:g}" if isinstance(v, float) else str(v) for v in ys]
-    custom = None if hv is None else [[_wrap(v, 60) for v in row] for row in hv.to_numpy(dtype=object)]
+    custom = None if hv is None else [[wrap_text(v, 60) for v in row] for row in hv.to_numpy(dtype=object)]
     if kind == "eligibility":
         zz = [[None if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA
                else float(v in (True, 1, "True", "true")) for v in row] for row in z]
@@ -414,7 +335,7 @@ def heatmap_figure(data: pd.DataFrame, x: str = "n", y: str = "m", value: str = 
                             hovertemplate=f"{y}=%{{y}} {x}=%{{x}}<br>{value} %{{z:.4g}}" +
                                           ("<br>%{customdata}" if custom else "") + "<extra></extra>")
             ttl = title or f"{value} over {y} and {x}"
-    _style(fig, ttl, x, y)
+    style_figure(fig, ttl, x, y)
     fig.update_xaxes(type="category", showgrid=False)
     fig.update_yaxes(type="category", showgrid=False)
     return fig
@@ -499,214 +420,9 @@ def roofline_figure(df: pd.DataFrame, device: str | None = None, kind: str = "da
     note = f"; {skipped} row(s) without a FLOP or byte count not shown" if skipped else ""
     ttl = title or f"Roofline on {peak.name}"
     ttl += f"<br><sup>datasheet peaks{' and measured (dashed)' if kind == 'measured' else ''}; ideal bytes (each input read once){note}</sup>"
-    _style(fig, ttl, "arithmetic intensity (FLOP / byte)", "achieved TFLOP/s", legend_title="")
+    style_figure(fig, ttl, "arithmetic intensity (FLOP / byte)", "achieved TFLOP/s", legend_title="")
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
-    return fig
-
-
-# -- A/B -------------------------------------------------------------------------------------
-def ab_figure(ab, title: str | None = None):
-    """Ratio time_A / time_B per paired case (bars, coloured by backend; > 1: B faster) and
-    the distribution of the ratios per backend (box with every point), from a
-    :class:`flyexplore.compare.ABResult`. Dashed 1.0x line, geometric means with their 95%
-    intervals in the legend, each ratio's interval as a whisker, SAME labels outlined, cases
-    present on one side only counted in the subtitle."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    a, b = ab.names
-    p = ab.pairs.copy()
-    p["x"] = p.apply(_label_fn(p), axis=1)
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.78, 0.22], horizontal_spacing=0.06,
-                        subplot_titles=("per case", "distribution"))
-    bcol = "backend" if "backend" in p else None
-    groups = p.groupby(bcol, sort=False) if bcol else [("all", p)]
-    for be, g in groups:
-        gm, glo, ghi = S.geomean_ci(g["ratio"], g["ratio_lo"], g["ratio_hi"])
-        c = backend_color(str(be).split(" -> ")[-1])
-        labels = g["verdict"].astype(object).where(g["verdict"].notna(), "")
-        fig.add_bar(x=g["x"], y=g["ratio"], name=f"{be}: geomean {S.fmt_interval(gm, glo, ghi)}",
-                    legendgroup=str(be), error_y=_whiskers(g, "ratio", "ratio_lo", "ratio_hi"),
-                    marker_color=c, marker_line_width=[2.5 if t == "SAME" else 0 for t in labels],
-                    marker_line_color="black", row=1, col=1,
-                    customdata=list(zip(g["time_a_ms"] * 1e3, g["time_b_ms"] * 1e3, labels)),
-                    hovertemplate=(f"<b>{be}</b> %{{x}}<br>{a}/{b} %{{y:.3f}}x %{{customdata[2]}}<br>{a} "
-                                   f"%{{customdata[0]:.2f}} µs<br>{b} %{{customdata[1]:.2f}} µs<extra></extra>"))
-        fig.add_box(y=g["ratio"], name=str(be), legendgroup=str(be), showlegend=False, marker_color=c,
-                    boxpoints="all", jitter=0.4, pointpos=0, row=1, col=2,
-                    hovertemplate=f"{be}<br>%{{y:.3f}}x<extra></extra>")
-    for col in (1, 2):
-        fig.add_hline(y=1.0, line_dash="dash", line_color="#555", line_width=1.5, row=1, col=col)
-    fig.add_scatter(x=[None], y=[None], mode="lines", name="1.0x (no change)",
-                    line=dict(color="#555", dash="dash", width=1.5), hoverinfo="skip", row=1, col=1)
-    only = f"{len(ab.only_a)} case(s) only in {a}, {len(ab.only_b)} only in {b}"
-    ttl = (title or f"A/B: {b} vs {a}") + \
-        (f"<br><sup>time {a} / time {b} per case (> 1: {b} faster; whiskers: 95% interval; outlined: SAME); "
-         f"{len(p)} pairs, geomean {S.fmt_interval(*ab.geomean_ci)}; {only}</sup>")
-    _style(fig, ttl, "", f"time {a} / time {b} (x)", legend_title="backend")
-    fig.update_layout(barmode="group", margin=dict(t=110))
-    fig.update_yaxes(rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(rangemode="tozero", title_text="", row=1, col=2)
-    fig.update_xaxes(type="category", title_text="case", row=1, col=1)
-    return fig
-
-
-# -- published vs measured -------------------------------------------------------------------
-_PVM = {"speedup": "speedup vs {base} (x)", "tflops": "TFLOP/s", "time_ms": "time (µs)"}
-
-
-def published_vs_measured_figure(measured: pd.DataFrame, published: pd.DataFrame | None = None,
-                                 metric: str = "speedup", baseline: str | Sequence[str] = "aten",
-                                 title: str | None = None):
-    """Measured and published numbers side by side for the (op, case, dtype, backend) keys
-    both have: per backend a solid bar (measured here) and a hatched, lighter bar (published).
-
-    ``metric``: ``speedup`` over ``baseline`` (the comparable number across devices; default),
-    ``tflops`` or ``time_ms`` (drawn in µs). Hover shows each bar's device and, for published
-    bars, the provenance (publication, setup, file). ``published`` defaults to
-    :func:`flyexplore.published.load`. Raises ``UsageError`` for an unknown metric or when no
-    key is in both."""
-    import plotly.graph_objects as go
-
-    if metric not in _PVM:
-        raise bad_choice("metric", metric, _PVM)
-    if published is None:
-        from .published import load
-
-        published = load()
-    key = ["op", "case", "dtype", "backend"]
-
-    def values(d):
-        d = d[d["status"].isin(["ok", "published"]) & d["time_ms"].notna()]
-        if metric == "speedup":
-            v = R.speedup(d, baseline).rename(columns={"speedup": "v"})
-            extra = d.drop_duplicates(subset=key)[key + [c for c in ("device", "provenance", "torch") if c in d]]
-            return v.merge(extra, on=key, how="left")
-        g = d.groupby(key, sort=False).agg(v=(metric, "median"), device=("device", "first")).reset_index()
-        if "provenance" in d:
-            g = g.merge(d.drop_duplicates(subset=key)[key + ["provenance"]], on=key, how="left")
-        if metric == "time_ms":
-            g["v"] = g["v"] * 1e3
-        return g
-
-    m, p = values(measured[measured["source"] != "published"]), values(published)
-    j = m.merge(p, on=key, suffixes=("_m", "_p"))
-    if j.empty:
-        raise UsageError("no (op, case, dtype, backend) of the measured set is in the published figures "
-                         f"(published ops: {', '.join(sorted(published['op'].dropna().unique()))})")
-    j["x"] = j.apply(_label_fn(j), axis=1)
-    horizontal = _horizontal(j["x"])
-    v, c_ = ("y", "x") if horizontal else ("x", "y")  # category axis, value axis
-
-    def xy(vals):
-        return dict(x=vals, y=g["x"], orientation="h") if horizontal else dict(x=g["x"], y=vals)
-
-    fig = go.Figure()
-    for be, g in j.groupby("backend", sort=False):
-        c = backend_color(be)
-        dev_m = g["device_m"].fillna("?").astype(str) if "device_m" in g else "?"
-        wm = ({("error_x" if horizontal else "error_y"): _whiskers(g, "v_m", "speedup_lo_m", "speedup_hi_m")}
-              if "speedup_lo_m" in g else {})
-        fig.add_bar(**xy(g["v_m"]), **wm, name=f"{be} measured", legendgroup=be, marker_color=c,
-                    offsetgroup=f"{be}-m", customdata=list(zip(dev_m, g.get("torch", pd.Series([""] * len(g))).fillna(""))),
-                    hovertemplate=(f"<b>{be} measured</b> %{{{v}}}<br>%{{{c_}:.3f}}<br>device %{{customdata[0]}}"
-                                   "<br>torch %{customdata[1]}<extra></extra>"))
-        prov = g["provenance_p"] if "provenance_p" in g else g.get("provenance", pd.Series([""] * len(g)))
-        fig.add_bar(**xy(g["v_p"]), name=f"{be} published", legendgroup=be, marker_color=c,
-                    opacity=0.55, marker_pattern_shape="/", offsetgroup=f"{be}-p",
-                    customdata=[[_wrap(p_, 70), dv] for p_, dv in zip(prov, g["device_p"].fillna("?"))],
-                    hovertemplate=(f"<b>{be} published</b> %{{{v}}}<br>%{{{c_}:.3f}}<br>device %{{customdata[1]}}"
-                                   "<br>%{customdata[0]}<extra></extra>"))
-    ylab = _PVM[metric].format(base=_base_name(baseline))
-    if metric == "speedup":
-        _ref_line(fig, 1.0, "#555", "dash", "1.0x (baseline)", horizontal)
-    devs_m = ", ".join(sorted(j["device_m"].dropna().astype(str).unique())) if "device_m" in j else "?"
-    ttl = (title or f"Measured vs published: {ylab.split(' (')[0]}") + \
-        (f"<br><sup>solid: measured ({devs_m}){', whiskers: 95% interval' if metric == 'speedup' else ''}; "
-         "hatched: published (AMD Instinct MI355X, no interval published); hover for provenance</sup>")
-    ncase = j["x"].nunique()
-    nbars = 2 * j["backend"].nunique()
-    if horizontal:
-        _style(fig, ttl, ylab, "case", legend_title="", height=max(HEIGHT, 200 + 12 * ncase * nbars))
-        fig.update_xaxes(rangemode="tozero")
-        fig.update_yaxes(type="category", autorange="reversed", dtick=1)
-    else:
-        _style(fig, ttl, "case", ylab, legend_title="")
-        fig.update_yaxes(rangemode="tozero")
-        fig.update_xaxes(type="category")
-    fig.update_layout(barmode="group")
-    return fig
-
-
-# -- vLLM ------------------------------------------------------------------------------------
-def _source_tag(source) -> str:
-    """`` [synthetic example]`` etc. for a vLLM A/B row that is neither measured nor published
-    (published rows are tagged by their own panel title)."""
-    if not isinstance(source, str) or source in ("", "measured", "published"):
-        return ""
-    return f" [{source}]"
-
-
-def vllm_figure(ab: pd.DataFrame, title: str | None = None):
-    """Whole-request A/B of vLLM serving: speedup (> 1: arm B better) against concurrency, one
-    line per model (and precision), one panel per metric (TTFT, TPOT, ITL, request
-    throughput, ... or the published whole-request figure per precision). ``ab`` is
-    :func:`flyexplore.vllm.ab_table` or :func:`flyexplore.published.vllm_published` output
-    (or both concatenated). Dashed 1.0x line, y from zero. Panels of published rows are titled
-    ``[published]``; rows with another non-measured ``source`` (e.g. ``synthetic example``,
-    :func:`flyexplore.vllm.ab_table`'s ``source=``) carry it in brackets too."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    if ab.empty:
-        raise UsageError("no vLLM A/B rows to plot")
-    d = ab.copy()
-    d["panel"] = d.apply(lambda r: f"{r['metric']}" + (f" ({r['precision']})" if "precision" in d and
-                                                       pd.notna(r.get("precision")) else "") +
-                         (" [published]" if r.get("source") == "published" else ""), axis=1)
-    d["panel"] = d["panel"].str.replace("whole_request", "whole request", regex=False)
-    if "label" in d:
-        srcs = d["source"] if "source" in d else [""] * len(d)
-        d["panel"] = [lab.split(" (")[0] + _source_tag(s) if isinstance(lab, str) and s != "published" else pn
-                      for lab, s, pn in zip(d["label"], srcs, d["panel"])]
-    panels = list(dict.fromkeys(d["panel"]))
-    ncol = min(3, len(panels))
-    nrow = math.ceil(len(panels) / ncol)
-    fig = make_subplots(rows=nrow, cols=ncol, subplot_titles=panels, shared_xaxes=False,
-                        horizontal_spacing=0.08, vertical_spacing=0.16 if nrow > 1 else 0.1)
-    models = list(dict.fromkeys(d["model"]))
-    conc = sorted({int(c) for c in d["concurrency"].dropna()})
-    arms = ", ".join(dict.fromkeys(f"{a} → {b}" for a, b in zip(d["a"], d["b"])))
-    ttl = (title or "vLLM serving A/B") + \
-        f"<br><sup>speedup of B over A (> 1: B better; latency A/B, throughput B/A); {arms}</sup>"
-    _style(fig, ttl, "", "", height=max(HEIGHT, 330 * nrow + 150), legend_title="model")
-    fig.update_layout(margin=dict(t=120))
-    for i, pn in enumerate(panels):
-        r, c = divmod(i, ncol)
-        g = d[d["panel"] == pn]
-        for mdl, gm in g.groupby("model", sort=False):
-            gm = gm.sort_values("concurrency")
-            col = SERIES_COLORS[models.index(mdl) % len(SERIES_COLORS)]
-            fig.add_scatter(x=[str(int(v)) if pd.notna(v) else "∞" for v in gm["concurrency"]], y=gm["speedup"],
-                            mode="lines+markers", name=mdl, legendgroup=mdl, showlegend=i == 0,
-                            line=dict(color=col, width=2), marker=dict(size=7), row=r + 1, col=c + 1,
-                            customdata=list(zip(gm["a"], gm["b"], gm["a_value"], gm["b_value"],
-                                                gm.get("provenance", pd.Series([""] * len(gm))).fillna("").map(lambda v: _wrap(v, 70)))),
-                            hovertemplate=(f"<b>{mdl}</b> concurrency %{{x}}<br>speedup %{{y:.3f}}x"
-                                           "<br>%{customdata[0]}: %{customdata[2]:.4g}<br>%{customdata[1]}: %{customdata[3]:.4g}"
-                                           "<br>%{customdata[4]}<extra></extra>"))
-        fig.add_hline(y=1.0, line_dash="dash", line_color="#555", line_width=1.5, row=r + 1, col=c + 1)
-        if "noise_pct" in g and g["noise_pct"].notna().any():
-            nz = float(g["noise_pct"].max()) / 100
-            fig.add_hrect(y0=1 - nz, y1=1 + nz, fillcolor="#888", opacity=0.2, line_width=0, row=r + 1, col=c + 1)
-            if not any(t.name and t.name.startswith("noise floor") for t in fig.data):
-                fig.add_scatter(x=[None], y=[None], mode="markers", name=f"noise floor ±{nz * 100:.2f}% (shaded)",
-                                marker=dict(symbol="square", size=12, color="#888", opacity=0.4), hoverinfo="skip")
-        fig.update_xaxes(type="category", categoryorder="array",
-                         categoryarray=[str(v) for v in conc] + ["∞"], row=r + 1, col=c + 1,
-                         title_text="concurrency" if r == nrow - 1 else "")
-        fig.update_yaxes(rangemode="tozero", row=r + 1, col=c + 1, title_text="speedup (x)" if c == 0 else "")
     return fig
 
 
@@ -734,7 +450,7 @@ def error_figure(df: pd.DataFrame, metric: str = "err_rel", title: str | None = 
     d = d[pd.to_numeric(d[metric], errors="coerce").notna()] if metric in d else d.iloc[0:0]
     if d.empty:
         raise UsageError(f"no rows with {metric} to plot")
-    d = d.assign(x=d.apply(_label_fn(d, cols=("op",)), axis=1))
+    d = d.assign(x=d.apply(case_labeler(d, cols=("op",)), axis=1))
     dtypes = sorted(d["dtype"].astype(str).unique())
     order = list(dict.fromkeys(d["x"]))
     fig = go.Figure()
@@ -755,11 +471,11 @@ def error_figure(df: pd.DataFrame, metric: str = "err_rel", title: str | None = 
             tols = pd.to_numeric(g["err_tol"], errors="coerce").dropna().unique()
             if len(tols) == 1:
                 c = SERIES_COLORS[dtypes.index(str(dtype)) % len(SERIES_COLORS)]
-                _ref_line(fig, float(tols[0]), c, "dot", f"{dtype} tolerance {float(tols[0]):g} (dotted)")
+                ref_line(fig, float(tols[0]), c, "dot", f"{dtype} tolerance {float(tols[0]):g} (dotted)")
     kinds = ", ".join(sorted(d["source"].dropna().unique()))
     ttl = (title or f"Numerical error per case ({metric})") + \
         f"<br><sup>{_ERR[metric]}; lower is better; sources: {kinds} (open markers: not measured)</sup>"
-    _style(fig, ttl, "case", metric, legend_title="dtype backend (source)")
+    style_figure(fig, ttl, "case", metric, legend_title="dtype backend (source)")
     fig.update_layout(showlegend=True)
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=order)
     if log_y:
@@ -794,10 +510,10 @@ def range_figure(ranges: pd.DataFrame | None = None, title: str | None = None):
                     text=[f"{a:.2f}x – {b:.2f}x" for a, b in zip(lo, hi)], textposition="outside",
                     cliponaxis=False,
                     hovertemplate="%{y}<br>%{text} (range only; no per-case values public)<extra></extra>")
-    _ref_line(fig, 1.0, "#555", "dash", "1.0x (no change)", horizontal=True)
+    ref_line(fig, 1.0, "#555", "dash", "1.0x (no change)", horizontal=True)
     ttl = (title or "Published only as ranges") + \
         "<br><sup>low to high over the published cases; no per-case values are public</sup>"
-    _style(fig, ttl, "speedup (x)", "", height=max(340, 190 + 46 * len(ranges)), legend_title="")
+    style_figure(fig, ttl, "speedup (x)", "", height=max(340, 190 + 46 * len(ranges)), legend_title="")
     fig.update_xaxes(range=[0, float(ranges["high"].astype(float).max()) * 1.3])  # room for the labels
     fig.update_yaxes(type="category", autorange="reversed")
     fig.update_layout(showlegend=True, margin=dict(b=110),

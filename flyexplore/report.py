@@ -396,9 +396,9 @@ def _safe(name: str) -> str:
 
 def _sweep_candidates(d: pd.DataFrame) -> list[str]:
     """Case parameters with three or more numeric values (candidates for a sweep figure)."""
-    from .plots import _params
+    from .plots import case_params
 
-    d, pcols = _params(d)
+    d, pcols = case_params(d)
     out = []
     for c in pcols:
         if pd.to_numeric(d[c], errors="coerce").dropna().nunique() >= 3:

@@ -121,3 +121,17 @@ def test_profiler_attribution_on_cpu_gives_no_device_time():
                 a @ a
     samples, kernels = kernel_times_from_profile(prof, 3, "flyexplore::call")
     assert len(samples) == 3 and all(s == 0 for s in samples) and kernels == ()
+
+
+def test_the_interleaved_timer_imports_on_its_own_and_through_timing():
+    """flyexplore.timing re-exports flyexplore.interleaved: either may be imported first."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    code = ("import flyexplore.interleaved as I, flyexplore.timing as T; "
+            "from flyexplore.timing import CASE_BUDGET_S, Interleaved, measure_interleaved; "
+            "assert measure_interleaved is I.measure_interleaved and Interleaved is I.Interleaved; "
+            "assert CASE_BUDGET_S is I.CASE_BUDGET_S and T.ranges_device_ms")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr

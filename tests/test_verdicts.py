@@ -129,6 +129,17 @@ def test_budget_ends_an_unconvergeable_case_flagged():
     assert r.wall_s < 0.5 + 0.2  # stops at the budget (plus the round in flight and warm-up)
 
 
+def test_the_default_budget_is_read_where_the_interleaved_timer_lives(monkeypatch):
+    import flyexplore.interleaved as I
+    import flyexplore.timing as T
+
+    assert T.measure_interleaved is I.measure_interleaved and T.CASE_BUDGET_S is I.CASE_BUDGET_S
+    monkeypatch.setattr(I, "CASE_BUDGET_S", {"cpu": 0.3, "cuda": 10.0})  # default CPU budget: 2 s
+    c = DriftClock(drift=0.0, sigma=0.5, seed=5)  # very noisy: never converges, stops at the budget
+    r = measure_interleaved({"x": c.fn(1e-3), "y": c.fn(1e-3)}, "cpu", clock=c, target=0.001)
+    assert not r.converged and 0.3 <= r.wall_s < 0.3 + 0.2
+
+
 def test_fixed_rounds_and_calls_per_round():
     c = DriftClock()
     r = measure_interleaved({"x": c.fn(1e-3), "y": c.fn(2e-3)}, "cpu", clock=c, min_rounds=7,

@@ -237,7 +237,22 @@ def test_the_measuring_core_never_imports_ui_code():
     from conftest import ROOT
     code = ("import sys, flyexplore.cli, flyexplore.sweep, flyexplore.results, flyexplore.plots, "
             "flyexplore.report, flyexplore.demo, flyexplore.notebooks, flyexplore.ops.gemm; "
-            "bad = [m for m in ('ipywidgets', 'flyexplore.widgets', 'anywidget', 'nbclient') "
+            "bad = [m for m in ('ipywidgets', 'flyexplore.widgets', 'flyexplore.panel', 'flyexplore.panel_parts', "
+            "'flyexplore.inspector', 'flyexplore.widget_base', 'anywidget', 'nbclient') "
             "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_the_measuring_modules_import_no_figures_and_no_widgets():
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    code = ("import sys, flyexplore.timing, flyexplore.interleaved, flyexplore.stats, flyexplore.devstate, "
+            "flyexplore.sweep, flyexplore.results; "
+            "bad = [m for m in sys.modules if m.split('.')[-1] in ('plots', 'plots_compare', 'plot_style', 'widgets', "
+            "'panel', 'panel_parts', 'inspector', 'widget_base') or m in ('ipywidgets', 'plotly')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
