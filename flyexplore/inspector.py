@@ -70,8 +70,8 @@ class DispatchInspector:
                  options: str = "", *, arch: str | None = "gfx950", backend: str | None = None, device=None):
         from . import explain as X
 
-        if op not in X.OPS:
-            raise bad_choice("operator for the dispatch inspector", op, X.OPS)
+        if op not in X.explainable():
+            raise bad_choice("operator for the dispatch inspector", op, X.explainable())
         arch = arch or THIS_MACHINE
         arches = [(f"{a} ({d})", a) for a, d in X.ARCHES.items()] + [(THIS_MACHINE, THIS_MACHINE)]
         if arch not in [v for _, v in arches]:
@@ -83,7 +83,7 @@ class DispatchInspector:
         self.explanation = None
         self.trace_result: dict | None = None
         self.xray_result = None
-        self.op = W.Dropdown(options=list(X.OPS), value=op, description="operator")
+        self.op = W.Dropdown(options=list(X.explainable()), value=op, description="operator")
         self.shape = W.Text(description="shape", continuous_update=False)
         self.dtype = W.Dropdown(description="dtype")
         self.options = W.Text(value=options, description="options", continuous_update=False,
@@ -148,11 +148,11 @@ class DispatchInspector:
 
         self.dtype.options = X.dtypes_for(op)
         self.dtype.value = self.dtype.options[0]
-        self.shape.placeholder = X.EXAMPLES[op]
-        self.shape.value = X.EXAMPLES[op]
+        self.shape.placeholder = X.examples()[op]
+        self.shape.value = X.examples()[op]
         self.options.value = ""
         self.options_help.value = (f"<small>options for {html.escape(op)}: "
-                                   f"{html.escape(', '.join(X.EXPLAIN_OPTIONS[op]))}</small>")
+                                   f"{html.escape(', '.join(X.options_for(op)))}</small>")
         names = list(get_op(op).backends)
         self.backend.options = [(n, n) for n in names]
         self.backend.value = names[0]
@@ -185,8 +185,8 @@ class DispatchInspector:
         from . import explain as X
 
         try:
-            if op not in X.OPS:
-                raise bad_choice("operator for the dispatch inspector", op, X.OPS)
+            if op not in X.explainable():
+                raise bad_choice("operator for the dispatch inspector", op, X.explainable())
             with self._sync():
                 if op != self.op.value:
                     self.op.value = op
@@ -209,9 +209,9 @@ class DispatchInspector:
         from . import explain as X
 
         op = row.get("op")
-        if op not in X.OPS:
+        if op not in X.explainable():
             self._clear()
-            self._say(f"the explainer covers {', '.join(X.OPS)}; {op} is not one of them"
+            self._say(f"the explainer covers {', '.join(X.explainable())}; {op} is not one of them"
                       + (" (SDPA: AOTriton chooses its FlyDSL kernels itself; see flyexplore switches)"
                          if op == "attention" else ""), "warn")
             return None
