@@ -38,7 +38,7 @@ import pandas as pd
 from . import results as R
 from . import stats as S
 from . import validate
-from .devstate import case_columns, sampler_for
+from .devstate import case_columns, default_device, sampler_for  # noqa: F401  (default_device: re-exported)
 from .env import collect
 from .errors import UsageError
 from .ops import get_op
@@ -527,11 +527,6 @@ def physical_device_id(device) -> str | None:
         return None if u is None else (str(u) if str(u).startswith("GPU-") else f"GPU-{u}")
     except Exception:  # noqa: BLE001 - the row keeps an empty device_id
         return None
-
-
-def default_device():
-    import torch
-    return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 
 
 def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtypes=None,
