@@ -169,9 +169,10 @@ def classify(name: str) -> KernelClass:
     """The :class:`KernelClass` of one device kernel name (as ``torch.profiler`` reports it),
     or family ``"unclassified"`` when no rule matches. Rules are name patterns with a stated
     reason (FlyDSL: the registered families' :class:`~flyexplore.ops.base.KernelPattern`,
-    :func:`flydsl_kernel_patterns`; AOTriton: its Triton kernel names; cuBLAS: ``nvjet_`` / ``xmma`` / arch-prefixed names; Tensile ``Cijk_`` names are
-    hipBLASLt or rocBLAS, which their names do not tell apart). AOTriton kernels get their
-    backend (:data:`AOTRITON_KERNELS`): ``attn_fwd`` -> AOTriton / Triton, ``flyc_attn_fwd`` ->
+    :func:`flydsl_kernel_patterns`; AOTriton: its Triton kernel names; cuBLAS: ``nvjet_`` /
+    ``xmma`` / arch-prefixed names; Tensile ``Cijk_`` names are hipBLASLt or rocBLAS, which
+    their names do not tell apart). AOTriton kernels get their backend
+    (:data:`AOTRITON_KERNELS`): ``attn_fwd`` -> AOTriton / Triton, ``flyc_attn_fwd`` ->
     AOTriton / FlyDSL, ``aiter::fmha_fwd_hd128_bf16`` -> AOTriton / aiter."""
     head = kernel_head(name)
     for be, pat, why in _AOTRITON_RULES:
