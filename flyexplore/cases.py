@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from . import results as R
 from . import stats as S
-from .devstate import case_columns, sampler_for
+from .devstate import case_columns, default_device, sampler_for  # noqa: F401 (default_device: re-exported)
 from .errors import UsageError
 from .ops.base import Case, Operator, RunContext, reset_dynamo
 from .timing import Timer, measure_interleaved
@@ -396,6 +396,3 @@ def physical_device_id(device) -> str | None:
         return None
 
 
-def default_device():
-    import torch
-    return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")

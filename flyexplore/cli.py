@@ -400,7 +400,8 @@ def _cmd_compare(a):
 
 def _cmd_xray(a):
     from .errors import bad_choice
-    from .xray import XRAY_DTYPES, XRayUnavailable, coverage_text, resources_figure, xray_batch, xray_frame
+    from .xray import (XRAY_DTYPES, XRayUnavailable, coverage_text, resources_figure, xray_batch, xray_frame,
+                       xray_shapes)
 
     if a.coverage:
         print(coverage_text())
@@ -409,11 +410,7 @@ def _cmd_xray(a):
         raise UsageError("xray needs --op and --shape (or --coverage)")
     if a.op not in XRAY_DTYPES:
         raise bad_choice("operator for xray", a.op, XRAY_DTYPES)
-    if a.op == "grouped_gemm":
-        shapes = [s.strip() for s in a.shape.split(";") if s.strip()]
-    else:
-        from .ops import get_op
-        shapes = [c.label for c in get_op(a.op).parse_shapes(a.shape)]
+    shapes = xray_shapes(a.op, a.shape)
     dtypes = [d.strip() for d in a.dtype.split(",") if d.strip()]
     try:
         res = xray_batch([(a.op, s, d) for s in shapes for d in dtypes], arch=a.arch, out=a.out,

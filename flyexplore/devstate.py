@@ -22,6 +22,14 @@ from typing import Any
 THROTTLE_FRACTION = 0.80
 
 
+def default_device():
+    """The device a run uses when none is given: ``torch.device("cuda:0")`` when
+    ``torch.cuda.is_available()`` (an NVIDIA or ROCm GPU), else ``torch.device("cpu")``.
+    Shared by the sweep and the trace (:mod:`flyexplore.sweep` re-exports it)."""
+    import torch
+    return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+
+
 class NullSampler:
     """No device state available (CPU, or no NVML/amdsmi): every reading is ``None``."""
 

@@ -10,12 +10,12 @@ guess). On a CPU there are no device kernels: the trace lists the top-level CPU 
 the call instead and says so.
 
 :func:`capture_autotune` records each Inductor autotune decision (every candidate benchmarked,
-its time, the winner) through ``torch._inductor.select_algorithm.add_feedback_saver`` (present in torch 2.11 and
-2.15, both passing six arguments; only the first two -- timings, op name -- are read), falling
-back to parsing the ``AUTOTUNE`` table Inductor prints to stderr where the hook does not exist.
-Both paths were run on the CPU (bmm max-autotune, ATen vs Inductor's C++ template) with torch
-2.11 and 2.15.
-"FlyDSL enabled but Triton won" is then visible: :attr:`AutotuneDecision.winner_family`.
+its time, the winner; :mod:`flyexplore.autotune`, re-exported here), so "FlyDSL enabled but
+Triton won" is visible: :attr:`AutotuneDecision.winner_family`.
+
+FlyDSL kernel names come from the operator registry: every family's
+``FlyDSLPath.kernels`` (:class:`~flyexplore.ops.base.KernelPattern`), read at each
+classification, so a family added with :func:`flyexplore.ops.register_op` is classified too.
 
 Sweeps reuse the kernel list :class:`~flyexplore.timing.Timer` already collects in ``kernel``
 mode (:func:`from_kernels`) and profile one extra call only when it has none.
@@ -23,29 +23,21 @@ mode (:func:`from_kernels`) and profile one extra call only when it has none.
 from __future__ import annotations
 
 import contextlib
-import io
+import functools
 import json
-import math
 import re
-import sys
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Sequence
+
+from .autotune import (CHOICE_FAMILIES, AutotuneDecision, Candidate, _selector_cache,  # noqa: F401  (re-exported)
+                       autotune_dict, capture_autotune, classify_choice, decision_from_timings,
+                       parse_autotune_tables)
+from .ops.base import KernelPattern
 
 #: Kernel families, in report order.
 FAMILIES = ("FlyDSL", "Triton/Inductor", "vendor BLAS", "AOTriton", "CK", "attention", "ATen native",
             "runtime", "unclassified")
 
-# (family, library, pattern on the kernel's head, why) -- the head is the name without a
-# leading "void " and without template arguments / parameter list. First match wins.
-_FLYDSL_KERNELS = {
-    "rmsnorm_kernel": "FlyDSL RMSNorm (torch/_native/ops/norm/flydsl_rmsnorm_fwd.py)",
-    "register_topk_kernel": "FlyDSL TopK register (torch/_native/ops/topk/flydsl_kernels.py)",
-    "radix_select_topk_kernel": "FlyDSL TopK radix (torch/_native/ops/topk/flydsl_kernels.py)",
-    "gemm_gfx950_kernel": "FlyDSL GEMM (Inductor mm_flydsl, vendored gemm_gfx950.py)",
-    "gemm_hti_gfx950_kernel": "FlyDSL GEMM half-tile-interleaved (Inductor mm_flydsl)",
-    "gemm_gfx950_grouped_kernel": "FlyDSL grouped GEMM (Inductor grouped_gemm_flydsl)",
-    "gemm_hti_gfx950_grouped_kernel": "FlyDSL grouped GEMM half-tile-interleaved",
-}
 #: AOTriton's kernels by backend (the ``observed`` column shows ``AOTriton[<backend>]``) and by
 #: pass, as AOTriton's own source names them:
 #:
@@ -82,13 +74,11 @@ _AOTRITON_RULES: tuple[tuple[str, re.Pattern, str], ...] = (
     ("aiter", re.compile(r"^(aiter::|_ZN5aiter\d+)fmha_(fwd|bwd)_\w+"), "aiter fmha v3 kernel symbol"),
 )
 
+# (family, library, pattern on the kernel's head, why) -- the head is the name without a
+# leading "void " and without template arguments / parameter list. First match wins; the
+# registry's FlyDSL patterns (_flydsl_rules) are tried before these, AOTriton's before both.
 _RULES: tuple[tuple[str, str, re.Pattern, str], ...] = tuple(
     (fam, lib, re.compile(pat), why) for fam, lib, pat, why in (
-        # FlyDSL: flyc names a kernel "<python function>_<id>" (flydsl/compiler/kernel_function.py);
-        # the functions are torch 2.15's @flyc.kernel definitions.
-        *(("FlyDSL", lib, rf"^{name}(_\d+)?$", "torch 2.15 @flyc.kernel function name")
-          for name, lib in _FLYDSL_KERNELS.items()),
-        # AOTriton: matched first, from AOTRITON_KERNELS (see classify).
         # attention libraries (CUDA): flash-attention 2 in ATen, cuDNN SDPA, memory-efficient (CUTLASS fmha).
         ("attention", "flash-attention (ATen pytorch_flash)", r"^pytorch_flash::", "pytorch_flash namespace"),
         ("attention", "flash-attention", r"^(flash_fwd|flash_bwd)\w*kernel", "flash_fwd/flash_bwd kernel"),
@@ -121,6 +111,26 @@ _RULES: tuple[tuple[str, str, re.Pattern, str], ...] = tuple(
         # runtime memory operations as the CUDA profiler names them.
         ("runtime", "memset/memcpy", r"^(Memset|Memcpy)( |$)", "CUDA runtime memory operation"),
     ))
+
+
+def flydsl_kernel_patterns() -> tuple[KernelPattern, ...]:
+    """Every registered family's FlyDSL kernel names (``op.flydsl.kernels``, in
+    :func:`flyexplore.ops.list_ops` order): what :func:`classify` calls family ``FlyDSL``.
+    Built-in families name torch 2.15's ``@flyc.kernel`` functions, which flyc compiles as
+    ``<python function>_<id>`` (``flydsl/compiler/kernel_function.py``)."""
+    from .ops import get_op, list_ops
+
+    return tuple(k for n in list_ops() if (p := get_op(n).flydsl) is not None for k in p.kernels)
+
+
+def _flydsl_rules() -> tuple[tuple[str, str, re.Pattern, str], ...]:
+    return _compile_flydsl(flydsl_kernel_patterns())
+
+
+@functools.lru_cache(maxsize=8)
+def _compile_flydsl(patterns: tuple[KernelPattern, ...]) -> tuple[tuple[str, str, re.Pattern, str], ...]:
+    # keyed on the registry's patterns themselves: registering or removing a family changes the key
+    return tuple(("FlyDSL", k.library, re.compile(k.regex), k.why) for k in patterns)
 
 
 @dataclass(frozen=True)
@@ -158,16 +168,17 @@ def kernel_head(name: str) -> str:
 def classify(name: str) -> KernelClass:
     """The :class:`KernelClass` of one device kernel name (as ``torch.profiler`` reports it),
     or family ``"unclassified"`` when no rule matches. Rules are name patterns with a stated
-    reason (FlyDSL: torch 2.15's ``@flyc.kernel`` function names; AOTriton: its Triton kernel
-    names; cuBLAS: ``nvjet_`` / ``xmma`` / arch-prefixed names; Tensile ``Cijk_`` names are
-    hipBLASLt or rocBLAS, which their names do not tell apart). AOTriton kernels get their
-    backend (:data:`AOTRITON_KERNELS`): ``attn_fwd`` -> AOTriton / Triton, ``flyc_attn_fwd`` ->
+    reason (FlyDSL: the registered families' :class:`~flyexplore.ops.base.KernelPattern`,
+    :func:`flydsl_kernel_patterns`; AOTriton: its Triton kernel names; cuBLAS: ``nvjet_`` /
+    ``xmma`` / arch-prefixed names; Tensile ``Cijk_`` names are hipBLASLt or rocBLAS, which
+    their names do not tell apart). AOTriton kernels get their backend
+    (:data:`AOTRITON_KERNELS`): ``attn_fwd`` -> AOTriton / Triton, ``flyc_attn_fwd`` ->
     AOTriton / FlyDSL, ``aiter::fmha_fwd_hd128_bf16`` -> AOTriton / aiter."""
     head = kernel_head(name)
     for be, pat, why in _AOTRITON_RULES:
         if pat.search(head):
             return KernelClass("AOTriton", _AOTRITON_LIB[be], why, be)
-    for fam, lib, pat, why in _RULES:
+    for fam, lib, pat, why in _flydsl_rules() + _RULES:
         if pat.search(head):
             return KernelClass(fam, lib, why)
     return KernelClass("unclassified", "", "")
@@ -208,201 +219,6 @@ class TracedKernel:
     def label(self) -> str:
         """``AOTriton[<backend>]`` for an AOTriton kernel, else the family (see :class:`KernelClass`)."""
         return f"{self.family}[{self.backend}]" if self.backend else self.family
-
-
-# -- autotune decisions ------------------------------------------------------------------------
-
-_CHOICE_CLASSES = {
-    "FlyDSLTemplateCaller": ("FlyDSL", "FlyDSL template"),
-    "TritonTemplateCaller": ("Triton/Inductor", "Triton template"),
-    "ExternKernelCaller": ("ATen", "ATen extern kernel (vendor BLAS on GPU)"),
-    "CUTLASSTemplateCaller": ("CUTLASS", "CUTLASS template"),
-    "CUDATemplateCaller": ("CUTLASS", "CUTLASS template"),
-    "ROCmTemplateCaller": ("CK", "CK template"),
-    "CuteDSLTemplateCaller": ("CuTeDSL", "CuTeDSL template"),
-    "SubgraphChoiceCaller": ("Triton/Inductor", "Inductor subgraph (e.g. decompose_k)"),
-}
-#: Autotune candidate families.
-CHOICE_FAMILIES = ("FlyDSL", "Triton/Inductor", "ATen", "C++ template", "CUTLASS", "CK", "CuTeDSL", "unclassified")
-
-
-def classify_choice(name: str, class_name: str = "") -> tuple[str, str]:
-    """(family, library) of an Inductor autotune candidate, from its ChoiceCaller class
-    (``FlyDSLTemplateCaller``, ``TritonTemplateCaller``, ``ExternKernelCaller``, ...) or,
-    failing that, its name (``flydsl_*`` FlyDSL, ``triton_*`` Triton, ``cpp_*`` Inductor's
-    C++ CPU template, the aten op name for ATen)."""
-    if class_name in _CHOICE_CLASSES:
-        return _CHOICE_CLASSES[class_name]
-    if name.startswith("flydsl_"):
-        return "FlyDSL", "FlyDSL template"
-    if name.startswith("triton_"):
-        return "Triton/Inductor", "Triton template"
-    if name.startswith("cpp_"):
-        return "C++ template", "Inductor C++ GEMM template (CPU)"
-    if re.fullmatch(r"_?(mm|addmm|bmm|baddbmm|_?scaled_mm(_v2)?|_?fp8_mm(_v2)?|_?grouped_mm|_int_mm)", name):
-        return "ATen", "ATen extern kernel"
-    return "unclassified", ""
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One autotune candidate: ``time_ms`` as Inductor benchmarked it (``inf`` = failed)."""
-
-    name: str
-    family: str
-    time_ms: float
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class AutotuneDecision:
-    """One Inductor autotune: the op (``mm``, ``grouped_mm``, ``scaled_mm``, ...), every
-    candidate sorted by time, and where the data came from (``feedback_saver`` or ``stderr``)."""
-
-    op: str
-    candidates: tuple[Candidate, ...]
-    source: str
-
-    @property
-    def winner(self) -> Candidate | None:
-        ok = [c for c in self.candidates if math.isfinite(c.time_ms)]
-        return min(ok, key=lambda c: c.time_ms) if ok else None
-
-    @property
-    def winner_family(self) -> str | None:
-        w = self.winner
-        return w.family if w else None
-
-    def best_of(self, family: str) -> Candidate | None:
-        cs = [c for c in self.candidates if c.family == family and math.isfinite(c.time_ms)]
-        return min(cs, key=lambda c: c.time_ms) if cs else None
-
-    def summary(self) -> str:
-        """``"mm: 12 candidates, winner triton_mm_3 (Triton/Inductor) 0.190 ms; best FlyDSL
-        flydsl_mm_flydsl_0 0.201 ms (1.06x slower)"``."""
-        w = self.winner
-        if w is None:
-            return f"{self.op}: {len(self.candidates)} candidates, none succeeded"
-        s = f"{self.op}: {len(self.candidates)} candidates, winner {w.name} ({w.family}) {w.time_ms:.4g} ms"
-        if w.family != "FlyDSL":
-            f = self.best_of("FlyDSL")
-            if f is not None:
-                s += f"; best FlyDSL {f.name} {f.time_ms:.4g} ms ({f.time_ms / w.time_ms:.2f}x slower)"
-            elif any(c.family == "FlyDSL" for c in self.candidates):
-                s += "; every FlyDSL candidate failed"
-        return s
-
-
-def decision_from_timings(name: str, timings: dict, source: str = "feedback_saver") -> AutotuneDecision:
-    """An :class:`AutotuneDecision` from Inductor's ``{ChoiceCaller: ms}`` timings."""
-    cands = []
-    for choice, t in timings.items():
-        cname = str(getattr(choice, "name", choice))
-        fam, _ = classify_choice(cname, type(choice).__name__)
-        try:
-            tm = float(t)
-        except (TypeError, ValueError):
-            tm = math.inf
-        cands.append(Candidate(cname, fam, tm if not math.isnan(tm) else math.inf,
-                               str(getattr(choice, "description", "") or "")[:300]))
-    cands.sort(key=lambda c: c.time_ms)
-    return AutotuneDecision(str(name), tuple(cands), source)
-
-
-_TABLE_HEAD = re.compile(r"^AUTOTUNE (\w+)\(")
-_TABLE_ROW = re.compile(r"^\s+(\S+)\s+([0-9.]+|inf|nan)\s+ms\s+([0-9.]+)%\s*(.*)$")
-
-
-def parse_autotune_tables(text: str) -> list[AutotuneDecision]:
-    """Decisions from the ``AUTOTUNE op(...)`` tables Inductor prints to stderr (header line,
-    ``strides:``/``dtypes:`` lines, then ``  name time ms pct% description`` rows, fastest
-    first). Families come from the candidate names only (:func:`classify_choice`)."""
-    out = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        m = _TABLE_HEAD.match(lines[i])
-        i += 1
-        if not m:
-            continue
-        while i < len(lines) and re.match(r"^(strides|dtypes|layout|shape)s?:", lines[i]):
-            i += 1
-        cands = []
-        while i < len(lines):
-            r = _TABLE_ROW.match(lines[i])
-            if not r:
-                break
-            fam, _ = classify_choice(r.group(1))
-            t = float(r.group(2)) if r.group(2) not in ("inf", "nan") else math.inf
-            cands.append(Candidate(r.group(1), fam, t, r.group(4).strip()))
-            i += 1
-        if cands:
-            out.append(AutotuneDecision(m.group(1), tuple(sorted(cands, key=lambda c: c.time_ms)), "stderr"))
-    return out
-
-
-class _Tee(io.TextIOBase):
-    def __init__(self, a, b):
-        self.a, self.b = a, b
-
-    def write(self, s):
-        self.b.write(s)
-        return self.a.write(s)
-
-    def flush(self):
-        self.a.flush()
-
-
-def _selector_cache(sa):
-    getter = getattr(sa, "get_algorithm_selector_cache", None)
-    if getter is not None:
-        try:
-            return getter()
-        except Exception:
-            return None
-    return getattr(sa, "_ALGORITHM_SELECTOR_CACHE", None)
-
-
-@contextlib.contextmanager
-def capture_autotune() -> Iterator[list[AutotuneDecision]]:
-    """Context manager collecting the Inductor autotune decisions made inside it (a list,
-    filled as they happen). Uses ``select_algorithm.add_feedback_saver`` where it exists and
-    removes only its own hook on exit; otherwise tees stderr and parses the AUTOTUNE tables.
-    A cached autotune result is reported too (torch calls the hook after the cache lookup);
-    a single-candidate op is not autotuned, and a graph served whole from Inductor's FX graph
-    cache is not lowered at all: neither produces a decision (Inductor options
-    ``fx_graph_cache=False, autotune_local_cache=False`` make every compile lower and autotune anew)."""
-    out: list[AutotuneDecision] = []
-    try:
-        from torch._inductor import select_algorithm as sa
-    except Exception:
-        yield out
-        return
-
-    def hook(*args):
-        try:
-            out.append(decision_from_timings(args[1] if len(args) > 1 else "?", args[0]))
-        except Exception as exc:  # never break a compile
-            out.append(AutotuneDecision(f"? ({type(exc).__name__})", (), "feedback_saver"))
-
-    if hasattr(sa, "add_feedback_saver"):
-        sa.add_feedback_saver(hook)
-        try:
-            yield out
-        finally:
-            cache = _selector_cache(sa)
-            fns = getattr(cache, "feedback_saver_fns", None)
-            if fns is not None and hook in fns:
-                fns.remove(hook)
-        return
-    buf = io.StringIO()
-    old = sys.stderr
-    sys.stderr = _Tee(old, buf)
-    try:
-        yield out
-    finally:
-        sys.stderr = old
-        out.extend(parse_autotune_tables(buf.getvalue()))
 
 
 # -- traces --------------------------------------------------------------------------------
@@ -526,15 +342,6 @@ class Trace:
         return "\n".join(lines)
 
 
-def autotune_dict(d: AutotuneDecision) -> dict:
-    w = d.winner
-    return {"op": d.op, "source": d.source, "winner": w.name if w else None,
-            "winner_family": w.family if w else None,
-            "candidates": [{"name": c.name, "family": c.family,
-                            "time_ms": c.time_ms if math.isfinite(c.time_ms) else None,
-                            "description": c.description} for c in d.candidates]}
-
-
 def from_kernels(kernels: Iterable, autotune: Sequence[AutotuneDecision] = (), device: str = "cuda") -> Trace:
     """A :class:`Trace` from :class:`~flyexplore.timing.KernelTime` objects or the
     ``kernels`` JSON column (``[[name, launches per call, us per call], ...]``)."""
@@ -614,33 +421,52 @@ def trace(fn: Callable[[], Any], *, device=None, reps: int = 3, warmup: int = 1,
 # -- sweep rows ----------------------------------------------------------------------------
 
 def flydsl_compile_options(op: str) -> dict:
-    """The ``torch.compile`` options the catalogue's ``flydsl`` backend of ``op`` uses: the op
-    module's ``FLYDSL_OPTIONS`` if it has one, else :func:`flyexplore.switches.compile_options`."""
-    import importlib
+    """The ``torch.compile`` options the catalogue's ``flydsl`` backend of ``op`` uses: the
+    ``FLYDSL_OPTIONS`` of the module defining that backend (found through the registry,
+    :func:`flyexplore.ops.get_op`) if it has one, else
+    :func:`flyexplore.switches.compile_options`."""
+    import sys
+
+    from .errors import UsageError
+    from .ops import get_op
 
     try:
-        mod = importlib.import_module(f"flyexplore.ops.{op}")
-        opts = getattr(mod, "FLYDSL_OPTIONS", None)
-        if isinstance(opts, dict):
-            return dict(opts)
-    except ImportError:
-        pass
+        bk = get_op(op).backends.get("flydsl")
+    except UsageError:
+        bk = None
+    mod = sys.modules.get(getattr(bk.build, "__module__", "")) if bk is not None else None
+    opts = getattr(mod, "FLYDSL_OPTIONS", None)
+    if isinstance(opts, dict):
+        return dict(opts)
     from .switches import compile_options
     return compile_options(True)
+
+
+def _route(op: str) -> str | None:
+    """The registered FlyDSL route of ``op`` (``"eager"``, ``"compile"``, ``"aotriton"``), or
+    None for an operator without one or outside the catalogue."""
+    from .errors import UsageError
+    from .ops import get_op
+
+    try:
+        path = get_op(op).flydsl
+    except UsageError:
+        return None
+    return path.route if path is not None else None
 
 
 def row_columns(tr: Trace, backend: str, op: str, case, dtype: str,
                 compile_options: dict | None = None) -> dict:
     """The result columns a traced sweep row gets: ``observed``, ``autotune`` (JSON) and, for
     a ``flydsl`` request, ``flydsl_taken`` and ``flydsl_reason`` (what ran, and on a miss the
-    explainer's reason or the autotune decision that picked another backend). ``attention``
-    rows, whatever SDPA backend they asked for, get ``flydsl_taken`` / ``flydsl_reason`` when
-    AOTriton ran: AOTriton's FlyDSL ("flyc") kernels count as FlyDSL taken
-    (:func:`flyexplore.aotriton.row_columns`)."""
+    explainer's reason or the autotune decision that picked another backend). Rows of a family
+    routed through AOTriton (``op.flydsl.route == "aotriton"``: attention), whatever SDPA backend
+    they asked for, get ``flydsl_taken`` / ``flydsl_reason`` when AOTriton ran: AOTriton's
+    FlyDSL ("flyc") kernels count as FlyDSL taken (:func:`flyexplore.aotriton.row_columns`)."""
     cols: dict[str, Any] = {"observed": tr.observed}
     if tr.autotune:
         cols["autotune"] = json.dumps([autotune_dict(d) for d in tr.autotune])
-    if op == "attention":
+    if _route(op) == "aotriton":
         from .aotriton import row_columns as aotriton_columns
         cols.update(aotriton_columns(tr, case, dtype))
         return cols
@@ -701,7 +527,7 @@ def trace_case(op: str, shape: str, backend: str, dtype: str | None = None, devi
     from .env import collect
     from .ops import get_op
     from .ops.base import RunContext, reset_dynamo
-    from .sweep import default_device
+    from .devstate import default_device
 
     o = get_op(op)
     case = o.case(shape)
@@ -735,7 +561,7 @@ def backend_status(op: str, shape: str, dtype: str | None = None, device=None) -
     from .env import collect
     from .ops import get_op
     from .ops.base import RunContext
-    from .sweep import default_device
+    from .devstate import default_device
 
     o = get_op(op)
     case = o.case(shape)
@@ -768,7 +594,7 @@ def trace_autotune(shape: str | None = None, dtype: str | None = None, device=No
     from .env import collect
     from .ops import get_op
     from .ops.base import torch_dtype
-    from .sweep import default_device
+    from .devstate import default_device
 
     dev = torch.device(device) if device is not None else default_device()
     kind = "cuda" if dev.type == "cuda" else "cpu"

@@ -1,14 +1,16 @@
 """Kernel X-ray: the FlyDSL kernel torch 2.15 would run on MI350 (gfx950), compiled and inspected
 on any machine -- no GPU, no ROCm.
 
-For one case (operator, shape, dtype) the X-ray asks torch's own dispatch predicates whether the
-case takes FlyDSL on gfx950 and, if it does, calls torch's own kernel builders so that flydsl
-compiles that very kernel in its compile-only mode (``COMPILE_ONLY=1``, ``FLYDSL_GPU_ARCH=gfx950``,
-``FLYDSL_DUMP_IR=1``, ``FLYDSL_RUNTIME_ENABLE_CACHE=0``; ``ROCM_PATH`` points at an
-AMDGPU-capable ``ld.lld``). It then reads the kernel's resources from the final AMDGPU ISA
-(``.s``): VGPRs, AGPRs, SGPRs, spills, LDS bytes, workgroup and wavefront size; computes the
-occupancy those allow on gfx950 (:func:`occupancy`, limits in :data:`GFX950`); counts
-instructions by class (:func:`count_instructions`); and saves the ISA text.
+For one case (operator, shape, dtype) the X-ray asks the explainer
+(:func:`flyexplore.explain.explain_text` for gfx950) whether the case takes FlyDSL and, if it
+does, calls torch's own kernel builders so that flydsl compiles that very kernel in its
+compile-only mode (``COMPILE_ONLY=1``, ``FLYDSL_GPU_ARCH=gfx950``, ``FLYDSL_DUMP_IR=1``,
+``FLYDSL_RUNTIME_ENABLE_CACHE=0``; ``ROCM_PATH`` points at an AMDGPU-capable ``ld.lld``); torch's
+own dispatch predicates are asked too, and a disagreement is noted. It then reads the kernel's
+resources from the final AMDGPU ISA (``.s``): VGPRs, AGPRs, SGPRs, spills, LDS bytes, workgroup
+and wavefront size; computes the occupancy those allow on gfx950 (:func:`occupancy`, limits in
+:data:`GFX950`); counts instructions by class (:func:`count_instructions`); and saves the ISA
+text. ISA parsing and occupancy live in :mod:`flyexplore.isa` (re-exported here).
 
 >>> from flyexplore.xray import xray
 >>> x = xray("rmsnorm", "8192x4096", "bf16", out="xray-out")     # doctest: +SKIP
@@ -17,19 +19,11 @@ instructions by class (:func:`count_instructions`); and saves the ISA text.
 Command line: ``flyexplore xray --op rmsnorm --shape 8192x4096 --dtype bf16 [--arch gfx950]
 [--out DIR] [--json]``. ``flyexplore xray --coverage`` lists what is and is not covered.
 
-Covered (torch 2.15 + flydsl 0.3), builders called, never copied:
-
-- ``rmsnorm``: ``torch/_native/ops/norm/flydsl_rmsnorm_fwd.py::_compile_rmsnorm_fwd`` (forward).
-- ``topk``: ``torch/_native/ops/topk/flydsl_kernels.py::_compile_register_topk`` and
-  ``_compile_radix_select_topk`` (picked by torch's ``flydsl_impl._kernel_for``).
-- ``gemm`` (bf16/fp16, layouts NN/NT/TN/TT; ``mxfp8``/``mxfp4`` through scaled_mm): the Inductor
-  template's own steps -- ``heuristics/template/flydsl.py::get_gemm_configs`` and
-  ``is_gemm_config_valid_for_shape``, ``vendored_templates/flydsl/kernels::make_gemm_param_and_validate``,
-  then ``flyc.compile(gemm_gfx950 | gemm_mxfp_gfx950, ...)`` as ``kernel/templates/flydsl_mm.py.jinja``
-  does in its own compile-only precompile path.
-- ``grouped_gemm`` (bf16/fp16, shape ``GxMxNxK``: G groups of M rows): ``get_grouped_gemm_configs``,
-  ``is_grouped_gemm_config_valid_for_shape``, ``launch_gemm_gfx950_grouped`` as in
-  ``flydsl_grouped_mm.py.jinja``.
+Covered (torch 2.15 + flydsl 0.3), builders called, never copied: every operator family whose
+``FlyDSLPath.xray`` names a builder (``flyexplore/ops/<family>_xray.py``: rmsnorm forward, topk
+register and radix, gemm bf16/fp16 and ``mxfp8``/``mxfp4`` through scaled_mm, grouped_gemm
+``GxMxNxK``); each module's docstring names the torch functions it calls, and its ``XRAY`` spec
+what this module needs to know (:func:`xray_spec`, :func:`coverage_text`).
 
 Not covered: see :data:`NOT_COVERED`. The Inductor gates that need a real compile graph
 (``use_flydsl_gemm_template``: ROCm build, max-autotune, FLYDSL listed) are assumed met; the
@@ -44,9 +38,7 @@ Numbers are compiler output for gfx950 (``source = "compiled"``), never measurem
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
-import math
 import os
 import re
 import shutil
@@ -57,349 +49,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from .errors import UsageError, bad_choice
+from .isa import (ARCH_LIMITS, GFX950, INSTRUCTION_CLASSES, ArchLimits, KernelResources,  # noqa: F401
+                  Occupancy, count_instructions, occupancy, parse_isa)
+from .ops.base import DTYPE_NAMES
 
 
 class XRayUnavailable(RuntimeError):
     """The X-ray cannot run on this machine (see ``flyexplore env``: FlyDSL kernel X-ray)."""
-
-
-# ------------------------------------------------------------------------------ arch limits
-@dataclass(frozen=True)
-class ArchLimits:
-    """Per-CU and per-SIMD limits of one AMD GPU architecture, for :func:`occupancy`.
-
-    ``vgprs_per_lane`` is the unified VGPR file (arch VGPRs + AGPRs) per lane of one SIMD,
-    allocated in blocks of ``vgpr_granule``; ``sgpr_waves`` maps a wave's SGPR count to the waves
-    per SIMD it allows (``(max_sgprs, waves)`` pairs, ascending, last entry for anything above);
-    ``lds_bytes_per_cu`` is the LDS one CU shares among its workgroups, allocated per workgroup
-    in blocks of ``lds_granule_bytes``; a CU holds at most ``max_barrier_workgroups`` multi-wave
-    workgroups (one hardware barrier each). ``sources`` say where each number comes from.
-    """
-
-    arch: str
-    wave_size: int
-    simds_per_cu: int
-    max_waves_per_simd: int
-    vgprs_per_lane: int
-    vgpr_granule: int
-    sgpr_waves: tuple[tuple[int, int], ...]
-    lds_bytes_per_cu: int
-    lds_granule_bytes: int
-    max_barrier_workgroups: int
-    compute_units: int
-    sources: tuple[str, ...]
-
-
-#: gfx950 (MI350X / MI355X, CDNA4). gfx950 extends LLVM's gfx940 feature set, so it has the
-#: GFX90A register model (LLVM PR #116307, ``FeatureISAVersion9_5_Common``).
-GFX950 = ArchLimits(
-    arch="gfx950",
-    wave_size=64,
-    simds_per_cu=4,
-    max_waves_per_simd=8,
-    vgprs_per_lane=512,
-    vgpr_granule=8,
-    sgpr_waves=((80, 10), (88, 9), (100, 8), (10**9, 7)),
-    lds_bytes_per_cu=160 * 1024,
-    lds_granule_bytes=320 * 4,
-    max_barrier_workgroups=16,
-    compute_units=256,
-    sources=(
-        "LLVM llvm/lib/Target/AMDGPU/Utils/AMDGPUBaseInfo.cpp (IsaInfo): getMaxWavesPerEU = 8 for "
-        "GFX90A-class targets (gfx90a, gfx94x, gfx950); getEUsPerCU = 4 SIMDs; getTotalNumVGPRs = 512 "
-        "(unified VGPR+AGPR) and getVGPRAllocGranule = 8 with FeatureGFX90AInsts; "
-        "getNumWavesPerEUWithNumVGPRs = min(max waves, 512 / alignTo(VGPRs, 8)); "
-        "getOccupancyWithNumSGPRs (GFX8-9 table: <=80 -> 10, <=88 -> 9, <=100 -> 8, else 7 waves); "
-        "getMaxWorkGroupsPerCU = min(max waves per CU / waves per workgroup, 16 barriers)",
-        "LLVM AMDGPUUsage.rst, COMPUTE_PGM_RSRC2 GRANULATED_LDS_SIZE: GFX950 allocates LDS in blocks "
-        "of 320 dwords (1280 bytes); AMDGPU.td FeatureAddressableLocalMemorySize163840 for gfx950",
-        "ROCm 'AMD GPU specifications' (rocm.docs.amd.com/en/7.13.0-preview/reference/gpu-specs.html): "
-        "MI350X/MI355X gfx950, 256 CUs, wavefront 64, LDS 160 KiB per CU, VGPR file 512 KiB per CU",
-        "unified VGPR count on GFX90A-class targets = alignTo(arch VGPRs, 4) + AGPRs "
-        "(.amdhsa_accum_offset, .amdhsa_next_free_vgpr; LLVM test CodeGen/AMDGPU kernel_32_agprs: "
-        "9 VGPRs + 32 AGPRs -> 44, occupancy 8)",
-    ),
-)
-
-#: Architectures whose limits are known here. torch 2.15 dispatches FlyDSL on gfx950 only.
-ARCH_LIMITS = {"gfx950": GFX950}
-
-
-# ------------------------------------------------------------------------------ ISA parsing
-@dataclass(frozen=True)
-class KernelResources:
-    """Resources of one kernel as the compiler recorded them in the AMDGPU ISA (``.s``).
-
-    Register counts are per lane (work-item): ``vgprs`` architectural VGPRs, ``agprs``
-    accumulation VGPRs, ``vgprs_total`` the unified count the code uses (metadata ``.vgpr_count``
-    = alignTo(VGPRs, 4) + AGPRs on GFX90A-class targets), ``vgprs_descriptor`` what the kernel
-    descriptor asks the hardware to allocate (``.amdhsa_next_free_vgpr``; LLVM raises it up to
-    the count that keeps the occupancy other limits already impose -- AMDGPUAsmPrinter's
-    NumVGPRsForWavesPerEU -- so it never lowers occupancy), ``sgprs`` per wave including
-    VCC/flat-scratch/XNACK (metadata ``.sgpr_count``). Spills are registers spilled to scratch; ``scratch_bytes`` is
-    private memory per work-item; ``lds_bytes`` LDS per workgroup (``.group_segment_fixed_size``);
-    ``workgroup_size`` work-items (``.reqd_workgroup_size`` product, else
-    ``.max_flat_workgroup_size``).
-    """
-
-    name: str
-    vgprs: int
-    agprs: int
-    vgprs_total: int
-    sgprs: int
-    vgpr_spills: int
-    sgpr_spills: int
-    scratch_bytes: int
-    lds_bytes: int
-    workgroup_size: int
-    wavefront_size: int
-    vgprs_descriptor: int | None = None
-    kernarg_bytes: int | None = None
-    target: str | None = None
-
-    @property
-    def waves_per_workgroup(self) -> int:
-        return -(-self.workgroup_size // self.wavefront_size)
-
-
-def _split_metadata_kernels(text: str) -> list[dict[str, Any]]:
-    """Kernel-level keys of the ``.amdgpu_metadata`` YAML block (one dict per kernel).
-
-    Only what the X-ray needs: scalar ``.key: value`` pairs at the kernel's own indentation and
-    lists of scalars under them (``.reqd_workgroup_size``); nested ``.args`` are skipped.
-    """
-    m = re.search(r"^\s*\.amdgpu_metadata\s*$(.*?)^\s*\.end_amdgpu_metadata", text, re.M | re.S)
-    if not m:
-        return []
-    kernels: list[dict[str, Any]] = []
-    cur: dict[str, Any] | None = None
-    key_indent = None
-    list_key = None
-    in_kernels = False
-    for raw in m.group(1).splitlines():
-        if not raw.strip() or raw.strip() in ("---", "..."):
-            continue
-        indent = len(raw) - len(raw.lstrip(" "))
-        line = raw.strip()
-        if indent == 0:
-            in_kernels = line.startswith("amdhsa.kernels:")
-            cur = None
-            continue
-        if not in_kernels:
-            continue
-        if line.startswith("- ") and (key_indent is None or indent < key_indent):
-            cur = {}
-            kernels.append(cur)
-            key_indent = indent + 2
-            line = line[2:].strip()
-            indent = key_indent
-            list_key = None
-        if cur is None:
-            continue
-        if indent == key_indent:
-            kv = re.match(r"(\.[\w.]+):\s*(.*)$", line)
-            list_key = None
-            if kv:
-                k, v = kv.group(1)[1:], kv.group(2).strip()
-                if v == "":
-                    cur[k] = []
-                    list_key = k
-                else:
-                    cur[k] = _scalar(v)
-        elif indent > key_indent and list_key is not None:
-            item = re.match(r"-\s+(\S+)$", line)
-            if item and isinstance(cur.get(list_key), list):
-                cur[list_key].append(_scalar(item.group(1)))
-            else:
-                list_key = None if not item else list_key
-    return kernels
-
-
-def _scalar(v: str) -> Any:
-    v = v.strip().strip("'\"")
-    if re.fullmatch(r"-?\d+", v):
-        return int(v)
-    if re.fullmatch(r"0x[0-9a-fA-F]+", v):
-        return int(v, 16)
-    if v in ("true", "false"):
-        return v == "true"
-    return v
-
-
-def _directives(text: str, name: str) -> dict[str, int]:
-    """``.amdhsa_*`` values of ``name``'s kernel descriptor block and its ``.set .L<name>.*``."""
-    out: dict[str, int] = {}
-    m = re.search(r"^\s*\.amdhsa_kernel\s+" + re.escape(name) + r"\s*$(.*?)^\s*\.end_amdhsa_kernel",
-                  text, re.M | re.S)
-    if m:
-        for k, v in re.findall(r"^\s*\.(amdhsa_\w+)\s+(-?\d+)\s*$", m.group(1), re.M):
-            out[k] = int(v)
-    for k, v in re.findall(r"^\s*\.set\s+\.?L?" + re.escape(name) + r"\.(\w+),\s*(-?\d+)\s*$", text, re.M):
-        out[k] = int(v)
-    return out
-
-
-def parse_isa(text: str) -> list[KernelResources]:
-    """Every kernel's :class:`KernelResources` from AMDGPU assembly text (an LLVM ``.s`` file with
-    an ``.amdgpu_metadata`` block, code object v4+).
-
-    Values come from the metadata (``.vgpr_count``, ``.agpr_count``, ``.sgpr_count``,
-    ``.vgpr_spill_count``, ``.sgpr_spill_count``, ``.group_segment_fixed_size``,
-    ``.private_segment_fixed_size``, ``.reqd_workgroup_size`` / ``.max_flat_workgroup_size``,
-    ``.wavefront_size``) and, where present, the kernel descriptor (``.amdhsa_next_free_vgpr``)
-    and ``.set .L<kernel>.num_vgpr / num_agpr``. Raises ``ValueError``
-    when the text holds no kernel metadata.
-    """
-    target = re.search(r'^\s*\.amdgcn_target\s+"([^"]+)"', text, re.M)
-    kernels = _split_metadata_kernels(text)
-    if not kernels:
-        raise ValueError("no .amdgpu_metadata kernel records in this ISA text")
-    out = []
-    for md in kernels:
-        name = str(md.get("name") or md.get("symbol", "?")).removesuffix(".kd")
-        d = _directives(text, name)
-        agprs = int(md.get("agpr_count", d.get("num_agpr", 0)))
-        vgprs = int(d.get("num_vgpr", md.get("vgpr_count", 0)))
-        if "vgpr_count" in md:
-            total = int(md["vgpr_count"])
-        elif agprs:
-            total = -(-vgprs // 4) * 4 + agprs
-        else:
-            total = vgprs
-        reqd = md.get("reqd_workgroup_size")
-        if isinstance(reqd, list) and reqd and all(isinstance(x, int) for x in reqd):
-            wg = math.prod(reqd)
-        else:
-            wg = int(md.get("max_flat_workgroup_size", 1024))
-        out.append(KernelResources(
-            name=name, vgprs=vgprs, agprs=agprs, vgprs_total=int(total),
-            sgprs=int(md.get("sgpr_count", d.get("amdhsa_next_free_sgpr", 0))),
-            vgpr_spills=int(md.get("vgpr_spill_count", 0)), sgpr_spills=int(md.get("sgpr_spill_count", 0)),
-            scratch_bytes=int(md.get("private_segment_fixed_size", d.get("amdhsa_private_segment_fixed_size", 0))),
-            lds_bytes=int(md.get("group_segment_fixed_size", d.get("amdhsa_group_segment_fixed_size", 0))),
-            workgroup_size=wg, wavefront_size=int(md.get("wavefront_size", 64)),
-            vgprs_descriptor=d.get("amdhsa_next_free_vgpr"), kernarg_bytes=md.get("kernarg_segment_size"), target=target.group(1) if target else None))
-    return out
-
-
-#: Instruction classes counted by :func:`count_instructions`, in the order they are tested
-#: (first match wins), with the mnemonic prefixes that select them.
-INSTRUCTION_CLASSES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("mfma", "matrix core (MFMA / SMFMAC)", ("v_mfma", "v_smfmac")),
-    ("valu", "vector ALU (other v_*)", ("v_",)),
-    ("vmem", "global / buffer / flat memory", ("global_", "buffer_", "flat_", "tbuffer_")),
-    ("scratch", "scratch (private) memory, e.g. spills", ("scratch_",)),
-    ("lds", "LDS (ds_*)", ("ds_",)),
-    ("smem", "scalar memory", ("s_load", "s_buffer_load", "s_store", "s_buffer_store", "s_dcache",
-                               "s_scratch_", "s_memtime", "s_memrealtime", "s_atc_probe")),
-    ("branch", "branches and calls", ("s_branch", "s_cbranch", "s_setpc", "s_swappc", "s_call")),
-    ("other", "waits, barriers, nops, end (s_waitcnt, s_barrier, s_nop, s_endpgm, ...)",
-     ("s_waitcnt", "s_barrier", "s_nop", "s_endpgm", "s_sleep", "s_setprio", "s_sendmsg", "s_trap",
-      "s_sethalt", "s_icache", "s_ttrace", "s_wait_", "s_sched_")),
-    ("salu", "scalar ALU (other s_*)", ("s_",)),
-)
-
-
-def _classify(mnemonic: str) -> str:
-    for cls, _, prefixes in INSTRUCTION_CLASSES:
-        if mnemonic.startswith(prefixes):
-            return cls
-    return "other"
-
-
-def _kernel_body(text: str, name: str | None) -> list[str]:
-    if name is None:
-        m = re.search(r"^\s*\.type\s+([\w.$]+),\s*@function", text, re.M)
-        if not m:
-            return text.splitlines()
-        name = m.group(1)
-    start = re.search(r"^" + re.escape(name) + r":\s*(;.*)?$", text, re.M)
-    if not start:
-        raise ValueError(f"kernel {name!r} has no label in this ISA text")
-    rest = text[start.end():]
-    end = re.search(r"^\.Lfunc_end\d+:|^\s*\.size\s+" + re.escape(name) + r"\b|^\s*\.section\s", rest, re.M)
-    return rest[: end.start() if end else len(rest)].splitlines()
-
-
-def count_instructions(text: str, kernel: str | None = None) -> dict[str, int]:
-    """Instructions of one kernel in AMDGPU assembly ``text``, counted by class
-    (:data:`INSTRUCTION_CLASSES`; keys ``mfma, valu, vmem, scratch, lds, smem, branch, other,
-    salu`` and ``total``). Static counts (each instruction once, loops not unrolled); labels,
-    directives and comments are skipped. ``kernel`` defaults to the first function in the text.
-    """
-    counts = {cls: 0 for cls, _, _ in INSTRUCTION_CLASSES}
-    for line in _kernel_body(text, kernel):
-        s = line.split(";", 1)[0].split("//", 1)[0].strip()
-        if not s or s.startswith(".") or s.endswith(":"):
-            continue
-        counts[_classify(s.split()[0])] += 1
-    counts["total"] = sum(counts.values())
-    return counts
-
-
-# ------------------------------------------------------------------------------ occupancy
-@dataclass(frozen=True)
-class Occupancy:
-    """What a kernel's resources allow on one CU when it runs alone.
-
-    ``waves_per_simd`` is the average number of resident waves per SIMD (of
-    ``max_waves_per_simd``), ``workgroups_per_cu`` the resident workgroups per CU;
-    ``limits`` gives the workgroups per CU each resource allows on its own (``None`` = no limit:
-    ``waves`` hardware wave slots, ``vgprs``, ``sgprs``, ``lds``, ``barriers``);
-    ``limited_by`` names the binding ones. ``vgpr_alloc`` is the VGPR count after rounding to the
-    allocation granule; ``lds_alloc`` likewise for LDS bytes.
-    """
-
-    arch: str
-    waves_per_simd: float
-    max_waves_per_simd: int
-    workgroups_per_cu: int
-    waves_per_workgroup: int
-    vgpr_waves_per_simd: int
-    sgpr_waves_per_simd: int
-    vgpr_alloc: int
-    lds_alloc: int
-    limits: dict[str, int | None]
-    limited_by: tuple[str, ...]
-
-    @property
-    def fraction(self) -> float:
-        """``waves_per_simd / max_waves_per_simd`` (0..1)."""
-        return self.waves_per_simd / self.max_waves_per_simd
-
-
-def occupancy(res: KernelResources, limits: ArchLimits = GFX950) -> Occupancy:
-    """Occupancy on ``limits.arch`` allowed by ``res`` (LLVM's rules; see :data:`GFX950`).
-
-    Per SIMD: VGPR-limited waves = min(max waves, VGPRs per lane / alignTo(unified VGPRs,
-    granule)); SGPR-limited waves from the SGPR table. Per CU (``S`` SIMDs, ``W`` waves per
-    workgroup): workgroups = min(floor(S * waves / W) for the hardware, VGPR and SGPR limits,
-    floor(LDS per CU / alignTo(LDS bytes, granule)), 16 barriers when W > 1). Resident waves per
-    SIMD = workgroups * W / S. A kernel needing more than a CU offers gets 0 workgroups.
-    """
-    L = limits
-    w = res.waves_per_workgroup
-    if res.wavefront_size != L.wave_size:
-        raise ValueError(f"{res.name}: wavefront {res.wavefront_size}, {L.arch} runs wave{L.wave_size}")
-    vt = max(res.vgprs_total, 1)
-    valloc = -(-vt // L.vgpr_granule) * L.vgpr_granule
-    vw = 0 if valloc > L.vgprs_per_lane else min(L.max_waves_per_simd, L.vgprs_per_lane // valloc)
-    sw = next(waves for top, waves in L.sgpr_waves if res.sgprs <= top)
-    sw = min(sw, L.max_waves_per_simd)
-    lalloc = -(-res.lds_bytes // L.lds_granule_bytes) * L.lds_granule_bytes
-    per_cu = {
-        "waves": L.simds_per_cu * L.max_waves_per_simd // w,
-        "vgprs": L.simds_per_cu * vw // w,
-        "sgprs": L.simds_per_cu * sw // w,
-        "lds": (L.lds_bytes_per_cu // lalloc) if lalloc else None,
-        "barriers": L.max_barrier_workgroups if w > 1 else None,
-    }
-    wg = min(v for v in per_cu.values() if v is not None)
-    binding = tuple(k for k, v in per_cu.items() if v is not None and v == wg)
-    if "waves" in binding:  # at the hardware maximum: other resources that also allow it do not limit
-        binding = ("waves",)
-    return Occupancy(L.arch, wg * w / L.simds_per_cu, L.max_waves_per_simd, wg, w, vw, sw, valloc, lalloc,
-                     per_cu, binding)
 
 
 # ------------------------------------------------------------------------------ results
@@ -546,24 +202,55 @@ NOT_COVERED = {
     "(mxfp8 / mxfp4)",
 }
 
-#: dtypes the X-ray accepts per operator (those torch cannot run on FlyDSL get the reason).
-XRAY_DTYPES = {
-    "rmsnorm": ("bf16", "fp16", "fp32"),
-    "topk": ("fp32", "bf16", "fp16"),
-    "gemm": ("bf16", "fp16", "fp32", "mxfp8", "mxfp4"),
-    "grouped_gemm": ("bf16", "fp16", "fp32"),
-}
-_TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16",
-                 "mxfp8": "float8_e4m3fn", "mxfp4": "float4_e2m1fn_x2"}
+def xray_spec(op: str) -> dict[str, Any] | None:
+    """What the X-ray knows of operator ``op``'s family, or ``None`` when the family registers
+    no X-ray (``op.flydsl.xray`` unset, or no FlyDSL path). The spec is the ``XRAY`` dict of the
+    module named by ``op.flydsl.xray`` (``"module:function"``, e.g.
+    ``flyexplore.ops.rmsnorm_xray:build``), plus ``"builder"`` (that string). Its keys:
+
+    - ``dtypes``: dtype names the builder takes (absent: no X-ray of its own, see ``request``);
+    - ``shape``: the shape syntax, in words, for :func:`coverage_text`;
+    - ``parse(shape) -> (label, params)``: default the catalogue's ``get_op(op).case``;
+    - ``explain(label, params, dtype) -> (op, shape, dtype)``: the explainer's question for a
+      request (default the request itself);
+    - ``request(shape, dtype) -> (op, shape, dtype) | reason``: an explainer case as an X-ray
+      request (default the case itself), or why there is none;
+    - ``device_libs``: why the kernel links ROCm's device libraries, when it does.
+
+    The builder runs in the worker process: ``build(params, dtype, torch_dtype, arch, autotune)``
+    returns a ``flyexplore._xray_worker.Verdict``. Raises :class:`UsageError` for an unknown
+    operator."""
+    import importlib
+
+    from .ops import get_op
+
+    path = get_op(op).flydsl
+    if path is None or not path.xray:
+        return None
+    spec = dict(getattr(importlib.import_module(path.xray.partition(":")[0]), "XRAY", {}))
+    spec["builder"] = path.xray
+    return spec
+
+
+def xray_dtypes() -> dict[str, tuple[str, ...]]:
+    """Operator -> the dtypes the X-ray compiles for it (those torch cannot run on FlyDSL get
+    torch's reason): every registered family whose X-ray spec lists ``dtypes``."""
+    from .ops import list_ops
+
+    return {op: tuple(spec["dtypes"]) for op in list_ops() if (spec := xray_spec(op)) and "dtypes" in spec}
+
+
+def __getattr__(name: str):
+    if name == "XRAY_DTYPES":  # read from the registry at each access (families may be registered later)
+        return xray_dtypes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def coverage_text() -> str:
     """What the X-ray covers and what it does not, in words (``flyexplore xray --coverage``)."""
     lines = ["Covered (the kernel torch 2.15 builds, compiled for gfx950):"]
-    shapes = {"rmsnorm": "MxN", "topk": "MxNxK[:deterministic=1]", "gemm": "MxNxK[:NN|NT|TN|TT]",
-              "grouped_gemm": "GxMxNxK (G groups of M rows)"}
-    for op, dts in XRAY_DTYPES.items():
-        lines.append(f"  {op:13s} shape {shapes[op]:28s} dtypes {', '.join(dts)}")
+    for op, dts in xray_dtypes().items():
+        lines.append(f"  {op:13s} shape {xray_spec(op).get('shape', '?'):28s} dtypes {', '.join(dts)}")
     lines.append("Not covered:")
     for op, why in NOT_COVERED.items():
         lines.append(f"  {op}: {why}")
@@ -577,32 +264,35 @@ class _Request:
     label: str
     params: dict[str, Any]
     dtype: str
-
-
-def _parse_grouped(text: str) -> tuple[str, dict[str, Any]]:
-    t = text.strip().lower()
-    m = re.fullmatch(r"g?(\d+)x(\d+)x(\d+)x(\d+)", t)
-    if not m:
-        raise UsageError(f"malformed grouped_gemm shape {text!r} (expected GxMxNxK, e.g. 8x512x4096x4096)")
-    g, mm, n, k = (int(x) for x in m.groups())
-    if min(g, mm, n, k) <= 0:
-        raise UsageError(f"non-positive dimension in grouped_gemm shape {text!r}")
-    return f"{g}x{mm}x{n}x{k}", {"g": g, "m": mm, "n": n, "k": k}
+    spec: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 def _request(op: str, shape: str, dtype: str) -> _Request:
-    if op not in XRAY_DTYPES:
-        raise bad_choice("operator for xray", op, XRAY_DTYPES)
-    if dtype not in XRAY_DTYPES[op]:
-        raise bad_choice(f"dtype for {op} xray", dtype, XRAY_DTYPES[op])
-    if op == "grouped_gemm":
-        label, params = _parse_grouped(shape)
+    covered = xray_dtypes()
+    if op not in covered:
+        raise bad_choice("operator for xray", op, covered)
+    if dtype not in covered[op]:
+        raise bad_choice(f"dtype for {op} xray", dtype, covered[op])
+    spec = xray_spec(op)
+    if "parse" in spec:
+        label, params = spec["parse"](shape)
     else:
         from .ops import get_op
 
         case = get_op(op).case(shape)
         label, params = case.label, dict(case.p)
-    return _Request(op, label, params, dtype)
+    return _Request(op, label, params, dtype, spec)
+
+
+def xray_shapes(op: str, text: str) -> list[str]:
+    """``"8192x4096; 4096x16384"`` -> the X-ray's shape labels for ``op`` (``;`` or new lines
+    between shapes), each parsed as :func:`xray` would. Raises :class:`UsageError` for an
+    operator the X-ray does not cover, no shape or a malformed one."""
+    shapes = [t.strip() for t in re.split(r"[;\n]", str(text)) if t.strip()]
+    if not shapes:
+        raise UsageError(f"no {op} shapes given")
+    dtype = xray_dtypes().get(op, ("?",))[0]
+    return [_request(op, t, dtype).label for t in shapes]
 
 
 def _check_arch(arch: str) -> str:
@@ -611,51 +301,25 @@ def _check_arch(arch: str) -> str:
     return arch
 
 
-# ------------------------------------------------------------------------------ explainer hook
-def _explainer_verdict(req: _Request, arch: str) -> tuple[bool, str, str] | None:
-    """The verdict of ``flyexplore.explain`` for ``req`` on ``arch``, if that module exists and
-    can be asked about a target arch; else ``None`` (torch's own predicate is used).
+# ------------------------------------------------------------------------------ explainer
+def _explainer_verdict(req: _Request, arch: str, autotune: bool = False) -> tuple[bool, str, str] | None:
+    """The verdict of :func:`flyexplore.explain.explain_text` for ``req`` on ``arch`` (judged as on a
+    ROCm torch 2.15 with flydsl 0.3.x there, with this process's switches): ``(taken, reason,
+    "flyexplore.explain.explain_text")``. The question is the family's ``explain`` mapping of the
+    request (an MXFP GEMM is asked as a ``scaled_gemm``), with the X-ray's ``autotune`` setting
+    for families that take the explainer option ``autotuning``. ``None`` when the explainer
+    cannot judge the request (its input checks refuse it): torch's own predicate decides then."""
+    from .explain import explain_text
+    from .ops import get_op
 
-    Looks for a callable ``flydsl_verdict``, ``verdict`` or ``explain`` taking the operator name,
-    the shape text and the dtype, plus ``arch=`` or ``target_arch=``; reads a bool from the
-    result's ``eligible`` / ``taken`` / ``flydsl`` / ``ok`` and the words from ``reason`` / ``why``
-    / ``summary`` / ``text`` (attributes or mapping keys). Anything else: ``None``.
-    """
+    op, shape, dtype = req.spec.get("explain", lambda lb, p, d: (req.op, lb, d))(req.label, req.params, req.dtype)
     try:
-        from . import explain as ex  # noqa: F401  (another module of this package, optional)
-    except ImportError:
+        path = get_op(op).flydsl
+        opts = {"autotuning": int(bool(autotune))} if path is not None and "autotuning" in path.options else {}
+        ex = explain_text(op, shape, dtype, opts, arch=arch)
+    except UsageError:
         return None
-    for fname in ("flydsl_verdict", "verdict", "explain"):
-        fn = getattr(ex, fname, None)
-        if callable(fn):
-            break
-    else:
-        return None
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return None
-    arch_kw = next((k for k in ("arch", "target_arch") if k in params), None)
-    if arch_kw is None:
-        return None
-    try:
-        res = fn(req.op, req.label, req.dtype, **{arch_kw: arch})
-    except Exception:
-        return None
-
-    def get(obj, names):
-        for nm in names:
-            if isinstance(obj, dict) and nm in obj:
-                return obj[nm]
-            if hasattr(obj, nm):
-                return getattr(obj, nm)
-        return None
-
-    ok = get(res, ("eligible", "taken", "flydsl", "ok"))
-    why = get(res, ("reason", "why", "summary", "text"))
-    if not isinstance(ok, bool) or not isinstance(why, str):
-        return None
-    return ok, why, f"flyexplore.explain.{fname}"
+    return ex.taken, ex.reason, "flyexplore.explain.explain_text"
 
 
 # ------------------------------------------------------------------------------ running
@@ -742,12 +406,13 @@ def xray_request(op: str, shape: str, dtype: str | None = None,
     """Can the X-ray show the kernel of this case (operator, shape and dtype as
     :func:`flyexplore.explain.explain_text` takes them), and which request would it compile?
 
-    Returns ``((op, shape, dtype), note)`` for :func:`xray` -- MXFP8/MXFP4 ``scaled_gemm``
-    becomes ``gemm`` with dtype ``mxfp8``/``mxfp4`` (NT), ``grouped_gemm`` loses a leading
-    ``g`` -- with ``note`` saying what the X-ray leaves out (explainer ``options`` such as
-    strides and offsets: it compiles the contiguous case), or ``(None, reason)`` when it cannot:
+    Returns ``((op, shape, dtype), note)`` for :func:`xray` -- the family's ``request`` mapping
+    (:func:`xray_spec`): MXFP8/MXFP4 ``scaled_gemm`` becomes ``gemm`` with dtype
+    ``mxfp8``/``mxfp4`` (NT), ``grouped_gemm`` loses a leading ``g`` -- with ``note`` saying what
+    the X-ray leaves out (explainer ``options`` such as strides and offsets: it compiles the
+    contiguous case), or ``(None, reason)`` when it cannot:
     this machine cannot compile (:func:`unavailable_reason`), the case is not covered
-    (:data:`NOT_COVERED`, :data:`XRAY_DTYPES`), or the call does not qualify for FlyDSL on
+    (:data:`NOT_COVERED`, :func:`xray_dtypes`), or the call does not qualify for FlyDSL on
     gfx950 (``flyexplore.explain``; there is no kernel to compile). Raises
     :class:`~flyexplore.errors.UsageError` for input the explainer rejects."""
     from .explain import dtypes_for, explain_text, parse_options
@@ -757,21 +422,14 @@ def xray_request(op: str, shape: str, dtype: str | None = None,
     if not ex.call_ok:
         bad = [c.detail for c in ex.failed if c.kind in ("call", "config")]
         return None, "not eligible on gfx950, so there is no FlyDSL kernel to compile: " + "; ".join(bad)
-    text = str(shape).strip()
-    if op == "scaled_gemm":
-        if dt not in ("mxfp8", "mxfp4"):
-            return None, f"{dt} scaled GEMM is not covered: {NOT_COVERED['fp8 scaled_mm (tensor-wise, row-wise, 1x128 blocks)']}"
-        from .ops import get_op
-        p = get_op("scaled_gemm").case(text).p
-        req = ("gemm", f"{p['m']}x{p['n']}x{p['k']}", dt)
-    elif op == "grouped_gemm":
-        head = text.split(":", 1)[0].strip().lower()
-        req = ("grouped_gemm", head[1:] if head.startswith("g") else head, dt)
-    else:
-        req = (op, text, dt)
-    if req[0] not in XRAY_DTYPES or req[2] not in XRAY_DTYPES[req[0]]:
-        covered = "; ".join(f"{o} {'/'.join(d)}" for o, d in XRAY_DTYPES.items())
-        return None, f"{op} {dt} is not covered by the X-ray (covered: {covered}; see coverage_text())"
+    spec = xray_spec(op) or {}
+    req = spec["request"](str(shape).strip(), dt) if "request" in spec else (op, str(shape).strip(), dt)
+    if isinstance(req, str):
+        return None, req
+    covered = xray_dtypes()
+    if req[0] not in covered or req[2] not in covered[req[0]]:
+        listed = "; ".join(f"{o} {'/'.join(d)}" for o, d in covered.items())
+        return None, f"{op} {dt} is not covered by the X-ray (covered: {listed}; see coverage_text())"
     why = unavailable_reason()
     if why:
         return None, f"the kernel X-ray cannot run here: {why}"
@@ -790,9 +448,11 @@ def xray_batch(requests: Iterable[tuple[str, str, str]], arch: str = "gfx950", o
     ``out``: folder to save into (one sub-folder per case: each kernel's ``.s`` and an
     ``xray.json``; with ``keep_ir`` also every IR stage flydsl dumped). ``autotune``: GEMMs show
     every FlyDSL autotuning candidate torch would benchmark (``flydsl_enable_autotuning``)
-    instead of the single baseline config. ``use_explainer``: ask ``flyexplore.explain`` first
-    when it exists (torch's predicate otherwise). Raises :class:`~flyexplore.errors.UsageError`
-    for bad input, :class:`XRayUnavailable` when this machine lacks torch >= 2.15, flydsl 0.3 or
+    instead of the single baseline config. ``use_explainer``: the verdict is the explainer's
+    (:func:`flyexplore.explain.explain_text` for ``arch``; a refused case is not compiled, and
+    torch's own predicate, still asked for an accepted one, is noted where it disagrees); without
+    it, or where the explainer cannot judge the request, torch's predicate decides. Raises
+    :class:`~flyexplore.errors.UsageError` for bad input, :class:`XRayUnavailable` when this machine lacks torch >= 2.15, flydsl 0.3 or
     an AMDGPU-capable ld.lld, ``RuntimeError`` when the worker fails as a whole (a failed build of
     one case is that case's ``error``). Compile times: about 0.2 s per RMSNorm kernel, 0.5-1.5 s
     per GEMM, 2-4 s TopK register, 20-60 s TopK radix, plus about 3 s to start (2-core x86).
@@ -801,7 +461,7 @@ def xray_batch(requests: Iterable[tuple[str, str, str]], arch: str = "gfx950", o
     reqs = [_request(op, shape, dtype) for op, shape, dtype in requests]
     if not reqs:
         raise UsageError("no cases to X-ray")
-    verdicts = [(_explainer_verdict(r, arch) if use_explainer else None) for r in reqs]
+    verdicts = [(_explainer_verdict(r, arch, autotune) if use_explainer else None) for r in reqs]
     need_worker = any(v is None or v[0] for v in verdicts)
     worker_out: dict[str, Any] = {"results": [None] * len(reqs), "versions": {}}
     scratch = tempfile.mkdtemp(prefix="flyexplore-xray-")
@@ -812,14 +472,16 @@ def xray_batch(requests: Iterable[tuple[str, str, str]], arch: str = "gfx950", o
 
             lld = find_amdgpu_lld()
             libs = find_rocm_device_libs()
-            jobs = [{"op": r.op, "params": r.params, "dtype": r.dtype, "torch_dtype": _TORCH_DTYPES[r.dtype],
-                     "autotune": bool(autotune), "device_libs": libs is not None,
+            jobs = [{"op": r.op, "builder": r.spec["builder"], "params": r.params, "dtype": r.dtype,
+                     "torch_dtype": DTYPE_NAMES[r.dtype], "autotune": bool(autotune),
+                     "needs_device_libs": r.spec.get("device_libs"), "device_libs": libs is not None,
                      "verdict": None if v is None else {"eligible": v[0], "reason": v[1]}}
                     for r, v in zip(reqs, verdicts)]
             jobs_path = os.path.join(scratch, "jobs.json")
             res_path = os.path.join(scratch, "results.json")
-            with open(jobs_path, "w") as f:
-                json.dump({"arch": arch, "dump_root": os.path.join(scratch, "dump"), "jobs": jobs}, f)
+            with open(jobs_path, "w") as f:  # the worker imports the builders from this process's sys.path
+                json.dump({"arch": arch, "dump_root": os.path.join(scratch, "dump"), "jobs": jobs,
+                           "sys_path": [os.path.abspath(p) for p in sys.path]}, f)
             env = _worker_env(arch, scratch, _rocm_path_for(lld.path, scratch, libs))
             log_path = os.path.join(scratch, "worker.log")
             timed_out = False

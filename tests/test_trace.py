@@ -80,6 +80,65 @@ def test_flydsl_rules_cover_every_flydsl_kernel_in_the_installed_torch():
         assert T.classify(f"{n}_0").family == "FlyDSL", n
 
 
+def test_a_family_registered_at_run_time_is_classified():
+    """trace.py knows no FlyDSL kernel name itself: a family added with register_op is
+    classified by its KernelPattern, and forgotten once it is unregistered."""
+    from flyexplore.ops import FlyDSLPath, KernelPattern, Operator, register_op, unregister_op
+
+    toy = Operator(name="toy_trace_op", doc="toy", dims=("n",), options={}, dtypes=("fp32",),
+                   flydsl=FlyDSLPath(route="eager", path="toy path for the trace test",
+                                     kernels=(KernelPattern(r"^toy_kernel(_\d+)?$", "FlyDSL toy", "toy rule"),)))
+    assert T.classify("toy_kernel_3").family == "unclassified"
+    register_op(toy)
+    try:
+        c = T.classify("void toy_kernel_3<float>(float*)")
+        assert (c.family, c.library, c.rule) == ("FlyDSL", "FlyDSL toy", "toy rule")
+        assert T.classify("toy_kernelx").family == "unclassified"
+        tr = T.from_kernels([["toy_kernel_0", 1, 5.0], ["triton_poi_fused_add_0", 1, 1.0]])
+        assert tr.flydsl_taken is True and tr.observed == "FlyDSL,Triton/Inductor"
+        assert T.classify("rmsnorm_kernel_0").library.startswith("FlyDSL RMSNorm")  # built-ins still there
+    finally:
+        unregister_op("toy_trace_op")
+    assert T.classify("toy_kernel_3").family == "unclassified"
+
+
+def test_flydsl_patterns_are_the_registrys():
+    from flyexplore.ops import flydsl_ops, get_op
+
+    pats = T.flydsl_kernel_patterns()
+    assert pats == tuple(k for n in flydsl_ops() for k in get_op(n).flydsl.kernels)
+    assert {p.regex for p in pats} >= {r"^rmsnorm_kernel(_\d+)?$", r"^gemm_gfx950_grouped_kernel(_\d+)?$"}
+    assert not hasattr(T, "_FLYDSL_KERNELS")
+
+
+def _relative_imports(module) -> set[str]:
+    """Every ``from .x import`` / ``import flyexplore.x`` in a module's source, at any depth."""
+    import ast
+    import inspect
+
+    out = set()
+    for node in ast.walk(ast.parse(inspect.getsource(module))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            out.add(node.module.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flyexplore."):
+            out.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            out |= {a.name.split(".")[1] for a in node.names if a.name.startswith("flyexplore.")}
+    return out
+
+
+def test_trace_does_not_import_the_sweep():
+    """The sweep imports the trace; the trace (and the modules it imports) never the sweep."""
+    import flyexplore.autotune as A
+    import flyexplore.devstate as D
+    import flyexplore.sweep as S
+
+    for mod in (T, A, D):
+        assert "sweep" not in _relative_imports(mod), mod.__name__
+    assert "trace" in _relative_imports(S)
+    assert S.default_device is D.default_device and T.capture_autotune is A.capture_autotune
+
+
 def test_kernel_head():
     assert T.kernel_head("void at::native::foo<float>(int)") == "at::native::foo"
     assert T.kernel_head("nvjet_sm90_x") == "nvjet_sm90_x"

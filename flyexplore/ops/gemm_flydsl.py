@@ -126,5 +126,5 @@ FLYDSL = FlyDSLPath(
     example="16x28672x4096:NT",
     kernels=(KernelPattern(r"^gemm_gfx950_kernel(_\d+)?$", "FlyDSL GEMM (Inductor mm_flydsl, vendored gemm_gfx950.py)"),
              KernelPattern(r"^gemm_hti_gfx950_kernel(_\d+)?$", "FlyDSL GEMM half-tile-interleaved (Inductor mm_flydsl)")),
-    xray="flyexplore._xray_worker:_gemm",
+    xray="flyexplore.ops.gemm_xray:build",
 )

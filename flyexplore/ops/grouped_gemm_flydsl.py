@@ -120,6 +120,6 @@ FLYDSL = FlyDSLPath(
     example="8x512x4096x4096",
     kernels=(KernelPattern(r"^gemm_gfx950_grouped_kernel(_\d+)?$", "FlyDSL grouped GEMM (Inductor grouped_gemm_flydsl)"),
              KernelPattern(r"^gemm_hti_gfx950_grouped_kernel(_\d+)?$", "FlyDSL grouped GEMM half-tile-interleaved")),
-    xray="flyexplore._xray_worker:_grouped",
+    xray="flyexplore.ops.grouped_gemm_xray:build",
     case_notes=case_notes,
 )

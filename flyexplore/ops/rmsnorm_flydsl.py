@@ -132,5 +132,5 @@ FLYDSL = FlyDSLPath(
                            "FlyDSL RMSNorm (torch/_native/ops/norm/flydsl_rmsnorm_fwd.py)"),),
     aten_ops=("_fused_rms_norm",),
     module="torch._native.ops.norm.flydsl_rmsnorm_impl",
-    xray="flyexplore._xray_worker:_rmsnorm",
+    xray="flyexplore.ops.rmsnorm_xray:build",
 )

@@ -183,4 +183,5 @@ FLYDSL = FlyDSLPath(
     example="32x4096x4096",
     # the MXFP template runs the dense GEMM kernels (gemm_gfx950 with MXFP operands)
     kernels=(),
+    xray="flyexplore.ops.scaled_gemm_xray:build",
 )

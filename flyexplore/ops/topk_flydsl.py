@@ -136,5 +136,5 @@ FLYDSL = FlyDSLPath(
              KernelPattern(r"^radix_select_topk_kernel(_\d+)?$", f"FlyDSL TopK radix ({_KERNELS})")),
     aten_ops=("topk", "topk.values"),
     module="torch._native.ops.topk.flydsl_impl",
-    xray="flyexplore._xray_worker:_topk",
+    xray="flyexplore.ops.topk_xray:build",
 )
