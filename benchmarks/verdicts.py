@@ -49,7 +49,7 @@ C_GEMM = ("1024x4096x4096:NT", "2048x4096x4096:NT", "4096x4096x4096:NT", "8192x4
 
 def _interleaved(fns: dict, dev, baseline: str):
     from flyexplore import stats as S
-    from flyexplore.timing import measure_interleaved
+    from flyexplore.interleaved import measure_interleaved
 
     r = measure_interleaved(fns, dev, baseline=baseline, band=S.BAND)
     other = [n for n in fns if n != baseline][0]

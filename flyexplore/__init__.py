@@ -30,7 +30,7 @@ _API = {
     "collect": "env",
     "get_op": "ops", "list_ops": "ops", "register_op": "ops", "unregister_op": "ops",
     "Operator": "ops", "FlyDSLPath": "ops", "KernelPattern": "ops", "PublishedSuite": "ops",
-    "Timer": "timing", "Measurement": "timing", "measure_interleaved": "timing",
+    "Timer": "timing", "Measurement": "timing", "measure_interleaved": "interleaved",
     "run_sweep": "sweep",
     "load": "results", "save": "results", "speedup": "results", "geomean_speedup": "results",
     "pair": "compare",

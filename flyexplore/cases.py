@@ -19,7 +19,8 @@ from . import stats as S
 from .devstate import case_columns, default_device, sampler_for  # noqa: F401 (default_device: re-exported)
 from .errors import UsageError
 from .ops.base import Case, Operator, RunContext, reset_dynamo
-from .timing import Timer, measure_interleaved
+from .interleaved import measure_interleaved
+from .timing import Timer
 from .validate import INTERLEAVED_KEYS
 
 
@@ -137,7 +138,7 @@ def _note(row: dict, text: str) -> None:
 
 
 def _interleaved_opts(timer: dict) -> dict:
-    """Translate a sweep's ``timer`` dict for :func:`~flyexplore.timing.measure_interleaved`:
+    """Translate a sweep's ``timer`` dict for :func:`~flyexplore.interleaved.measure_interleaved`:
     ``rep`` = a fixed number of rounds (no adaptive stopping), ``warmup`` = warm-up rounds,
     ``rep_ms`` = the case's budget in ms; the interleaved keys pass through."""
     bad = sorted(set(timer) - set(INTERLEAVED_KEYS))
@@ -188,7 +189,7 @@ def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], 
     1. Each available backend is built and called once (compile, autotune), inside its
        context, and its output checked against ``ref``; a backend that raises gets an
        ``error``/``oom`` row, one that cannot run an ``unavailable`` row.
-    2. The others are timed together by :func:`~flyexplore.timing.measure_interleaved`
+    2. The others are timed together by :func:`~flyexplore.interleaved.measure_interleaved`
        (``timer_opts`` translated by :func:`_interleaved_opts`) against ``baseline`` (default:
        the operator's baseline backend if timed, else the first timed backend).
     3. Each row gets its speedup against the baseline (paired rounds), its interval and label

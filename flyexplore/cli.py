@@ -40,7 +40,7 @@ def explain_ops() -> tuple[str, ...]:
     return tuple(explainable(True))
 
 
-#: Timing modes by order (``flyexplore.timing.INTERLEAVED_MODES`` and ``MODES``; checked by a test).
+#: Timing modes by order (``flyexplore.interleaved.INTERLEAVED_MODES`` and ``MODES``; checked by a test).
 TIMING_MODES = {"interleaved": ("auto", "cpu-thread", "cpu-wall", "event-gated", "event", "kernel"),
                 "block": ("auto", "cpu-thread", "cpu-wall", "event", "graph", "kernel")}
 #: Figures ``flyexplore export`` draws from a result file (see :func:`_cmd_export`).

@@ -22,8 +22,9 @@ from typing import Any, Mapping, Sequence
 from .conditions import Condition, Explanation, TensorDesc, autotune_mode, contiguous_strides, short_dtype
 from .parsing import parse_flag, parse_options
 from .errors import UsageError, bad_choice
+from .facts import facts
 from .readiness import (ARCHES, FLYDSL_ARCH, MI355X_CUS, EnvFacts, check_arch, compile_environment,
-                        eager_environment, facts, torch_eager_arch)
+                        eager_environment, torch_eager_arch)
 
 __all__ = ["ARCHES", "FLYDSL_ARCH", "MI355X_CUS", "Condition", "EnvFacts", "Explanation", "TensorDesc",
            "contiguous_strides", "describe", "dtypes_for", "eligibility_grid", "examples", "explain",

@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 
 from .stats import median_ci, paired_ratio, round_values
+from .timing import CPU_MODES, KernelTime, Measurement, cpu_threads, flush_bytes_for, ranges_device_ms
 
 # flyexplore.timing re-exports this module's names, so this module imports from it only inside
 # the functions that need it (no import cycle, whichever of the two is imported first).
@@ -90,7 +91,6 @@ def measure_interleaved(fns, device="cpu", **kw) -> Interleaved:
     intra-op threads."""
     import torch
 
-    from .timing import cpu_threads
 
     with cpu_threads(torch.device(device).type == "cuda"):
         return _measure_interleaved(fns, device, **kw)
@@ -143,7 +143,6 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     ``baseline`` not in ``fns``, or non-positive counts, target or budget."""
     import torch
 
-    from .timing import CPU_MODES, KernelTime, Measurement, flush_bytes_for, ranges_device_ms
 
     if not fns:
         raise ValueError("measure_interleaved needs at least one callable")

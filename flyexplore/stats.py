@@ -3,7 +3,7 @@
 A verdict is reached in three steps, each a named function here:
 
 1. **Rounds.** Backends of one case are timed interleaved (A B C A B C ...; a few calls per
-   backend per round, :func:`flyexplore.timing.measure_interleaved`), so that every round sees
+   backend per round, :func:`flyexplore.interleaved.measure_interleaved`), so that every round sees
    one GPU clock regime for all of them. A round's value for a backend is the median of its
    calls in that round (:func:`round_values`).
 2. **Intervals.** The interval of a median is the distribution-free order-statistic interval

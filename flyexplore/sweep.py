@@ -12,7 +12,7 @@ is :mod:`flyexplore.engine`'s part; the unit of work is :func:`run_case`.
 
 Order (``order=``): ``interleaved`` (the default, GPU and CPU) builds, compiles and warms every
 backend of a case first, then times them in shared rounds until every interval is tight
-(:func:`flyexplore.timing.measure_interleaved`), so that all backends see one clock regime; each
+(:func:`flyexplore.interleaved.measure_interleaved`), so that all backends see one clock regime; each
 row gets its raw samples, the 95% interval of its median, and its speedup against the case's
 baseline with an interval and a label (:mod:`flyexplore.stats`), plus the device state
 (:mod:`flyexplore.devstate`). ``block`` is the old order: each backend's calls in one block
@@ -165,7 +165,7 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
     """Run a sweep and return its result set (resumed rows included).
 
     ``order``: ``interleaved`` (default) or ``block`` (see the module text). ``timer``: for
-    interleaved order the options of :func:`~flyexplore.timing.measure_interleaved`
+    interleaved order the options of :func:`~flyexplore.interleaved.measure_interleaved`
     (``mode``, ``target``, ``budget_s``, ``calls_per_round``, ``min_rounds``, ``max_rounds``,
     ``warmup_ms``; ``rep`` = a fixed number of rounds, ``warmup`` = warm-up rounds, ``rep_ms`` =
     the budget in ms); for block order those of :class:`~flyexplore.timing.Timer`. ``band``:

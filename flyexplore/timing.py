@@ -30,8 +30,8 @@ Timing modes (``Measurement.mode``):
 All times are milliseconds (``*_ms``). The noise and host-bound thresholds are named constants.
 
 Several backends of one case timed round by round: :mod:`flyexplore.interleaved`
-(:func:`measure_interleaved`, :class:`Interleaved` and their defaults, re-exported here; a test
-that patches one of those names patches it in :mod:`flyexplore.interleaved`, where it is read).
+(:func:`~flyexplore.interleaved.measure_interleaved`, :class:`~flyexplore.interleaved.Interleaved`
+and their defaults), built on this module's :class:`Measurement` and clocks.
 """
 from __future__ import annotations
 
@@ -44,10 +44,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .interleaved import (  # noqa: F401 - re-exported: the interleaved timer's public home was here
-    BLOCK_MS, CALLS_PER_ROUND, CASE_BUDGET_S, CI_TARGET, GATE_CYCLES, INTERLEAVED_MODES, MAX_ROUNDS,
-    MIN_ROUNDS, WARMUP_MS, Interleaved, _ambiguous_width, _measure_interleaved, _worst_width,
-    measure_interleaved)
 from .stats import CONFIDENCE, median_ci, round_values
 
 #: A measurement is flagged noisy when IQR / median exceeds this (torch.utils.benchmark's 10%).

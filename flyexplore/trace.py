@@ -442,33 +442,32 @@ def flydsl_compile_options(op: str) -> dict:
     return compile_options(True)
 
 
-def _route(op: str) -> str | None:
-    """The registered FlyDSL route of ``op`` (``"eager"``, ``"compile"``, ``"aotriton"``), or
-    None for an operator without one or outside the catalogue."""
+def _path(op: str):
+    """The registered :class:`~flyexplore.ops.base.FlyDSLPath` of ``op``, or None for an
+    operator without one or outside the catalogue."""
     from .errors import UsageError
     from .ops import get_op
 
     try:
-        path = get_op(op).flydsl
+        return get_op(op).flydsl
     except UsageError:
         return None
-    return path.route if path is not None else None
 
 
 def row_columns(tr: Trace, backend: str, op: str, case, dtype: str,
                 compile_options: dict | None = None) -> dict:
     """The result columns a traced sweep row gets: ``observed``, ``autotune`` (JSON) and, for
     a ``flydsl`` request, ``flydsl_taken`` and ``flydsl_reason`` (what ran, and on a miss the
-    explainer's reason or the autotune decision that picked another backend). Rows of a family
-    routed through AOTriton (``op.flydsl.route == "aotriton"``: attention), whatever SDPA backend
-    they asked for, get ``flydsl_taken`` / ``flydsl_reason`` when AOTriton ran: AOTriton's
-    FlyDSL ("flyc") kernels count as FlyDSL taken (:func:`flyexplore.aotriton.row_columns`)."""
+    explainer's reason or the autotune decision that picked another backend). A family whose
+    FlyDSL path reads its own rows (``op.flydsl.trace_columns``; attention, whatever SDPA
+    backend the row asked for: AOTriton's FlyDSL ("flyc") kernels count as FlyDSL taken,
+    :func:`flyexplore.aotriton.row_columns`) fills these columns itself."""
     cols: dict[str, Any] = {"observed": tr.observed}
     if tr.autotune:
         cols["autotune"] = json.dumps([autotune_dict(d) for d in tr.autotune])
-    if _route(op) == "aotriton":
-        from .aotriton import row_columns as aotriton_columns
-        cols.update(aotriton_columns(tr, case, dtype))
+    path = _path(op)
+    if path is not None and path.trace_columns is not None:  # e.g. attention: what AOTriton ran
+        cols.update(path.trace_columns(tr, case, dtype))
         return cols
     if backend != "flydsl":
         return cols

@@ -23,7 +23,7 @@ RULES = {"rep": "an integer >= 1", "warmup": "an integer >= 0", "min_reps": "an 
          "target": "a fraction in (0, 0.5), e.g. 0.01 for +-1%"}
 #: Timer options of an interleaved sweep (:func:`flyexplore.sweep.measure_case`): ``rep`` is a
 #: fixed number of rounds, ``warmup`` warm-up rounds, ``rep_ms`` the case budget in ms; the
-#: others are :func:`flyexplore.timing.measure_interleaved`'s.
+#: others are :func:`flyexplore.interleaved.measure_interleaved`'s.
 INTERLEAVED_KEYS = ("mode", "rep", "warmup", "rep_ms", "calls_per_round", "min_rounds",
                     "max_rounds", "target", "budget_s", "warmup_ms")
 
@@ -78,13 +78,14 @@ def timer_options(timer: Mapping[str, Any] | None, dev=None, *, cli: bool = Fals
                   order: str = "interleaved") -> dict:
     """Check the options a sweep passes to its timer and return them as a new dict.
     ``order="interleaved"`` (the sweep's default): the keys of :data:`INTERLEAVED_KEYS` and
-    ``mode`` one of ``flyexplore.timing.INTERLEAVED_MODES``; ``order="block"``: the keywords
+    ``mode`` one of ``flyexplore.interleaved.INTERLEAVED_MODES``; ``order="block"``: the keywords
     of :class:`flyexplore.timing.Timer` and ``mode`` one of ``flyexplore.timing.MODES``.
     Rules: :data:`RULES`; on the CPU (``dev``) only ``auto``, ``cpu-thread`` or ``cpu-wall``
     (both refused on a GPU); ``max_reps >= min_reps``, ``max_rounds >= min_rounds``. ``cli``
     names the options as ``--rep`` etc. Raises :class:`UsageError` naming the bad option and
     value."""
-    from .timing import CPU_MODES, INTERLEAVED_MODES, MODES, Timer
+    from .interleaved import INTERLEAVED_MODES
+    from .timing import CPU_MODES, MODES, Timer
 
     if timer is None:
         return {}

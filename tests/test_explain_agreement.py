@@ -640,8 +640,8 @@ def fake_flydsl(root, version, mlir=True, environ=None):
 
 @pytest.fixture(scope="module")
 def assumed_facts():
-    from flyexplore import readiness as R
-    return R.facts(assume_rocm=True)     # before any fake install: collect() caches what it sees
+    from flyexplore.facts import facts
+    return facts(assume_rocm=True)     # before any fake install: collect() caches what it sees
 
 
 def _all_of(conds: dict, *names) -> bool:

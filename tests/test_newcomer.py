@@ -32,7 +32,8 @@ def test_cli_names_come_from_the_registry():
     assert tuple(C.catalogue()) == list_ops()
     assert set(C.explain_ops()) == set(flydsl_ops()) == {"rmsnorm", "topk", "gemm", "grouped_gemm",
                                                           "scaled_gemm", "attention"}
-    assert C.TIMING_MODES == {"interleaved": T.INTERLEAVED_MODES, "block": T.MODES}
+    from flyexplore.interleaved import INTERLEAVED_MODES
+    assert C.TIMING_MODES == {"interleaved": INTERLEAVED_MODES, "block": T.MODES}
     toy = Operator(name="toy_cli", doc="toy", dims=("n",), options={}, dtypes=("fp32",))
     toy.backend("aten", "toy")(lambda case, dtype, inputs, ctx: (lambda: None))
     register_op(toy)

@@ -13,7 +13,8 @@ import torch
 from flyexplore import results as R
 from flyexplore import stats as S
 from flyexplore.devstate import THROTTLE_FRACTION, AmdSmiSampler, NvmlSampler, case_columns
-from flyexplore.timing import Timer, measure_interleaved, rounds_from_json, samples_json
+from flyexplore.interleaved import measure_interleaved
+from flyexplore.timing import Timer, rounds_from_json, samples_json
 
 
 # -- statistics ------------------------------------------------------------------------------
@@ -133,7 +134,6 @@ def test_the_default_budget_is_read_where_the_interleaved_timer_lives(monkeypatc
     import flyexplore.interleaved as I
     import flyexplore.timing as T
 
-    assert T.measure_interleaved is I.measure_interleaved and T.CASE_BUDGET_S is I.CASE_BUDGET_S
     monkeypatch.setattr(I, "CASE_BUDGET_S", {"cpu": 0.3, "cuda": 10.0})  # default CPU budget: 2 s
     c = DriftClock(drift=0.0, sigma=0.5, seed=5)  # very noisy: never converges, stops at the budget
     r = measure_interleaved({"x": c.fn(1e-3), "y": c.fn(1e-3)}, "cpu", clock=c, target=0.001)
@@ -370,7 +370,7 @@ def test_loading_scipy_does_not_eat_the_case_budget():
     import subprocess
 
     code = ("import sys, time\n"
-            "from flyexplore.timing import measure_interleaved\n"
+            "from flyexplore.interleaved import measure_interleaved\n"
             "assert 'scipy.stats' not in sys.modules\n"
             "def busy():\n"
             "    t = time.thread_time()\n"

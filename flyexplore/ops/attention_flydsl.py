@@ -272,10 +272,18 @@ def explain_attention_options(shape: str, dtype: str | None = None, options: Map
     return explain_attention(shape, dtype, **{k: str(v) for k, v in opts.items()}, **kw)
 
 
+def trace_columns(tr, case, dtype: str) -> dict:
+    """``flydsl_taken`` / ``flydsl_reason`` of a traced attention row: what AOTriton ran
+    (:func:`flyexplore.aotriton.row_columns`)."""
+    from ..aotriton import row_columns
+    return row_columns(tr, case, dtype)
+
+
 FLYDSL = FlyDSLPath(
     route="aotriton",
     path=ATTENTION_PATH,
     options=ATTENTION_OPTIONS,
     example="1x16x4096x4096x128:causal=1",
     explain_text=explain_attention_options,
+    trace_columns=trace_columns,
 )

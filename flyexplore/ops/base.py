@@ -163,7 +163,9 @@ class FlyDSLPath:
     ``case_notes(case)``: notes on what of a catalogue case the rules do not model.
     ``explain_text(shape, dtype, options, **kw)``: a family's own front door replacing the
     generic ``judge``/``describe`` one (attention: :func:`flyexplore.ops.attention_flydsl.
-    explain_attention_options`)."""
+    explain_attention_options`). ``trace_columns(trace, case, dtype)``: ``flydsl_taken`` /
+    ``flydsl_reason`` of a traced row when the family, not the kernel names, knows what ran
+    (attention: which AOTriton backend, :func:`flyexplore.aotriton.row_columns`)."""
 
     route: str
     path: str
@@ -177,6 +179,7 @@ class FlyDSLPath:
     xray: str | None = None
     case_notes: Callable | None = None
     explain_text: Callable | None = None
+    trace_columns: Callable | None = None
 
 
 _DIMS = re.compile(r"^\d+(x\d+)*$")
@@ -399,15 +402,3 @@ def compile_context(_ctx, _case):
     options are given to ``torch.compile`` by the backend's build; Dynamo is reset per case by
     :func:`reset_dynamo`)."""
     return contextlib.nullcontext()
-
-
-def flydsl_eager(enabled: bool, ops: Iterable[str] = ("rmsnorm", "topk")):
-    """Context manager turning torch's FlyDSL eager overrides for ``ops`` on or off, through
-    :func:`flyexplore.switches.flydsl` (which restores every switch on exit). Where the
-    installed torch has no ``torch.backends.python_native`` (torch < 2.13) "off" is already
-    true and "on" cannot happen: both are silent no-ops here (backends check availability
-    first; :mod:`flyexplore.switches` itself warns). Off also turns torch's embedded native-AOT
-    kernels off, as ``python_native.flydsl.disabled()`` does, so "off" is stock ATen."""
-    from ..switches import flydsl
-
-    return flydsl(*ops, enabled=enabled, warn=False, native_aot=None if enabled else False)

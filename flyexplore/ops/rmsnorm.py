@@ -25,7 +25,8 @@ import csv
 
 from ..paths import published_dir
 from . import checks
-from .base import PublishedSuite, DTYPE_BYTES, ERR_TOL, Operator, compile_context, flydsl_eager, torch_dtype
+from ..switches import flydsl_eager
+from .base import PublishedSuite, DTYPE_BYTES, ERR_TOL, Operator, compile_context, torch_dtype
 from .rmsnorm_flydsl import FLYDSL as RMSNORM_FLYDSL
 
 RMSNORM = Operator(

@@ -22,7 +22,8 @@ import contextlib
 import csv
 
 from ..paths import published_dir
-from .base import PublishedSuite, DTYPE_BYTES, Operator, compile_context, flydsl_eager, torch_dtype
+from ..switches import flydsl_eager
+from .base import PublishedSuite, DTYPE_BYTES, Operator, compile_context, torch_dtype
 from .topk_flydsl import FLYDSL as TOPK_FLYDSL
 
 TOPK = Operator(
