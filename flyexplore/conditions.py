@@ -257,6 +257,17 @@ def fits_inductor(rows: int, stride: int | None, cols: int, itemsize: int) -> bo
             and 0 <= stride <= INT32_MAX and ((rows - 1) * stride + cols) * itemsize <= UINT32_MAX)
 
 
+def span_condition(name: str, rows: int, stride: int | None, cols: int, itemsize: int) -> Condition:
+    """Inductor's 32-bit buffer-span condition for a FlyDSL template operand ``name`` with
+    ``rows`` rows ``stride`` elements apart, ``cols`` elements per row of ``itemsize`` bytes
+    (:func:`fits_inductor`; ``torch/_inductor/kernel/mm_common.py::_fits_int32_buffer_span``)."""
+    ok = fits_inductor(rows, stride, cols, itemsize)
+    span = ((rows - 1) * stride + cols) * itemsize if stride is not None else "?"
+    return cond(f"{name} span", ok, f"{name} spans {span} B"
+                + (" (fits 32-bit buffer)" if ok else ": exceeds the 32-bit buffer span or int32 limits"),
+                SRC_SPAN_IND)
+
+
 def aligned_input(t: TensorDesc, assume_aligned: bool) -> bool:
     """Inductor's view of a graph input: aligned when its storage offset in bytes is a
     multiple of 16 (or ``assume_aligned_inputs``) and the tensor is on a GPU."""

@@ -10,9 +10,9 @@ Checked against torch's own functions in ``tests/test_explain_agreement.py``. Re
 """
 from __future__ import annotations
 
-from ..conditions import (GPU_ALIGN_BYTES, SRC_ALIGN, SRC_GATE, SRC_HEUR, SRC_MM, SRC_SPAN_IND, SRC_VALID,
-                          Condition, TensorDesc, aligned_input, as_dtype, cond, fits_inductor, opt_offset,
-                          opt_stride, parse_flag, short_dtype)
+from ..conditions import (GPU_ALIGN_BYTES, SRC_ALIGN, SRC_GATE, SRC_HEUR, SRC_MM, SRC_VALID, aligned_input,
+                          as_dtype, cond, Condition, opt_offset, opt_stride, parse_flag, short_dtype,
+                          span_condition, TensorDesc)
 from .base import FlyDSLPath, KernelPattern
 
 
@@ -77,9 +77,7 @@ def mm_rules(a, b, *, out_dtype=None, bias: bool = False, dynamic: bool = False,
                  ("B", (n, b.stride[1], k) if lb == "col" else (k, b.stride[0], n), ia),
                  ("out", (m, n, n), ia)]
         for name, (r, st, c), isz in spans:
-            ok = fits_inductor(r, st, c, isz)
-            out.append(cond(f"{name} span", ok, f"{name} spans {((r - 1) * st + c) * isz} B"
-                          + (" (fits 32-bit buffer)" if ok else ": exceeds the 32-bit buffer span or int32 limits"), SRC_SPAN_IND))
+            out.append(span_condition(name, r, st, c, isz))
     out.append(cond("N % 8", n % 8 == 0, f"N={n} % 8 == 0 (16-byte output vectors)" if n % 8 == 0
                   else f"N={n} is not a multiple of 8: no FlyDSL config fits (16-byte output vectors)",
                   f"{SRC_HEUR}::is_gemm_config_valid_for_shape -> {SRC_VALID}", "config"))

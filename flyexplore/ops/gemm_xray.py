@@ -42,6 +42,18 @@ def param_dict(param, names=("block_threads", "mma_m", "mma_n", "mma_k", "has_k_
     return {nm: getattr(param, nm) for nm in names if hasattr(param, nm)}
 
 
+def template_kwargs(K, c: dict, dtype_id, k: int, a_t: bool, b_t: bool) -> dict:
+    """The vendored gemm_gfx950 module ``K``'s parameters for Inductor config ``c`` (``TILE_M``,
+    ``TILE_N``, ``TILE_K``, ``STAGES``, ``M_WAVES``, ``N_WAVES``, ``GROUP_M``,
+    ``USE_HALF_TILE_INTERLEAVED``), K and the operands' transposition; no bias. Shared with
+    the grouped GEMM builder (:mod:`flyexplore.ops.grouped_gemm_xray`)."""
+    return {"dtype_id": dtype_id, "tile_m": c["TILE_M"], "tile_n": c["TILE_N"], "tile_k": c["TILE_K"],
+            "stages": c["STAGES"], "m_waves": c["M_WAVES"], "n_waves": c["N_WAVES"],
+            "group_m": c["GROUP_M"], "use_half_tile_interleaved": c["USE_HALF_TILE_INTERLEAVED"],
+            "a_is_transposed": a_t, "b_is_transposed": b_t, "has_bias": False,
+            "has_k_tail": K.infer_has_k_tail(k, c["TILE_K"], c["STAGES"], c["USE_HALF_TILE_INTERLEAVED"])}
+
+
 def build(p, dtype, torch_dtype, arch, autotune=False) -> Verdict:
     """Inductor's verdict for GEMM ``p`` (``m``, ``n``, ``k``, ``layout``) in ``dtype`` (fp16/bf16,
     or ``mxfp8``/``mxfp4`` as scaled_mm lowers them) on ``arch`` and, when eligible, one build per
@@ -117,11 +129,7 @@ def build(p, dtype, torch_dtype, arch, autotune=False) -> Verdict:
 
     builds = []
     for c in valid:
-        kw = {"dtype_id": dtype_id, "tile_m": c["TILE_M"], "tile_n": c["TILE_N"], "tile_k": c["TILE_K"],
-              "stages": c["STAGES"], "m_waves": c["M_WAVES"], "n_waves": c["N_WAVES"],
-              "group_m": c["GROUP_M"], "use_half_tile_interleaved": c["USE_HALF_TILE_INTERLEAVED"],
-              "a_is_transposed": a_t, "b_is_transposed": b_t, "has_bias": False,
-              "has_k_tail": K.infer_has_k_tail(k, c["TILE_K"], c["STAGES"], c["USE_HALF_TILE_INTERLEAVED"])}
+        kw = template_kwargs(K, c, dtype_id, k, a_t, b_t)
         if out_id is not None:
             kw["out_dtype_id"] = out_id
         param = K.make_gemm_param_and_validate(m, n, k, kw)

@@ -8,9 +8,8 @@ FlyDSL autotuning off, N % 64 == 0 with it on). Checked against torch's own func
 """
 from __future__ import annotations
 
-from ..conditions import (SRC_ALIGN, SRC_GMM, SRC_HEUR, SRC_MM, SRC_SPAN_IND, Condition, TensorDesc,
-                          aligned_input, as_dtype, cond, fits_inductor, opt_offset, opt_stride, parse_flag,
-                          short_dtype)
+from ..conditions import (SRC_ALIGN, SRC_GMM, SRC_HEUR, SRC_MM, aligned_input, as_dtype, cond, Condition,
+                          opt_offset, opt_stride, parse_flag, short_dtype, span_condition, TensorDesc)
 from .base import FlyDSLPath, KernelPattern
 
 
@@ -57,9 +56,7 @@ def grouped_mm_rules(a, b, offs=True, *, bias: bool = False, scaled: bool = Fals
     out.append(cond("K % 32", k % 32 == 0, f"K={k} % 32 == 0" if k % 32 == 0 else f"K={k} is not a multiple of 32", S))
     isz = a.itemsize
     for name, (r, st, c) in (("A", (m, k, k)), ("B", (g, k * n, k * n)), ("out", (m, n, n))):
-        ok = fits_inductor(r, st, c, isz)
-        out.append(cond(f"{name} span", ok, f"{name} spans {((r - 1) * st + c) * isz} B"
-                      + (" (fits 32-bit buffer)" if ok else ": exceeds the 32-bit buffer span or int32 limits"), SRC_SPAN_IND))
+        out.append(span_condition(name, r, st, c, isz))
     tile = 64 if autotuning else 128
     why = ("FlyDSL autotuning on: smallest TILE_N of the candidate configs is 64" if autotuning
            else "FlyDSL autotuning off: the one baseline config has TILE_N 128")

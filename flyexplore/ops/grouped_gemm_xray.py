@@ -11,7 +11,7 @@ import re
 
 from ..errors import UsageError
 from .._xray_worker import Verdict, torch_dtype_named
-from .gemm_xray import LAYOUT_NOTE, param_dict
+from .gemm_xray import LAYOUT_NOTE, param_dict, template_kwargs
 
 
 def parse(text: str) -> tuple[str, dict]:
@@ -79,11 +79,7 @@ def build(p, dtype, torch_dtype, arch, autotune=False) -> Verdict:
                        notes=notes)
     builds = []
     for c in valid:
-        kw = {"dtype_id": dtype_id, "tile_m": c["TILE_M"], "tile_n": c["TILE_N"], "tile_k": c["TILE_K"],
-              "stages": c["STAGES"], "m_waves": c["M_WAVES"], "n_waves": c["N_WAVES"],
-              "group_m": c["GROUP_M"], "use_half_tile_interleaved": c["USE_HALF_TILE_INTERLEAVED"],
-              "a_is_transposed": False, "b_is_transposed": False, "has_bias": False,
-              "has_k_tail": K.infer_has_k_tail(k, c["TILE_K"], c["STAGES"], c["USE_HALF_TILE_INTERLEAVED"])}
+        kw = template_kwargs(K, c, dtype_id, k, False, False)
         param = K.make_gemm_param_and_validate(m, n, k, kw)
         cfg = {**c, **param_dict(param)}
 

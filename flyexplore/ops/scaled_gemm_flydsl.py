@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..conditions import (GPU_ALIGN_BYTES, INT32_MAX, SRC_ALIGN, SRC_HEUR, SRC_MM, SRC_SPAN_IND, SRC_VALID,
-                          Condition, TensorDesc, aligned_input, as_dtype, cond, desc_or_none, fits_inductor,
-                          opt_offset, opt_stride, parse_flag, short_dtype)
+from ..conditions import (GPU_ALIGN_BYTES, INT32_MAX, SRC_ALIGN, SRC_HEUR, SRC_MM, SRC_VALID, aligned_input,
+                          as_dtype, cond, Condition, desc_or_none, fits_inductor, opt_offset, opt_stride,
+                          parse_flag, short_dtype, span_condition, TensorDesc)
 from ..errors import bad_choice
 from .base import FlyDSLPath
 
@@ -109,9 +109,7 @@ def scaled_mm_rules(a, b, scale_a, scale_b, *, recipe_a: str = "blockwise1x32", 
             notes.append(f"{name} has stride {t.stride}: Inductor copies it to "
                          f"{'row' if name == 'A' else 'column'}-major first (scaled_mm_v2_constraint)")
     for name, (r, st, c, isz) in (("A", (m, lda, ks, 1)), ("B", (n, ldb, ks, 1)), ("out", (m, n, n, 2))):
-        ok = fits_inductor(r, st, c, isz)
-        out.append(cond(f"{name} span", ok, f"{name} spans {((r - 1) * st + c) * isz} B"
-                      + (" (fits 32-bit buffer)" if ok else ": exceeds the 32-bit buffer span"), SRC_SPAN_IND))
+        out.append(span_condition(name, r, st, c, isz))
     out.append(cond("N % 8", n % 8 == 0, f"N={n} % 8 == 0 (16-byte output vectors)" if n % 8 == 0
                   else f"N={n} is not a multiple of 8: no FlyDSL config fits",
                   f"{SRC_HEUR}::get_gemm_configs / is_gemm_config_valid_for_shape -> {SRC_VALID}", "config"))
