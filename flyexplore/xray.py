@@ -296,8 +296,13 @@ def xray_shapes(op: str, text: str) -> list[str]:
 
 
 def _check_arch(arch: str) -> str:
-    if not isinstance(arch, str) or not re.fullmatch(r"gfx\d{2,3}[0-9a-f]?", arch):
+    """``arch`` if it is a gfx name (:func:`flyexplore.readiness.check_arch`), else
+    :class:`UsageError`."""
+    from .readiness import check_arch
+
+    if not isinstance(arch, str):
         raise UsageError(f"bad arch {arch!r} (expected a gfx name, e.g. gfx950)")
+    check_arch(arch)
     return arch
 
 

@@ -7,24 +7,21 @@ is what :mod:`flyexplore.xray` reads about the family.
 """
 from __future__ import annotations
 
-import re
 
-from ..errors import UsageError
 from .._xray_worker import Verdict, torch_dtype_named
 from .gemm_xray import LAYOUT_NOTE, param_dict, template_kwargs
 
 
 def parse(text: str) -> tuple[str, dict]:
     """``"8x512x4096x4096"`` or ``"g8x512x4096x4096"`` -> (label, ``{g, m, n, k}``): G groups of
-    M rows. Raises :class:`UsageError` naming a malformed or non-positive shape."""
-    t = text.strip().lower()
-    m = re.fullmatch(r"g?(\d+)x(\d+)x(\d+)x(\d+)", t)
-    if not m:
-        raise UsageError(f"malformed grouped_gemm shape {text!r} (expected GxMxNxK, e.g. 8x512x4096x4096)")
-    g, mm, n, k = (int(x) for x in m.groups())
-    if min(g, mm, n, k) <= 0:
-        raise UsageError(f"non-positive dimension in grouped_gemm shape {text!r}")
-    return f"{g}x{mm}x{n}x{k}", {"g": g, "m": mm, "n": n, "k": k}
+    M rows, parsed by the catalogue (:meth:`flyexplore.ops.base.Operator.case`; options after
+    ``:`` are dropped: the X-ray compiles the contiguous NN case). Raises :class:`UsageError`
+    naming a malformed or non-positive shape."""
+    from .grouped_gemm import GROUPED_GEMM
+
+    p = GROUPED_GEMM.case(str(text).split(":", 1)[0]).p
+    dims = {d: p[d] for d in ("g", "m", "n", "k")}
+    return "x".join(str(v) for v in dims.values()), dims
 
 
 def request(shape: str, dtype: str) -> tuple[str, str, str]:
