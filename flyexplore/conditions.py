@@ -40,6 +40,7 @@ SRC_SPAN_IND = "torch/_inductor/kernel/mm_common.py::_fits_int32_buffer_span"
 # -- descriptions of tensors ----------------------------------------------------------------
 
 def as_dtype(d):
+    """``torch.dtype`` of ``d`` (a dtype or a catalogue name such as ``"bf16"``); :class:`UsageError` naming an unknown name."""
     import torch
 
     if isinstance(d, torch.dtype):
@@ -53,6 +54,7 @@ def as_dtype(d):
 
 
 def short_dtype(dtype) -> str:
+    """The catalogue's short name of a torch dtype (``torch.bfloat16`` -> ``"bf16"``)."""
     names = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
              "float8_e4m3fn": "fp8_e4m3", "float4_e2m1fn_x2": "fp4_e2m1_x2",
              "float8_e8m0fnu": "e8m0", "int32": "int32", "int64": "int64"}
@@ -146,6 +148,7 @@ class TensorDesc:
 
 
 def desc_or_none(t) -> TensorDesc | None:
+    """``TensorDesc.of(t)``, or ``None`` for ``None`` (an optional tensor argument)."""
     return None if t is None else TensorDesc.of(t)
 
 
@@ -242,6 +245,7 @@ class Explanation:
 
 
 def cond(name, ok, detail, source, kind="call") -> Condition:
+    """One evaluated rule: ``name``, ``ok`` (True/False, ``None`` = not evaluated), ``detail`` in words, the torch ``source`` it comes from (``"torch/<file>.py::<function>"``) and its ``kind`` (``call``, ``config``, ``environment``, ``switch``)."""
     return Condition(name, None if ok is None else bool(ok), detail, source, kind)
 
 
@@ -249,10 +253,12 @@ def cond(name, ok, detail, source, kind="call") -> Condition:
 # -- shared rule helpers ------------------------------------------------------------------
 
 def fits_native(rows: int, n: int, itemsize: int) -> bool:
+    """torch's eager int32 buffer-span rule: ``rows`` x ``n`` elements of ``itemsize`` bytes fit 32-bit offsets (``torch/_native/flydsl_utils.py::_fits_int32_buffer_span``)."""
     return 0 < rows <= INT32_MAX and 0 < n <= INT32_MAX and rows * n * itemsize <= UINT32_MAX
 
 
 def fits_inductor(rows: int, stride: int | None, cols: int, itemsize: int) -> bool:
+    """Inductor's span rule for a strided operand: ``((rows - 1) * stride + cols) * itemsize`` bytes within 32 bits and every extent within int32 (``torch/_inductor/kernel/mm_common.py::_fits_int32_buffer_span``)."""
     return (0 < rows <= INT32_MAX and 0 < cols <= INT32_MAX and stride is not None
             and 0 <= stride <= INT32_MAX and ((rows - 1) * stride + cols) * itemsize <= UINT32_MAX)
 
@@ -277,6 +283,7 @@ def aligned_input(t: TensorDesc, assume_aligned: bool) -> bool:
 
 
 def autotune_mode(f, autotuning: bool | None, search_space: str | None) -> tuple[bool, str]:
+    """``(FlyDSL autotuning on, search space)`` for a compile: the given values, else the Inductor settings in ``f`` (:class:`flyexplore.readiness.EnvFacts`)."""
     at = bool(f.inductor.get("flydsl_enable_autotuning")) if autotuning is None else bool(autotuning)
     ss = str(f.inductor.get("max_autotune_gemm_search_space") or "DEFAULT") if search_space is None else search_space
     return at, ss.upper()

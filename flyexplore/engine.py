@@ -128,10 +128,12 @@ def op_ref(op) -> str:
     """How a worker finds ``op``: its catalogue name, or the ``"module:attribute"`` it was
     loaded from (:func:`resolve_op` records it). Raises :class:`UsageError` for an Operator
     object a worker cannot import (pass ``"module:attribute"``, or use ``engine="in-process"``)."""
-    from .ops import get_op, list_ops
+    from .ops import builtin_ops, get_op
 
-    if op.name in list_ops() and get_op(op.name) is op:
+    if op.name in builtin_ops() and get_op(op.name) is op:
         return op.name
+    # anything else (a family added by register_op, a test's operator) by its import path:
+    # a worker imports the module, which registers the family again there
     for mod in list(sys.modules.values()):
         name = getattr(mod, "__name__", None)
         if not name or name == "__main__" or name.startswith(("torch", "flyexplore.")):

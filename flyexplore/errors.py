@@ -21,4 +21,4 @@ def bad_choice(what: str, value: object, choices: Iterable[str]) -> UsageError:
     Example message: ``unknown backend 'foo' (valid: aten, triton, inductor, flydsl)``.
     """
     valid = ", ".join(str(c) for c in choices)
-    return UsageError(f"unknown {what} {value!r} (valid: {valid})")
+    return UsageError(f"unknown {what} {value!r} ({'valid: ' + valid if valid else 'there are none'})")

@@ -100,9 +100,13 @@ def explain(op: str, *, env: EnvFacts | None = None, **call) -> Explanation:
         common = dict(dynamic=call.pop("dynamic", False), autotuning=at, search_space=ss,
                       assume_aligned_inputs=bool(f.inductor.get("assume_aligned_inputs")))
     try:
-        args, rules, kernel, notes = path.judge(call, f, common)
+        got = path.judge(call, f, common)
     except KeyError as exc:
         raise UsageError(f"explain {op} needs argument {exc.args[0]!r}") from None
+    if not (isinstance(got, tuple) and len(got) == 4):
+        raise TypeError(f"{op}'s FlyDSLPath.judge returned {type(got).__name__} of {len(got) if hasattr(got, '__len__') else '?'}"
+                        " items; it must return (arguments, conditions, kernel, notes)")
+    args, rules, kernel, notes = got
     if call:
         raise UsageError(f"unknown argument(s) for explain {op}: {', '.join(sorted(call))}")
     conds = (eager_environment(f, op) if path.route == "eager" else compile_environment(f)) + list(rules)

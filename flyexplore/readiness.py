@@ -326,8 +326,8 @@ def eager_environment(f: EnvFacts, op: str) -> list[Condition]:
     mod = path.module
     out.append(cond("override in torch", f.eager_modules.get(op, False),
                   f"torch {f.torch_version} has the FlyDSL {op} override" if f.eager_modules.get(op)
-                  else f"torch {f.torch_version} has no FlyDSL {op} override (first in torch 2.15)",
-                  mod.replace(".", "/") + ".py", "environment"))
+                  else f"torch {f.torch_version} has no FlyDSL {op} override (module {mod} not found)",
+                  (mod or "?").replace(".", "/") + ".py", "environment"))
     out.append(cond("ROCm build", f.rocm, "ROCm build of torch (torch.version.hip set)" if f.rocm
                   else f"torch {f.torch_version} is not a ROCm build: FlyDSL overrides never register",
                   f"{SRC_NATIVE}::_check_runtime_available", "environment"))

@@ -134,3 +134,39 @@ def test_gone_after_unregister():
 
     assert "toy_double" not in list_ops() and "toy_double" not in X.explainable()
     assert trace.classify("toy_double_kernel_0").family == "unclassified"
+
+
+def test_a_registered_family_runs_in_worker_processes(toy, tmp_path):
+    # a worker imports the family by "module:attribute" (engine.op_ref), not by its bare name,
+    # which only the registering process knows (found by a new developer following the docs)
+    from flyexplore.engine import op_ref
+    from flyexplore.sweep import run_sweep
+
+    assert op_ref(TOY) == "test_toy_operator:TOY"
+    df = run_sweep("toy_double", shapes="4096", workers=1, progress=False, timer={"budget_s": 0.3},
+                   out=tmp_path / "w.parquet")
+    assert list(df["status"]) == ["ok", "ok"] and df["worker"].str.startswith("cpu0").all()
+
+
+def test_registration_mistakes_are_named():
+    with pytest.raises(ValueError, match="unknown FlyDSL route 'Eager'"):
+        FlyDSLPath(route="Eager", path="p", judge=_judge, describe=_describe, aten_ops=("x",))
+    with pytest.raises(ValueError, match="needs aten_ops"):
+        FlyDSLPath(route="eager", path="p", judge=_judge, describe=_describe)
+    with pytest.raises(ValueError, match=r"bad kernel-name pattern '\^toy\('"):
+        KernelPattern(r"^toy(", "FlyDSL toy")
+    bare = Operator(name="toy_bare", doc="", dims=("n",), options={}, dtypes=("fp32",))
+    with pytest.raises(ValueError, match="has no make_inputs, reference, error"):
+        register_op(bare)
+    with pytest.raises(ValueError, match="built-in family"):
+        register_op(Operator(name="gemm", doc="", dims=("n",), options={}, dtypes=("fp32",)))
+    register_op(TOY)
+    try:
+        assert register_op(TOY) is TOY                   # the same object again: a no-op
+        other = Operator(**{k: getattr(TOY, k) for k in ("name", "doc", "dims", "options", "dtypes",
+                                                         "make_inputs", "reference", "error", "backends")})
+        with pytest.raises(ValueError, match="replace=True"):
+            register_op(other)
+        assert register_op(other, replace=True) is other
+    finally:
+        unregister_op(TOY.name)

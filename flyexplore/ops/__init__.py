@@ -15,7 +15,7 @@ from ..errors import bad_choice
 from .base import Backend, Case, FlyDSLPath, KernelPattern, Operator, PublishedSuite, RunContext, Suite
 
 __all__ = ["Backend", "Case", "FlyDSLPath", "KernelPattern", "Operator", "PublishedSuite", "RunContext",
-           "Suite", "flydsl_ops", "get_op", "list_ops", "register_op", "unregister_op"]
+           "Suite", "builtin_ops", "flydsl_ops", "get_op", "list_ops", "register_op", "unregister_op"]
 
 #: operator name -> (module, attribute). Modules import lazily.
 _MODULES = {
@@ -35,12 +35,33 @@ _REGISTERED: dict[str, Operator] = {}
 def register_op(op: Operator, *, replace: bool = False) -> Operator:
     """Add ``op`` to the catalogue under ``op.name`` (a family defined outside this package,
     e.g. in a test or a user's module): sweeps, ``explain``, the switches table, trace
-    classification and the figures then take it like a built-in family. Returns ``op``.
-    Raises ``ValueError`` when the name is taken (unless ``replace``)."""
-    if not replace and (op.name in _MODULES or op.name in _REGISTERED):
-        raise ValueError(f"operator {op.name!r} is already in the catalogue")
+    classification and the figures then take it like a built-in family. Registering the same
+    object again is a no-op; ``replace=True`` lets a new object take a registered name (a
+    re-run notebook cell). Worker processes find it by ``"module:attribute"``
+    (:func:`flyexplore.engine.op_ref`), so define it at module level. Returns ``op``.
+
+    Raises ``ValueError`` naming the problem when the name is a built-in family's or is taken
+    by another object (without ``replace``), or when ``op`` lacks ``make_inputs``,
+    ``reference`` or ``error``, or has no backend."""
+    if op.name in _MODULES:
+        raise ValueError(f"operator {op.name!r} is a built-in family; choose another name")
+    if _REGISTERED.get(op.name) is op:
+        return op
+    if op.name in _REGISTERED and not replace:
+        raise ValueError(f"operator {op.name!r} is already registered (register_op(..., replace=True) "
+                         "replaces it)")
+    missing = [k for k in ("make_inputs", "reference", "error") if not callable(getattr(op, k))]
+    if missing:
+        raise ValueError(f"operator {op.name!r} has no {', '.join(missing)} (see docs/adding-an-operator.md)")
+    if not op.backends:
+        raise ValueError(f"operator {op.name!r} has no backend (register one with @op.backend(...))")
     _REGISTERED[op.name] = op
     return op
+
+
+def builtin_ops() -> tuple[str, ...]:
+    """Names of the families that ship with flyexplore (the modules of this package)."""
+    return tuple(_MODULES)
 
 
 def unregister_op(name: str) -> None:

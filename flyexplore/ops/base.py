@@ -139,6 +139,16 @@ class KernelPattern:
     library: str
     why: str = "torch 2.15 @flyc.kernel function name"
 
+    def __post_init__(self):
+        try:
+            re.compile(self.regex)
+        except re.error as exc:
+            raise ValueError(f"bad kernel-name pattern {self.regex!r} for {self.library!r}: {exc}") from None
+
+
+#: The routes torch 2.15 has to FlyDSL (:class:`FlyDSLPath` ``route``).
+ROUTES = ("eager", "compile", "aotriton")
+
 
 @dataclass(frozen=True)
 class FlyDSLPath:
@@ -180,6 +190,14 @@ class FlyDSLPath:
     case_notes: Callable | None = None
     explain_text: Callable | None = None
     trace_columns: Callable | None = None
+
+    def __post_init__(self):
+        if self.route not in ROUTES:
+            raise ValueError(f"unknown FlyDSL route {self.route!r} (valid: {', '.join(ROUTES)})")
+        if self.explain_text is None and (self.judge is None or self.describe is None):
+            raise ValueError(f"FlyDSL path {self.path!r} needs judge and describe (or its own explain_text)")
+        if self.route == "eager" and not self.aten_ops:
+            raise ValueError(f"eager FlyDSL path {self.path!r} needs aten_ops (the overridden aten op symbols)")
 
 
 _DIMS = re.compile(r"^\d+(x\d+)*$")
