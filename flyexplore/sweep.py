@@ -77,11 +77,17 @@ def make_plan(op: str | Operator, suite: str | None = None, shapes: str | Sequen
     Exactly one of ``suite`` and ``shapes`` (a text such
     as ``"4096x4096x4096;8x4096x4096"`` or a list of texts / :class:`Case`).
     ``dtypes`` defaults to the suite's (or the operator's first); ``backends`` to all.
-    Raises :class:`UsageError` naming any unknown operator, suite, dtype, backend or bad shape.
+    Raises :class:`UsageError` naming any unknown operator, suite, dtype, backend or bad shape,
+    or what an operator lacks to be measured (``make_inputs``, ``reference``, ``error``, a backend).
     """
     from .engine import resolve_op
 
     op = resolve_op(op) if isinstance(op, str) else op
+    missing = [k for k in ("make_inputs", "reference", "error") if not callable(getattr(op, k, None))]
+    if missing or not op.backends:
+        raise UsageError(f"operator {op.name!r} cannot be measured: it has no "
+                         + ", ".join(missing + ([] if op.backends else ["backend"]))
+                         + " (docs/adding-an-operator.md)")
     if (suite is None) == (shapes is None):
         raise UsageError("give exactly one of a suite and shapes")
     dts = _split(dtypes)

@@ -151,13 +151,19 @@ def test_a_registered_family_runs_in_worker_processes(toy, tmp_path):
 def test_registration_mistakes_are_named():
     with pytest.raises(ValueError, match="unknown FlyDSL route 'Eager'"):
         FlyDSLPath(route="Eager", path="p", judge=_judge, describe=_describe, aten_ops=("x",))
+    with pytest.raises(ValueError, match="needs both judge and describe"):
+        FlyDSLPath(route="compile", path="p", judge=_judge)
     with pytest.raises(ValueError, match="needs aten_ops"):
         FlyDSLPath(route="eager", path="p", judge=_judge, describe=_describe)
     with pytest.raises(ValueError, match=r"bad kernel-name pattern '\^toy\('"):
         KernelPattern(r"^toy(", "FlyDSL toy")
+    from flyexplore.errors import UsageError
+    from flyexplore.sweep import run_sweep
+
     bare = Operator(name="toy_bare", doc="", dims=("n",), options={}, dtypes=("fp32",))
-    with pytest.raises(ValueError, match="has no make_inputs, reference, error"):
-        register_op(bare)
+    with pytest.raises(UsageError, match="'toy_bare' cannot be measured: it has no make_inputs, reference, "
+                                          "error, backend"):
+        run_sweep(bare, shapes="8", progress=False)
     with pytest.raises(ValueError, match="built-in family"):
         register_op(Operator(name="gemm", doc="", dims=("n",), options={}, dtypes=("fp32",)))
     register_op(TOY)

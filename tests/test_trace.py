@@ -86,8 +86,10 @@ def test_a_family_registered_at_run_time_is_classified():
     from flyexplore.ops import FlyDSLPath, KernelPattern, Operator, register_op, unregister_op
 
     toy = Operator(name="toy_trace_op", doc="toy", dims=("n",), options={}, dtypes=("fp32",),
-                   flydsl=FlyDSLPath(route="eager", path="toy path for the trace test",
+                   flydsl=FlyDSLPath(route="eager", path="toy path for the trace test", aten_ops=("toy_trace_op",),
                                      kernels=(KernelPattern(r"^toy_kernel(_\d+)?$", "FlyDSL toy", "toy rule"),)))
+    toy.make_inputs = toy.reference = toy.error = lambda *a: None
+    toy.backend("aten", "toy")(lambda case, dtype, inputs, ctx: (lambda: None))
     assert T.classify("toy_kernel_3").family == "unclassified"
     register_op(toy)
     try:
@@ -128,14 +130,16 @@ def _relative_imports(module) -> set[str]:
 
 
 def test_trace_does_not_import_the_sweep():
-    """The sweep imports the trace; the trace (and the modules it imports) never the sweep."""
+    """A sweep's cases import the trace; the trace (and the modules it imports) never the sweep
+    or its cases (tests/test_layout.py checks the whole package for cycles)."""
     import flyexplore.autotune as A
+    import flyexplore.cases as C
     import flyexplore.devstate as D
     import flyexplore.sweep as S
 
     for mod in (T, A, D):
-        assert "sweep" not in _relative_imports(mod), mod.__name__
-    assert "trace" in _relative_imports(S)
+        assert not {"sweep", "cases"} & _relative_imports(mod), mod.__name__
+    assert "trace" in _relative_imports(C) and "cases" in _relative_imports(S)
     assert S.default_device is D.default_device and T.capture_autotune is A.capture_autotune
 
 

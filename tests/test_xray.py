@@ -275,7 +275,7 @@ def test_the_builder_is_found_through_the_registry():
 
     rms = get_op("rmsnorm")
     toy = Operator(name="toy_xray_norm", doc="toy", dims=rms.dims, options=dict(rms.options), dtypes=rms.dtypes,
-                   flydsl=FlyDSLPath(route="eager", path="toy", xray=rms.flydsl.xray))
+                   flydsl=FlyDSLPath(route="eager", path="toy", xray=rms.flydsl.xray, aten_ops=("toy_xray_norm",)))
     assert "toy_xray_norm" not in X.XRAY_DTYPES
     register_op(toy)
     try:

@@ -194,8 +194,9 @@ class FlyDSLPath:
     def __post_init__(self):
         if self.route not in ROUTES:
             raise ValueError(f"unknown FlyDSL route {self.route!r} (valid: {', '.join(ROUTES)})")
-        if self.explain_text is None and (self.judge is None or self.describe is None):
-            raise ValueError(f"FlyDSL path {self.path!r} needs judge and describe (or its own explain_text)")
+        if (self.judge is None) != (self.describe is None):
+            raise ValueError(f"FlyDSL path {self.path!r} needs both judge and describe, or neither "
+                             "(then the explainer does not cover it)")
         if self.route == "eager" and not self.aten_ops:
             raise ValueError(f"eager FlyDSL path {self.path!r} needs aten_ops (the overridden aten op symbols)")
 
