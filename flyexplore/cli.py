@@ -678,7 +678,7 @@ def _precheck(a) -> None:
         if a.timing not in modes:
             raise bad_choice("timing mode", a.timing, modes)
         on_cpu = (a.device or "").startswith("cpu") or (a.device is None and not _gpu_visible())
-        if a.shapes and not a.dtypes and on_cpu and a.op in catalogue() and "fp32" in catalogue()[a.op][1]:
+        if a.shapes and not a.dtypes and on_cpu and "fp32" in catalogue().get(a.op, ((), ()))[1]:
             a.dtypes = "fp32"
     elif cmd in ("trace",):
         _check_names(a.op, a.backend, a.dtype)

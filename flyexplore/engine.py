@@ -246,20 +246,19 @@ def pin_env(index: int, environ=None, rocm: bool | None = None) -> dict[str, str
 
 @contextlib.contextmanager
 def _environ(changes: dict[str, str | None]):
+    def apply(values: dict[str, str | None]) -> None:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
     old = {k: os.environ.get(k) for k in changes}
     try:
-        for k, v in changes.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        apply(changes)
         yield
     finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        apply(old)
 
 
 # -- the worker side ----------------------------------------------------------------------------
