@@ -545,6 +545,10 @@ class SweepPanel:
             if self._closing.is_set() or (wait > 0 and self._closing.wait(wait)):
                 return
             self._wake.clear()
+            # close_feed sets _closing, then _wake: if both came after the check above, the
+            # clear just swallowed that wake and the loop would wait for ever -- look again
+            if self._closing.is_set():
+                return
             try:
                 cost = self.redraw()
                 self.redraw_log.append((self._drawn, cost, self._last_table))
