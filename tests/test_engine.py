@@ -195,7 +195,10 @@ def test_ctrl_c_stops_every_worker_keeps_rows_and_says_resume(tmp_path):
                PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))
     args = [sys.executable, "-m", "flyexplore", "sweep", "--op", OP, "--shapes", "1x8;2x8;3x8;4x4:fault=hang;5x8",
             "--out", str(out), "--workers", "1", "--case-timeout", "0", "--rep", "5", "--quiet"]
-    p = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a suite started from a background job hands its children SIGINT ignored: restore the
+    # default so the sweep sees Ctrl-C as a terminal would send it
+    p = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     pids = fd / "pids"
     deadline = time.time() + 240
     while time.time() < deadline and not (pids.exists() and "hang" in pids.read_text()):
