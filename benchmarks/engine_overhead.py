@@ -98,8 +98,8 @@ def main(argv=None) -> int:
         args = ["--op", "gemm", "--suite", "published-bf16", "--backends", "aten,triton"]
     import pandas as pd
 
-    from flyexplore import results as R
-    from flyexplore.env import collect
+    from flyexplore.results import table as R
+    from flyexplore.world.env import collect
 
     env = collect()
     (out / "env.json").write_text(json.dumps(env.to_dict(), indent=2, default=str))

@@ -1,4 +1,4 @@
-"""Time static figure export: N figures (default 20) to PNG through flyexplore.export's one
+"""Time static figure export: N figures (default 20) to PNG through flyexplore.views.export's one
 persistent kaleido session, each image timed, and print the figures. The first image includes
 starting Chromium; the goal for the others is under 1.5 s per image on 2 CPU cores.
 
@@ -17,9 +17,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from flyexplore import plots as F  # noqa: E402
-from flyexplore import results as R  # noqa: E402
-from flyexplore.export import save_figures, static_export_problem  # noqa: E402
+from flyexplore.views import plots as F  # noqa: E402
+from flyexplore.results import table as R  # noqa: E402
+from flyexplore.views.export import save_figures, static_export_problem  # noqa: E402
 from flyexplore.paths import data_dir  # noqa: E402
 
 

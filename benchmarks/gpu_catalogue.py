@@ -1,7 +1,7 @@
 """Catalogue run on one GPU: grouped GEMM (ATen vs Triton, plus the per-group loop), FP8 scaled
 GEMM (per-tensor and per-row scales), MXFP8/MXFP4 emulation accuracy (and the native MX row,
 unavailable with torch's reason where the GPU lacks MX block scaling), and every SDPA backend,
-forward and backward -- all through :func:`flyexplore.sweep.run_sweep`.
+forward and backward -- all through :func:`flyexplore.run.sweep.run_sweep`.
 
 Usage, from the repository root::
 
@@ -78,10 +78,10 @@ def run(out_dir: str | Path, budget_s: float = 240.0, parts: list[str] | None = 
         device: str | None = None, progress: bool = True) -> dict:
     """Run the parts for this machine (GPU or CPU) into ``out_dir``; returns the summary dict
     (also written to ``summary.json``). Raises ``UsageError`` for an unknown part name."""
-    from flyexplore import results as R
-    from flyexplore.env import collect
+    from flyexplore.results import table as R
+    from flyexplore.world.env import collect
     from flyexplore.errors import bad_choice
-    from flyexplore.sweep import default_device, run_sweep
+    from flyexplore.run.sweep import default_device, run_sweep
 
     import torch
 

@@ -40,9 +40,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-images", action="store_true")
     a = ap.parse_args(argv)
 
-    from flyexplore import results as R
-    from flyexplore.env import collect
-    from flyexplore.sweep import default_device, run_sweep
+    from flyexplore.results import table as R
+    from flyexplore.world.env import collect
+    from flyexplore.run.sweep import default_device, run_sweep
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
         print("plotly is not installed here: report skipped (run `flyexplore report "
               f"{out / 'results.parquet'} --with-published --out REPORT` elsewhere)")
         return 0
-    from flyexplore.report import write_report
+    from flyexplore.views.report import write_report
 
     path = write_report(df, out / "report", env, title=f"Published MI355X suites measured on {env.device.name}",
                         static=not a.no_images, published=True)

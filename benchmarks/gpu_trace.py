@@ -1,5 +1,5 @@
 """What really runs on a GPU: trace ATen and Triton GEMMs, each SDPA backend, RMSNorm and TopK,
-and classify the real kernel names (flyexplore.trace).
+and classify the real kernel names (flyexplore.insight.trace).
 
     python benchmarks/gpu_trace.py OUT_DIR [--small] [--reps 5] [--skip-compile]
 
@@ -61,9 +61,9 @@ def _record(case: str, backend: str, status: str, tr=None, message: str | None =
 def run(out: Path, small: bool = False, reps: int = 5, skip_compile: bool = False) -> list[dict]:
     import torch
 
-    from flyexplore import switches
-    from flyexplore.env import collect
-    from flyexplore.trace import trace
+    from flyexplore.world import switches
+    from flyexplore.world.env import collect
+    from flyexplore.insight.trace import trace
 
     out.mkdir(parents=True, exist_ok=True)
     env = collect()

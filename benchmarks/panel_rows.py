@@ -1,5 +1,5 @@
 """How much a live sweep panel costs the sweep: feeds N rows through
-:meth:`flyexplore.widgets.SweepPanel.add_row` -- the call the sweep's thread makes for every
+:meth:`flyexplore.ui.widgets.SweepPanel.add_row` -- the call the sweep's thread makes for every
 finished row (``run_sweep(on_row=panel.add_row)``) -- while the panel's UI thread redraws, and
 prints the cost per row on the feeding (sweep) thread (median, 95th percentile), the redraws the
 UI thread made, the last redraw with every row (``close_feed``: figure, table, notes) and one
@@ -27,8 +27,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from flyexplore import stats as S  # noqa: E402
-from flyexplore.widgets import REDRAW_FACTOR, SweepPanel  # noqa: E402
+from flyexplore.measure import stats as S  # noqa: E402
+from flyexplore.ui.widgets import REDRAW_FACTOR, SweepPanel  # noqa: E402
 
 #: Redraws timed at the end, one new case each.
 REPS = 5

@@ -4,8 +4,8 @@
 
 For each ``notebooks/*.ipynb``: runs it top to bottom in a fresh kernel with
 ``SIZE`` and ``OUT=OUT_DIR/<name>-out`` injected below its ``parameters`` cell
-(:func:`flyexplore.notebooks.execute`), and writes the executed copy to ``OUT_DIR/<name>.ipynb``
-(the plotly.js bundle of FigureWidgets left out: :func:`flyexplore.notebooks.slim_widget_state`).
+(:func:`flyexplore.ui.notebooks.execute`), and writes the executed copy to ``OUT_DIR/<name>.ipynb``
+(the plotly.js bundle of FigureWidgets left out: :func:`flyexplore.ui.notebooks.slim_widget_state`).
 Also writes ``OUT_DIR/env.json`` (``flyexplore env --json``) and ``OUT_DIR/run.json`` (size,
 duration and outcome per notebook). A notebook that fails is written up to the failing cell
 (whether a cell raised, ran past ``--timeout`` or the kernel died; the failure is in the copy's
@@ -13,7 +13,7 @@ metadata, ``flyexplore.failure``) and the script goes on; the exit code is 1 if 
 
 Needs the ``notebook`` and ``test`` extras (nbclient, nbformat, ipykernel, ipywidgets,
 anywidget). On a 2-core CPU: 10-30 s per notebook. On one H200 with ``--size gpu``: the whole set
-is sized for about 5 minutes (what each notebook sweeps: ``flyexplore.notebooks.WALKTHROUGH_SWEEPS``;
+is sized for about 5 minutes (what each notebook sweeps: ``flyexplore.ui.notebooks.WALKTHROUGH_SWEEPS``;
 only the quickstart autotunes Triton GEMMs, three Llama-3.1-8B shapes, twice -- panel and
 code, the second run hitting Inductor's caches). Without a Chromium (GPU nodes) the
 static images of ``export_report`` are skipped with the reason; the notebooks still pass.
@@ -48,8 +48,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
 
-    from flyexplore import notebooks as N
-    from flyexplore.env import collect
+    from flyexplore.ui import notebooks as N
+    from flyexplore.world.env import collect
 
     paths = [p for p in N.list_notebooks() if a.only in (None, p.stem)]
     if not paths:

@@ -43,11 +43,11 @@ def main(argv=None):
     import triton.testing
     import torch.utils.benchmark as tb
 
-    from flyexplore.env import collect
+    from flyexplore.world.env import collect
     from flyexplore.ops import get_op
     from flyexplore.ops.base import RunContext
     from flyexplore.ops.base import reset_dynamo
-    from flyexplore.timing import Timer
+    from flyexplore.measure.timing import Timer
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -48,8 +48,8 @@ C_GEMM = ("1024x4096x4096:NT", "2048x4096x4096:NT", "4096x4096x4096:NT", "8192x4
 
 
 def _interleaved(fns: dict, dev, baseline: str):
-    from flyexplore import stats as S
-    from flyexplore.interleaved import measure_interleaved
+    from flyexplore.measure import stats as S
+    from flyexplore.measure.interleaved import measure_interleaved
 
     r = measure_interleaved(fns, dev, baseline=baseline, band=S.BAND)
     other = [n for n in fns if n != baseline][0]
@@ -67,9 +67,9 @@ def worker(out: Path, proc: int, quick: bool) -> None:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from flyexplore import results as R
+    from flyexplore.results import table as R
     from flyexplore.ops import get_op
-    from flyexplore.sweep import run_sweep
+    from flyexplore.run.sweep import run_sweep
 
     dev = torch.device("cuda:0")
     n = 2 if quick else None
@@ -126,7 +126,7 @@ def worker(out: Path, proc: int, quick: bool) -> None:
     print(f"[proc {proc}] (c) done {time.time() - t0:.1f}s", flush=True)
     from triton.testing import do_bench
 
-    from flyexplore.env import collect
+    from flyexplore.world.env import collect
     from flyexplore.ops.base import RunContext
     ctx = RunContext(dev, collect())
     for shape in C_GEMM[: n]:
@@ -160,7 +160,7 @@ def worker(out: Path, proc: int, quick: bool) -> None:
 def summarize(tmp: Path, out: Path, procs: int) -> None:
     import pandas as pd
 
-    from flyexplore import results as R
+    from flyexplore.results import table as R
 
     chk = pd.concat([pd.read_parquet(tmp / f"checks_{p}.parquet") for p in range(procs)], ignore_index=True)
     rows = R.concat([R.load(tmp / f"rows_{p}.parquet").assign(proc=p) for p in range(procs)])
@@ -219,7 +219,7 @@ def main(argv=None) -> int:
         return 0
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    from flyexplore.env import collect
+    from flyexplore.world.env import collect
     (out / "env.json").write_text(json.dumps(collect().to_dict(), indent=2, default=str))
     tmp = Path(tempfile.mkdtemp(prefix="verdicts-"))
     for p in range(a.procs):

@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from flyexplore.env import collect  # noqa: E402
+from flyexplore.world.env import collect  # noqa: E402
 from flyexplore.paths import published_dir  # noqa: E402
 
 
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
         why = "; ".join(c.detail for c in env.flydsl_xray.failed) if env.flydsl_xray else "torch too old"
         print(f"X-ray cannot run here: {why}")
         return 0
-    from flyexplore.xray import resources_figure, xray_batch, xray_frame
+    from flyexplore.insight.xray import resources_figure, xray_batch, xray_frame
 
     reqs = requests(a.radix, a.grouped)
     t0 = time.perf_counter()

@@ -1,46 +1,40 @@
 """flyexplore: measure, explain and explore PyTorch's FlyDSL paths on AMD MI350 (gfx950),
 and the ATen / Triton / vendor-BLAS / SDPA paths on any CUDA or ROCm GPU or the CPU.
 
-The public API is :data:`__all__`; each name is documented where it lives and imported on first
-use (``import flyexplore`` loads neither torch nor pandas):
+``import flyexplore as fx`` is the one way in. The public names are :data:`__all__`; each is
+imported on first use (``import flyexplore`` loads neither torch nor pandas nor plotly):
 
-- environment: :func:`collect` (``flyexplore.env``).
-- operators: :func:`get_op`, :func:`list_ops`, :func:`register_op`, :class:`Operator`,
-  :class:`FlyDSLPath`, :class:`KernelPattern`, :class:`PublishedSuite` (``flyexplore.ops``;
-  one place per family, ``docs/adding-an-operator.md``).
-- measuring: :class:`Timer` -> :class:`Measurement`, :func:`measure_interleaved`
-  (``flyexplore.timing``); :func:`run_sweep` (``flyexplore.sweep``).
-- results: :func:`load`, :func:`save`, :func:`speedup`, :func:`geomean_speedup`
-  (``flyexplore.results``); :func:`pair` (``flyexplore.compare``).
-- FlyDSL insight: :func:`explain_text`, :func:`eligibility_grid` (the modules
-  ``flyexplore.explain``, ``flyexplore.trace`` and ``flyexplore.xray`` hold ``explain``,
-  ``trace`` and ``xray``); :func:`flydsl`, :func:`set_flydsl` (``flyexplore.switches``).
+- run and read: :func:`sweep`, :func:`load`, :func:`speedup`, :func:`geomean`;
+- FlyDSL insight: :func:`explain`, :func:`trace`, :func:`xray`, :func:`eligibility_grid`;
+  :func:`flydsl`, :func:`set_flydsl` (the switches); :func:`collect` (the environment);
+- views: :func:`figure`, :func:`report`;
+- the catalogue: :func:`get_op`, :func:`list_ops`, :func:`register_op`, :class:`Operator`,
+  :class:`FlyDSLPath`, :class:`KernelPattern`, :class:`PublishedSuite`
+  (``docs/adding-an-operator.md``);
+- measuring building blocks: :class:`Timer` -> :class:`Measurement`, :func:`measure_interleaved`.
 
-Figures (``flyexplore.plots``), reports (``flyexplore.report``) and notebook widgets
-(``flyexplore.widgets``) are imported by module; the measuring core never imports them.
+The package is folders by layer (``docs/architecture.md``): ``measure``, ``world``, ``ops``,
+``insight``, ``results``, ``run``, ``views``, ``ui``, ``cli``; imports only go down.
 """
 from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+from flyexplore._version import __version__
 
 #: public name -> the module that defines it.
 _API = {
-    "collect": "env",
+    "sweep": "_api", "explain": "_api", "trace": "_api", "xray": "_api", "load": "_api",
+    "speedup": "_api", "geomean": "_api", "figure": "_api", "report": "_api",
+    "collect": "world.env",
     "get_op": "ops", "list_ops": "ops", "register_op": "ops", "unregister_op": "ops",
     "Operator": "ops", "FlyDSLPath": "ops", "KernelPattern": "ops", "PublishedSuite": "ops",
-    "Timer": "timing", "Measurement": "timing", "measure_interleaved": "interleaved",
-    "run_sweep": "sweep",
-    "load": "results", "save": "results", "speedup": "results", "geomean_speedup": "results",
-    "pair": "compare",
-    "explain_text": "explain", "eligibility_grid": "explain",
-    "Explanation": "conditions", "TensorDesc": "conditions",
-    "flydsl": "switches", "set_flydsl": "switches",
+    "Timer": "measure.timing", "Measurement": "measure.timing", "measure_interleaved": "measure.interleaved",
+    "save": "results.table", "pair": "results.compare",
+    "eligibility_grid": "insight.explain",
+    "Explanation": "world.conditions", "TensorDesc": "world.conditions",
+    "flydsl": "world.switches", "set_flydsl": "world.switches",
 }
-# ``explain``, ``trace`` and ``xray`` are modules of the package (``flyexplore.explain.explain``,
-# ``flyexplore.trace.trace``, ``flyexplore.xray.xray``): a function of the same name here would
-# shadow them for ``from flyexplore import explain``.
 
 __all__ = sorted(_API)
 

@@ -6,7 +6,14 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from .errors import UsageError
+from flyexplore.errors import UsageError
+
+#: dtype names used on the command line and in result rows -> torch dtype attribute names.
+DTYPE_NAMES = {
+    "fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64",
+    "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
+    "mxfp8": "float8_e4m3fn", "mxfp4": "float4_e2m1fn_x2",
+}
 
 
 def parse_ints(text: str, what: str) -> tuple[int, ...]:

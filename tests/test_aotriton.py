@@ -1,5 +1,5 @@
 """AOTriton: versions, head-dim rungs and the FlyDSL ("flyc") set (facts from ROCm/aotriton at
-tag 0.13b and the 0.14 development files; sources in flyexplore/aotriton.py), and the 0.13b vs
+tag 0.13b and the 0.14 development files; sources in flyexplore/ops/attention/aotriton.py), and the 0.13b vs
 0.14.2b A/B view on the two synthetic example files in data/examples/aotriton/ (made-up
 numbers, marked as such), with its figure and report section."""
 from __future__ import annotations
@@ -11,12 +11,14 @@ import pytest
 
 pytest.importorskip("torch")
 
-from flyexplore import aotriton as A  # noqa: E402
-from flyexplore import compare  # noqa: E402
-from flyexplore import results as R  # noqa: E402
+from flyexplore.ops.attention import aotriton as A  # noqa: E402
+from flyexplore.results import aotriton_ab as AB  # noqa: E402
+from flyexplore.views import aotriton as AV  # noqa: E402
+from flyexplore.results import compare  # noqa: E402
+from flyexplore.results import table as R  # noqa: E402
 from flyexplore.errors import UsageError  # noqa: E402
 from flyexplore.paths import data_dir  # noqa: E402
-from flyexplore.report import write_compare_report  # noqa: E402
+from flyexplore.views.report import write_compare_report  # noqa: E402
 
 
 def test_versions_and_release_names():
@@ -78,20 +80,20 @@ def test_aiter_as_aotriton_declares_it():
 
 @pytest.fixture(scope="module")
 def sides():
-    pa, pb = A.example_paths()
+    pa, pb = AB.example_paths()
     return R.load(pa), R.load(pb)
 
 
 @pytest.fixture(scope="module")
 def example():
-    return A.compare_files(*A.example_paths())
+    return AB.compare_files(*AB.example_paths())
 
 
 def test_example_files_are_labelled_synthetic(sides):
-    for path, d in zip(A.example_paths(), sides):
+    for path, d in zip(AB.example_paths(), sides):
         assert "synthetic" in path.name
         R.validate(d)
-        assert d[A.SYNTHETIC_FIELD].str.startswith("SYNTHETIC EXAMPLE, not a measurement").all()
+        assert d[AB.SYNTHETIC_FIELD].str.startswith("SYNTHETIC EXAMPLE, not a measurement").all()
         assert d["message"].str.startswith("SYNTHETIC EXAMPLE").all()
         assert d["source"].isna().all()                 # never claims to be measured
         assert set(d["host"]) == {"synthetic-example"}
@@ -130,11 +132,11 @@ def test_ab_view_shows_the_verdicts_and_intervals_of_the_pairs(example, sides):
     ab, _ = example
     labels = ["SAME" if abs(r - 1) < 0.05 else ("FASTER" if r > 1 else "SLOWER") for r in ab.pairs["ratio"]]
     pairs = ab.pairs.assign(verdict=labels, ratio_lo=ab.pairs["ratio"] * 0.99, ratio_hi=ab.pairs["ratio"] * 1.01)
-    v = A.ab_view(dataclasses.replace(ab, pairs=pairs), *sides)
+    v = AB.ab_view(dataclasses.replace(ab, pairs=pairs), *sides)
     assert list(v["label"]) == labels
     assert list(v["speedup_lo"]) == pytest.approx(list(v["speedup"] * 0.99))
     assert set(v.set_index("case").loc[["1x32x4096x4096x80", "4x32x256x256x128:causal=1"], "label"]) == {"SAME"}
-    fig = A.ab_figure(v)
+    fig = AV.aotriton_ab_figure(v)
     bars = [tr for tr in fig.data if tr.type == "bar"]
     texts = [t for tr in bars for t in tr.text]
     assert sorted(t.split(" ", 1)[1] for t in texts) == sorted(labels)
@@ -144,17 +146,17 @@ def test_ab_view_shows_the_verdicts_and_intervals_of_the_pairs(example, sides):
 def test_ab_view_pairs_one_backend_against_another_and_skips_other_ops(sides):
     a, b = sides
     ab = compare.pair(a, b, ("x", "y"), a_backend="flash", b_backend="flash")
-    v = A.ab_view(ab, a, b)
+    v = AB.ab_view(ab, a, b)
     assert len(v) == 10 and v["ran_b"].str.startswith("FlyDSL").sum() == 7
     gemm = R.frame([{"schema_version": 1, "run_id": "g", "op": "gemm", "case": "8x8x8", "dtype": "bf16",
                      "backend": "aten", "status": "ok", "source": "measured", "time_ms": 1.0}])
-    empty = A.ab_view(compare.pair(gemm, gemm), gemm, gemm)
+    empty = AB.ab_view(compare.pair(gemm, gemm), gemm, gemm)
     assert empty.empty and "ran_b" in empty.columns
 
 
 def test_ab_figure(example):
     _, v = example
-    fig = A.ab_figure(v)
+    fig = AV.aotriton_ab_figure(v)
     title = fig.layout.title.text
     assert title.startswith("SYNTHETIC EXAMPLE (made-up numbers): AOTriton A/B: AOTriton 0.14.2b vs AOTriton 0.13b")
     assert [a.text for a in fig.layout.annotations][:2] == ["forward", "backward"]
@@ -164,19 +166,19 @@ def test_ab_figure(example):
     assert fly and fly[0].marker.color == "#2CA02C"
     assert sum(len(tr.y) for tr in fig.data if tr.type == "bar") == 10
     with pytest.raises(UsageError, match="non-empty"):
-        A.ab_figure(v.iloc[:0])
+        AV.aotriton_ab_figure(v.iloc[:0])
 
 
 def test_compare_files_bad_input(tmp_path):
     with pytest.raises(UsageError, match="result file not found"):
-        A.compare_files(tmp_path / "nope.jsonl", A.example_paths()[1])
+        AB.compare_files(tmp_path / "nope.jsonl", AB.example_paths()[1])
     g = tmp_path / "g.csv"
     R.save(R.frame([{"schema_version": 1, "run_id": "g", "op": "gemm", "case": "8x8x8", "dtype": "bf16",
                      "backend": "aten", "status": "ok", "source": "measured", "time_ms": 1.0}]), g)
     with pytest.raises(UsageError, match="no attention rows"):
-        A.compare_files(g, A.example_paths()[1])
+        AB.compare_files(g, AB.example_paths()[1])
     with pytest.raises(UsageError, match="no attention rows for backend 'ck'"):
-        A.compare_files(*A.example_paths(), backend="ck")
+        AB.compare_files(*AB.example_paths(), backend="ck")
 
 
 def test_compare_report_has_the_aotriton_section(tmp_path, sides):
@@ -193,7 +195,7 @@ def test_compare_report_has_the_aotriton_section(tmp_path, sides):
 
 
 def test_cli_compare_on_the_example_files(cli, tmp_path):
-    pa, pb = A.example_paths()
+    pa, pb = AB.example_paths()
     p = cli("compare", str(pa), str(pb), "--names", "AOTriton 0.13b,AOTriton 0.14.2b", "--out", str(tmp_path / "c"),
             "--no-images")
     assert p.returncode == 0, p.stderr

@@ -8,7 +8,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from flyexplore.errors import UsageError
 from flyexplore.ops import get_op
-from flyexplore.ops import attention as at
+from flyexplore.ops.attention import operator as at
 from flyexplore.ops.base import RunContext
 
 OP = get_op("attention")

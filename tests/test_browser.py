@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from flyexplore.notebooks import kernel_env
+from flyexplore.ui.notebooks import kernel_env
 
 from conftest import ROOT
 
@@ -258,7 +258,7 @@ PANEL_2000 = [
 spec = importlib.util.spec_from_file_location("panel_rows", {bench!r})
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
-from flyexplore.widgets import SweepPanel
+from flyexplore.ui.widgets import SweepPanel
 panel = SweepPanel("gemm", backends="aten,triton,flydsl")
 panel""",
     """rows = bench.synthetic_rows(2000)  # SYNTHETIC rows, fed as a sweep's thread feeds them

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from flyexplore import results as R
+from flyexplore.results import table as R
 
 
 @pytest.mark.parametrize("args,needle", [

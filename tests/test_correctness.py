@@ -8,13 +8,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flyexplore import mx
-from flyexplore import results as R
+from flyexplore.ops.scaled_gemm import mx
+from flyexplore.results import table as R
 from flyexplore.errors import UsageError
 from flyexplore.ops import checks, get_op
 from flyexplore.ops.base import RunContext
-from flyexplore.ops.rmsnorm import effective_eps
-from flyexplore.sweep import run_sweep
+from flyexplore.ops.rmsnorm.operator import effective_eps
+from flyexplore.run.sweep import run_sweep
 
 CPU = torch.device("cpu")
 TOPK, RMS, GEMM = get_op("topk"), get_op("rmsnorm"), get_op("gemm")

@@ -1,4 +1,4 @@
-from flyexplore import results as R
+from flyexplore.results import table as R
 
 
 def test_demo_writes_results_env_and_report(cli, tmp_path):
@@ -21,7 +21,7 @@ def test_demo_writes_results_env_and_report(cli, tmp_path):
     # figures), tables a reader can scan, plotly.js once beside the page, no alarming CPU messages
     assert "FlyDSL on MI355X (gfx950): explainer and kernel X-ray" in html
     assert html.count("FlyDSL YES") >= 3 and "26.7 µs" in html and "43.6 TFLOP/s" in html
-    from flyexplore.xray import unavailable_reason
+    from flyexplore.insight.xray import unavailable_reason
     if unavailable_reason() is None:
         assert "waves per SIMD" in html and "VGPRs" in html and "8 of 8 (100%)" in html
     else:

@@ -10,10 +10,10 @@ torch = pytest.importorskip("torch")
 import torch.backends.python_native as pn  # noqa: E402
 from torch._inductor import config as ic  # noqa: E402
 
-from flyexplore import switch_state  # noqa: E402
-from flyexplore import switches as S  # noqa: E402
+from flyexplore.world import switch_state  # noqa: E402
+from flyexplore.world import switches as S  # noqa: E402
 from flyexplore.errors import UsageError  # noqa: E402
-from flyexplore.widgets import DispatchInspector, SweepPanel, SwitchPanel  # noqa: E402
+from flyexplore.ui.widgets import DispatchInspector, SweepPanel, SwitchPanel  # noqa: E402
 
 FAST = {"rep": 3, "warmup": 1}
 WAIT = 240  # seconds; a bound, never reached on a healthy machine
@@ -68,7 +68,7 @@ def test_switch_panel_changes_torch_settings_shows_them_and_restores(restored):
 
 def test_switch_panel_disables_what_this_torch_cannot_turn_on(monkeypatch):
     """torch 2.11 (the H200 machine): no python_native, no FlyDSL templates."""
-    from flyexplore import readiness as R
+    from flyexplore.world import readiness as R
     real = R.has_module
     monkeypatch.setattr(switch_state, "python_native", lambda: None)  # where torch is asked
     monkeypatch.setattr(R, "has_module", lambda name: False if "codegen.flydsl" in name else real(name))
@@ -200,7 +200,7 @@ def test_xray_button_fills_the_resource_view():
 
 def test_inspector_says_why_there_is_no_xray(monkeypatch):
     """Where the X-ray cannot run (the H200 machine: torch 2.11, no flydsl, no lld-22)."""
-    from flyexplore import xray as XR
+    from flyexplore.insight import xray as XR
 
     monkeypatch.setattr(XR, "unavailable_reason", lambda: "AMDGPU-capable ld.lld: no ld.lld found")
     i = DispatchInspector("rmsnorm", "8192x4096", "bf16")

@@ -1,4 +1,4 @@
-"""Worker processes, time limits, sharding, Ray (flyexplore.engine), with injected faults.
+"""Worker processes, time limits, sharding, Ray (flyexplore.run.engine), with injected faults.
 
 The operator is tests/fault_ops.py's FAULTS, which the spawned workers (and Ray actors) import
 by name: a case option says whether its ``faulty`` backend segfaults, hangs, raises, runs out
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from flyexplore import results as R
-from flyexplore.engine import STICKY_ERRORS, choose_engine, pin_env, resolve_op, sticky
+from flyexplore.results import table as R
+from flyexplore.run.engine import STICKY_ERRORS, choose_engine, pin_env, resolve_op, sticky
 from flyexplore.errors import UsageError
-from flyexplore.sweep import case_cost, journal_path, run_sweep
+from flyexplore.run.sweep import case_cost, journal_path, run_sweep
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

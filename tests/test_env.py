@@ -3,7 +3,7 @@ import os
 import pytest
 import torch
 
-from flyexplore import env as E
+from flyexplore.world import env as E
 
 
 def test_cpu_environment_report():
@@ -110,8 +110,8 @@ def test_aotriton_version_from_the_soname_of_an_unversioned_library(tmp_path):
 def test_every_attention_row_carries_the_bundled_aotriton_version(tmp_path, monkeypatch):
     """A fake torch folder with libaotriton_v2.so.0.14.2: the environment reports it and every
     attention row of a real CPU sweep -- ok and unavailable ones alike -- carries it."""
-    from flyexplore import aotriton as A
-    from flyexplore import sweep as SW
+    from flyexplore.ops.attention import aotriton as A
+    from flyexplore.run import sweep as SW
 
     fake = tmp_path / "torch"
     (fake / "lib").mkdir(parents=True)
@@ -131,7 +131,7 @@ def test_every_attention_row_carries_the_bundled_aotriton_version(tmp_path, monk
 def test_skip_version_check_is_read_for_the_eager_path_only():
     """TORCH_NATIVE_SKIP_VERSION_CHECK=1 lets torch's eager check accept any flydsl (missing
     metadata too); Inductor's runtime check ignores it (torch/_inductor/codegen/flydsl/flydsl_utils.py)."""
-    from flyexplore import readiness as R
+    from flyexplore.world import readiness as R
 
     skip = {"TORCH_NATIVE_SKIP_VERSION_CHECK": "1"}
     assert E.flydsl_version_check("2.15.0", "0.5.0", skip).ok

@@ -12,10 +12,10 @@ torch = pytest.importorskip("torch")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from flyexplore import explain as E  # noqa: E402
-from flyexplore.ops import attention_flydsl as AF  # noqa: E402
-from flyexplore.ops import topk_flydsl as TF  # noqa: E402
-from flyexplore import switches as S  # noqa: E402
+from flyexplore.insight import explain as E  # noqa: E402
+from flyexplore.ops.attention import flydsl as AF  # noqa: E402
+from flyexplore.ops.topk import flydsl as TF  # noqa: E402
+from flyexplore.world import switches as S  # noqa: E402
 from flyexplore.cli import main  # noqa: E402
 from flyexplore.errors import UsageError  # noqa: E402
 
@@ -362,7 +362,7 @@ def test_attention_asks_torch_itself_in_a_rocm_environment(monkeypatch):
     where torch picks its CPU flash kernel), and their answer decides the SDPA condition."""
     from types import SimpleNamespace
 
-    from flyexplore import env as EN
+    from flyexplore.world import env as EN
 
     rocm = SimpleNamespace(platform="rocm", device=SimpleNamespace(arch="gfx950"),
                            versions={"torch": "2.15.0+rocm", "aotriton": "0.14.2"})

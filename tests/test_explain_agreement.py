@@ -31,13 +31,13 @@ if importlib.util.find_spec("torch._native.ops.norm.flydsl_rmsnorm_impl") is Non
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from flyexplore import explain as E  # noqa: E402
-from flyexplore import readiness as RD  # noqa: E402
-from flyexplore.ops import gemm_flydsl as GF  # noqa: E402
-from flyexplore.ops import grouped_gemm_flydsl as GGF  # noqa: E402
-from flyexplore.ops import rmsnorm_flydsl as RF  # noqa: E402
-from flyexplore.ops import scaled_gemm_flydsl as SF  # noqa: E402
-from flyexplore.ops import topk_flydsl as TF  # noqa: E402
+from flyexplore.insight import explain as E  # noqa: E402
+from flyexplore.world import readiness as RD  # noqa: E402
+from flyexplore.ops.gemm import flydsl as GF  # noqa: E402
+from flyexplore.ops.grouped_gemm import flydsl as GGF  # noqa: E402
+from flyexplore.ops.rmsnorm import flydsl as RF  # noqa: E402
+from flyexplore.ops.scaled_gemm import flydsl as SF  # noqa: E402
+from flyexplore.ops.topk import flydsl as TF  # noqa: E402
 
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -63,7 +63,7 @@ def gfx950():
         _clear_arch_caches()
         yield
     _clear_arch_caches()
-    from flyexplore import env
+    from flyexplore.world import env
     env._collect_cached.cache_clear()   # nothing collected under FLYDSL_GPU_ARCH survives this module
 
 
@@ -640,7 +640,7 @@ def fake_flydsl(root, version, mlir=True, environ=None):
 
 @pytest.fixture(scope="module")
 def assumed_facts():
-    from flyexplore.facts import facts
+    from flyexplore.world.facts import facts
     return facts(assume_rocm=True)     # before any fake install: collect() caches what it sees
 
 
@@ -663,8 +663,8 @@ def test_flydsl_readiness_agrees_with_torch(tmp_path, version, mlir, assumed_fac
     from torch._inductor.codegen.flydsl import flydsl_utils as ifu
     from torch._native import flydsl_utils as fu
 
-    from flyexplore import env as ENV
-    from flyexplore import readiness as R
+    from flyexplore.world import env as ENV
+    from flyexplore.world import readiness as R
 
     for i, skip in enumerate((None, "1", "0")):
         environ = {} if skip is None else {"TORCH_NATIVE_SKIP_VERSION_CHECK": skip}
@@ -692,8 +692,8 @@ def test_flydsl_readiness_agrees_with_torch(tmp_path, version, mlir, assumed_fac
 def test_prereleases_and_local_builds_are_told_apart(tmp_path):
     """What the issue found: torch's eager check refuses 0.3 pre-releases and accepts local
     builds; Inductor takes both; missing metadata is not 'not installed'."""
-    from flyexplore import env as ENV
-    from flyexplore import readiness as R
+    from flyexplore.world import env as ENV
+    from flyexplore.world import readiness as R
 
     for v in ("0.3.0.dev1", "0.3.0rc1", "0.3.0c1", "0.3.0pre1"):
         r = R.eager_flydsl_version(v, {})
@@ -729,8 +729,8 @@ def test_arch_resolvers_agree_with_torch(var, value, device):
     import torch._inductor.codegen.flydsl.flydsl_scheduling as ifs
     from torch._native import flydsl_utils as fu
 
-    from flyexplore import env as ENV
-    from flyexplore import readiness as R
+    from flyexplore.world import env as ENV
+    from flyexplore.world import readiness as R
 
     environ = ({"FLYDSL_GPU_ARCH": value, "HSA_OVERRIDE_GFX_VERSION": "9.4.2"} if var == "both"
                else {var: value})

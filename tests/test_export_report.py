@@ -10,13 +10,13 @@ import xml.etree.ElementTree as ET
 import pandas as pd
 import pytest
 
-from flyexplore import published as P
-from flyexplore import results as R
+from flyexplore.results import published as P
+from flyexplore.results import table as R
 from flyexplore.cli import main
 from flyexplore.errors import UsageError
-from flyexplore.export import save_figure, save_figures, save_table, static_export_problem
-from flyexplore.plots import speedup_figure
-from flyexplore.report import write_compare_report, write_report
+from flyexplore.views.export import save_figure, save_figures, save_table, static_export_problem
+from flyexplore.views.plots import speedup_figure
+from flyexplore.views.report import write_compare_report, write_report
 
 from test_plots import rows
 from test_vllm_ab import result
@@ -179,7 +179,7 @@ def test_cli_compare_vllm(tmp_path):
 def test_demo_writes_the_same_report(tmp_path, monkeypatch, measured):
     """flyexplore demo's glue: its sweeps (stubbed here; the sweep has its own tests) go into
     report.write_report, with or without static images."""
-    import flyexplore.demo as D
+    import flyexplore.cli.demo as D
 
     monkeypatch.setattr(D, "run_sweep", lambda op, **kw: measured if op == "gemm" else R.empty_frame())
     path = D.run_demo(tmp_path / "demo", progress=False, static=False)
@@ -190,7 +190,7 @@ def test_demo_writes_the_same_report(tmp_path, monkeypatch, measured):
 def test_report_without_a_browser_still_writes_html(tmp_path, monkeypatch, measured, capsys):
     """No Chromium: the HTML report and tables are written, the report and the CLI say why
     the static images are missing."""
-    import flyexplore.export as X
+    import flyexplore.views.export as X
 
     monkeypatch.setattr(X, "static_export_problem", lambda: "no Chromium/Chrome for kaleido (test)")
     f = tmp_path / "m.parquet"
@@ -206,7 +206,7 @@ def test_report_without_a_browser_still_writes_html(tmp_path, monkeypatch, measu
 def test_export_figures_skips_static_formats_without_a_browser(tmp_path, monkeypatch, measured):
     """export_figures never fails for want of a browser: HTML is written, PNG/SVG/PDF are
     listed as skipped with the reason (the notebooks rely on it on GPU nodes)."""
-    import flyexplore.export as X
+    import flyexplore.views.export as X
 
     figs = {"a": speedup_figure(measured), "b": speedup_figure(measured, title="b")}
     monkeypatch.setattr(X, "static_export_problem", lambda: "no Chromium/Chrome for kaleido (test)")

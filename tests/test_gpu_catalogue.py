@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flyexplore import results as R
+from flyexplore.results import table as R
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,7 +78,7 @@ def test_bad_part_is_a_usage_error(tmp_path, capsys):
 
 def test_gpu_plan_is_valid():
     """Every GPU part names a real suite or shapes, dtypes and backends (checked without a GPU)."""
-    from flyexplore.sweep import make_plan
+    from flyexplore.run.sweep import make_plan
 
     mod = _script()
     rows = 0
@@ -92,11 +92,11 @@ def test_gpu_plan_is_valid():
 
 
 def test_a_failing_part_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
-    import flyexplore.sweep
+    import flyexplore.run.sweep
 
     def boom(*a, **k):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
-    monkeypatch.setattr(flyexplore.sweep, "run_sweep", boom)
+    monkeypatch.setattr(flyexplore.run.sweep, "run_sweep", boom)
     s = _script().run(tmp_path, device="cpu", parts=["scaled_cpu", "attention_cpu"], progress=False)
     assert [p["part"] for p in s["parts"]] == ["scaled_cpu", "attention_cpu"]
     assert all(p["failed"].startswith("RuntimeError: CUDA error") for p in s["parts"])

@@ -5,11 +5,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from flyexplore.env import Check, Readiness, collect
+from flyexplore.world.env import Check, Readiness, collect
 from flyexplore.errors import UsageError
 from flyexplore.ops import get_op
 from flyexplore.ops.base import RunContext
-from flyexplore.ops.grouped_gemm import group_sizes, offsets, published_case_label
+from flyexplore.ops.grouped_gemm.operator import group_sizes, offsets, published_case_label
 from flyexplore.paths import published_dir
 
 OP = get_op("grouped_gemm")

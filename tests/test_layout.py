@@ -52,7 +52,7 @@ def import_graph() -> nx.DiGraph:
 
 def test_no_import_cycle():
     g = import_graph()
-    assert g.has_edge("flyexplore.cases", "flyexplore.trace")      # the graph sees real edges
+    assert g.has_edge("flyexplore.run.cases", "flyexplore.insight.trace")      # the graph sees real edges
     cycles = list(nx.simple_cycles(g))
     assert cycles == [], [" -> ".join(c + [c[0]]) for c in cycles[:10]]
 
@@ -108,10 +108,10 @@ def test_public_api_is_deliberate_and_light():
 
 def test_measuring_core_never_imports_ui_code():
     g = import_graph()
-    core = ["flyexplore.timing", "flyexplore.interleaved", "flyexplore.stats", "flyexplore.devstate",
-            "flyexplore.cases", "flyexplore.sweep", "flyexplore.engine", "flyexplore.results"]
-    ui = {"flyexplore.widgets", "flyexplore.panel", "flyexplore.panel_parts", "flyexplore.inspector",
-          "flyexplore.widget_base", "flyexplore.plots", "flyexplore.plots_compare", "flyexplore.plot_style",
-          "flyexplore.report"}
+    core = ["flyexplore.measure.timing", "flyexplore.measure.interleaved", "flyexplore.measure.stats", "flyexplore.measure.devstate",
+            "flyexplore.run.cases", "flyexplore.run.sweep", "flyexplore.run.engine", "flyexplore.results.table"]
+    ui = {"flyexplore.ui.widgets", "flyexplore.ui.panel", "flyexplore.ui.panel_parts", "flyexplore.ui.inspector",
+          "flyexplore.ui.widget_base", "flyexplore.views.plots", "flyexplore.views.plots_compare", "flyexplore.views.plot_style",
+          "flyexplore.views.report"}
     reached = {m: sorted(nx.descendants(g, m) & ui) for m in core}
     assert all(not v for v in reached.values()), reached

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from flyexplore import mx
+from flyexplore.ops.scaled_gemm import mx
 from flyexplore.errors import UsageError
 
 

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from flyexplore import cli as C
-from flyexplore import results as R
-from flyexplore.report import env_summary, fmt_num, scan_table, summary_table
+from flyexplore.results import table as R
+from flyexplore.views.report import env_summary, fmt_num, scan_table, summary_table
 
 from conftest import ROOT
 from test_export_report import _check_png, need_static
@@ -26,13 +26,13 @@ def _py(code, **kw):
 
 
 def test_cli_names_come_from_the_registry():
-    from flyexplore import timing as T
+    from flyexplore.measure import timing as T
     from flyexplore.ops import Operator, flydsl_ops, get_op, list_ops, register_op, unregister_op
 
     assert tuple(C.catalogue()) == list_ops()
     assert set(C.explain_ops()) == set(flydsl_ops()) == {"rmsnorm", "topk", "gemm", "grouped_gemm",
                                                           "scaled_gemm", "attention"}
-    from flyexplore.interleaved import INTERLEAVED_MODES
+    from flyexplore.measure.interleaved import INTERLEAVED_MODES
     assert C.TIMING_MODES == {"interleaved": INTERLEAVED_MODES, "block": T.MODES}
     toy = Operator(name="toy_cli", doc="toy", dims=("n",), options={}, dtypes=("fp32",))
     toy.backend("aten", "toy")(lambda case, dtype, inputs, ctx: (lambda: None))
@@ -145,7 +145,7 @@ def test_env_summary_has_no_gpu_runtime_on_a_cpu():
 
 
 def test_fp32_and_bf16_bars_differ():
-    from flyexplore.plots import speedup_figure
+    from flyexplore.views.plots import speedup_figure
 
     a = rows({("8x4096x4096", "aten"): 0.02, ("8x4096x4096", "triton"): 0.01})
     b = a.assign(dtype="fp32")
@@ -161,7 +161,7 @@ def test_kaleido_session_persists_and_times_out(tmp_path):
     import kaleido
     import plotly.graph_objects as go
 
-    from flyexplore import export as E
+    from flyexplore.views import export as E
 
     figs = {f"f{i}": go.Figure(go.Bar(x=["a", "b"], y=[i, 1])) for i in range(3)}
     E.save_figures(figs, tmp_path / "a", ["png"])
@@ -188,7 +188,7 @@ def test_export_command(cli, tmp_path):
     out = tmp_path / "s.png"
     p = cli("export", str(f), "--figure", "speedup", "--out", str(out))
     assert p.returncode == 0, p.stderr
-    from flyexplore.export import static_export_problem
+    from flyexplore.views.export import static_export_problem
 
     if static_export_problem() is None:
         _check_png(out, 2200)
@@ -207,8 +207,8 @@ def test_export_command(cli, tmp_path):
 
 
 def test_flydsl_section_without_lld_says_how(monkeypatch):
-    from flyexplore import demo as D
-    from flyexplore import xray as X
+    from flyexplore.cli import demo as D
+    from flyexplore.insight import xray as X
 
     monkeypatch.setattr(X, "unavailable_reason", lambda: "AMDGPU-capable ld.lld: none found")
     cases = D.flydsl_cases()
@@ -220,7 +220,7 @@ def test_flydsl_section_without_lld_says_how(monkeypatch):
 
 
 def test_export_formats_match():
-    from flyexplore.export import FIGURE_FORMATS
+    from flyexplore.views.export import FIGURE_FORMATS
 
     p = _py("import sys\nfrom flyexplore.cli import main\n"
             "print(main(['export', 'x.parquet', '--out', 'y.gif']), main(['export', 'nothere.parquet', '--out', 'y.png']),"

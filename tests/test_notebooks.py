@@ -8,10 +8,10 @@ import sys
 import nbformat
 import pytest
 
-from flyexplore import notebooks as N
-from flyexplore import results as R
+from flyexplore.ui import notebooks as N
+from flyexplore.results import table as R
 from flyexplore.errors import UsageError
-from flyexplore.sweep import make_plan
+from flyexplore.run.sweep import make_plan
 
 from conftest import ROOT
 
@@ -284,7 +284,7 @@ def test_published_notebook(executed):
 
 
 def test_export_report_notebook(executed):
-    from flyexplore.export import static_export_problem
+    from flyexplore.views.export import static_export_problem
 
     nb, out = _nb(executed, "export_report")
     for f in ("report/report.html", "compare/report.html", "single/gemm_roofline.html",
@@ -351,7 +351,8 @@ def test_rmsnorm_topk_shows_sweeps_published_eligibility_and_xray(executed):
     assert "TopK on MI355X, FlyDSL over ATen (published)" in figs
     rms = figs["RMSNorm bf16 on gfx950: FlyDSL taken over M and N"]["data"][0]
     taken = sum(v == 1 for row in rms["z"] for v in row)
-    from flyexplore import explain, notebooks
+    from flyexplore.insight import explain
+    from flyexplore.ui import notebooks
     grid = explain.eligibility_grid("rmsnorm", dtype="bf16", **notebooks.ELIGIBILITY_GRIDS["rmsnorm"])
     assert taken == int(grid["value"].sum()) > 0
     topk = figs["TopK fp32, M=2048, on gfx950: FlyDSL taken over N and K"]["data"][0]

@@ -96,7 +96,7 @@ def test_published_suites_have_published_sizes():
 
 
 def test_unavailable_backends_say_why_on_cpu():
-    from flyexplore.env import collect
+    from flyexplore.world.env import collect
     from flyexplore.ops.base import RunContext
 
     ctx = RunContext(torch.device("cpu"), collect())

@@ -1,6 +1,6 @@
 """The sweep panel stays live at thousands of rows (issue 13): rows reach the UI through
 :meth:`SweepPanel.add_row` without rendering on the sweep's thread, the figure is updated series by
-series with the statistics of :func:`flyexplore.plots.speedup_figure`, long messages are numbered
+series with the statistics of :func:`flyexplore.views.plots.speedup_figure`, long messages are numbered
 once, the panel degrades to a static figure and a paged table without anywidget, and a sweep with
 the panel attached takes the wall time of the same sweep headless."""
 import importlib.util
@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from flyexplore import ops as O
-from flyexplore import results as R
+from flyexplore.results import table as R
 from flyexplore.ops.base import Operator
-from flyexplore.plots import speedup_figure
-from flyexplore.sweep import run_sweep
-from flyexplore.widgets import PAGE_ROWS, SYMBOLS, SweepPanel, case_speedups
+from flyexplore.views.plots import speedup_figure
+from flyexplore.run.sweep import run_sweep
+from flyexplore.ui.widgets import PAGE_ROWS, SYMBOLS, SweepPanel, case_speedups
 
 from conftest import ROOT
 

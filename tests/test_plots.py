@@ -6,10 +6,10 @@ import math
 import pandas as pd
 import pytest
 
-from flyexplore import plots as F
-from flyexplore import published as P
-from flyexplore import results as R
-from flyexplore.compare import pair
+from flyexplore.views import plots as F
+from flyexplore.results import published as P
+from flyexplore.results import table as R
+from flyexplore.results.compare import pair
 from flyexplore.errors import UsageError
 
 

@@ -6,8 +6,8 @@ import json
 import pandas as pd
 import pytest
 
-from flyexplore import published as P
-from flyexplore import results as R
+from flyexplore.results import published as P
+from flyexplore.results import table as R
 from flyexplore.cli import main
 from flyexplore.errors import UsageError
 from flyexplore.ops import get_op

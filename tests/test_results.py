@@ -3,7 +3,7 @@ import math
 import pandas as pd
 import pytest
 
-from flyexplore import results as R
+from flyexplore.results import table as R
 from flyexplore.errors import UsageError
 
 

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 import torch
 
-from flyexplore import results as R
-from flyexplore import validate as V
+from flyexplore.results import table as R
+from flyexplore.run import validate as V
 from flyexplore.cli import main
 from flyexplore.errors import UsageError
-from flyexplore.report import REPORT_MARKER, check_report_dir, write_report
-from flyexplore.sweep import journal_path, run_sweep
+from flyexplore.views.report import REPORT_MARKER, check_report_dir, write_report
+from flyexplore.run.sweep import journal_path, run_sweep
 
 
 def _rows(n=40):
@@ -181,7 +181,7 @@ def test_failed_write_leaves_the_earlier_report(tmp_path, monkeypatch):
     out = tmp_path / "rep"
     _report(_rows(3), out)
     before = (out / "report.html").read_text()
-    import flyexplore.report as REP
+    import flyexplore.views.report as REP
 
     def boom(*a, **k):
         raise RuntimeError("disk full")
@@ -214,7 +214,7 @@ needs_nb = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in (
 def test_failed_notebook_is_written_up_to_the_failure(tmp_path, src, exc):
     import nbformat
 
-    from flyexplore import notebooks as N
+    from flyexplore.ui import notebooks as N
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('first cell ran')"),
                                          nbformat.v4.new_code_cell(src), nbformat.v4.new_code_cell("print('never')")])
@@ -233,7 +233,7 @@ def test_report_swap_failure_restores_the_earlier_report(tmp_path, monkeypatch):
     out = tmp_path / "rep"
     _report(_rows(3), out)
     before = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    import flyexplore.report as REP
+    import flyexplore.views.report as REP
 
     real, calls = REP.os.replace, []
 

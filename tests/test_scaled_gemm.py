@@ -6,11 +6,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from flyexplore import mx
-from flyexplore.env import Check, Readiness, collect
+from flyexplore.ops.scaled_gemm import mx
+from flyexplore.world.env import Check, Readiness, collect
 from flyexplore.errors import UsageError
 from flyexplore.ops import get_op
-from flyexplore.ops import scaled_gemm as sg
+from flyexplore.ops.scaled_gemm import operator as sg
 from flyexplore.ops.base import RunContext
 from flyexplore.paths import published_dir
 

@@ -8,10 +8,10 @@ import time
 import pytest
 import torch
 
-from flyexplore import results as R
+from flyexplore.results import table as R
 from flyexplore.errors import UsageError
 from flyexplore.ops.base import Operator
-from flyexplore.sweep import journal_path, make_plan, run_sweep
+from flyexplore.run.sweep import journal_path, make_plan, run_sweep
 
 FAST = {"rep": 5, "warmup": 1}
 
@@ -119,7 +119,7 @@ CRASH_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     sys.path.insert(0, {root!r})
     from test_sweep import toy_op, FAST
-    from flyexplore.sweep import run_sweep
+    from flyexplore.run.sweep import run_sweep
     run_sweep(toy_op(sleep_on={{"16x16"}}), shapes="4x4;8x8;16x16", backends="good", out={out!r},
               resume={resume}, timer=FAST, progress=False)
 """)

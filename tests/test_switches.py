@@ -11,8 +11,8 @@ torch = pytest.importorskip("torch")
 import torch.backends.python_native as pn  # noqa: E402
 from torch._inductor import config as ic  # noqa: E402
 
-from flyexplore import switch_state  # noqa: E402
-from flyexplore import switches as S  # noqa: E402
+from flyexplore.world import switch_state  # noqa: E402
+from flyexplore.world import switches as S  # noqa: E402
 from flyexplore.errors import UsageError  # noqa: E402
 
 
@@ -144,7 +144,7 @@ def test_missing_python_native_is_reported_not_faked(monkeypatch):
 
 
 def test_missing_inductor_templates_are_reported(monkeypatch):
-    from flyexplore import readiness as R
+    from flyexplore.world import readiness as R
     real = R.has_module
     monkeypatch.setattr(R, "has_module", lambda name: False if "codegen.flydsl" in name else real(name))
     before = ic.max_autotune_gemm_backends
@@ -156,7 +156,7 @@ def test_missing_inductor_templates_are_reported(monkeypatch):
 
 def test_op_backends_use_the_switches():
     """The catalogue's aten/flydsl backends of RMSNorm and TopK switch their own op."""
-    from flyexplore.env import collect
+    from flyexplore.world.env import collect
     from flyexplore.ops import get_op
     from flyexplore.ops.base import RunContext
 

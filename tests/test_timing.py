@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from flyexplore.timing import (HOST_BOUND_RATIO, NOISY_IQR_FRACTION, Measurement, Timer,
+from flyexplore.measure.timing import (HOST_BOUND_RATIO, NOISY_IQR_FRACTION, Measurement, Timer,
                                summarize)
 
 
@@ -112,7 +112,7 @@ def test_profiler_attribution_on_cpu_gives_no_device_time():
     from torch.autograd.profiler import record_function
     from torch.profiler import ProfilerActivity, profile
 
-    from flyexplore.timing import kernel_times_from_profile
+    from flyexplore.measure.timing import kernel_times_from_profile
 
     a = torch.randn(32, 32)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -124,13 +124,13 @@ def test_profiler_attribution_on_cpu_gives_no_device_time():
 
 
 def test_the_interleaved_timer_builds_on_timing_not_the_reverse():
-    """flyexplore.interleaved imports flyexplore.timing (Measurement, clocks); timing never
+    """flyexplore.measure.interleaved imports flyexplore.measure.timing (Measurement, clocks); timing never
     imports interleaved, so either may be imported first and there is no cycle."""
     import subprocess
     import sys
 
     from conftest import ROOT
-    code = ("import sys, flyexplore.timing as T; assert 'flyexplore.interleaved' not in sys.modules; "
-            "import flyexplore.interleaved as I; assert I.Measurement is T.Measurement")
+    code = ("import sys, flyexplore.measure.timing as T; assert 'flyexplore.measure.interleaved' not in sys.modules; "
+            "import flyexplore.measure.interleaved as I; assert I.Measurement is T.Measurement")
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from flyexplore import conditions as C
+from flyexplore.world import conditions as C
 from flyexplore.ops import FlyDSLPath, KernelPattern, Operator, register_op, unregister_op
 
 # -- the family ------------------------------------------------------------------------------
@@ -86,9 +86,9 @@ def toy():
 # -- what the rest of flyexplore does with it ---------------------------------------------------
 
 def test_sweep_and_speedup_figure(toy, tmp_path):
-    from flyexplore.plots import speedup_figure
-    from flyexplore.results import speedup
-    from flyexplore.sweep import run_sweep
+    from flyexplore.views.plots import speedup_figure
+    from flyexplore.results.table import speedup
+    from flyexplore.run.sweep import run_sweep
 
     df = run_sweep("toy_double", shapes="4096;65536", progress=False, timer={"budget_s": 0.3},
                    out=tmp_path / "toy.parquet")
@@ -101,7 +101,7 @@ def test_sweep_and_speedup_figure(toy, tmp_path):
 
 
 def test_explain_library_and_cli(toy, capsys):
-    from flyexplore import explain as X
+    from flyexplore.insight import explain as X
     from flyexplore.cli import main
 
     assert "toy_double" in X.explainable()
@@ -118,7 +118,8 @@ def test_explain_library_and_cli(toy, capsys):
 
 
 def test_switches_table_and_trace_classification(toy):
-    from flyexplore import switches, trace
+    from flyexplore.world import switches
+    from flyexplore.insight import trace
 
     tab = switches.table()
     row = tab[tab["op"] == "toy_double"]
@@ -128,8 +129,8 @@ def test_switches_table_and_trace_classification(toy):
 
 
 def test_gone_after_unregister():
-    from flyexplore import explain as X
-    from flyexplore import trace
+    from flyexplore.insight import explain as X
+    from flyexplore.insight import trace
     from flyexplore.ops import list_ops
 
     assert "toy_double" not in list_ops() and "toy_double" not in X.explainable()
@@ -139,8 +140,8 @@ def test_gone_after_unregister():
 def test_a_registered_family_runs_in_worker_processes(toy, tmp_path):
     # a worker imports the family by "module:attribute" (engine.op_ref), not by its bare name,
     # which only the registering process knows (found by a new developer following the docs)
-    from flyexplore.engine import op_ref
-    from flyexplore.sweep import run_sweep
+    from flyexplore.run.engine import op_ref
+    from flyexplore.run.sweep import run_sweep
 
     assert op_ref(TOY) == "test_toy_operator:TOY"
     df = run_sweep("toy_double", shapes="4096", workers=1, progress=False, timer={"budget_s": 0.3},
@@ -158,7 +159,7 @@ def test_registration_mistakes_are_named():
     with pytest.raises(ValueError, match=r"bad kernel-name pattern '\^toy\('"):
         KernelPattern(r"^toy(", "FlyDSL toy")
     from flyexplore.errors import UsageError
-    from flyexplore.sweep import run_sweep
+    from flyexplore.run.sweep import run_sweep
 
     bare = Operator(name="toy_bare", doc="", dims=("n",), options={}, dtypes=("fp32",))
     with pytest.raises(UsageError, match="'toy_bare' cannot be measured: it has no make_inputs, reference, "

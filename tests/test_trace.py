@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from flyexplore import results as R  # noqa: E402
-from flyexplore import trace as T  # noqa: E402
+from flyexplore.results import table as R  # noqa: E402
+from flyexplore.insight import trace as T  # noqa: E402
 
 #: Real CUDA kernel names from torch.profiler on an NVIDIA H200 (torch 2.11.0+cu130), as recorded
 #: in shared/measurements/h200_caps.json ("cuda kernel names"), with the family each belongs to.
@@ -114,28 +114,31 @@ def test_flydsl_patterns_are_the_registrys():
 
 
 def _relative_imports(module) -> set[str]:
-    """Every ``from .x import`` / ``import flyexplore.x`` in a module's source, at any depth."""
+    """The leaf names of every flyexplore module a module's source imports, at any depth
+    (``from flyexplore.run.cases import x`` and ``from flyexplore.run import cases`` -> ``cases``)."""
     import ast
+    import importlib.util
     import inspect
 
     out = set()
     for node in ast.walk(ast.parse(inspect.getsource(module))):
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-            out.add(node.module.split(".")[0])
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flyexplore."):
-            out.add(node.module.split(".")[1])
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flyexplore"):
+            out.add(node.module.split(".")[-1])
+            for a in node.names:  # a module imported from its package
+                if importlib.util.find_spec(f"{node.module}.{a.name}") if importlib.util.find_spec(node.module).submodule_search_locations else False:
+                    out.add(a.name)
         elif isinstance(node, ast.Import):
-            out |= {a.name.split(".")[1] for a in node.names if a.name.startswith("flyexplore.")}
+            out |= {a.name.split(".")[-1] for a in node.names if a.name.startswith("flyexplore.")}
     return out
 
 
 def test_trace_does_not_import_the_sweep():
     """A sweep's cases import the trace; the trace (and the modules it imports) never the sweep
     or its cases (tests/test_layout.py checks the whole package for cycles)."""
-    import flyexplore.autotune as A
-    import flyexplore.cases as C
-    import flyexplore.devstate as D
-    import flyexplore.sweep as S
+    import flyexplore.insight.autotune as A
+    import flyexplore.run.cases as C
+    import flyexplore.measure.devstate as D
+    import flyexplore.run.sweep as S
 
     for mod in (T, A, D):
         assert not {"sweep", "cases"} & _relative_imports(mod), mod.__name__
@@ -277,7 +280,7 @@ def _cpu_flydsl_rmsnorm():
 
 
 def test_sweep_records_a_flydsl_miss_and_speedup_leaves_it_out(tmp_path):
-    from flyexplore.sweep import run_sweep
+    from flyexplore.run.sweep import run_sweep
 
     op = _cpu_flydsl_rmsnorm()
     df = run_sweep(op, shapes="64x1024", dtypes="fp32", backends="aten,flydsl", out=tmp_path / "r.parquet",
@@ -301,7 +304,7 @@ def test_sweep_records_a_flydsl_miss_and_speedup_leaves_it_out(tmp_path):
 def test_flydsl_rows_are_traced_even_without_trace_flag(tmp_path):
     import pandas as pd
 
-    from flyexplore.sweep import run_sweep
+    from flyexplore.run.sweep import run_sweep
 
     df = run_sweep(_cpu_flydsl_rmsnorm(), shapes="64x1024", dtypes="fp32", backends="aten,flydsl",
                    timer={"rep": 3, "warmup": 1}, progress=False)
@@ -427,7 +430,7 @@ def test_observed_splits_aotriton_by_backend():
 def test_row_columns_for_attention_count_aotriton_flydsl_as_taken(monkeypatch):
     from types import SimpleNamespace
 
-    from flyexplore import env as E
+    from flyexplore.world import env as E
     from flyexplore.ops import get_op
 
     case = get_op("attention").case("1x32x4096x4096x128:causal=1")

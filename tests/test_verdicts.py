@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
-from flyexplore import results as R
-from flyexplore import stats as S
-from flyexplore.devstate import THROTTLE_FRACTION, AmdSmiSampler, NvmlSampler, case_columns
-from flyexplore.interleaved import measure_interleaved
-from flyexplore.timing import Timer, rounds_from_json, samples_json
+from flyexplore.results import table as R
+from flyexplore.measure import stats as S
+from flyexplore.measure.devstate import THROTTLE_FRACTION, AmdSmiSampler, NvmlSampler, case_columns
+from flyexplore.measure.interleaved import measure_interleaved
+from flyexplore.measure.timing import Timer, rounds_from_json, samples_json
 
 
 # -- statistics ------------------------------------------------------------------------------
@@ -131,8 +131,8 @@ def test_budget_ends_an_unconvergeable_case_flagged():
 
 
 def test_the_default_budget_is_read_where_the_interleaved_timer_lives(monkeypatch):
-    import flyexplore.interleaved as I
-    import flyexplore.timing as T
+    import flyexplore.measure.interleaved as I
+    import flyexplore.measure.timing as T
 
     monkeypatch.setattr(I, "CASE_BUDGET_S", {"cpu": 0.3, "cuda": 10.0})  # default CPU budget: 2 s
     c = DriftClock(drift=0.0, sigma=0.5, seed=5)  # very noisy: never converges, stops at the budget
@@ -234,7 +234,7 @@ def test_amdsmi_sampler_with_fake_library(monkeypatch):
 # -- sweeps, schema 2, migration, compare ------------------------------------------------------
 
 def test_interleaved_sweep_rows_keep_samples_intervals_and_verdicts(tmp_path):
-    from flyexplore.sweep import run_sweep
+    from flyexplore.run.sweep import run_sweep
 
     out = tmp_path / "r.parquet"
     df = run_sweep("rmsnorm", shapes="64x1024", dtypes="fp32", backends="aten,inductor", out=out,
@@ -256,7 +256,7 @@ def test_interleaved_sweep_rows_keep_samples_intervals_and_verdicts(tmp_path):
 
 
 def test_block_order_still_available_with_unpaired_intervals():
-    from flyexplore.sweep import run_sweep
+    from flyexplore.run.sweep import run_sweep
 
     df = run_sweep("rmsnorm", shapes="64x1024", dtypes="fp32", backends="aten,inductor",
                    progress=False, order="block", timer={"rep": 12, "warmup": 1})
@@ -267,7 +267,7 @@ def test_block_order_still_available_with_unpaired_intervals():
 
 def test_bad_order_band_timer_refused_before_any_file(tmp_path):
     from flyexplore.errors import UsageError
-    from flyexplore.sweep import run_sweep
+    from flyexplore.run.sweep import run_sweep
 
     out = tmp_path / "keep.csv"
     out.write_text("precious")
@@ -282,7 +282,7 @@ def test_bad_order_band_timer_refused_before_any_file(tmp_path):
 def test_a_stale_result_is_caught_by_the_recheck(monkeypatch):
     from flyexplore.ops import get_op
     from flyexplore.ops.base import Backend
-    from flyexplore.sweep import run_sweep
+    from flyexplore.run.sweep import run_sweep
 
     op = get_op("rmsnorm")
     aten = op.get_backend("aten")
@@ -305,7 +305,7 @@ def test_a_stale_result_is_caught_by_the_recheck(monkeypatch):
 def test_schema1_files_load_report_and_compare(tmp_path):
     from pathlib import Path
 
-    from flyexplore.compare import pair
+    from flyexplore.results.compare import pair
 
     root = Path(__file__).resolve().parents[1]
     v1 = R.load(root / "data/h200/published_suites/results.parquet")
@@ -321,8 +321,8 @@ def test_schema1_files_load_report_and_compare(tmp_path):
 
 
 def test_two_identical_cpu_sweeps_never_read_a_difference(tmp_path):
-    from flyexplore.compare import pair
-    from flyexplore.sweep import run_sweep
+    from flyexplore.results.compare import pair
+    from flyexplore.run.sweep import run_sweep
 
     kw = dict(shapes="128x128x128;256x256x256", dtypes="fp32", backends="aten,inductor", progress=False,
               timer={"budget_s": 1.0})
@@ -335,7 +335,7 @@ def test_two_identical_cpu_sweeps_never_read_a_difference(tmp_path):
 
 
 def test_compare_says_when_environments_differ():
-    from flyexplore.compare import env_warnings
+    from flyexplore.results.compare import env_warnings
 
     a = R.frame([{"op": "gemm", "case": "8x8x8", "dtype": "fp32", "backend": "aten", "status": "ok",
                   "source": "measured", "time_ms": 1.0, "device": "NVIDIA H200", "torch": "2.11.0",
@@ -347,7 +347,7 @@ def test_compare_says_when_environments_differ():
 
 
 def test_speedup_figure_draws_whiskers_and_labels():
-    from flyexplore.plots import speedup_figure
+    from flyexplore.views.plots import speedup_figure
 
     rows = []
     for case, (tb, tx) in {"8x8x8": (1.1, 1.0), "16x8x8": (1.0, 1.0)}.items():
@@ -372,7 +372,7 @@ def test_loading_scipy_does_not_eat_the_case_budget():
     import subprocess
 
     code = ("import sys\n"
-            "from flyexplore.interleaved import measure_interleaved\n"
+            "from flyexplore.measure.interleaved import measure_interleaved\n"
             "assert 'scipy.stats' not in sys.modules\n"
             "now, loaded = [0.0], []\n"
             "def clock():\n"

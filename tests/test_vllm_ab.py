@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from flyexplore import vllm as V
+from flyexplore.results import vllm as V
 from flyexplore.errors import UsageError
 
 

@@ -5,11 +5,11 @@ import threading
 import pandas as pd
 import pytest
 
-from flyexplore import results as R
+from flyexplore.results import table as R
 from flyexplore.errors import UsageError
 from flyexplore.ops import list_ops
-from flyexplore.plots import speedup_figure
-from flyexplore.widgets import CUSTOM, SYMBOLS, SweepPanel, environment_view
+from flyexplore.views.plots import speedup_figure
+from flyexplore.ui.widgets import CUSTOM, SYMBOLS, SweepPanel, environment_view
 
 FAST = {"rep": 3, "warmup": 1}
 WAIT = 240  # seconds; a bound, never reached on a healthy machine
@@ -235,10 +235,10 @@ def test_the_measuring_core_never_imports_ui_code():
     import sys
 
     from conftest import ROOT
-    code = ("import sys, flyexplore.cli, flyexplore.sweep, flyexplore.results, flyexplore.plots, "
-            "flyexplore.report, flyexplore.demo, flyexplore.notebooks, flyexplore.ops.gemm; "
-            "bad = [m for m in ('ipywidgets', 'flyexplore.widgets', 'flyexplore.panel', 'flyexplore.panel_parts', "
-            "'flyexplore.inspector', 'flyexplore.widget_base', 'anywidget', 'nbclient') "
+    code = ("import sys, flyexplore.cli, flyexplore.run.sweep, flyexplore.results.table, flyexplore.views.plots, "
+            "flyexplore.views.report, flyexplore.cli.demo, flyexplore.ui.notebooks, flyexplore.ops.gemm.operator; "
+            "bad = [m for m in ('ipywidgets', 'flyexplore.ui.widgets', 'flyexplore.ui.panel', 'flyexplore.ui.panel_parts', "
+            "'flyexplore.ui.inspector', 'flyexplore.ui.widget_base', 'anywidget', 'nbclient') "
             "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -249,8 +249,8 @@ def test_the_measuring_modules_import_no_figures_and_no_widgets():
     import sys
 
     from conftest import ROOT
-    code = ("import sys, flyexplore.timing, flyexplore.interleaved, flyexplore.stats, flyexplore.devstate, "
-            "flyexplore.sweep, flyexplore.results; "
+    code = ("import sys, flyexplore.measure.timing, flyexplore.measure.interleaved, flyexplore.measure.stats, flyexplore.measure.devstate, "
+            "flyexplore.run.sweep, flyexplore.results.table; "
             "bad = [m for m in sys.modules if m.split('.')[-1] in ('plots', 'plots_compare', 'plot_style', 'widgets', "
             "'panel', 'panel_parts', 'inspector', 'widget_base') or m in ('ipywidgets', 'plotly')]; "
             "print(bad); sys.exit(1 if bad else 0)")

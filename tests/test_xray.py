@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from flyexplore import env as E
-from flyexplore import xray as X
+from flyexplore.world import env as E
+from flyexplore.insight import xray as X
 from flyexplore.cli import main
 from flyexplore.errors import UsageError
 
@@ -240,14 +240,14 @@ def test_bad_arch_is_a_usage_error():
     (("gemm", "32x4096x4000:NT", "mxfp4"), {}, "scaled_gemm", "32x4096x4000", "mxfp4", "multiple of 128"),
 ])
 def test_a_case_the_explainer_refuses_is_refused_with_its_reason(monkeypatch, args, kw, op, shape, dtype, words):
-    from flyexplore.explain import explain_text
+    from flyexplore.insight.explain import explain_text
 
     monkeypatch.setattr(X, "_ensure_ready", lambda: pytest.fail("no worker for a refused case"))
     x = X.xray(*args, **kw)
     ex = explain_text(op, shape, dtype, arch=kw.get("arch", "gfx950"))
     assert not ex.taken and words in ex.reason
     assert (x.eligible, x.reason, x.kernels) == (False, ex.reason, ())
-    assert x.verdict_source == "flyexplore.explain.explain_text"
+    assert x.verdict_source == "flyexplore.insight.explain.explain_text"
 
 
 def test_the_explainer_is_asked_with_the_xrays_autotune_setting():
@@ -255,22 +255,22 @@ def test_the_explainer_is_asked_with_the_xrays_autotune_setting():
     req = X._request("grouped_gemm", "2x4x64x64", "bf16")
     off, on = X._explainer_verdict(req, "gfx950", False), X._explainer_verdict(req, "gfx950", True)
     assert not off[0] and "autotuning off" in off[1]
-    assert on[0] and on[2] == "flyexplore.explain.explain_text"
+    assert on[0] and on[2] == "flyexplore.insight.explain.explain_text"
 
 
 def test_an_eligible_case_carries_the_explainers_verdict_and_is_compiled():
-    from flyexplore.explain import explain_text
+    from flyexplore.insight.explain import explain_text
 
     x = X.xray("rmsnorm", "8192x4096", "fp16")
     ex = explain_text("rmsnorm", "8192x4096", "fp16", arch="gfx950")
-    assert ex.taken and (x.eligible, x.reason, x.verdict_source) == (True, ex.reason, "flyexplore.explain.explain_text")
+    assert ex.taken and (x.eligible, x.reason, x.verdict_source) == (True, ex.reason, "flyexplore.insight.explain.explain_text")
     assert [k.family for k in x.kernels] == ["rmsnorm fwd"] and x.error is None, x.to_text()
     assert not any("torch's own predicate" in n for n in x.notes)       # torch agrees
 
 
 def test_the_builder_is_found_through_the_registry():
     """A family registered at run time whose FlyDSLPath names an X-ray builder is X-rayed
-    without any change to flyexplore.xray: here a toy family reusing the RMSNorm builder."""
+    without any change to flyexplore.insight.xray: here a toy family reusing the RMSNorm builder."""
     from flyexplore.ops import FlyDSLPath, Operator, get_op, register_op, unregister_op
 
     rms = get_op("rmsnorm")
@@ -296,7 +296,7 @@ def test_no_op_names_in_the_xray_dispatch():
     import ast
     import inspect
 
-    from flyexplore import _xray_worker as W
+    from flyexplore.insight import _xray_worker as W
     from flyexplore.ops import list_ops
 
     for mod in (X, W):
@@ -435,7 +435,7 @@ def test_frame_text_and_figure(batch, tmp_path):
     fig.write_html(str(tmp_path / "fig.html"))
     assert (tmp_path / "fig.html").stat().st_size > 1000
     text = res[("rmsnorm", "8192x4096", "bf16")].to_text()
-    assert "ELIGIBLE" in text and "waves per SIMD" in text and "sources in flyexplore.xray.GFX950" in text
+    assert "ELIGIBLE" in text and "waves per SIMD" in text and "sources in flyexplore.insight.xray.GFX950" in text
     with pytest.raises(UsageError, match="no compiled kernel"):
         X.resources_figure(df[~df["eligible"]])
 
@@ -486,6 +486,6 @@ def test_xray_request_says_why_not(monkeypatch):
     monkeypatch.setattr(X, "unavailable_reason", lambda: "AMDGPU-capable ld.lld: no ld.lld found")
     req, why = X.xray_request("rmsnorm", "8192x4096", "bf16")
     assert req is None and "cannot run here: AMDGPU-capable ld.lld" in why
-    from flyexplore import notebooks as N
+    from flyexplore.ui import notebooks as N
     note = N.xray_figure("rmsnorm", ["8192x4096"])
     assert isinstance(note, N.Note) and "no ld.lld found" in note._repr_markdown_()

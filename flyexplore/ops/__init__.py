@@ -1,4 +1,6 @@
-"""The operator catalogue: one module per operator family, backends registered beside it.
+"""The operator catalogue: one folder per operator family (``<family>/operator.py``: catalogue,
+backends, suites, published table; ``flydsl.py``: its FlyDSL path; ``xray.py``: its X-ray
+builder), registered here.
 
 >>> from flyexplore.ops import get_op
 >>> gemm = get_op("gemm")
@@ -11,20 +13,21 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import bad_choice
-from .base import Backend, Case, FlyDSLPath, KernelPattern, Operator, PublishedSuite, RunContext, Suite
+from flyexplore.errors import bad_choice
+from flyexplore.world import routes as _routes
+from flyexplore.ops.base import Backend, Case, FlyDSLPath, KernelPattern, Operator, PublishedSuite, RunContext, Suite
 
 __all__ = ["Backend", "Case", "FlyDSLPath", "KernelPattern", "Operator", "PublishedSuite", "RunContext",
            "Suite", "builtin_ops", "flydsl_ops", "get_op", "list_ops", "register_op", "unregister_op"]
 
 #: operator name -> (module, attribute). Modules import lazily.
 _MODULES = {
-    "gemm": ("gemm", "GEMM"),
-    "rmsnorm": ("rmsnorm", "RMSNORM"),
-    "topk": ("topk", "TOPK"),
-    "grouped_gemm": ("grouped_gemm", "GROUPED_GEMM"),
-    "scaled_gemm": ("scaled_gemm", "SCALED_GEMM"),
-    "attention": ("attention", "ATTENTION"),
+    "gemm": ("gemm.operator", "GEMM"),
+    "rmsnorm": ("rmsnorm.operator", "RMSNORM"),
+    "topk": ("topk.operator", "TOPK"),
+    "grouped_gemm": ("grouped_gemm.operator", "GROUPED_GEMM"),
+    "scaled_gemm": ("scaled_gemm.operator", "SCALED_GEMM"),
+    "attention": ("attention.operator", "ATTENTION"),
 }
 
 
@@ -38,7 +41,7 @@ def register_op(op: Operator, *, replace: bool = False) -> Operator:
     classification and the figures then take it like a built-in family. Registering the same
     object again is a no-op; ``replace=True`` lets a new object take a registered name (a
     re-run notebook cell). Worker processes find it by ``"module:attribute"``
-    (:func:`flyexplore.engine.op_ref`), so define it at module level. Returns ``op``.
+    (:func:`flyexplore.run.engine.op_ref`), so define it at module level. Returns ``op``.
 
     Raises ``ValueError`` naming the problem when the name is a built-in family's or is taken
     by another object (without ``replace``). A family registered only for its FlyDSL path
@@ -84,3 +87,16 @@ def flydsl_ops(route: str | None = None) -> tuple[str, ...]:
     those of one ``route`` (``"eager"``, ``"compile"``, ``"aotriton"``); imports every family."""
     return tuple(n for n in list_ops() if (p := get_op(n).flydsl) is not None
                  and (route is None or p.route == route))
+
+
+def _routes_of_catalogue() -> list:
+    """Every operator's FlyDSL route as :mod:`flyexplore.world.routes` describes it."""
+    out = []
+    for n in list_ops():
+        p = get_op(n).flydsl
+        if p is not None:
+            out.append(_routes.Route(n, p.route, p.module, tuple(p.aten_ops)))
+    return out
+
+
+_routes.provide(_routes_of_catalogue)

@@ -13,15 +13,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from ..errors import UsageError, bad_choice
-from ..parsing import FALSE_WORDS, TRUE_WORDS
+from flyexplore.errors import UsageError, bad_choice
+from flyexplore.parsing import DTYPE_NAMES, FALSE_WORDS, TRUE_WORDS
 
-#: dtype names used on the command line and in result rows -> torch dtype attribute names.
-DTYPE_NAMES = {
-    "fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64",
-    "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
-    "mxfp8": "float8_e4m3fn", "mxfp4": "float4_e2m1fn_x2",
-}
 #: Bytes per element for byte counts (MXFP4 is 0.5; e8m0 scales are counted separately).
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8, "fp8_e4m3": 1, "fp8_e5m2": 1,
                "mxfp8": 1, "mxfp4": 0.5}
@@ -57,7 +51,7 @@ class Case:
 @dataclass(frozen=True)
 class RunContext:
     """What a backend needs to know about where it runs: the torch device and the
-    :class:`~flyexplore.env.Environment`."""
+    :class:`~flyexplore.world.env.Environment`."""
 
     device: Any
     env: Any
@@ -113,8 +107,10 @@ class Suite:
 class PublishedSuite:
     """One published table of an operator family: its file under ``data/published``, the
     operator, where it was published and the setup as published (from ``SOURCES.md``), and
-    ``load(suite) -> list of result rows`` (``source="published"``; see
-    :mod:`flyexplore.published`). Registered on the :class:`Operator` (``op.published``)."""
+    ``load(suite, builders) -> list of result rows`` (``source="published"``): the results layer
+    (:mod:`flyexplore.results.published`) calls it with its row builders (``read_table``,
+    ``published_row``, ``throughput_rows``), so a family never imports the results layer.
+    Registered on the :class:`Operator` (``op.published``)."""
 
     name: str
     file: str
@@ -161,7 +157,7 @@ class FlyDSLPath:
     ``max_autotune_gemm_backends``) or ``"aotriton"`` (SDPA through AOTriton, whose tuning
     table picks the backend). ``path``: that route in one line. ``judge(call, env, common)``:
     pops its arguments from the ``call`` dict (tensors or
-    :class:`~flyexplore.conditions.TensorDesc`) and returns ``(arguments shown, call and config
+    :class:`~flyexplore.world.conditions.TensorDesc`) and returns ``(arguments shown, call and config
     conditions, FlyDSL kernel or None, notes)``; ``common`` holds the compile route's
     ``dynamic`` / ``autotuning`` / ``search_space`` / ``assume_aligned_inputs``.
     ``describe(case, dtype, opts, device)``: the ``judge`` call for a catalogue
@@ -172,10 +168,10 @@ class FlyDSLPath:
     the override. ``xray``: ``"module:function"`` of the X-ray builder (``None``: no X-ray).
     ``case_notes(case)``: notes on what of a catalogue case the rules do not model.
     ``explain_text(shape, dtype, options, **kw)``: a family's own front door replacing the
-    generic ``judge``/``describe`` one (attention: :func:`flyexplore.ops.attention_flydsl.
+    generic ``judge``/``describe`` one (attention: :func:`flyexplore.ops.attention.flydsl.
     explain_attention_options`). ``trace_columns(trace, case, dtype)``: ``flydsl_taken`` /
     ``flydsl_reason`` of a traced row when the family, not the kernel names, knows what ran
-    (attention: which AOTriton backend, :func:`flyexplore.aotriton.row_columns`)."""
+    (attention: which AOTriton backend, :func:`flyexplore.ops.attention.aotriton.row_columns`)."""
 
     route: str
     path: str
@@ -230,7 +226,7 @@ class Operator:
     backends: dict[str, Backend] = field(default_factory=dict)
     suites: dict[str, Suite] = field(default_factory=dict)
     flydsl: FlyDSLPath | None = None    # how torch routes this family to FlyDSL (None: it does not)
-    published: tuple[PublishedSuite, ...] = ()   # its published MI355X tables (flyexplore.published)
+    published: tuple[PublishedSuite, ...] = ()   # its published MI355X tables (flyexplore.results.published)
 
     # -- registration --------------------------------------------------------------------
     def backend(self, name: str, doc: str, *, available=None, context=None,
@@ -409,7 +405,7 @@ ERR_TOL = {"fp32": 1e-4, "fp16": 5e-3, "bf16": 2e-2, "fp64": 1e-10,
 
 def reset_dynamo() -> None:
     """Reset Dynamo (``torch._dynamo.reset()``) so that the next case compiles anew. The sweep
-    and :func:`flyexplore.trace.trace_case` call it once per case, before any backend of the
+    and :func:`flyexplore.insight.trace.trace_case` call it once per case, before any backend of the
     case is built: with interleaved timing several compiled backends of one case live side by
     side, so a reset per backend (or per round) would recompile the others."""
     import torch

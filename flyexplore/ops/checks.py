@@ -26,7 +26,7 @@ import math
 #: Factor on every stated bound (round-toward-zero or one extra rounding doubles an error).
 SAFETY = 2.0
 
-#: Columns the checks add, in order (after ``accuracy_ok`` in :data:`flyexplore.results.COLUMNS`).
+#: Columns the checks add, in order (after ``accuracy_ok`` in :data:`flyexplore.results.table.COLUMNS`).
 CHECK_COLUMNS = ("err_bound_ratio", "err_row_max_rel", "err_block_max_rel", "err_fail_count",
                  "nonfinite_matched", "nonfinite_mismatch", "index_errors", "order_errors",
                  "tie_order_diffs", "accuracy_rule")

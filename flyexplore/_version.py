@@ -1,0 +1,3 @@
+"""The package version (one place; read by the public face, the environment report and reports)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,173 @@
+"""A/B comparison of two result sets paired by case: two torch builds, two AOTriton versions,
+FlyDSL on vs off, this machine vs the published MI355X figures.
+
+``ratio = time_A / time_B`` per paired key: > 1 means B is faster (the speedup of B over A).
+Each ratio gets a 95% interval from the stored samples and a label (FASTER: B faster,
+SAME, SLOWER, AMBIGUOUS; :mod:`flyexplore.measure.stats`): paired when both sides are rows of one
+interleaved run, otherwise the unpaired interval. Cases present in one side only are listed,
+never dropped silently; when the two environments differ (device, versions, clocks) the
+result says so in ``warnings`` instead of mixing them silently.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import pandas as pd
+
+from flyexplore.results import table as R
+from flyexplore.measure import stats as S
+from flyexplore.errors import UsageError
+
+#: Two sides' clocks differ when their median case-start SM clocks differ by more than this.
+CLOCK_DIFFERS = 0.05
+
+#: Environment columns shown side by side (and flagged when they differ).
+ENV_COLUMNS = ("platform", "device", "arch", "torch", "triton", "flydsl", "aotriton", "gpu_runtime",
+               "python", "host", "env_id")
+
+
+@dataclass
+class ABResult:
+    """The outcome of :func:`pair`.
+
+    ``pairs``: one row per key in both sides, columns ``*key, time_a_ms, time_b_ms, ratio``
+    (time_a / time_b; > 1: B faster), ``ratio_lo``, ``ratio_hi`` (95% interval), ``verdict``
+    (FASTER = B faster, SAME, SLOWER, AMBIGUOUS; NA for published figures), ``interval``
+    (paired, unpaired, notch, none), ``tie`` (point estimate within +-1%), ``source_a``,
+    ``source_b``. ``only_a`` / ``only_b``: key rows present in one side only. ``summary``: per
+    (op, dtype, backend) the number of pairs, geometric mean ratio with its interval and label,
+    min, max, and the count of each label. ``names``: display names of the two sides;
+    ``key``: the pairing columns; ``env``: :func:`env_table`; ``warnings``: one sentence per
+    way the two environments differ."""
+
+    pairs: pd.DataFrame
+    only_a: pd.DataFrame
+    only_b: pd.DataFrame
+    summary: pd.DataFrame
+    names: tuple[str, str]
+    key: tuple[str, ...]
+    env: pd.DataFrame = field(default_factory=pd.DataFrame)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def geomean(self) -> float:
+        """Geometric mean of all paired ratios."""
+        return R.geomean(self.pairs["ratio"])
+
+    @property
+    def geomean_ci(self) -> tuple[float, float, float]:
+        """``(geomean, lo, hi)`` of all paired ratios (:func:`flyexplore.measure.stats.geomean_ci`)."""
+        return S.geomean_ci(self.pairs["ratio"], self.pairs["ratio_lo"], self.pairs["ratio_hi"])
+
+
+def _times(df: pd.DataFrame, key: list[str]) -> pd.DataFrame:
+    d = _ok(df)
+    return d.groupby(key, dropna=False, sort=False).agg(
+        time_ms=("time_ms", "median"), source=("source", "first")).reset_index()
+
+
+def env_warnings(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B")) -> tuple[str, ...]:
+    """Sentences naming how the measured rows of two result sets differ in environment:
+    device, arch, versions (torch, Triton, flydsl, AOTriton, GPU runtime) and the SM clock
+    (median case-start clock differing by more than :data:`CLOCK_DIFFERS`). Published rows
+    are left out (they are another device by design)."""
+    ma, mb = (d[d["source"] != "published"] if "source" in d else d for d in (a, b))
+    out = []
+    for c in ("device", "arch", "torch", "triton", "flydsl", "aotriton", "gpu_runtime"):
+        if c not in ma or c not in mb:
+            continue
+        va, vb = set(ma[c].dropna().astype(str)), set(mb[c].dropna().astype(str))
+        if va and vb and va != vb:
+            out.append(f"{c} differs: {names[0]} {', '.join(sorted(va))}; {names[1]} {', '.join(sorted(vb))}")
+    if "clock_mhz_start" in ma and "clock_mhz_start" in mb:
+        ca = pd.to_numeric(ma["clock_mhz_start"], errors="coerce").median()
+        cb = pd.to_numeric(mb["clock_mhz_start"], errors="coerce").median()
+        if pd.notna(ca) and pd.notna(cb) and abs(ca / cb - 1) > CLOCK_DIFFERS:
+            out.append(f"SM clock differs: median {ca:.0f} MHz at case start in {names[0]}, {cb:.0f} MHz in {names[1]}")
+    for nm, d in zip(names, (ma, mb)):
+        if "throttled" in d and (d["throttled"] == True).any():  # noqa: E712
+            out.append(f"{int((d['throttled'] == True).sum())} row(s) of {nm} ran throttled "  # noqa: E712
+                       "(clock below 80% of its maximum)")
+    return tuple(out)
+
+
+def env_table(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B")) -> pd.DataFrame:
+    """The environments of two result sets side by side: one row per column of
+    :data:`ENV_COLUMNS`, the distinct values on each side, and ``differs``."""
+    rows = []
+    for c in ENV_COLUMNS:
+        va = ", ".join(sorted(str(v) for v in a[c].dropna().unique())) if c in a else ""
+        vb = ", ".join(sorted(str(v) for v in b[c].dropna().unique())) if c in b else ""
+        rows.append({"field": c, names[0]: va, names[1]: vb, "differs": va != vb})
+    return pd.DataFrame(rows)
+
+
+def pair(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B"),
+         a_backend: str | None = None, b_backend: str | None = None,
+         key: Sequence[str] = ("op", "case", "dtype", "backend")) -> ABResult:
+    """Pair result sets ``a`` and ``b`` by ``key`` (default op, case, dtype, backend) and
+    compute ``time_a / time_b`` per pair (median time when a key has several rows; only
+    ``ok``/``published`` rows with a time count).
+
+    ``a_backend``/``b_backend`` compare one backend of A with another of B (e.g. ``aten`` vs
+    ``flydsl`` in one sweep, passed as both ``a`` and ``b``): rows are filtered to that backend
+    and ``backend`` leaves the key. Raises :class:`UsageError` when a given backend has no rows
+    or when no key is in both sides."""
+    key = list(key)
+    if a_backend or b_backend:
+        for side, d, be in (("A", a, a_backend), ("B", b, b_backend)):
+            if be and not (d["backend"] == be).any():
+                raise UsageError(f"no rows for backend {be!r} in {side} "
+                                 f"(backends present: {', '.join(sorted(d['backend'].dropna().unique()))})")
+        a = a[a["backend"] == a_backend] if a_backend else a
+        b = b[b["backend"] == b_backend] if b_backend else b
+        key = [k for k in key if k != "backend"]
+    ta, tb = _times(a, key), _times(b, key)
+    ta["_order_a"], tb["_order_b"] = range(len(ta)), range(len(tb))
+    j = ta.merge(tb, on=key, how="outer", suffixes=("_a", "_b"), indicator=True)
+    j = j.sort_values(["_order_a", "_order_b"], na_position="last").drop(columns=["_order_a", "_order_b"])
+    only_a = j.loc[j["_merge"] == "left_only", key].reset_index(drop=True)
+    only_b = j.loc[j["_merge"] == "right_only", key].reset_index(drop=True)
+    p = j[j["_merge"] == "both"].drop(columns="_merge").rename(
+        columns={"time_ms_a": "time_a_ms", "time_ms_b": "time_b_ms"}).reset_index(drop=True)
+    if p.empty:
+        raise UsageError(f"no case is in both {names[0]} and {names[1]} "
+                         f"({len(only_a)} only in {names[0]}, {len(only_b)} only in {names[1]})")
+    ga, gb = _ok(a).groupby(key, dropna=False, sort=False), _ok(b).groupby(key, dropna=False, sort=False)
+    ia, ib = ga.indices, gb.indices
+    da, db = _ok(a), _ok(b)
+    ests, los, his, hows, labels = [], [], [], [], []
+    for _, r in p.iterrows():
+        k = tuple(r[c] for c in key) if len(key) > 1 else r[key[0]]
+        ra, rb = da.iloc[ia[k]], db.iloc[ib[k]]
+        est, lo, hi, how = R.ratio_interval(ra, rb)
+        ests.append(est)
+        los.append(lo)
+        his.append(hi)
+        hows.append(how)
+        labels.append(pd.NA if how == "none" else S.verdict(lo, hi))
+    p["ratio"] = ests
+    p["ratio_lo"], p["ratio_hi"], p["interval"], p["verdict"] = los, his, hows, labels
+    p["tie"] = (p["ratio"] - 1.0).abs() <= R.TIE_BAND
+    if a_backend or b_backend:
+        p["backend"] = f"{a_backend or '*'} -> {b_backend or '*'}"
+    grp = [c for c in ("op", "dtype", "backend") if c in p]
+    rows = []
+    for k, g in p.groupby(grp, sort=False, dropna=False):
+        k = k if isinstance(k, tuple) else (k,)
+        r = dict(zip(grp, k))
+        gm, lo, hi = S.geomean_ci(g["ratio"], g["ratio_lo"], g["ratio_hi"])
+        r.update({"pairs": len(g), "geomean": gm, "geomean_lo": lo, "geomean_hi": hi,
+                  "verdict": S.verdict(lo, hi) if g["verdict"].notna().all() else pd.NA,
+                  "min": g["ratio"].min(), "max": g["ratio"].max(),
+                  **{f"{lab} ({names[1]} faster)" if lab == "FASTER" else
+                     f"{lab} ({names[1]} slower)" if lab == "SLOWER" else lab: int((g["verdict"] == lab).sum())
+                     for lab in S.LABELS}})
+        rows.append(r)
+    return ABResult(p, only_a, only_b, pd.DataFrame(rows), tuple(names), tuple(key), env_table(a, b, names),
+                    env_warnings(a, b, names))
+
+
+def _ok(d: pd.DataFrame) -> pd.DataFrame:
+    return d[d["status"].isin(["ok", "published"]) & d["time_ms"].notna()]

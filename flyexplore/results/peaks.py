@@ -1,0 +1,136 @@
+"""Peak throughput of the GPUs flyexplore reports on, and "% of peak" columns.
+
+Datasheet peaks are dense (no 2:4 sparsity) matrix throughput in TFLOP/s per dtype class and
+HBM bandwidth in TB/s (1 TB/s = 1000 GB/s). Measured peaks are what a real device reached
+(a large matmul, a device-to-device copy); they are closer to what a kernel can get. Every
+entry names its source. Rounded datasheet values ("about 2.5 PFLOP/s") are kept as rounded.
+
+dtype classes (:data:`DTYPE_CLASS`): ``bf16`` (bf16, fp16), ``fp8`` (fp8_e4m3, fp8_e5m2,
+mxfp8), ``fp4`` (mxfp4), ``fp32`` (FP32 vector/matrix, no TF32).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from flyexplore.errors import bad_choice
+
+#: dtype name in result rows -> peak class.
+DTYPE_CLASS = {"bf16": "bf16", "fp16": "bf16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
+               "mxfp8": "fp8", "mxfp4": "fp4", "fp32": "fp32"}
+
+
+@dataclass(frozen=True)
+class DevicePeaks:
+    """Peaks of one device. ``tflops``: dtype class -> dense TFLOP/s; ``hbm_tbps``: TB/s;
+    ``measured_tflops`` / ``measured_tbps``: measured values (empty / None if none);
+    ``source`` and ``measured_source`` say where the numbers come from. ``match`` are
+    substrings of ``torch.cuda.get_device_name()`` that identify the device; names containing
+    any of ``exclude`` (other variants with other peaks, e.g. PCIe/NVL) do not match."""
+
+    name: str
+    match: tuple[str, ...]
+    tflops: dict[str, float]
+    hbm_tbps: float
+    source: str
+    measured_tflops: dict[str, float] = field(default_factory=dict)
+    measured_tbps: float | None = None
+    measured_source: str = ""
+    exclude: tuple[str, ...] = ()
+
+    def peak(self, dtype: str, kind: str = "datasheet") -> tuple[float, float]:
+        """(TFLOP/s, GB/s) peak for a result-row dtype; ``kind`` ``datasheet`` or ``measured``
+        (falls back to the datasheet value where nothing was measured). NaN when unknown."""
+        cls = DTYPE_CLASS.get(dtype)
+        tf = self.tflops.get(cls, math.nan) if cls else math.nan
+        bw = self.hbm_tbps * 1e3
+        if kind == "measured":
+            tf = self.measured_tflops.get(cls, tf) if cls else tf
+            bw = self.measured_tbps * 1e3 if self.measured_tbps else bw
+        elif kind != "datasheet":
+            raise bad_choice("peak kind", kind, ("datasheet", "measured"))
+        return tf, bw
+
+
+_REF = "shared/reference/pytorch-flydsl.md (AMD / NVIDIA datasheets)"
+
+#: The devices with known peaks.
+DEVICES: dict[str, DevicePeaks] = {d.name: d for d in (
+    DevicePeaks("MI355X", ("MI355X", "MI355"), {"bf16": 2500.0, "fp8": 5000.0, "fp4": 10100.0, "fp32": 157.3},
+                8.0, f"{_REF}; FP32 vector 157.3 TFLOP/s: AMD Instinct MI355X datasheet",
+                measured_tflops={"fp8": 4970.0},
+                measured_source="MXFP8: measured scaled-MFMA instruction roof 4970 TFLOP/s "
+                                "(pytorch/pytorch PR 193527 description); bandwidth not measured"),
+    DevicePeaks("MI350X", ("MI350X", "MI350"), {"bf16": 2300.0, "fp8": 4600.0, "fp4": 9200.0, "fp32": 144.2},
+                8.0, f"{_REF}; FP32 vector 144.2 TFLOP/s: AMD Instinct MI350X datasheet"),
+    DevicePeaks("MI300X", ("MI300X",), {"bf16": 1307.4, "fp8": 2614.9, "fp32": 163.4}, 5.3,
+                "AMD Instinct MI300X datasheet (dense matrix BF16 1307.4, FP8 2614.9, FP32 163.4 "
+                "TFLOP/s; HBM3 5.3 TB/s)"),
+    DevicePeaks("H100 SXM", ("H100",), {"bf16": 989.4, "fp8": 1978.9, "fp32": 66.9}, 3.35,
+                "NVIDIA H100 Tensor Core GPU datasheet, SXM5 (dense: half the with-sparsity "
+                "figures; FP32 67 TFLOP/s; HBM3 3.35 TB/s)", exclude=("PCIe", "NVL")),
+    DevicePeaks("H200 SXM", ("H200",), {"bf16": 989.0, "fp8": 1979.0, "fp32": 67.0}, 4.8,
+                f"{_REF}; FP32: NVIDIA H200 datasheet", exclude=("NVL",),
+                measured_tflops={"bf16": 790.0}, measured_tbps=4.3,
+                measured_source="one H200 (torch 2.11): bf16 8192^3 matmul about 790 TFLOP/s "
+                                "(shared/measurements, 769-798 over runs); device-to-device copy "
+                                "about 4.3 TB/s counting read + write (.library/device/KINDS.md)"),
+)}
+
+
+def find_device(name: str | None, required: bool = False) -> DevicePeaks | None:
+    """The :class:`DevicePeaks` for a device name as torch reports it ("AMD Instinct MI355X",
+    "NVIDIA H200") or a short name ("MI355X", "H200 SXM"). ``None`` when unknown, or a
+    :class:`~flyexplore.errors.UsageError` naming the known devices when ``required``."""
+    if name:
+        if name in DEVICES:
+            return DEVICES[name]
+        up = name.upper()
+        for d in DEVICES.values():
+            if any(m.upper() in up for m in d.match) and not any(x.upper() in up for x in d.exclude):
+                return d
+    if required:
+        raise bad_choice("device for peaks", name, DEVICES)
+    return None
+
+
+def table() -> pd.DataFrame:
+    """All peaks as a table: device, dtype class, datasheet and measured TFLOP/s, HBM and
+    measured TB/s, sources."""
+    rows = []
+    for d in DEVICES.values():
+        for cls in ("bf16", "fp8", "fp4", "fp32"):
+            rows.append({"device": d.name, "class": cls, "tflops": d.tflops.get(cls, math.nan),
+                         "measured_tflops": d.measured_tflops.get(cls, math.nan),
+                         "hbm_tbps": d.hbm_tbps, "measured_tbps": d.measured_tbps or math.nan,
+                         "source": d.source, "measured_source": d.measured_source})
+    return pd.DataFrame(rows)
+
+
+def percent_of_peak(df: pd.DataFrame, device: str | None = None, kind: str = "datasheet") -> pd.DataFrame:
+    """A copy of result set ``df`` with ``peak_device``, ``peak_tflops``, ``peak_gbps``,
+    ``pct_peak_tflops`` and ``pct_peak_gbps`` (percent, 0-100+) per row.
+
+    The device is ``device`` for every row, else each row's ``device`` column; rows on a device
+    without known peaks (CPU, unknown GPU) get NaN. ``kind`` is ``datasheet`` or ``measured``
+    (measured where known, else datasheet). Raises ``UsageError`` for an unknown ``device`` or
+    ``kind``."""
+    fixed = find_device(device, required=True) if device else None
+    out = df.copy()
+    names, tf, bw = [], [], []
+    for dev, dt in zip(out["device"] if "device" in out else [None] * len(out), out["dtype"]):
+        d = fixed or find_device(None if pd.isna(dev) else str(dev))
+        p = d.peak(str(dt), kind) if d else (math.nan, math.nan)
+        names.append(d.name if d else None)
+        tf.append(p[0])
+        bw.append(p[1])
+    out["peak_device"] = names
+    out["peak_tflops"] = pd.array(tf, dtype="Float64")
+    out["peak_gbps"] = pd.array(bw, dtype="Float64")
+    t = pd.to_numeric(out["tflops"], errors="coerce").astype("Float64") if "tflops" in out else pd.NA
+    g = pd.to_numeric(out["gbps"], errors="coerce").astype("Float64") if "gbps" in out else pd.NA
+    out["pct_peak_tflops"] = 100.0 * t / out["peak_tflops"]
+    out["pct_peak_gbps"] = 100.0 * g / out["peak_gbps"]
+    return out

@@ -1,0 +1,539 @@
+"""Result rows, the versioned schema, load/save, speedups and geometric means.
+
+A result set is a tidy ``pandas.DataFrame``: one row per (operator, case, dtype, requested
+backend, run). :data:`COLUMNS` documents every core column; operator parameters (``m``, ``n``,
+``k``, ``layout``, ``eps``, ...) follow as one column each and are also kept whole, as JSON, in
+``params``. ``source`` says whether a number was ``measured`` here, ``emulated`` (for example
+MXFP by dequantize-then-matmul) or ``published`` (copied from a publication; never measured
+by flyexplore). Times are milliseconds; throughput TFLOP/s and GB/s.
+
+FlyDSL misses: a row that asked for FlyDSL (backend ``flydsl``) keeps status ``ok`` and its
+measured time, but when tracing saw no FlyDSL kernel it has ``flydsl_taken=False``, the kernel
+families that did run in ``observed`` and the reason in ``flydsl_reason``. Such a row is never
+a FlyDSL number: :func:`speedup` (and so :func:`geomean_speedup` and the figures) leaves out
+every row with ``flydsl_taken == False``.
+
+Files: Parquet (``.parquet``), CSV (``.csv``) or JSON Lines (``.jsonl``), chosen by extension.
+Writes are atomic (temporary file, then rename), so an interrupted save never damages an
+existing file. :data:`SCHEMA_VERSION` is stored in every row; :func:`load` upgrades older rows.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import pandas as pd
+
+from flyexplore.errors import UsageError
+
+SCHEMA_VERSION = 2
+
+#: Row status values.
+STATUSES = ("ok", "unavailable", "error", "oom", "published", "crashed", "timeout")
+#: Where a number came from.
+SOURCES = ("measured", "emulated", "published")
+
+#: Core columns, in order: name -> (pandas dtype, meaning).
+COLUMNS: dict[str, tuple[str, str]] = {
+    "schema_version": ("Int64", "result schema version (this is %d)" % SCHEMA_VERSION),
+    "run_id": ("string", "id shared by the rows of one sweep"),
+    "timestamp": ("string", "UTC time the row was written, ISO 8601"),
+    "op": ("string", "operator family: gemm, rmsnorm, topk, ..."),
+    "case": ("string", "canonical case label, e.g. 8x4096x4096:NN (dims x-separated, options after ':')"),
+    "params": ("string", "all case parameters as a JSON object"),
+    "dtype": ("string", "input dtype name: bf16, fp16, fp32, mxfp8, ..."),
+    "backend": ("string", "backend requested: aten, triton, inductor, flydsl, ..."),
+    "status": ("string", "ok | unavailable (reason in message) | error | oom | published | crashed (the "
+               "worker process died in this case: signal or exit code and its last stderr lines in message) | "
+               "timeout (the case ran past --case-timeout; its worker was killed) (flyexplore.run.engine)"),
+    "message": ("string", "why a row is not ok, or notes on an ok row"),
+    "source": ("string", "measured | emulated | published"),
+    "timing_mode": ("string", "cpu-thread | cpu-wall | event-gated | event | graph | kernel (see flyexplore.measure.timing)"),
+    "time_ms": ("Float64", "headline time: median of the samples, ms"),
+    "time_iqr_ms": ("Float64", "interquartile range of the samples, ms"),
+    "time_p20_ms": ("Float64", "20th percentile, ms"),
+    "time_p80_ms": ("Float64", "80th percentile, ms"),
+    "time_min_ms": ("Float64", "fastest sample, ms"),
+    "time_mean_ms": ("Float64", "mean of the samples, ms"),
+    "n_samples": ("Int64", "number of timed calls"),
+    "per_call_ms": ("Float64", "per-call event (or wall) median, kept beside a kernel/graph headline, ms"),
+    "first_call_ms": ("Float64", "wall time of the first call (includes torch.compile and autotune), ms"),
+    "noisy": ("boolean", "IQR/median > 10%"),
+    "host_bound": ("boolean", "per-call time / kernel time > 1.25 (launch overhead dominates)"),
+    "flush_bytes": ("Int64", "cache flush buffer zeroed before each timed call, bytes"),
+    # -- schema 2: intervals, raw samples, verdicts, device state (flyexplore.measure.stats, .devstate)
+    "order": ("string", "interleaved (backends of a case timed in shared rounds, A B A B ...) | block "
+              "(one backend's calls, then the next: schema-1 rows and --order block)"),
+    "rounds": ("Int64", "timed rounds (interleaved) or timed calls (block)"),
+    "calls_per_round": ("Int64", "calls of this backend in each round (1 for block order)"),
+    "samples_ms": ("string", "raw samples: JSON list of rounds, each a list of call times, ms"),
+    "time_ci_lo_ms": ("Float64", "95% interval of time_ms, low end (order statistics of the round medians), ms"),
+    "time_ci_hi_ms": ("Float64", "95% interval of time_ms, high end, ms"),
+    "ci_method": ("string", "how the intervals were computed: order-statistic | notch (schema 1: "
+                  "median +- 1.57 IQR/sqrt(n), approximate) | none"),
+    "converged": ("boolean", "every interval of the case reached ci_target before its budget ran out"),
+    "ci_target": ("Float64", "stopping target: relative half-width of every interval (0.01 = +-1%)"),
+    "baseline": ("string", "backend the speedup columns compare with (same case, same rounds)"),
+    "speedup": ("Float64", "baseline time / this backend's time (median of paired per-round ratios)"),
+    "speedup_lo": ("Float64", "95% interval of speedup, low end"),
+    "speedup_hi": ("Float64", "95% interval of speedup, high end"),
+    "verdict": ("string", "FASTER | SAME | SLOWER | AMBIGUOUS against the baseline (flyexplore.measure.stats.verdict)"),
+    "band": ("Float64", "equivalence band of the SAME label (0.01 = +-1%)"),
+    "wall_s": ("Float64", "wall time of the case's timing (warm-up and all rounds, all backends), s"),
+    "verdict_s": ("Float64", "wall time until every speedup interval of the case first met ci_target, s"),
+    "recheck_ok": ("boolean", "output checked again after timing, on fresh input values, within tolerance"),
+    "device_id": ("string", "physical device: GPU UUID (NVIDIA) or PCI bus id (AMD)"),
+    "clock_mhz_start": ("Float64", "SM/GFX clock read at the start of the case, MHz (NVML / amdsmi)"),
+    "clock_mhz_end": ("Float64", "SM/GFX clock read at the end of the case, MHz"),
+    "clock_mhz_min": ("Float64", "lowest SM/GFX clock read during the case (start, each round, end), MHz"),
+    "clock_mhz_max": ("Float64", "the device's maximum SM/GFX clock, MHz"),
+    "power_w_start": ("Float64", "board power at the start of the case, W"),
+    "power_w_end": ("Float64", "board power at the end of the case, W"),
+    "temp_c_start": ("Float64", "GPU temperature at the start of the case, C"),
+    "temp_c_end": ("Float64", "GPU temperature at the end of the case, C"),
+    "throttled": ("boolean", "clock_mhz_min < 80% of clock_mhz_max (flyexplore.measure.devstate.THROTTLE_FRACTION)"),
+    "throttle_reasons": ("string", "clock-event reasons NVML reported at start/end (sw_power_cap, hw_thermal, ...)"),
+    "round_clock_mhz": ("string", "JSON list: the clock read at the start of each round, MHz"),
+    "time_cycles": ("Float64", "median over rounds of round time x clock read in that round: an estimate "
+                    "in SM clock cycles (clocks are instantaneous readings)"),
+    "flops": ("Float64", "floating-point operations per call"),
+    "bytes": ("Float64", "bytes moved per call (ideal: each input read once, output written once)"),
+    "tflops": ("Float64", "flops / time, TFLOP/s"),
+    "gbps": ("Float64", "bytes / time, GB/s"),
+    "err_rel": ("Float64", "relative error against the operator's high-precision reference"),
+    "err_max_abs": ("Float64", "max absolute error against the reference"),
+    "err_rel_dequant": ("Float64", "scaled GEMM: relative error against the product of the dequantized inputs (the kernel's own error)"),
+    "err_tol": ("Float64", "tolerance on err_rel for this dtype"),
+    "accuracy_ok": ("boolean", "the operator's correctness check passed (the rule is in accuracy_rule; "
+                    "rows without one: err_rel <= err_tol)"),
+    "err_bound_ratio": ("Float64", "largest |out - ref| / allowed error over the elements (<= 1 passes; "
+                        "the bound is stated in accuracy_rule)"),
+    "err_row_max_rel": ("Float64", "relative error of the worst row (RMSNorm row, GEMM output row, attention "
+                        "query row; TopK: max |diff| / max |ref| per row)"),
+    "err_block_max_rel": ("Float64", "relative error of the worst block: 32x32 output tile (gemm, scaled_gemm), "
+                          "group (grouped_gemm), head (attention)"),
+    "err_fail_count": ("Int64", "elements failing the check (over their bound, or a NaN/Inf mismatch; "
+                       "TopK: value positions differing from the reference)"),
+    "nonfinite_matched": ("Int64", "NaN/Inf output elements where the reference has the same (a match)"),
+    "nonfinite_mismatch": ("Int64", "NaN/Inf on one side only, or unequal (a failure)"),
+    "index_errors": ("Int64", "TopK: indices out of range, repeated in a row, or not gathering their value"),
+    "order_errors": ("Int64", "TopK: rows out of order though sorted=True"),
+    "tie_order_diffs": ("Int64", "TopK: indices differing from the reference's only among equal values "
+                        "(allowed, not a failure)"),
+    "accuracy_rule": ("string", "the check behind accuracy_ok, with its tolerance and where it comes from"),
+    "kernels": ("string", "JSON list of [kernel name, launches per call, device us per call] (kernel mode)"),
+    "observed": ("string", "kernel families seen for the call (filled by tracing), comma-separated, "
+                 "by time; 'CPU: ...' when the call ran on the CPU (no device kernels)"),
+    "flydsl_reason": ("string", "for a flydsl request: why FlyDSL was or was not taken (the FlyDSL kernels "
+                      "seen, the autotune decision that picked another backend, or the explainer's reason)"),
+    "flydsl_taken": ("boolean", "for a flydsl request: True = FlyDSL kernels ran, False = they did not (the "
+                     "time is of the fallback; speedup() leaves the row out), NA = not traced or unknown (an unclassified "
+                     "kernel or no kernel record; kept, flydsl_reason says why)"),
+    "autotune": ("string", "JSON list of Inductor autotune decisions made while compiling the call: op, "
+                 "winner, winner_family, candidates [name, family, time_ms, description]"),
+    "platform": ("string", "cpu | cuda | rocm"),
+    "device": ("string", "device name, e.g. NVIDIA H200, AMD Instinct MI355X"),
+    "arch": ("string", "gfx950, sm_90, x86_64, ..."),
+    "torch": ("string", "torch version"),
+    "triton": ("string", "Triton version"),
+    "flydsl": ("string", "flydsl version or 'not installed'"),
+    "aotriton": ("string", "AOTriton version from the bundled library, or 'not present'"),
+    "gpu_runtime": ("string", "HIP or CUDA version"),
+    "python": ("string", "Python version"),
+    "host": ("string", "host name"),
+    "env_id": ("string", "hash of the environment fingerprint"),
+    "flyexplore": ("string", "flyexplore version that wrote the row"),
+    # -- engine (flyexplore.run.engine): where the case ran
+    "worker": ("string", "where the case ran: in-process | <place>/pid<pid> of a worker process (cuda:1, "
+               "cpu0) | ray:<node ip>:<slot>/pid<pid> of a Ray actor"),
+}
+
+KEY = ("op", "case", "dtype", "backend")
+
+
+def empty_frame() -> pd.DataFrame:
+    """An empty result set with every core column at its dtype."""
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, (t, _) in COLUMNS.items()})
+
+
+def _upgrade(df: pd.DataFrame) -> pd.DataFrame:
+    """Bring rows of older schema versions to :data:`SCHEMA_VERSION`.
+
+    Version 1 -> 2: rows were timed block-wise and kept no samples, so ``order`` is ``block``,
+    ``rounds`` is ``n_samples`` and the interval of ``time_ms`` is the approximate box-plot
+    notch from the stored IQR (:func:`flyexplore.measure.stats.notch_ci`), marked ``ci_method=notch``.
+    Published rows get no interval."""
+    if "schema_version" not in df or not len(df):
+        return df
+    ver = pd.to_numeric(df["schema_version"], errors="coerce")
+    newer = ver.max()
+    if pd.notna(newer) and newer > SCHEMA_VERSION:
+        raise UsageError(f"result file has schema version {int(newer)}, newer than this "
+                         f"flyexplore understands ({SCHEMA_VERSION}); upgrade flyexplore")
+    old = (ver < 2).fillna(False).to_numpy()
+    if old.any():
+        from flyexplore.measure.stats import notch_ci
+
+        df = df.copy()
+        for c in ("order", "ci_method", "time_ci_lo_ms", "time_ci_hi_ms", "rounds", "calls_per_round"):
+            if c not in df:
+                df[c] = pd.Series([None] * len(df), index=df.index, dtype=object)
+            else:
+                df[c] = df[c].astype(object)
+        for i in df.index[old]:
+            r = df.loc[i]
+            if r.get("status") != "ok":
+                df.at[i, "ci_method"] = "none"
+                continue
+            lo, hi = notch_ci(_num(r.get("time_ms")), _num(r.get("time_iqr_ms")), _num(r.get("n_samples")))
+            df.at[i, "order"] = "block"
+            df.at[i, "rounds"] = r.get("n_samples")
+            df.at[i, "calls_per_round"] = 1
+            df.at[i, "time_ci_lo_ms"], df.at[i, "time_ci_hi_ms"] = lo, hi
+            df.at[i, "ci_method"] = "notch"
+        df.loc[old, "schema_version"] = SCHEMA_VERSION
+    return df
+
+
+def _num(v) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return f
+
+
+def normalize(df: pd.DataFrame) -> pd.DataFrame:
+    """Add missing core columns (as NA), order core columns first, and cast them to their
+    documented dtypes. Extra columns (operator parameters) are kept after the core ones.
+    A text core column that is a pandas ``Categorical`` stays categorical, with its categories
+    in their order (as text) and its ``ordered`` flag."""
+    df = _upgrade(df.copy())
+    for c, (t, _) in COLUMNS.items():
+        if c not in df:
+            df[c] = pd.Series([pd.NA] * len(df), dtype=t, index=df.index)
+        elif t == "string" and isinstance(df[c].dtype, pd.CategoricalDtype):
+            # a categorical text column keeps its categories and their order (a plot's order)
+            cat = df[c].dtype
+            df[c] = df[c].cat.rename_categories(lambda v: str(v)) if not all(
+                isinstance(v, str) for v in cat.categories) else df[c]
+        else:
+            try:
+                if t == "boolean":
+                    df[c] = df[c].map(_to_bool).astype("boolean")
+                else:
+                    df[c] = df[c].astype(t)
+            except (TypeError, ValueError):
+                df[c] = pd.to_numeric(df[c], errors="coerce").astype(t) if t in ("Float64", "Int64") else df[c]
+    extra = [c for c in df.columns if c not in COLUMNS]
+    return df[list(COLUMNS) + extra].reset_index(drop=True)
+
+
+def _to_bool(v):
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
+        return pd.NA
+    if isinstance(v, str):
+        return {"true": True, "false": False, "1": True, "0": False}.get(v.lower(), pd.NA)
+    return bool(v)
+
+
+def frame(rows: Iterable[dict]) -> pd.DataFrame:
+    """A normalized result set from row dicts."""
+    rows = list(rows)
+    return normalize(pd.DataFrame(rows)) if rows else empty_frame()
+
+
+def validate(df: pd.DataFrame) -> None:
+    """Raise ``ValueError`` if ``df`` breaks the schema: a missing core column, an unknown
+    status or source, an ``ok`` row without a positive time, or a duplicate key in one run."""
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"missing columns: {missing}")
+    bad = set(df["status"].dropna()) - set(STATUSES)
+    if bad:
+        raise ValueError(f"unknown status {sorted(bad)} (valid: {STATUSES})")
+    bad = set(df["source"].dropna()) - set(SOURCES)
+    if bad:
+        raise ValueError(f"unknown source {sorted(bad)} (valid: {SOURCES})")
+    ok = df[df["status"] == "ok"]
+    if len(ok) and not (ok["time_ms"].notna() & (ok["time_ms"] > 0)).all():
+        raise ValueError("an ok row has no positive time_ms")
+    dup = df.duplicated(subset=["run_id", *KEY], keep=False)
+    if dup.any():
+        raise ValueError(f"duplicate rows for {df.loc[dup, list(KEY)].iloc[0].tolist()}")
+
+
+def _atomic_write(path: Path, writer) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        writer(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+FORMATS = (".parquet", ".csv", ".jsonl")
+
+
+def check_path(path: str | os.PathLike) -> Path:
+    """Check that results can be written to ``path`` (known extension, writable folder).
+    Raises :class:`UsageError` naming the path."""
+    p = Path(path)
+    if p.suffix not in FORMATS:
+        raise UsageError(f"unknown result file extension {p.suffix!r} in {str(p)!r} "
+                         f"(valid: {', '.join(FORMATS)})")
+    parent = p.parent if str(p.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".flyexplore-probe.")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise UsageError(f"cannot write output file {str(p)!r}: {exc.strerror or exc}") from None
+    if p.exists() and (p.is_dir() or not os.access(p, os.W_OK)):
+        raise UsageError(f"cannot write output file {str(p)!r}: not a writable file")
+    return p
+
+
+def _json_value(v):
+    """A cell as a JSON value: None for NA, Python int/float/bool/str otherwise."""
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        v = v.item()  # numpy scalar -> Python
+    return v if isinstance(v, (bool, int, float, str)) else str(v)
+
+
+def write_jsonl(df: pd.DataFrame, path) -> None:
+    """One JSON object per row, floats written by ``repr`` (``json.dumps``), which round-trips
+    every float64 exactly (pandas' ``to_json`` keeps at most 15 significant digits: 3.3e-12
+    becomes 0.0 at its default of 10). NA is ``null``; +-inf are ``Infinity``/``-Infinity``."""
+    cols = list(df.columns)
+    with open(path, "w", encoding="utf-8") as f:
+        for row in df.itertuples(index=False, name=None):
+            f.write(json.dumps({c: _json_value(v) for c, v in zip(cols, row)}, allow_nan=True) + "\n")
+
+
+def save(df: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write ``df`` to ``path`` (.parquet, .csv or .jsonl), atomically. Returns the path.
+    Every format keeps float64 values exactly (JSONL by :func:`write_jsonl`). Parquet also keeps
+    categorical columns (and their order); CSV and JSONL cannot, so saving a frame with
+    categorical columns there warns (``UserWarning``) naming them."""
+    p = check_path(path)
+    df = normalize(df)
+    cats = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
+    if cats and p.suffix != ".parquet":
+        import warnings
+        warnings.warn(f"{p.suffix} files do not store categorical order; columns {', '.join(cats)} "
+                      "load back as text (save as .parquet to keep it)", UserWarning, stacklevel=2)
+    if p.suffix == ".parquet":
+        _atomic_write(p, lambda t: df.to_parquet(t, index=False))
+    elif p.suffix == ".csv":
+        _atomic_write(p, lambda t: df.to_csv(t, index=False))
+    else:
+        _atomic_write(p, lambda t: write_jsonl(df, t))
+    return p
+
+
+def load(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a result file written by :func:`save` (or a sweep's ``.partial.jsonl`` journal).
+    Raises :class:`UsageError` if it is missing or of an unknown format."""
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"result file not found: {str(p)!r}")
+    if p.suffix == ".parquet":
+        df = pd.read_parquet(p)
+    elif p.suffix == ".csv":
+        df = pd.read_csv(p, dtype={"case": str, "params": str, "kernels": str})
+    elif p.suffix == ".jsonl":
+        lines = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+        df = pd.DataFrame(lines)
+    else:
+        raise UsageError(f"unknown result file extension {p.suffix!r} in {str(p)!r} "
+                         f"(valid: {', '.join(FORMATS)})")
+    return normalize(df)
+
+
+def concat(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate result sets, keeping every column."""
+    frames = [normalize(f) for f in frames if len(f)]
+    return normalize(pd.concat(frames, ignore_index=True)) if frames else empty_frame()
+
+
+def geomean(values: Iterable[float]) -> float:
+    """Geometric mean exp(mean(log v)) of positive values; NaN when there are none.
+    Raises ``ValueError`` for a value <= 0."""
+    vals = [float(v) for v in values if v is not None and not pd.isna(v)]
+    if not vals:
+        return float("nan")
+    if any(v <= 0 for v in vals):
+        raise ValueError(f"geometric mean needs positive values, got {min(vals)}")
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+#: Ratios within this fraction of 1.0 count as ties by the point estimate (the published dense
+#: suite's rule; ``tie`` column). Verdicts use intervals instead (:mod:`flyexplore.measure.stats`).
+TIE_BAND = 0.01
+
+SPEEDUP_COLUMNS = ("backend", "time_ms", "baseline", "baseline_ms", "speedup", "speedup_lo",
+                   "speedup_hi", "verdict", "interval", "tie", "source")
+
+
+def _eq(a, b) -> bool:
+    """``a == b`` where a missing value equals nothing."""
+    return not (pd.isna(a) or pd.isna(b)) and a == b
+
+
+def _rounds(r) -> tuple:
+    from flyexplore.measure.timing import rounds_from_json
+    return rounds_from_json(r.get("samples_ms"))
+
+
+#: Run-to-run allowance for comparisons across runs (two result files, two sweeps): the interval
+#: of a ratio of medians from different runs is widened by this fraction on each side, because
+#: one run's interval knows its own noise but not how much the machine changes between runs
+#: (clock and power state on a GPU; load, cache neighbours and CPU steal on a shared CPU).
+#: GPU: benchmarks/verdicts.py on an H200 (data/h200/verdicts): aten/triton ratios from 3 fresh
+#: processes spread by <= 1.2% for 8 shapes. CPU: identical sweeps on this project's 2-core
+#: shared VM (and its CI machine) read medians up to 1.65x apart for a 0.06-0.13 ms call in
+#: steady state (the VM's speed wanders by 20-40% over seconds with its neighbours' load), so on
+#: a shared CPU a difference between runs under 2x cannot be told from the machine. Where a side
+#: drifted more than this within its own run, :func:`ratio_interval` widens by that drift.
+RUN_TO_RUN = {"cuda": 0.02, "rocm": 0.02, "cpu": 1.00}
+
+
+def ratio_interval(base_rows: pd.DataFrame, x_rows: pd.DataFrame) -> tuple[float, float, float, str]:
+    """Speedup ``base time / x time`` of one case with its 95% interval, from the rows' stored
+    samples: ``(estimate, lo, hi, method)``.
+
+    * ``paired``: one row each, from one run, timed interleaved in the same rounds ->
+      :func:`flyexplore.measure.stats.paired_ratio`;
+    * ``unpaired``: samples on both sides otherwise (block order, several runs, two files) ->
+      :func:`flyexplore.measure.stats.unpaired_ratio` over round medians; when the two sides come from
+      different runs the interval is widened on each side by :data:`RUN_TO_RUN` of their
+      platform, or by how far either side drifted within its own run
+      (:func:`flyexplore.measure.stats.drift`) when that is more (``unpaired+run``);
+    * ``notch``: schema-1 rows without samples -> the two medians' notch intervals divided
+      (approximate);
+    * ``none``: no interval (published rows); the estimate is the ratio of median times."""
+    from flyexplore.measure import stats as S
+
+    est = float(base_rows["time_ms"].astype(float).median() / x_rows["time_ms"].astype(float).median())
+    if len(base_rows) == 1 and len(x_rows) == 1:
+        b, x = base_rows.iloc[0], x_rows.iloc[0]
+        if (_eq(b.get("order"), "interleaved") and _eq(x.get("order"), "interleaved")
+                and _eq(b.get("run_id"), x.get("run_id"))):
+            rb, rx = _rounds(b), _rounds(x)
+            if rb and len(rb) == len(rx):
+                e, lo, hi = S.paired_ratio(rb, rx)
+                return e, lo, hi, "paired"
+    vb = [v for _, r in base_rows.iterrows() for v in S.round_values(_rounds(r))]
+    vx = [v for _, r in x_rows.iterrows() for v in S.round_values(_rounds(r))]
+    if vb and vx:
+        e, lo, hi = S.unpaired_ratio(vb, vx)
+        runs_b, runs_x = set(base_rows["run_id"].dropna()), set(x_rows["run_id"].dropna())
+        if runs_b != runs_x or len(runs_b) != 1:
+            plat = {str(p) for p in pd.concat([base_rows["platform"], x_rows["platform"]]).dropna()}
+            a = max((RUN_TO_RUN.get(p, RUN_TO_RUN["cpu"]) for p in plat), default=RUN_TO_RUN["cpu"])
+            a = max(a, S.drift(vb), S.drift(vx))  # a run that drifted within itself
+            return e, lo / (1 + a), hi * (1 + a), "unpaired+run"
+        return e, lo, hi, "unpaired"
+    if len(base_rows) == 1 and len(x_rows) == 1:
+        blo, bhi = (_num(base_rows.iloc[0].get(c)) for c in ("time_ci_lo_ms", "time_ci_hi_ms"))
+        xlo, xhi = (_num(x_rows.iloc[0].get(c)) for c in ("time_ci_lo_ms", "time_ci_hi_ms"))
+        if all(math.isfinite(v) for v in (blo, bhi, xlo, xhi)) and xlo > 0 and blo > 0:
+            return est, blo / xhi, bhi / xlo, "notch"
+    return est, math.nan, math.nan, "none"
+
+
+def speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
+            by: Sequence[str] = ("op", "case", "dtype"), band: float | None = None) -> pd.DataFrame:
+    """Speedup of every backend against ``baseline`` per case: baseline time / backend time,
+    with its 95% interval and verdict label.
+
+    ``baseline`` is one backend, or several: then the faster of them at each case (the
+    published dense suite compares FlyDSL with the faster of ATen and Triton). Only ``ok`` and
+    ``published`` rows with a time count, and never a row with ``flydsl_taken == False`` (a
+    FlyDSL request that ran another kernel). Where a row already carries the speedup its sweep
+    measured against the same baseline in the same rounds, that is used; otherwise the interval
+    comes from the stored samples (:func:`ratio_interval`). ``band``: the SAME band (default:
+    the rows' own ``band``, else 1%).
+
+    Returns columns ``*by``, ``backend``, ``time_ms``, ``baseline``, ``baseline_ms``,
+    ``speedup``, ``speedup_lo``, ``speedup_hi``, ``verdict`` (FASTER/SAME/SLOWER/AMBIGUOUS;
+    NA for published figures, which carry no interval), ``interval`` (paired, unpaired,
+    notch, none), ``tie`` (point estimate within 1%: the published suite's rule) and
+    ``source``; one row per case and non-baseline backend. Raises :class:`UsageError` when no
+    row is of the baseline."""
+    from flyexplore.measure import stats as S
+
+    bases = [baseline] if isinstance(baseline, str) else list(baseline)
+    cols = [*by, *SPEEDUP_COLUMNS]
+    d = df[df["status"].isin(["ok", "published"]) & df["time_ms"].notna()]
+    if "flydsl_taken" in d:  # a FlyDSL request that ran something else is not a FlyDSL time
+        d = d[~(d["flydsl_taken"].astype("boolean") == False).fillna(False)]  # noqa: E712
+    if d.empty:
+        return pd.DataFrame(columns=cols)
+    if not d["backend"].isin(bases).any():
+        raise UsageError(f"no rows for baseline {', '.join(bases)} "
+                         f"(backends present: {', '.join(sorted(d['backend'].dropna().unique()))})")
+    out = []
+    for key, g in d.groupby(list(by), dropna=False, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        med = g.groupby("backend", sort=False)["time_ms"].median()
+        present = [b for b in bases if b in med.index]
+        if not present:
+            continue
+        bname = min(present, key=lambda b: float(med[b]))
+        brows = g[g["backend"] == bname]
+        for xname, xrows in g[~g["backend"].isin(bases)].groupby("backend", sort=False):
+            r = dict(zip(by, key))
+            x0 = xrows.iloc[0]
+            bd = band if band is not None else (_num(x0.get("band")) if pd.notna(x0.get("band")) else S.BAND)
+            if (len(xrows) == 1 and _eq(x0.get("baseline"), bname) and pd.notna(x0.get("speedup"))
+                    and len(brows) == 1 and _eq(brows.iloc[0].get("run_id"), x0.get("run_id"))):
+                est, lo, hi, how = float(x0["speedup"]), _num(x0.get("speedup_lo")), _num(x0.get("speedup_hi")), "paired"
+            else:
+                est, lo, hi, how = ratio_interval(brows, xrows)
+            published = "published" in set(brows["source"].dropna()) | set(xrows["source"].dropna())
+            r.update(backend=xname, time_ms=float(med[xname]), baseline=bname,
+                     baseline_ms=float(med[bname]), speedup=est, speedup_lo=lo, speedup_hi=hi,
+                     verdict=pd.NA if published and how == "none" else S.verdict(lo, hi, bd),
+                     interval=how, tie=abs(est - 1.0) <= TIE_BAND, source=x0.get("source"))
+            out.append(r)
+    res = pd.DataFrame(out, columns=cols)
+    for c in ("speedup", "speedup_lo", "speedup_hi", "time_ms", "baseline_ms"):
+        res[c] = res[c].astype(float)
+    res["tie"] = res["tie"].astype(bool)
+    return res
+
+
+def geomean_speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
+                    by: Sequence[str] = ("op", "case", "dtype")) -> pd.DataFrame:
+    """Geometric-mean speedup per (op, dtype, backend) over the cases both sides have, with
+    its 95% interval (:func:`flyexplore.measure.stats.geomean_ci`: per-case intervals combined in log
+    space; NaN when a case has none) and label, and the count of each case label.
+    Columns ``op, dtype, backend, cases, geomean, geomean_lo, geomean_hi, verdict, FASTER,
+    SAME, SLOWER, AMBIGUOUS``."""
+    from flyexplore.measure import stats as S
+
+    cols = ["op", "dtype", "backend", "cases", "geomean", "geomean_lo", "geomean_hi", "verdict", *S.LABELS]
+    s = speedup(df, baseline, by)
+    if s.empty:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for (op, dt, be), g in s.groupby(["op", "dtype", "backend"], sort=False):
+        est, lo, hi = S.geomean_ci(g["speedup"], g["speedup_lo"], g["speedup_hi"])
+        lab = S.verdict(lo, hi) if g["verdict"].notna().all() else pd.NA
+        counts = {k: int((g["verdict"] == k).sum()) for k in S.LABELS}
+        rows.append({"op": op, "dtype": dt, "backend": be, "cases": len(g), "geomean": est,
+                     "geomean_lo": lo, "geomean_hi": hi, "verdict": lab, **counts})
+    return pd.DataFrame(rows, columns=cols)

@@ -1,0 +1,399 @@
+"""One case of a sweep: build every backend, check its output, time them (interleaved or in
+block order), recheck on fresh inputs and return the result rows. :func:`run_case` is what a
+sweep worker runs (:mod:`flyexplore.run.engine`); :func:`flyexplore.run.sweep.run_sweep` plans the cases
+and writes the rows. Split from ``sweep.py`` so that the engine, the trace and the sweep import
+it without importing each other.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import time
+import traceback
+from typing import Callable, Sequence
+
+
+from flyexplore.results import table as R
+from flyexplore.measure import stats as S
+from flyexplore.measure.devstate import case_columns, default_device, sampler_for  # noqa: F401 (default_device: re-exported)
+from flyexplore.errors import UsageError
+from flyexplore.ops.base import Case, Operator, RunContext, reset_dynamo
+from flyexplore.measure.interleaved import measure_interleaved
+from flyexplore.measure.timing import Timer
+from flyexplore.run.validate import INTERLEAVED_KEYS
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _first_line(exc: BaseException) -> str:
+    msg = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {msg[0] if msg else ''}"[:500]
+
+
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def _base_row(plan_op: Operator, case: Case, dtype: str, backend: str, run_id: str, fp: dict) -> dict:
+    row = {"schema_version": R.SCHEMA_VERSION, "run_id": run_id, "timestamp": _now(),
+           "op": plan_op.name, "case": case.label, "params": json.dumps(case.p, sort_keys=True),
+           "dtype": dtype, "backend": backend, "source": "measured", **fp}
+    row.update(case.p)
+    return row
+
+
+def measure_one(op: Operator, case: Case, dtype: str, backend: str, ctx: RunContext,
+                inputs: dict, ref, timer_opts: dict, trace: bool = False) -> dict:
+    """Run one backend on one case and return the row's measured columns (status ``ok``),
+    or ``{"status": "unavailable", ...}``. Exceptions propagate (the caller records them).
+
+    With ``trace`` -- and always for the ``flydsl`` backend, and for attention on a GPU (which
+    AOTriton backend ran) -- the row also gets what really ran
+    (:func:`flyexplore.insight.trace.row_columns`: ``observed``, ``autotune``, ``flydsl_taken``,
+    ``flydsl_reason``), from the kernels the timer saw or one extra profiled call."""
+    bk = op.get_backend(backend)
+    why = bk.available(ctx, case, dtype)
+    if why:
+        return {"status": "unavailable", "message": why}
+    want_trace = _traced(trace, backend, op, ctx)
+    tr = None
+    reset_dynamo()
+    sampler = sampler_for(ctx.device)
+    st0 = sampler.sample()
+    with bk.context(ctx, case):
+        fn, first_ms, errs, decisions = _build_first(op, case, dtype, bk, ctx, inputs, ref, want_trace)
+        m = Timer(fn, ctx.device, **timer_opts).measure()
+    if want_trace:
+        tr = _trace_of(m, fn, ctx, decisions, bk, case)
+    row = _ok_row(op, case, dtype, backend, bk, m, first_ms, errs, tr)
+    row.update(ci_target=None, device_id=sampler.device_id,
+               **case_columns(st0, sampler.sample(), [], sampler.max_clock_mhz))
+    return row
+
+
+def _build_first(op: Operator, case: Case, dtype: str, bk, ctx: RunContext, inputs: dict, ref,
+                 traced: bool):
+    """Build a backend (inside its context, entered by the caller) and make its first call
+    (compile, autotune): returns ``(fn, first_ms, error columns against ref, autotune
+    decisions)``; the decisions are captured only when ``traced``."""
+    import contextlib
+
+    from flyexplore.insight.trace import capture_autotune
+
+    with (capture_autotune() if traced else contextlib.nullcontext([])) as decisions:
+        fn = bk.build(case, dtype, inputs, ctx)
+        t0 = time.perf_counter()
+        outv = fn()
+        if ctx.gpu:
+            import torch
+            torch.cuda.synchronize(ctx.device)
+        first_ms = (time.perf_counter() - t0) * 1e3
+    errs = op.error(outv, ref, case, dtype) if ref is not None else {}
+    del outv
+    return fn, first_ms, errs, tuple(decisions)
+
+
+def _traced(trace: bool, backend: str, op: Operator, ctx: RunContext) -> bool:
+    """Whether a row records what really ran: on request, always for ``flydsl``, and for
+    attention on a GPU (which AOTriton backend ran: Triton, aiter or FlyDSL)."""
+    return trace or backend == "flydsl" or (op.name == "attention" and ctx.gpu)
+
+
+def _accuracy_ok(errs: dict):
+    if "accuracy_ok" in errs:
+        return errs["accuracy_ok"]
+    if "err_rel" in errs and "err_tol" in errs:
+        return errs["err_rel"] <= errs["err_tol"] + 1e-12
+    return None  # the operator's error() judged nothing: the row says unchecked, never a pass
+
+
+def _ok_row(op: Operator, case: Case, dtype: str, backend: str, bk, m, first_ms: float,
+            errs: dict, tr) -> dict:
+    """The measured columns of an ``ok`` row from a :class:`~flyexplore.measure.timing.Measurement`."""
+    row = {"status": "ok", "message": "; ".join(m.notes) or None, "source": bk.source,
+           "first_call_ms": first_ms, **m.summary(), **errs, "ci_method": "order-statistic"}
+    if tr is not None:
+        from flyexplore.insight.trace import row_columns
+        row.update(row_columns(tr, backend, op.name, case, dtype))
+        if row.get("flydsl_taken") is False:
+            note = f"FlyDSL requested but not taken; the time is of what ran ({tr.observed})"
+            row["message"] = f"{row['message']}; {note}" if row["message"] else note
+    if m.kernels:
+        row["kernels"] = json.dumps([[k.name, k.calls_per_iter, round(k.us_per_iter, 3)] for k in m.kernels])
+    flops, nbytes = op.flops(case), op.bytes(case, dtype)
+    row["flops"], row["bytes"] = flops, nbytes
+    sec = m.median * 1e-3
+    row["tflops"] = flops / sec / 1e12 if flops and sec > 0 else None
+    row["gbps"] = nbytes / sec / 1e9 if nbytes and sec > 0 else None
+    row["accuracy_ok"] = _accuracy_ok(errs)
+    return row
+
+
+def _note(row: dict, text: str) -> None:
+    row["message"] = f"{row['message']}; {text}" if row.get("message") else text
+
+
+def _interleaved_opts(timer: dict) -> dict:
+    """Translate a sweep's ``timer`` dict for :func:`~flyexplore.measure.interleaved.measure_interleaved`:
+    ``rep`` = a fixed number of rounds (no adaptive stopping), ``warmup`` = warm-up rounds,
+    ``rep_ms`` = the case's budget in ms; the interleaved keys pass through."""
+    bad = sorted(set(timer) - set(INTERLEAVED_KEYS))
+    if bad:
+        raise UsageError(f"unknown timer option {bad[0]!r} for interleaved order "
+                         f"(valid: {', '.join(INTERLEAVED_KEYS)})")
+    o = {k: v for k, v in timer.items() if k not in ("rep", "warmup", "rep_ms")}
+    if timer.get("rep") is not None:
+        o["min_rounds"] = o["max_rounds"] = int(timer["rep"])
+    if timer.get("warmup") is not None:
+        o["warmup_rounds"] = int(timer["warmup"])
+    if timer.get("rep_ms") is not None:
+        o["budget_s"] = float(timer["rep_ms"]) / 1e3
+    return o
+
+
+def _fresh_inputs(op: Operator, case: Case, dtype: str, inputs: dict, device, seed: int):
+    """Copy new random values (``seed + 1``) into the input tensors in place and return the
+    new reference, or ``None`` when the inputs cannot be refreshed in place (non-tensor inputs
+    that differ, shapes that differ, or an operator with ``fresh_recheck = False``)."""
+    import torch
+
+    if not getattr(op, "fresh_recheck", True):
+        return None
+    new = op.make_inputs(case, dtype, device, seed + 1)
+    if set(new) != set(inputs):
+        return None
+    for k, v in inputs.items():
+        if torch.is_tensor(v) != torch.is_tensor(new[k]):
+            return None
+        if torch.is_tensor(v):
+            if v.shape != new[k].shape or v.dtype != new[k].dtype:
+                return None
+        elif v != new[k]:
+            return None
+    with torch.no_grad():
+        for k, v in inputs.items():
+            if torch.is_tensor(v):
+                v.copy_(new[k])
+    return op.reference(case, dtype, inputs)
+
+
+def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], ctx: RunContext,
+                 inputs: dict, ref, timer_opts: dict, *, trace: bool = False, seed: int = 0,
+                 band: float = S.BAND, baseline: str | None = None) -> dict[str, dict]:
+    """Measure every backend of one case interleaved; returns ``{backend: row columns}``.
+
+    1. Each available backend is built and called once (compile, autotune), inside its
+       context, and its output checked against ``ref``; a backend that raises gets an
+       ``error``/``oom`` row, one that cannot run an ``unavailable`` row.
+    2. The others are timed together by :func:`~flyexplore.measure.interleaved.measure_interleaved`
+       (``timer_opts`` translated by :func:`_interleaved_opts`) against ``baseline`` (default:
+       the operator's baseline backend if timed, else the first timed backend).
+    3. Each row gets its speedup against the baseline (paired rounds), its interval and label
+       (:func:`flyexplore.measure.stats.verdict` with ``band``), the device state, and ``recheck_ok``:
+       after timing, the inputs are refilled with new values (``seed + 1``), each backend is
+       built again and its output checked against the new reference.
+    Exceptions while timing become ``error``/``oom`` rows for every timed backend."""
+    opts = _interleaved_opts(timer_opts)
+    reset_dynamo()
+    rows: dict[str, dict] = {}
+    fns: dict = {}
+    traces: dict = {}
+    decisions_by: dict = {}
+    bks = {b: op.get_backend(b) for b in backends}
+    for b, bk in bks.items():
+        why = bk.available(ctx, case, dtype)
+        if why:
+            rows[b] = {"status": "unavailable", "message": why}
+            continue
+        try:
+            with bk.context(ctx, case):
+                fn, first_ms, errs, decisions = _build_first(op, case, dtype, bk, ctx, inputs, ref,
+                                                             _traced(trace, b, op, ctx))
+            fns[b] = fn
+            traces[b] = (first_ms, errs)
+            decisions_by[b] = decisions
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:
+            rows[b] = _failure(exc, ctx)
+    if not fns:
+        return rows
+    base = baseline if baseline in fns else next((b for b in fns if bks[b].baseline), next(iter(fns)))
+    try:
+        res = measure_interleaved(fns, ctx.device, baseline=base, band=band,
+                                  enter=lambda nm: bks[nm].context(ctx, case), **opts)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        for b in fns:
+            rows[b] = _failure(exc, ctx)
+        return rows
+    ref2 = None
+    try:
+        ref2 = _fresh_inputs(op, case, dtype, inputs, ctx.device, seed) if ref is not None else None
+    except Exception as exc:  # noqa: BLE001 - the recheck is skipped, with the reason
+        if os.environ.get("FLYEXPLORE_DEBUG"):
+            traceback.print_exc()
+        ref2 = exc
+    for b, fn in fns.items():
+        m = res.measurements[b]
+        first_ms, errs = traces[b]
+        tr = None
+        if _traced(trace, b, op, ctx):
+            tr = _trace_of(m, fn, ctx, decisions_by[b], bks[b], case)
+        row = _ok_row(op, case, dtype, b, bks[b], m, first_ms, errs, tr)
+        rclocks = list(res.round_clocks)
+        row.update(case_columns(res.state_start, res.state_end, rclocks, res.max_clock_mhz,
+                                list(S.round_values(m.rounds))))
+        row.update(device_id=res.device_id, converged=res.converged, ci_target=res.target,
+                   wall_s=res.wall_s, verdict_s=res.verdict_s, band=band, baseline=base,
+                   round_clock_mhz=json.dumps(rclocks) if any(c is not None for c in rclocks) else None)
+        if b != base:
+            est, lo, hi = res.speedup(b)
+            row.update(speedup=est, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, band))
+        if not res.converged:
+            _note(row, f"unconverged: intervals not within +-{res.target:.1%} after {m.n // max(1, len(m.rounds[0]))} rounds")
+        if ref is not None:
+            row["recheck_ok"] = _recheck(op, case, dtype, bks[b], ctx, inputs, ref2, row)
+        rows[b] = row
+    return rows
+
+
+def _recheck(op, case, dtype, bk, ctx, inputs, ref2, row) -> bool | None:
+    """Build the backend again on the refreshed inputs and check its output (see
+    :func:`measure_case`); a failure sets ``accuracy_ok=False`` and says why in the message."""
+    if isinstance(ref2, Exception) or ref2 is None:
+        _note(row, "recheck on fresh inputs skipped: " + (_first_line(ref2) if ref2 is not None
+                                                          else "the inputs cannot be refreshed in place"))
+        return None
+    try:
+        with bk.context(ctx, case):
+            out = bk.build(case, dtype, inputs, ctx)()
+            errs = op.error(out, ref2, case, dtype)
+    except Exception as exc:  # noqa: BLE001
+        _note(row, f"recheck on fresh inputs failed: {_first_line(exc)}")
+        row["accuracy_ok"] = False
+        return False
+    ok = _accuracy_ok(errs)
+    if ok is False:
+        row["accuracy_ok"] = False
+        _note(row, "output after timing, on fresh input values, is wrong (a stale or cached result?)")
+    return ok
+
+
+def _trace_of(m, fn, ctx, decisions, bk, case):
+    from flyexplore.insight.trace import Trace, from_kernels
+    from flyexplore.insight.trace import trace as run_trace
+
+    if m.kernels:
+        return from_kernels(m.kernels, decisions)
+    try:
+        with bk.context(ctx, case):
+            t = run_trace(fn, device=ctx.device, reps=1, warmup=0, autotune=False)
+        return Trace(t.kernels, t.cpu_ops, tuple(decisions), t.device, t.notes)
+    except Exception as exc:  # no profiler here: what ran stays unknown, the time stands
+        return Trace((), (), tuple(decisions), "cuda" if ctx.gpu else "cpu",
+                     (f"tracing failed: {_first_line(exc)}",))
+
+
+def _failure(exc: BaseException, ctx) -> dict:
+    import torch
+
+    if os.environ.get("FLYEXPLORE_DEBUG"):
+        traceback.print_exc()
+    if ctx.gpu:
+        torch.cuda.empty_cache()
+    return {"status": "oom" if _is_oom(exc) else "error", "message": _first_line(exc)}
+
+
+def run_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], ctx: RunContext, *,
+             order: str = "interleaved", timer_opts: dict | None = None, trace: bool = False,
+             seed: int = 0, band: float = S.BAND, baseline: str | None = None,
+             should_stop: Callable[[], bool] | None = None):
+    """Run one case -- inputs (``seed``), reference, then every backend in ``backends`` -- and
+    yield ``(backend, row columns)`` as rows finish: all at the end in ``interleaved`` order
+    (:func:`measure_case`), one by one in ``block`` order (:func:`measure_one`; ``should_stop``
+    is checked between backends and a true answer yields ``(None, None)`` and ends). The unit of
+    work of every engine: in-process, a worker process or a Ray actor
+    (:mod:`flyexplore.run.engine`). A failure while making inputs gives every backend an
+    ``error``/``oom`` row; ``KeyboardInterrupt`` propagates."""
+    timer_opts = dict(timer_opts or {})
+    inputs = ref = None
+    setup_err = None
+    try:
+        inputs = op.make_inputs(case, dtype, ctx.device, seed)
+        ref = op.reference(case, dtype, inputs)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # OOM or unsupported dtype while making inputs
+        setup_err = exc
+    if order == "interleaved":
+        if setup_err is not None:
+            got = {b: _failure(setup_err, ctx) for b in backends}
+        else:
+            got = measure_case(op, case, dtype, backends, ctx, inputs, ref, timer_opts,
+                               trace=trace, seed=seed, band=band, baseline=baseline)
+        del inputs, ref
+        for b in backends:
+            yield b, got[b]
+        return
+    for b in backends:
+        if should_stop is not None and should_stop():
+            yield None, None
+            return
+        try:
+            if setup_err is not None:
+                raise setup_err
+            cols = measure_one(op, case, dtype, b, ctx, inputs, ref, timer_opts, trace)
+            cols["order"] = "block"
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:
+            cols = _failure(exc, ctx)
+        yield b, cols
+
+
+def case_cost(op: Operator, case: Case, dtype: str) -> float:
+    """Expected cost of a case, for balancing shards over workers: its FLOPs
+    (``op.flops``), else its bytes (``op.bytes``), else 1. A count, not a time: cases of one
+    operator compare by it (longest-processing-time-first ordering, :mod:`flyexplore.run.engine`)."""
+    for f in (lambda: op.flops(case), lambda: op.bytes(case, dtype)):
+        try:
+            v = float(f())
+        except Exception:  # noqa: BLE001 - an operator without a count
+            continue
+        if v > 0:
+            return v
+    return 1.0
+
+
+def physical_device_id(device) -> str | None:
+    """The physical GPU behind a torch ``device``: the NVML UUID (``GPU-...``) on NVIDIA, the
+    PCI bus id (``0000:05:00.0``) on AMD, from :func:`flyexplore.measure.devstate.sampler_for`, else
+    from ``torch.cuda.get_device_properties`` (``uuid``, or the PCI domain/bus/device). Stable
+    under ``CUDA_VISIBLE_DEVICES``/``HIP_VISIBLE_DEVICES`` pinning, unlike the index. ``None``
+    on the CPU. Never raises."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+        if dev.type != "cuda":
+            return None
+        sid = sampler_for(dev).device_id
+        if sid:
+            return str(sid)
+        idx = dev.index if dev.index is not None else torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(idx)
+        if getattr(torch.version, "hip", None):
+            from flyexplore.measure.devstate import _bdf
+            return _bdf(props)
+        u = getattr(props, "uuid", None)
+        return None if u is None else (str(u) if str(u).startswith("GPU-") else f"GPU-{u}")
+    except Exception:  # noqa: BLE001 - the row keeps an empty device_id
+        return None
+
+

@@ -1,0 +1,287 @@
+"""Export figures (PNG, SVG, PDF, standalone HTML) and tables (CSV, Markdown, LaTeX).
+
+Static images are rendered by kaleido (>= 1.0), which drives a Chromium/Chrome browser. One
+browser is started per process, on first use, and kept (:func:`kaleido_session`, kaleido's own
+``start_sync_server``): starting Chromium costs 5-8 s, an image in a running one about 0.5 s.
+Each image has a time limit (:data:`IMAGE_TIMEOUT_S`, kaleido's ``timeout``); a figure that
+fails or runs past it is written as HTML instead, with a note saying why. On
+Debian/Ubuntu ``apt-get install chromium`` (kaleido finds ``/usr/bin/chromium`` by itself), or
+``plotly_get_chrome`` / ``kaleido.get_chrome_sync()`` to download one. HTML needs neither:
+plotly.js is embedded, so the file opens offline. Markdown needs ``tabulate``; LaTeX needs
+``jinja2`` (both pandas' optional dependencies, installed with flyexplore).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import pandas as pd
+
+from flyexplore.errors import UsageError, bad_choice
+
+IMAGE_FORMATS = ("png", "svg", "pdf")
+FIGURE_FORMATS = (*IMAGE_FORMATS, "html")
+TABLE_FORMATS = ("csv", "md", "tex", "html")
+#: Default size of static images, CSS pixels (PNG is rendered at ``scale`` x this).
+WIDTH, HEIGHT, SCALE = 1100, 560, 2
+
+#: Time limit for rendering one static image, s (kaleido's per-image ``timeout``).
+IMAGE_TIMEOUT_S = 60.0
+
+_BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+
+
+def static_export_problem() -> str | None:
+    """Why static image export cannot work here, or ``None`` when kaleido and a browser are
+    found (``BROWSER_PATH``, a Chromium/Chrome on PATH, or one kaleido downloaded)."""
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return "kaleido is not installed (pip install 'kaleido>=1.0')"
+    if os.environ.get("BROWSER_PATH") and Path(os.environ["BROWSER_PATH"]).exists():
+        return None
+    if any(shutil.which(b) for b in _BROWSERS):
+        return None
+    try:
+        from choreographer.browsers.chromium import Chromium
+
+        if Chromium.find_browser(skip_local=False):
+            return None
+    except Exception:  # noqa: BLE001 - any failure means: not found
+        pass
+    return ("no Chromium/Chrome for kaleido: install one (Debian: apt-get install chromium) or run "
+            "plotly_get_chrome")
+
+
+_SESSION: dict = {}
+
+
+def kaleido_session(timeout: float = IMAGE_TIMEOUT_S) -> None:
+    """Start this process's kaleido server (one Chromium, kept until exit or
+    :func:`close_kaleido_session`) if it is not running; later static exports reuse it.
+    ``timeout``: kaleido's limit for one image, s (a new value restarts the server).
+    Raises ``RuntimeError`` with :func:`static_export_problem`'s reason when there is no
+    browser."""
+    import kaleido
+
+    why = static_export_problem()
+    if why:
+        raise RuntimeError(f"static figure export unavailable: {why}")
+    if kaleido._global_server.is_running() and _SESSION.get("timeout") == timeout:  # noqa: SLF001
+        return
+    close_kaleido_session()
+    kaleido.start_sync_server(timeout=timeout, silence_warnings=True)
+    _SESSION["timeout"] = timeout
+
+
+def close_kaleido_session() -> None:
+    """Stop the kaleido server of :func:`kaleido_session` (its Chromium exits); no-op if none."""
+    import kaleido
+
+    kaleido.stop_sync_server(silence_warnings=True)
+    _SESSION.clear()
+
+
+def _render(items: list[tuple[object, Path, str, int, int, float]], timeout: float) -> dict[Path, str]:
+    """Render ``(fig, path, format, width, height, scale)`` items in the persistent session;
+    returns ``{path: why}`` for the images that failed (timeout or error), the rest written."""
+    import kaleido
+
+    kaleido_session(timeout)
+    specs = [{"fig": fig, "path": str(p), "opts": {"format": f, "width": w, "height": h, "scale": s}}
+             for fig, p, f, w, h, s in items]
+    for _, p, *_ in items:
+        p.unlink(missing_ok=True)   # what exists afterwards is what rendered
+    try:
+        errs = kaleido.write_fig_from_object_sync(specs, cancel_on_error=False) or ()
+    except Exception as exc:  # noqa: BLE001 - the browser died or would not start
+        close_kaleido_session()
+        errs = (exc,)
+    errs = list(errs)
+    if any(isinstance(e, TimeoutError) for e in errs):
+        # a timed-out image can leave kaleido's executor closed, so the images after it fail
+        # with ChannelClosedError: the timeout is the cause; the next export starts afresh
+        why = f"no image within {timeout:g} s (kaleido timeout)"
+        close_kaleido_session()
+    else:
+        why = f"{type(errs[0]).__name__}: {errs[0]}" if errs else "not written"
+    return {p: why for _, p, *_ in items if not p.exists()}
+
+
+def write_html(fig, path: str | os.PathLike) -> Path:
+    """Write ``fig`` as one standalone HTML file with plotly.js embedded (opens offline)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.write_html(str(p), include_plotlyjs=True, full_html=True)
+    return p
+
+
+def save_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
+                 formats: Iterable[str] = IMAGE_FORMATS, width: int = WIDTH, height: int | None = None,
+                 scale: float = SCALE, timeout: float = IMAGE_TIMEOUT_S) -> list[Path]:
+    """Write each figure of ``figs`` (name -> plotly figure) as ``out_dir/<name>.<fmt>`` for
+    every format (png, svg, pdf, html). Static formats are rendered in this process's
+    persistent kaleido session (:func:`kaleido_session`), each image within ``timeout`` s.
+    ``height`` defaults to the figure's own layout height, else :data:`HEIGHT`.
+
+    Returns the written paths. Raises :class:`UsageError` for an unknown format and
+    ``RuntimeError`` (with :func:`static_export_problem`'s reason, or kaleido's error or
+    timeout for the first failed image) when static export is not possible here; the images
+    that did render stay written."""
+    formats = list(formats)
+    for f in formats:
+        if f not in FIGURE_FORMATS:
+            raise bad_choice("figure format", f, FIGURE_FORMATS)
+    out = Path(out_dir)
+    written: list[Path] = []
+    static = [f for f in formats if f in IMAGE_FORMATS]
+    if static and figs:
+        why = static_export_problem()
+        if why:
+            raise RuntimeError(f"static figure export unavailable: {why}")
+    out.mkdir(parents=True, exist_ok=True)
+    if static and figs:
+        items = [(fig, out / f"{name}.{f}", f, fig.layout.width or width,
+                  height or fig.layout.height or HEIGHT, scale) for name, fig in figs.items() for f in static]
+        failed = _render(items, timeout)
+        if failed:
+            p, why = next(iter(failed.items()))
+            raise RuntimeError(f"static figure export failed for {len(failed)} of {len(items)} image(s), "
+                               f"e.g. {p.name}: {why}")
+        written.extend(p for _, p, *_ in items)
+    if "html" in formats:
+        for name, fig in figs.items():
+            written.append(write_html(fig, out / f"{name}.html"))
+    return written
+
+
+def export_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
+                   formats: Iterable[str] = FIGURE_FORMATS, width: int = WIDTH, height: int | None = None,
+                   scale: float = SCALE) -> pd.DataFrame:
+    """Like :func:`save_figures`, but never fails for want of a browser: static formats (png,
+    svg, pdf) are skipped with the reason when :func:`static_export_problem` finds no Chromium
+    (or kaleido's rendering fails), and HTML is always written. For notebooks and scripts that
+    must run on machines without a browser (a GPU node).
+
+    Returns one row per (figure, format): ``figure``, ``format``, ``path``, ``status``
+    (``written`` or ``skipped``) and ``note`` (why it was skipped). Raises
+    :class:`UsageError` for an unknown format."""
+    formats = list(formats)
+    for f in formats:
+        if f not in FIGURE_FORMATS:
+            raise bad_choice("figure format", f, FIGURE_FORMATS)
+    out = Path(out_dir)
+    static = [f for f in formats if f in IMAGE_FORMATS]
+    why = static_export_problem() if static and figs else None
+    if static and figs and not why:
+        try:
+            save_figures(figs, out, static, width, height, scale)
+        except RuntimeError as exc:
+            why = str(exc)
+    if "html" in formats:
+        save_figures(figs, out, ["html"])
+    rows = []
+    for name in figs:
+        for f in formats:
+            skipped = f in IMAGE_FORMATS and why is not None
+            rows.append({"figure": name, "format": f, "path": str(out / f"{name}.{f}"),
+                         "status": "skipped" if skipped else "written",
+                         "note": f"static export unavailable: {why}" if skipped else ""})
+    return pd.DataFrame(rows, columns=["figure", "format", "path", "status", "note"])
+
+
+def save_figure(fig, path: str | os.PathLike, width: int = WIDTH, height: int | None = None,
+                scale: float = SCALE) -> Path:
+    """Write one figure to ``path``; the format is the extension (.png, .svg, .pdf, .html).
+    Raises :class:`UsageError` for another extension."""
+    p = Path(path)
+    fmt = p.suffix.lstrip(".").lower()
+    if fmt not in FIGURE_FORMATS:
+        raise UsageError(f"unknown figure file extension {p.suffix!r} in {str(p)!r} "
+                         f"(valid: {', '.join('.' + f for f in FIGURE_FORMATS)})")
+    tmp = save_figures({p.stem: fig}, p.parent, [fmt], width, height, scale)
+    return tmp[0]
+
+
+def export_figure(fig, path: str | os.PathLike, width: int = WIDTH, height: int | None = None,
+                  scale: float = SCALE, timeout: float = IMAGE_TIMEOUT_S) -> tuple[Path, str | None]:
+    """Write one figure to ``path`` like :func:`save_figure`, but when a static image (.png,
+    .svg, .pdf) cannot be made here (no browser, kaleido's error, or no image within
+    ``timeout`` s) write ``path`` with ``.html`` instead. Returns ``(written path, note)``;
+    the note says why the format changed, else ``None``. Raises :class:`UsageError` for an
+    unknown extension or an unwritable folder."""
+    p = Path(path)
+    fmt = p.suffix.lstrip(".").lower()
+    if fmt not in FIGURE_FORMATS:
+        raise UsageError(f"unknown figure file extension {p.suffix!r} in {str(p)!r} "
+                         f"(valid: {', '.join('.' + f for f in FIGURE_FORMATS)})")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write figure file {str(p)!r}: {exc.strerror or exc}") from None
+    if fmt == "html":
+        return write_html(fig, p), None
+    try:
+        return save_figures({p.stem: fig}, p.parent, [fmt], width, height, scale, timeout)[0], None
+    except RuntimeError as exc:
+        h = write_html(fig, p.with_suffix(".html"))
+        return h, f"{p.name} not written ({exc}); wrote {h.name} instead (opens offline in a browser)"
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def plain(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy with pandas' nullable dtypes made plain (Float64 -> float64 with NaN; Int64,
+    boolean, string -> objects with None) so that formatters apply and NA prints empty."""
+    d = df.copy()
+    for c in d.columns:
+        t = str(d[c].dtype)
+        if t == "Float64":
+            d[c] = d[c].astype("float64")
+        elif t in ("Int64", "boolean", "string", "str"):
+            d[c] = d[c].astype(object).where(d[c].notna(), None)
+    return d
+
+
+def save_table(df: pd.DataFrame, path: str | os.PathLike, float_format: str = "{:.4g}") -> Path:
+    """Write a table; the format is the extension: ``.csv`` (full precision), ``.md``
+    (GitHub Markdown via tabulate), ``.tex`` (LaTeX tabular via pandas/jinja2, special
+    characters escaped) or ``.html``. Raises :class:`UsageError` for another extension."""
+    p = Path(path)
+    fmt = p.suffix.lstrip(".").lower()
+    if fmt not in TABLE_FORMATS:
+        raise UsageError(f"unknown table file extension {p.suffix!r} in {str(p)!r} "
+                         f"(valid: {', '.join('.' + f for f in TABLE_FORMATS)})")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    d = plain(df)
+    if fmt == "csv":
+        df.to_csv(p, index=False)
+    elif fmt == "md":
+        m = d.astype(object).where(d.notna(), None)  # tabulate's missingval covers None, not NaN
+        p.write_text(m.to_markdown(index=False, floatfmt=".4g", missingval="") + "\n", encoding="utf-8")
+    elif fmt == "tex":
+        p.write_text(d.to_latex(index=False, escape=True, na_rep="",
+                                float_format=lambda v: float_format.format(v)), encoding="utf-8")
+    else:
+        p.write_text(d.to_html(index=False, na_rep="", float_format=lambda v: float_format.format(v)),
+                     encoding="utf-8")
+    return p
+
+
+def save_tables(tables: Mapping[str, pd.DataFrame], out_dir: str | os.PathLike,
+                formats: Iterable[str] = ("csv", "md", "tex")) -> list[Path]:
+    """Write each table (name -> DataFrame) as ``out_dir/<name>.<fmt>``; returns the paths."""
+    return [save_table(df, Path(out_dir) / f"{name}.{f}") for name, df in tables.items() for f in formats]
+
+
+def files_table(folder: str | os.PathLike) -> pd.DataFrame:
+    """Every file under ``folder`` (recursively, sorted): ``path`` relative to it and ``bytes``.
+    An empty table when the folder does not exist. For showing what an export wrote."""
+    root = Path(folder)
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+    return pd.DataFrame({"path": [str(p.relative_to(root)) for p in files],
+                         "bytes": [p.stat().st_size for p in files]}, columns=["path", "bytes"])

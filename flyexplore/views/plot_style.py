@@ -1,0 +1,110 @@
+"""The look every figure shares: a fixed colour per backend, the layout, reference lines,
+interval whiskers and case labels. Used by :mod:`flyexplore.views.plots`, :mod:`flyexplore.views.plots_compare`
+and :mod:`flyexplore.ops.attention.aotriton`; :mod:`flyexplore.views.plots` re-exports the colours,
+:func:`backend_color`, :func:`dtype_shade` and :data:`HEIGHT`.
+"""
+from __future__ import annotations
+
+import math
+import textwrap
+import zlib
+
+import pandas as pd
+
+#: One colour per backend, the same in every figure.
+BACKEND_COLORS = {
+    "aten": "#636EFA", "triton": "#EF553B", "inductor": "#00CC96", "flydsl": "#AB63FA",
+    "emulated": "#FFA15A", "reference": "#19D3F3", "flash": "#FF6692", "efficient": "#B6E880",
+    "cudnn": "#FF97FF", "math": "#FECB52", "ck": "#8C564B", "aotriton": "#1F77B4",
+}
+_EXTRA = ("#2E91E5", "#E15F99", "#1CA71C", "#FB0D0D", "#DA16FF", "#B68100", "#750D86", "#EB663B",
+          "#511CFB", "#00A08B", "#FB00D1", "#6C7C32", "#778AAE", "#862A16", "#A777F1", "#620042")
+#: Colours for series that are not backends (models in vLLM figures), in order.
+SERIES_COLORS = ("#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD", "#8C564B", "#E377C2",
+                 "#7F7F7F", "#BCBD22", "#17BECF")
+HEIGHT = 560
+_FONT = dict(family="Arial, Helvetica, sans-serif", size=13)
+
+
+def backend_color(name: str) -> str:
+    """The colour of ``name``: :data:`BACKEND_COLORS`, else a stable colour from its hash (so
+    an unknown backend has the same colour in every figure and every run)."""
+    return BACKEND_COLORS.get(name) or _EXTRA[zlib.crc32(str(name).encode()) % len(_EXTRA)]
+
+
+def dtype_shade(color: str, i: int) -> str:
+    """The ``i``-th shade of a backend colour, for the ``i``-th dtype of that backend in one
+    figure (0: the colour itself; 1: lighter; 2: darker; ...), so fp32 and bf16 bars differ."""
+    if i == 0:
+        return color
+    r, g, b = (int(color[k:k + 2], 16) for k in (1, 3, 5))
+    f = (0.5, -0.4, 0.25, -0.2)[(i - 1) % 4]
+    mix = (lambda v: v + (255 - v) * f) if f > 0 else (lambda v: v * (1 + f))
+    return "#" + "".join(f"{int(round(mix(v))):02X}" for v in (r, g, b))
+
+
+def style_figure(fig, title: str, xtitle: str, ytitle: str, height: int = HEIGHT, legend_title: str = ""):
+    """Give ``fig`` (a plotly figure) the common look: ``title`` at the top left (16 px), the
+    ``plotly_white`` template, Arial 13, ``height`` px, fixed margins, left-aligned hover labels,
+    the axis titles ``xtitle``/``ytitle`` and the legend title. Changes ``fig`` and returns it."""
+    fig.update_layout(title=dict(text=title, x=0.01, xanchor="left", font=dict(size=16)),
+                      template="plotly_white", font=_FONT, height=height,
+                      margin=dict(l=70, r=30, t=90, b=60), legend_title_text=legend_title,
+                      hoverlabel=dict(align="left"))
+    fig.update_xaxes(title_text=xtitle, automargin=True)
+    fig.update_yaxes(title_text=ytitle, automargin=True)
+    return fig
+
+
+def ref_line(fig, v: float, color: str, dash: str, name: str, horizontal: bool = False, **kw):
+    """A reference line across the plot at ``v`` (y, or x when ``horizontal``) with a legend
+    entry named ``name`` (a line shape does not appear in the legend by itself)."""
+    if horizontal:
+        fig.add_vline(x=v, line_dash=dash, line_color=color, line_width=1.5, **kw)
+    else:
+        fig.add_hline(y=v, line_dash=dash, line_color=color, line_width=1.5, **kw)
+    fig.add_scatter(x=[None], y=[None], mode="lines", name=name, line=dict(color=color, dash=dash, width=1.5),
+                    hoverinfo="skip", showlegend=True)
+
+
+def horizontal_bars(labels) -> bool:
+    """Many (> 30) or long case labels read better one per row (horizontal bars)."""
+    u = pd.unique(pd.Series(list(labels)).astype(str))
+    return len(u) > 30 or sum(len(x) for x in u) > 350
+
+
+def wrap_text(text, width: int = 70) -> str:
+    """``text`` broken into lines of at most ``width`` characters joined by ``<br>`` (plotly
+    hover text); ``""`` for a missing value (``None``, NaN, ``pd.NA``)."""
+    if text is None or (isinstance(text, float) and math.isnan(text)) or text is pd.NA:
+        return ""
+    return "<br>".join(textwrap.wrap(str(text), width)) or ""
+
+
+def baseline_name(baseline) -> str:
+    """How a figure names its baseline: the backend name, or for several (a list: the faster of
+    them per case, :func:`flyexplore.results.table.speedup`) ``"the faster of a, b"``."""
+    return baseline if isinstance(baseline, str) else "the faster of " + ", ".join(baseline)
+
+
+def case_labeler(d: pd.DataFrame, cols=("op", "dtype")):
+    """A function of one row of ``d`` (``df.apply(..., axis=1)``) giving its case label on a
+    category axis: the ``case``, preceded by the ``op`` and followed by the other ``cols``
+    (default ``dtype``) where those vary within ``d``, so that labels stay short and unique."""
+    vary = [c for c in cols if c in d and d[c].nunique() > 1]
+
+    def f(r):
+        parts = [str(r[c]) for c in vary if c == "op"] + [str(r["case"])] + \
+                [str(r[c]) for c in vary if c != "op"]
+        return " ".join(parts)
+    return f
+
+
+def whiskers(g: pd.DataFrame, est: str = "speedup", lo: str = "speedup_lo", hi: str = "speedup_hi") -> dict:
+    """plotly ``error_y``/``error_x`` for the 95% intervals in ``g``: columns ``est`` (the
+    value), ``lo`` and ``hi`` (the interval; none drawn where missing, never negative)."""
+    e = g[est].astype(float)
+    plus = (g[hi].astype(float) - e).where(g[hi].notna(), 0.0).clip(lower=0)
+    minus = (e - g[lo].astype(float)).where(g[lo].notna(), 0.0).clip(lower=0)
+    return dict(type="data", symmetric=False, array=list(plus), arrayminus=list(minus),
+                color="#333", thickness=1.2, width=3)

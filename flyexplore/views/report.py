@@ -1,0 +1,630 @@
+"""Reports: one self-contained HTML file (environment, tables, figures) that opens offline,
+plus the figures as PNG/SVG/PDF and the tables as CSV/Markdown/LaTeX beside it.
+
+- :func:`write_report`: one or more result sets (``flyexplore report``, ``flyexplore demo``).
+- :func:`write_compare_report`: an A/B of two result sets paired by case (``flyexplore compare``).
+- :func:`write_vllm_report`: an A/B of two arms of ``vllm bench serve --save-result`` files.
+
+Layout of ``out_dir``: ``report.html`` (it loads plotly.js from ``plotly.min.js`` beside it, so
+the folder opens offline and the page stays small), ``figures/<name>.{png,svg,pdf}``
+(when static export works here; see :mod:`flyexplore.views.export`), ``tables/<name>.{csv,md,tex}``,
+and ``.flyexplore-report.json`` listing them. A report goes only into a new or empty folder or
+one holding an earlier report, which it replaces whole (:func:`check_report_dir`).
+Figures never change the data; every number in a report comes from the result rows given.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import pandas as pd
+
+from flyexplore._version import __version__
+from flyexplore.results import table as R
+from flyexplore.measure import stats as S
+from flyexplore.errors import UsageError
+from flyexplore.views.export import IMAGE_FORMATS, plain, save_figures, save_tables
+
+_TABLE_COLS = ["op", "case", "dtype", "backend", "status", "time_ms", "per_call_ms", "timing_mode", "order",
+               "rounds", "converged", "tflops", "gbps", "err_rel", "accuracy_ok", "recheck_ok", "noisy",
+               "host_bound", "clock_mhz_min", "throttled", "source", "observed", "flydsl_taken", "device",
+               "message"]
+_ENV_COLS = ["platform", "device", "arch", "torch", "triton", "flydsl", "aotriton", "gpu_runtime", "python",
+             "host", "env_id"]
+_CSS = ("body{font-family:Arial,Helvetica,sans-serif;margin:2em;max-width:1500px;color:#222}"
+        "table{border-collapse:collapse;font-size:12px;margin:0.5em 0 1.5em}"
+        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}th{background:#f3f3f3}"
+        ".note{background:#fff7e0;border-left:4px solid #e0a800;padding:6px 10px}"
+        ".diff{background:#ffe8e8}pre{background:#f7f7f7;padding:8px;overflow-x:auto}"
+        "h2{border-bottom:1px solid #ddd;padding-bottom:3px;margin-top:1.6em}")
+
+
+def summary_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows a report shows: key, status, time in µs (headline, its 95% interval, per
+    call), the speedup against the case's baseline as ``est [lo, hi]`` with its verdict,
+    rounds and convergence, TFLOP/s, GB/s, error, flags, clock, source, device and message."""
+    t = df[[c for c in _TABLE_COLS if c in df]].copy()
+    t["time_us"] = t.pop("time_ms") * 1e3
+    t["time_ci_us"] = [
+        "" if pd.isna(lo) or pd.isna(hi) else f"[{fmt_num(lo * 1e3)}, {fmt_num(hi * 1e3)}]"
+        for lo, hi in zip(df.get("time_ci_lo_ms", pd.Series(pd.NA, index=df.index)),
+                          df.get("time_ci_hi_ms", pd.Series(pd.NA, index=df.index)))]
+    t["per_call_us"] = t.pop("per_call_ms") * 1e3
+    sp = []
+    for _, r in df.iterrows():
+        if pd.isna(r.get("speedup")):
+            sp.append("")
+        else:
+            sp.append(f"{S.fmt_interval(r['speedup'], _f(r.get('speedup_lo')), _f(r.get('speedup_hi')))} vs {r.get('baseline')}")
+    t.insert(t.columns.get_loc("status") + 1, "speedup", sp)
+    t.insert(t.columns.get_loc("speedup") + 1, "verdict", df["verdict"] if "verdict" in df else pd.NA)
+    front = [c for c in t.columns if c not in ("time_us", "time_ci_us")]
+    i = front.index("verdict") + 1
+    return t[front[:i] + ["time_us", "time_ci_us"] + front[i:]]
+
+
+def _f(v) -> float:
+    return float(v) if v is not None and not pd.isna(v) else float("nan")
+
+
+def fmt_num(v) -> str:
+    """A number as a reader scans it in a table column: 4 significant digits in plain notation
+    from 0.001 up (``31980``, ``7586``, ``12.35``, ``0.01235``; no ``3.198e+04`` beside
+    ``7586``), scientific only below 0.001 (errors such as ``1.19e-07``); ``""`` for NA."""
+    import math
+
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    a = abs(float(v))
+    if isinstance(v, int):
+        return str(v)
+    if a == 0:
+        return "0"
+    if a >= 1000:
+        return f"{v:.0f}"
+    if a >= 1e-3:
+        return f"{v:.{3 - math.floor(math.log10(a))}f}"
+    return f"{v:.3g}"
+
+
+#: Columns that, when one value holds for every row, move from a table into its caption.
+_CONTEXT_COLS = ("device", "timing_mode", "order", "source", "baseline")
+
+
+def scan_table(t: pd.DataFrame, note_col: str = "message") -> tuple[pd.DataFrame, list[str], list[str]]:
+    """A table made for scanning (what reports and the sweep command show): columns that are
+    empty in every row dropped; :data:`_CONTEXT_COLS` that hold one value moved into the
+    caption; each distinct ``note_col`` text (an "unavailable" reason, say) replaced by a
+    footnote mark ``[n]``, the text given once; numbers as text via :func:`fmt_num`.
+
+    Returns ``(table of strings, caption parts such as "device: AMD EPYC", footnotes
+    "[1] reason")``. The input is not changed; files written from it keep every column."""
+    d = plain(t)
+    keep = [c for c in d.columns
+            if not d[c].isna().all() and not d[c].astype(str).str.strip().isin(["", "<NA>", "nan", "None"]).all()]
+    d = d[keep].copy()
+    caption = []
+    for c in _CONTEXT_COLS:
+        if c in d and len(d) > 1 and d[c].nunique() == 1:
+            caption.append(f"{c}: {d[c].dropna().iloc[0]}")
+            d = d.drop(columns=c)
+    notes: list[str] = []
+    if note_col in d:
+        marks = {}
+        col = []
+        for v in d[note_col]:
+            if v is None or (isinstance(v, float) and pd.isna(v)) or str(v).strip() == "":
+                col.append("")
+                continue
+            if v not in marks:
+                marks[v] = len(marks) + 1
+                notes.append(f"[{marks[v]}] {v}")
+            col.append(f"[{marks[v]}]")
+        d[note_col] = col
+        d = d.rename(columns={note_col: "note"})
+    for c in d.columns:
+        d[c] = [fmt_num(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                else ("" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)) for v in d[c]]
+    return d, caption, notes
+
+
+def verdict_sentence(labels: pd.Series, faster: str = "faster", than: str = "the baseline") -> str:
+    """One plain sentence on what a set of labels says: which differences are real (FASTER,
+    SLOWER: the 95% interval lies outside +-1%), which are none (SAME: inside), and which are
+    noise at this precision (AMBIGUOUS). ``faster`` names the FASTER side's word, ``than`` the
+    baseline."""
+    lab = labels.dropna()
+    if lab.empty:
+        return "No interval: these numbers carry no verdict."
+    n = {k: int((lab == k).sum()) for k in S.LABELS}
+    parts = []
+    if n["FASTER"] or n["SLOWER"]:
+        parts.append(f"{n['FASTER'] + n['SLOWER']} real difference(s): {n['FASTER']} {faster}, "
+                     f"{n['SLOWER']} slower than {than} (the 95% interval lies outside ±1%)")
+    if n["SAME"]:
+        parts.append(f"{n['SAME']} no difference (SAME: the interval lies within ±1%)")
+    if n["AMBIGUOUS"]:
+        parts.append(f"{n['AMBIGUOUS']} cannot be told apart from noise at ±1% (AMBIGUOUS: the interval "
+                     "crosses a band edge; more rounds or a quieter machine may decide)")
+    return "Of " + str(len(lab)) + " comparisons: " + "; ".join(parts) + "."
+
+
+def env_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """The distinct environments of a result set (one row per device/version combination)
+    with the number of rows and the sources (measured / emulated / published) of each."""
+    cols = [c for c in _ENV_COLS if c in df]
+    if not cols or df.empty:
+        return pd.DataFrame(columns=cols + ["rows", "source"])
+    d = df[cols + ["source"]].astype(object).where(df[cols + ["source"]].notna(), "")
+    if "gpu_runtime" in d and "platform" in d:  # the CUDA wheel's version means nothing on a CPU
+        d.loc[d["platform"] == "cpu", "gpu_runtime"] = ""
+    d = d[[c for c in d.columns if c == "source" or (d[c] != "").any()]]
+    cols = [c for c in cols if c in d]
+    if not cols:
+        return pd.DataFrame({"rows": [len(d)], "source": [",".join(sorted(set(d["source"])))]})
+    return (d.groupby(cols, sort=False).agg(rows=("source", "size"),
+                                            source=("source", lambda v: ",".join(sorted(set(v)))))
+            .reset_index())
+
+
+class _Page:
+    """Collects the parts of one report and its figures/tables."""
+
+    def __init__(self, title: str):
+        self.title = title
+        self.parts: list[str] = [f"<h1>{html.escape(title)}</h1>"]
+        self.figs: dict[str, object] = {}
+        self.tables: dict[str, pd.DataFrame] = {}
+        self._js = True
+
+    def h2(self, text):
+        self.parts.append(f"<h2>{html.escape(text)}</h2>")
+
+    def h3(self, text):
+        self.parts.append(f"<h3>{html.escape(text)}</h3>")
+
+    def p(self, text, cls: str | None = None):
+        c = f" class='{cls}'" if cls else ""
+        self.parts.append(f"<p{c}>{html.escape(text)}</p>")
+
+    def pre(self, text):
+        self.parts.append(f"<pre>{html.escape(text)}</pre>")
+
+    def fig(self, name: str, fig):
+        self.figs[name] = fig
+        # plotly.js (4.8 MB) is written once beside report.html (PLOTLYJS) and loaded from there:
+        # the folder opens offline and report.html stays small
+        self.parts.append(fig.to_html(full_html=False, include_plotlyjs=PLOTLYJS if self._js else False,
+                                      div_id=f"fig-{name}", config={"displaylogo": False}))
+        self._js = False
+
+    def table(self, name: str | None, df: pd.DataFrame, fmt: str | None = None, highlight: str | None = None,
+              scan: bool = False):
+        """Add a table (and, with ``name``, its files). ``scan``: show it through
+        :func:`scan_table` (empty columns dropped, shared values in a caption, notes as
+        footnotes); the files keep every column. Numbers: :func:`fmt_num` unless ``fmt``."""
+        if name:
+            self.tables[name] = df
+        classes = None
+        if highlight and highlight in df:
+            classes = list(df[highlight].fillna(False).astype(bool))
+        notes: list[str] = []
+        if scan:
+            d, caption, notes = scan_table(df)
+            if caption:
+                self.parts.append(f"<p>All rows: {html.escape('; '.join(caption))}.</p>")
+        else:
+            d = plain(df)
+            for c in d.columns:
+                if d[c].dtype == object:
+                    d[c] = d[c].where(d[c].notna(), "")
+        h = d.to_html(index=False, na_rep="", escape=True,
+                      float_format=(lambda v: fmt.format(v)) if fmt else fmt_num)
+        if classes:
+            h = _mark_rows(h, classes)
+        self.parts.append(h)
+        if notes:
+            self.parts.append("<ol class='notes'>" + "".join(
+                f"<li value='{i}'>{html.escape(n.split('] ', 1)[1])}</li>" for i, n in enumerate(notes, 1))
+                + "</ol>")
+
+    def write(self, out: Path, static: bool, formats: Sequence[str], table_formats: Sequence[str],
+              keep: Iterable[str] = ()) -> Path:
+        """Write the report into ``out`` (see :func:`check_report_dir` for which folders are
+        refused): everything is written into a staging folder inside ``out`` first; then an
+        earlier report's entries are moved aside, the new ones moved in by rename, and the old
+        ones deleted, so a failure while writing leaves the earlier report as it was."""
+        old = check_report_dir(out, keep)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            stage = Path(tempfile.mkdtemp(prefix=_STAGING, dir=out))
+        except OSError as exc:
+            raise UsageError(f"cannot write report folder {str(out)!r}: {exc.strerror or exc}") from None
+        try:
+            path = self._write_into(stage, static, formats, table_formats)
+            entries = sorted(p.name for p in stage.iterdir())
+            earlier = _earlier_report(out)
+            kept = sorted(n for n in set(keep) | (earlier[1] if earlier else set())
+                          if (out / n).exists() and n not in entries)
+            (stage / REPORT_MARKER).write_text(json.dumps(
+                {"flyexplore_report": __version__, "entries": entries, "kept": kept}, indent=1),
+                encoding="utf-8")
+            trash = Path(tempfile.mkdtemp(prefix=_STAGING + "old-", dir=out))
+            moved: list[str] = []
+            try:
+                for name in old:
+                    os.replace(out / name, trash / name)
+                for name in entries + [REPORT_MARKER]:
+                    os.replace(stage / name, out / name)
+                    moved.append(name)
+            except OSError:          # put the earlier report back as it was
+                for name in moved:
+                    os.replace(out / name, stage / name)
+                for p in trash.iterdir():
+                    os.replace(p, out / p.name)
+                trash.rmdir()
+                raise
+            shutil.rmtree(trash, ignore_errors=True)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+        return out / path.name
+
+    def _write_into(self, out: Path, static: bool, formats: Sequence[str], table_formats: Sequence[str]) -> Path:
+        files = []
+        if self.tables and table_formats:
+            files += save_tables(self.tables, out / "tables", table_formats)
+        if static and self.figs:
+            why = None
+            try:
+                files += save_figures(self.figs, out / "figures", [f for f in formats if f in IMAGE_FORMATS])
+            except RuntimeError as exc:
+                why = str(exc)
+            if why:
+                self.parts.insert(1, f"<p class='note'>Static images not written: {html.escape(why)}</p>")
+                self.static_problem = why
+        if files:
+            links = "".join(f"<li><a href='{html.escape(os.path.relpath(f, out))}'>"
+                            f"{html.escape(os.path.relpath(f, out))}</a></li>" for f in files)
+            self.parts.append(f"<h2>Files</h2><ul>{links}</ul>")
+        if self.figs:
+            from plotly.offline import get_plotlyjs
+
+            (out / PLOTLYJS).write_text(get_plotlyjs(), encoding="utf-8")
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        self.parts.append(f"<p style='color:#777;font-size:11px'>written by flyexplore {__version__} at {stamp}</p>")
+        page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + html.escape(self.title) +
+                f"</title><style>{_CSS}</style></head><body>" + "\n".join(self.parts) + "</body></html>")
+        path = out / "report.html"
+        path.write_text(page, encoding="utf-8")
+        return path
+
+
+#: plotly.js, written once into a report folder beside report.html, which loads it by this
+#: relative name (no network needed; keep the folder together when moving a report).
+PLOTLYJS = "plotly.min.js"
+
+#: File a report folder gets, listing the entries the report wrote (``report.html``,
+#: ``figures``, ``tables``: what the next report into the folder replaces) and the caller's
+#: files it was told to keep beside them (``kept``, e.g. the demo's results).
+REPORT_MARKER = ".flyexplore-report.json"
+_STAGING = ".flyexplore-staging-"
+#: What a report written before :data:`REPORT_MARKER` existed consists of.
+_LEGACY_ENTRIES = ("report.html", "figures", "tables", ".report.html.tmp", "plotly.min.js")
+
+
+def _names(values) -> set[str]:
+    return {str(e) for e in values if "/" not in str(e) and str(e) not in ("", ".", "..")}
+
+
+def _earlier_report(out: Path) -> tuple[set[str], set[str]] | None:
+    """``(entries, kept)`` of the flyexplore report in ``out`` (from its marker; for an older
+    report the fixed layout when its report.html says it was written by flyexplore); None if
+    there is none."""
+    marker = out / REPORT_MARKER
+    if marker.is_file():
+        try:
+            info = json.loads(marker.read_text(encoding="utf-8"))
+            return _names(info["entries"]), _names(info.get("kept", ()))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    page = out / "report.html"
+    try:
+        if page.is_file() and "written by flyexplore" in page.read_text(encoding="utf-8", errors="replace"):
+            return set(_LEGACY_ENTRIES), set()
+    except OSError:
+        return None
+    return None
+
+
+def check_report_dir(out_dir: str | Path, keep: Iterable[str] = ()) -> list[str]:
+    """Check that a report may be written into ``out_dir`` and return the names of the earlier
+    report's entries there, which the new report replaces.
+
+    Allowed: a folder that does not exist or is empty, or one holding an earlier flyexplore
+    report (its :data:`REPORT_MARKER`, or a ``report.html`` written by flyexplore) and nothing
+    else but the names in ``keep`` or kept by that report (files the caller wrote there
+    itself, such as the demo's results; they are left alone). Anything else raises
+    :class:`UsageError` naming what is in the way; nothing is touched. Leftover staging folders
+    of an interrupted report count as the report's."""
+    out = Path(out_dir)
+    if not out.exists():
+        return []
+    if not out.is_dir():
+        raise UsageError(f"report folder {str(out)!r} is a file, not a folder")
+    present = {p.name for p in out.iterdir()} - set(keep)
+    stale = {n for n in present if n.startswith(_STAGING)}
+    present -= stale
+    if not present:
+        return sorted(stale)
+    earlier = _earlier_report(out)
+    if earlier is None:
+        shown = ", ".join(sorted(present)[:5]) + (" ..." if len(present) > 5 else "")
+        raise UsageError(f"report folder {str(out)!r} is not empty and holds no earlier flyexplore report "
+                         f"({shown}); choose a new or empty folder")
+    owned, kept = earlier
+    foreign = present - owned - kept - {REPORT_MARKER}
+    if foreign:
+        shown = ", ".join(sorted(foreign)[:5]) + (" ..." if len(foreign) > 5 else "")
+        raise UsageError(f"report folder {str(out)!r} holds files that are not part of its earlier "
+                         f"flyexplore report ({shown}); move them or choose another folder")
+    return sorted((present & (owned | {REPORT_MARKER})) | stale)
+
+
+def _mark_rows(h: str, flags: list[bool]) -> str:
+    """Give the flagged body rows of a pandas HTML table the ``diff`` class."""
+    head, sep, body = h.partition("<tbody>")
+    rows = body.split("<tr>")  # rows[0] is whitespace before the first row
+    for i, flag in enumerate(flags, start=1):
+        if flag and i < len(rows):
+            rows[i] = "<tr class='diff'>" + rows[i]
+        elif i < len(rows):
+            rows[i] = "<tr>" + rows[i]
+    return head + sep + "".join(rows)
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
+
+
+def _sweep_candidates(d: pd.DataFrame) -> list[str]:
+    """Case parameters with three or more numeric values (candidates for a sweep figure)."""
+    from flyexplore.views.plots import case_params
+
+    d, pcols = case_params(d)
+    out = []
+    for c in pcols:
+        if pd.to_numeric(d[c], errors="coerce").dropna().nunique() >= 3:
+            out.append(c)
+    return out
+
+
+def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> None:
+    from flyexplore.views import plots as F
+    from flyexplore.errors import UsageError
+
+    page.h2(f"{op}")
+    src = ", ".join(f"{n} {s}" for s, n in d["source"].value_counts().items())
+    page.p(f"{len(d)} rows ({src}); {d['case'].nunique()} cases; dtypes {', '.join(sorted(d['dtype'].dropna().unique()))}; "
+           f"backends {', '.join(d['backend'].dropna().unique())}.")
+    bad = d[~d["status"].isin(["ok", "published"])]
+    if len(bad):   # one line per distinct reason, not one per row
+        parts = []
+        for (st, be, msg), g in bad.groupby(["status", "backend", bad["message"].fillna("")], sort=False):
+            parts.append(f"{be} {st} in {len(g)} row(s)" + (f": {msg}" if msg else ""))
+        page.p(f"{len(bad)} row(s) not ok: " + "; ".join(parts), cls="note")
+    name = _safe(f"{idx:02d}_{op.split(' on ')[0]}")
+    bname = baseline if isinstance(baseline, str) else "faster of " + ", ".join(baseline)
+    try:
+        fig = F.speedup_figure(d, baseline, title=f"{op}: speedup over {bname}")
+        sp = R.speedup(d, baseline)
+        page.p(verdict_sentence(sp["verdict"], than=bname))
+        page.fig(f"{name}_speedup", fig)
+        gm = R.geomean_speedup(d, baseline)
+        for r in gm.itertuples():
+            page.p(f"Geometric mean, {r.backend} over {bname} ({r.op}, {r.dtype}, {r.cases} cases): "
+                   f"{S.fmt_interval(r.geomean, r.geomean_lo, r.geomean_hi, None if pd.isna(r.verdict) else r.verdict)}"
+                   " (95% interval).")
+        page.table(f"{name}_geomean", gm)
+    except UsageError as exc:
+        page.p(f"No speedup figure: {exc}.")
+    # compute-bound families (FLOP per byte >= 10) in TFLOP/s, memory-bound ones in GB/s
+    ai = (pd.to_numeric(d["flops"], errors="coerce") / pd.to_numeric(d["bytes"], errors="coerce")).median()
+    if d["tflops"].notna().any() and not (pd.notna(ai) and ai < 10 and d["gbps"].notna().any()):
+        y = "tflops"
+    else:
+        y = "gbps" if d["gbps"].notna().any() else "time_ms"
+    # the swept dimension whose lines cover the most rows (at least 40% of them, in at most
+    # 8 lines: more is not readable; sweep_figure draws any set on request)
+    best = None
+    for dim in _sweep_candidates(d):
+        try:
+            fig = F.sweep_figure(d, x=dim, y=y, min_points=3)
+        except UsageError:
+            continue
+        drawn, dropped, lines = fig._flyexplore_points
+        if drawn >= 0.4 * (drawn + dropped) and lines <= 8 and (best is None or drawn > best[0]):
+            best = (drawn, dim, fig)
+    if best:
+        ylab = {"tflops": "TFLOP/s", "gbps": "GB/s", "time_ms": "time"}[y]
+        fig = best[2]
+        fig.layout.title.text = f"{op}: {ylab} across {best[1]}" + (
+            "<br>" + fig.layout.title.text.split("<br>", 1)[1] if "<br>" in fig.layout.title.text else "")
+        page.fig(f"{name}_sweep_{best[1]}", fig)
+
+
+def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "flyexplore report",
+                 baseline: str | Sequence[str] = "aten", static: bool = True,
+                 formats: Iterable[str] = IMAGE_FORMATS, table_formats: Iterable[str] = ("csv", "md", "tex"),
+                 published: bool | pd.DataFrame = False, peak_kind: str = "datasheet",
+                 keep: Iterable[str] = (), sections: Sequence = ()) -> Path:
+    """Write ``report.html`` to ``out_dir`` and return its path.
+
+    Contents: the environment (``env.to_text()`` when an :class:`~flyexplore.world.env.Environment`
+    is given, and always the distinct environments found in the rows), per operator a speedup
+    figure against ``baseline`` (one backend, or a list: the faster of them) with its geometric
+    means and, when a case parameter takes three or more values, a sweep figure; a roofline
+    and a % of peak table when the rows come from one device with known peaks
+    (:mod:`flyexplore.results.peaks`); the published-vs-measured comparison when ``published`` is true
+    (or a published result set); and the result table.
+
+    ``static``: also write the figures as ``figures/*.{png,svg,pdf}`` (``formats``) with kaleido;
+    when that is impossible here the report says why and is written without them.
+    ``table_formats``: tables under ``tables/`` (csv, md, tex, html). ``out_dir`` must be new,
+    empty, or hold an earlier flyexplore report (replaced whole) and only the files named in
+    ``keep`` besides (:func:`check_report_dir`). ``sections``: callables ``f(page)`` adding
+    more sections after the environment (the demo's FlyDSL section). Raises ``UsageError`` for
+    another folder, before anything is written, and for an unwritable ``out_dir``."""
+    from flyexplore.results import peaks as K
+    from flyexplore.views import plots as F
+    from flyexplore.errors import UsageError
+
+    out = Path(out_dir)
+    check_report_dir(out, keep)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write report folder {str(out)!r}: {exc.strerror or exc}") from None
+    df = R.normalize(df)
+    page = _Page(title)
+    n_pub = int((df["source"] == "published").sum())
+    counts = ", ".join(f"{n} {s}" for s, n in df["source"].value_counts().items())
+    page.p(f"{len(df)} result rows ({counts or 'none'}).")
+    if n_pub:
+        page.p(f"{n_pub} row(s) are published figures (AMD Instinct MI355X, see the provenance column "
+               "and data/published/SOURCES.md); flyexplore did not measure them.", cls="note")
+    page.h2("Environment")
+    if env is not None:
+        page.pre(env.to_text())
+    page.table("environments", env_summary(df))
+    for add in sections:
+        add(page)
+    # one section per operator and device: speedups never mix rows of different devices
+    groups = list(df.assign(_dev=df["device"].astype(object).where(df["device"].notna(), "unknown device"))
+                  .groupby(["op", "_dev"], sort=False))
+    ndev = df["device"].nunique(dropna=False)
+    for i, ((op, dev), d) in enumerate(groups):
+        label = f"{op} on {dev}" if ndev > 1 else str(op)
+        _op_section(page, label, d.drop(columns="_dev"), baseline, i)
+    devs = [v for v in df["device"].dropna().unique() if K.find_device(str(v))]
+    ok = df[df["status"].isin(["ok", "published"])]
+    for j, dev in enumerate(devs):
+        od = ok[ok["device"] == dev]
+        if not od["flops"].fillna(0).gt(0).any() and not od["gbps"].notna().any():
+            continue
+        sfx = "" if len(devs) == 1 else f"_{j}"
+        page.h2(f"Roofline and % of peak ({dev})")
+        try:
+            page.fig(f"roofline{sfx}", F.roofline_figure(od, device=str(dev), kind="measured",
+                                                         title=f"Roofline on {K.find_device(str(dev)).name} ({dev})"))
+        except UsageError as exc:
+            page.p(f"No roofline: {exc}.")
+        pk = K.percent_of_peak(od, kind=peak_kind)
+        page.table(f"percent_of_peak{sfx}", pk[["op", "case", "dtype", "backend", "tflops", "pct_peak_tflops", "gbps",
+                                                "pct_peak_gbps", "peak_device", "peak_tflops", "peak_gbps"]])
+        d = K.find_device(str(dev))
+        page.p(f"Peaks ({peak_kind}): {d.source}" + (f"; measured: {d.measured_source}" if d.measured_source else ""))
+    if published is not False and published is not None:
+        from flyexplore.results.published import load
+
+        pub = load() if published is True else published
+        page.h2("Measured vs published (MI355X)")
+        meas = df[df["source"] != "published"]
+        try:
+            page.fig("published_vs_measured", F.published_vs_measured_figure(meas, pub, "speedup", baseline))
+        except UsageError as exc:
+            page.p(f"No comparison: {exc}.")
+        from flyexplore.results.published import headlines, ranges
+
+        page.h3("Published headline numbers (recomputed from the per-case figures)")
+        page.table("published_headlines", headlines())
+        page.h3("Published only as ranges (no per-case values are public)")
+        page.table("published_ranges", ranges())
+    page.h2("Results")
+    page.p("Times in µs (median over rounds; time_ci_us: its 95% interval; per_call_us: one call within a "
+           "round). Speedup: baseline time / backend time, est [95% interval], with its verdict.")
+    page.table("results", summary_table(df), scan=True)
+    return page.write(out, static, list(formats), list(table_formats), keep)
+
+
+def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,
+                         names: tuple[str, str] = ("A", "B"), a_backend: str | None = None,
+                         b_backend: str | None = None, title: str | None = None, static: bool = True,
+                         formats: Iterable[str] = IMAGE_FORMATS,
+                         table_formats: Iterable[str] = ("csv", "md", "tex")) -> Path:
+    """Write the A/B report of two result sets to ``out_dir/report.html`` (see
+    :func:`flyexplore.results.compare.pair`): the two environments side by side (differing fields
+    marked), the summary per (op, dtype, backend) with geometric means, the ratio figure and its
+    distribution, the paired table and the cases present in one side only. Returns the path.
+    Raises ``UsageError`` when nothing pairs."""
+    from flyexplore.views import plots as F
+    from flyexplore.results.compare import pair
+
+    ab = pair(R.normalize(a), R.normalize(b), names, a_backend, b_backend)
+    page = _Page(title or f"A/B: {names[1]} vs {names[0]}")
+    page.p(f"ratio = time {names[0]} / time {names[1]} per case (> 1: {names[1]} faster); "
+           f"{len(ab.pairs)} pairs, geometric mean {S.fmt_interval(*ab.geomean_ci)} (95% interval). "
+           + verdict_sentence(ab.pairs["verdict"], f"{names[1]} faster", names[0]))
+    for w in ab.warnings:
+        page.p("Environments differ: " + w + ". Ratios mix this difference with the code's.", cls="note")
+    page.h2("Environments")
+    page.table("environments", ab.env, highlight="differs")
+    page.h2("Summary")
+    page.table("summary", ab.summary)
+    page.fig("ab", F.ab_figure(ab))
+    page.h2("Pairs")
+    page.table("pairs", ab.pairs)
+    from flyexplore.views.aotriton import report_section  # attention: which AOTriton backend ran on each side
+    report_section(page, ab, R.normalize(a), R.normalize(b))
+    for side, d in ((names[0], ab.only_a), (names[1], ab.only_b)):
+        page.h3(f"Only in {side} ({len(d)})")
+        if len(d):
+            page.table(_safe(f"only_in_{side}"), d)
+        else:
+            page.p("none")
+    return page.write(Path(out_dir), static, list(formats), list(table_formats))
+
+
+def write_vllm_report(a_paths, b_paths, out_dir: str | Path, names: tuple[str, str] = ("A", "B"),
+                      title: str | None = None, static: bool = True, with_published: bool = True,
+                      formats: Iterable[str] = IMAGE_FORMATS,
+                      table_formats: Iterable[str] = ("csv", "md", "tex")) -> Path:
+    """Write the vLLM serving A/B report of two arms (files or folders of
+    ``vllm bench serve --save-result`` JSON, see :mod:`flyexplore.results.vllm`): the runs of each arm,
+    the per-metric speedups of B over A against concurrency, the paired table, keys present in
+    one arm only, and (``with_published``) the published MI355X whole-request A/B for
+    reference. Returns the path of ``report.html``."""
+    from flyexplore.views import plots as F
+    from flyexplore.results import vllm as V
+    from flyexplore.results.published import vllm_published
+
+    ra, rb = V.load_runs(a_paths), V.load_runs(b_paths)
+    ab = V.ab_table(ra, rb, names=names)
+    page = _Page(title or f"vLLM serving A/B: {names[1]} vs {names[0]}")
+    page.p(f"speedup of {names[1]} over {names[0]} per (model, concurrency, request rate) and metric: "
+           f"latency {names[0]}/{names[1]}, throughput {names[1]}/{names[0]}; > 1: {names[1]} better.")
+    page.fig("vllm_ab", F.vllm_figure(ab, title=f"vLLM serving A/B: {names[1]} vs {names[0]}"))
+    page.h2("Pairs")
+    page.table("vllm_pairs", ab)
+    for side, lst in ((names[0], ab.attrs["only_a"]), (names[1], ab.attrs["only_b"])):
+        page.p(f"Only in {side}: {', '.join(lst) if lst else 'none'}")
+    page.h2("Runs")
+    for side, r in ((names[0], ra), (names[1], rb)):
+        page.h3(side)
+        page.table(_safe(f"runs_{side}"), r)
+    if with_published:
+        page.h2("Published MI355X whole-request A/B (for reference)")
+        page.fig("vllm_published", F.vllm_figure(vllm_published(), title="Published vLLM A/B on MI355X"))
+        from flyexplore.results.published import ranges
+
+        rg = ranges()
+        page.p("MXFP4 is public only as ranges (no per-case values):")
+        page.table("published_ranges", rg[rg["what"].str.contains("vLLM")])
+    return page.write(Path(out_dir), static, list(formats), list(table_formats))
