@@ -1,14 +1,26 @@
 """The public face's functions (``import flyexplore as fx``; :data:`flyexplore.__all__`): each is a
 thin door into the layer that does the work, so README, docs and notebooks need no submodule.
 
-This module sits at the top, beside the CLI: it may import any layer. Its imports are inside the
-functions only so that ``import flyexplore`` stays light (no torch, pandas or plotly): each
-function loads its layer on first use.
+This module sits at the top, beside the CLI: it may import any layer. ``import flyexplore`` stays
+light (no torch, pandas or plotly) because the root package imports this module only on first
+use of one of its names; torch itself is imported inside the layers' functions.
 """
 from __future__ import annotations
 
 import os
 from typing import Any, Mapping, Sequence
+
+from flyexplore.errors import bad_choice
+from flyexplore.insight.explain import explain_text
+from flyexplore.insight.trace import trace_case
+from flyexplore.insight.xray import xray as _xray
+from flyexplore.results import table as R
+from flyexplore.results.table import geomean_speedup
+from flyexplore.results.table import load as _load
+from flyexplore.results.table import speedup as _speedup
+from flyexplore.run.sweep import run_sweep
+from flyexplore.views import plots
+from flyexplore.views.report import write_report
 
 
 def sweep(op: str, *, shapes=None, suite: str | None = None, dtypes=None, backends=None,
@@ -23,7 +35,6 @@ def sweep(op: str, *, shapes=None, suite: str | None = None, dtypes=None, backen
     ``band``, ``baseline``, ``resume``, ``devices``, ...). Raises
     :class:`~flyexplore.errors.UsageError` with one line naming a bad value before anything runs.
     """
-    from flyexplore.run.sweep import run_sweep
 
     return run_sweep(op, suite=suite, shapes=shapes, dtypes=dtypes, backends=backends, out=out, **options)
 
@@ -36,7 +47,6 @@ def explain(op: str, shape: str, dtype: str | None = None, options: str | Mappin
     Keywords as :func:`flyexplore.insight.explain.explain_text` (``arch``, ``cu``,
     ``compile_options``, family options such as ``aotriton=``). Raises
     :class:`~flyexplore.errors.UsageError` for an unknown operator, shape or dtype."""
-    from flyexplore.insight.explain import explain_text
 
     return explain_text(op, shape, dtype, options, **kw)
 
@@ -46,7 +56,6 @@ def trace(op: str, shape: str, backend: str, dtype: str | None = None, **kw) -> 
     with ``status``, the classified kernels (``observed``), autotune decisions and, for FlyDSL
     requests, ``flydsl_taken`` / ``flydsl_reason`` (:func:`flyexplore.insight.trace.trace_case`;
     keywords ``device``, ``reps``, ``seed``)."""
-    from flyexplore.insight.trace import trace_case
 
     return trace_case(op, shape, backend, dtype, **kw)
 
@@ -56,7 +65,6 @@ def xray(op: str, shape: str, dtype: str = "bf16", arch: str = "gfx950", **kw):
     registers, LDS, occupancy on ``arch`` (:func:`flyexplore.insight.xray.xray`; needs flydsl
     and ``lld-22``). Raises :class:`~flyexplore.insight.xray.XRayUnavailable` when it cannot
     run here, with the reason."""
-    from flyexplore.insight.xray import xray as _xray
 
     return _xray(op, shape, dtype, arch, **kw)
 
@@ -65,7 +73,6 @@ def load(path: str | os.PathLike):
     """Read a result file (``.parquet``, ``.csv``, ``.jsonl``) into the result schema
     (:func:`flyexplore.results.table.load`); :class:`~flyexplore.errors.UsageError` for a
     missing file or an unknown format."""
-    from flyexplore.results.table import load as _load
 
     return _load(path)
 
@@ -74,7 +81,6 @@ def speedup(df, baseline: str | Sequence[str] = "aten", **kw):
     """Per case and backend: baseline time / backend time with its 95% interval and label
     (FASTER / SAME / SLOWER / AMBIGUOUS); ``baseline`` one backend or several (the faster of
     them per case). See :func:`flyexplore.results.table.speedup`."""
-    from flyexplore.results.table import speedup as _speedup
 
     return _speedup(df, baseline, **kw)
 
@@ -82,7 +88,6 @@ def speedup(df, baseline: str | Sequence[str] = "aten", **kw):
 def geomean(df, baseline: str | Sequence[str] = "aten", **kw):
     """Geometric-mean speedup per (op, dtype, backend) with its 95% interval, label and label
     counts (:func:`flyexplore.results.table.geomean_speedup`)."""
-    from flyexplore.results.table import geomean_speedup
 
     return geomean_speedup(df, baseline, **kw)
 
@@ -100,8 +105,6 @@ def figure(kind: str, *args, **kw):
     ``roofline``, ``ab``, ``published``, ``vllm``, ``error``, ``range``) from result rows; the
     arguments are the figure function's (:mod:`flyexplore.views.plots`). Never changes the data.
     Raises :class:`~flyexplore.errors.UsageError` for an unknown kind."""
-    from flyexplore.errors import bad_choice
-    from flyexplore.views import plots
 
     if kind not in FIGURES:
         raise bad_choice("figure", kind, list(FIGURES))
@@ -115,8 +118,6 @@ def report(data, out: str | os.PathLike, **kw):
     ``published``, ...)."""
     import pandas as pd
 
-    from flyexplore.results import table as R
-    from flyexplore.views.report import write_report
 
     if not isinstance(data, pd.DataFrame):
         paths = [data] if isinstance(data, (str, os.PathLike)) else list(data)

@@ -1,76 +1,85 @@
-"""The package's shape (issue 15): no import cycle among flyexplore's modules (lazy imports inside
-functions included), no module over about 800 lines, README's layout section matching the tree,
-a deliberate public API, and the measuring core free of UI code."""
+"""The package's floor plan (issue 20): folders by layer, imports only going down (import-linter's
+``layers`` contract in pyproject.toml, run here), at most ten modules at the root, lazy imports of
+flyexplore only where they keep torch/pandas/plotly off a light path, README's layout section
+matching the tree, and one light public face (``import flyexplore as fx``)."""
 from __future__ import annotations
 
 import ast
 import re
+import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
-
-import networkx as nx
-import pytest
 
 from conftest import ROOT
 
 PKG = Path(ROOT) / "flyexplore"
-MAX_LINES = 800
+LINT = Path(sys.executable).with_name("lint-imports")
 
 
-def _modules() -> dict[str, Path]:
-    out = {}
+def _contract() -> dict:
+    conf = tomllib.loads((Path(ROOT) / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (c,) = [c for c in conf["contracts"] if c["type"] == "layers"]
+    return c
+
+
+def _layers() -> list[str]:
+    return [n.strip() for layer in _contract()["layers"] for n in re.split(r"[|:]", layer)]
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LINT), "--config", str(root / "pyproject.toml"), "--no-cache"], cwd=root,
+                          capture_output=True, text=True, timeout=600,
+                          env={"PYTHONPATH": str(root), "PATH": str(LINT.parent)})
+
+
+def test_lint_imports_keeps_the_layers_contract():
+    p = _lint(Path(ROOT))
+    assert p.returncode == 0 and "1 kept, 0 broken" in p.stdout, p.stdout[-3000:] + p.stderr[-2000:]
+
+
+def test_the_contract_catches_an_upward_import_even_inside_a_function(tmp_path):
+    shutil.copytree(PKG, tmp_path / "flyexplore", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(Path(ROOT) / "pyproject.toml", tmp_path)
+    mod = tmp_path / "flyexplore" / "measure" / "stats.py"
+    mod.write_text(mod.read_text() + "\n\ndef _upward():\n    from flyexplore.views import plots  # noqa: F401\n")
+    p = _lint(tmp_path)
+    assert p.returncode != 0 and "flyexplore.measure is not allowed to import flyexplore.views" in p.stdout, p.stdout[-3000:]
+
+
+def test_root_holds_at_most_ten_modules_and_every_folder_is_a_layer():
+    root_mods = sorted(p.name for p in PKG.glob("*.py"))
+    assert len(root_mods) <= 10, root_mods
+    layers = set(_layers())
+    folders = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders <= layers, sorted(folders - layers)
+    for m in root_mods:  # a root module is a layer of its own or the public face's door
+        assert m[:-3] in layers | {"__init__", "__main__"}, m
+
+
+def _lazy_flyexplore_imports() -> list[str]:
+    out = []
     for p in sorted(PKG.rglob("*.py")):
-        parts = list(p.relative_to(PKG.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = p
+        tree = ast.parse(p.read_text())
+        top = {id(n) for n in tree.body}
+        top |= {id(c) for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)
+                for c in n.body}  # typing only: never imported at run time
+        for n in ast.walk(tree):
+            if id(n) in top:
+                continue
+            mods = [n.module or ""] if isinstance(n, ast.ImportFrom) else \
+                [a.name for a in n.names] if isinstance(n, ast.Import) else []
+            if any(m.startswith("flyexplore") for m in mods):
+                out.append(f"{p.relative_to(PKG.parent)}:{n.lineno}")
     return out
 
 
-def import_graph() -> nx.DiGraph:
-    """Module -> module edges of every ``import`` / ``from ... import`` in flyexplore, at any
-    depth (a function's lazy import is a dependency too)."""
-    mods = _modules()
-    g = nx.DiGraph()
-    g.add_nodes_from(mods)
-    for m, p in mods.items():
-        pkg = m if p.name == "__init__.py" else m.rsplit(".", 1)[0]
-        for node in ast.walk(ast.parse(p.read_text())):
-            targets = []
-            if isinstance(node, ast.ImportFrom):
-                base = pkg
-                for _ in range(node.level - 1):
-                    base = base.rsplit(".", 1)[0]
-                mod = (f"{base}.{node.module}" if node.module else base) if node.level else (node.module or "")
-                targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in mods else mod for a in node.names]
-            elif isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            g.add_edges_from((m, t) for t in targets if t in mods and t != m)
-    return g
-
-
-def test_no_import_cycle():
-    g = import_graph()
-    assert g.has_edge("flyexplore.run.cases", "flyexplore.insight.trace")      # the graph sees real edges
-    cycles = list(nx.simple_cycles(g))
-    assert cycles == [], [" -> ".join(c + [c[0]]) for c in cycles[:10]]
-
-
-def test_the_cycle_check_catches_a_lazy_import_cycle(tmp_path, monkeypatch):
-    pkg = tmp_path / "flyexplore"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("from . import b\n")
-    (pkg / "b.py").write_text("def f():\n    from .a import x\n")
-    monkeypatch.setattr(sys.modules[__name__], "PKG", pkg)
-    assert list(nx.simple_cycles(import_graph())) in ([["flyexplore.a", "flyexplore.b"]],
-                                                     [["flyexplore.b", "flyexplore.a"]])
-
-
-def test_no_module_over_800_lines():
-    big = {m: n for m, p in _modules().items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
-    assert big == {}
+def test_lazy_imports_of_flyexplore_only_keep_the_command_line_light():
+    # the CLI's handlers import their layer when they run, so `flyexplore --help` imports neither
+    # torch nor pandas; everywhere else an import of flyexplore sits at the top of its module
+    lazy = [x for x in _lazy_flyexplore_imports() if not x.startswith("flyexplore/cli/")]
+    assert lazy == [], lazy
 
 
 def test_readme_layout_matches_the_tree():
@@ -89,29 +98,20 @@ def test_readme_layout_matches_the_tree():
     assert listed == tree, (sorted(tree - listed), sorted(listed - tree))
 
 
-def test_public_api_is_deliberate_and_light():
-    code = ("import sys, flyexplore as F\n"
-            "assert 'torch' not in sys.modules and 'pandas' not in sys.modules\n"
-            "missing = [n for n in F.__all__ if getattr(F, n, None) is None]\n"
+def test_public_face_is_light_and_its_doors_are_functions():
+    code = ("import sys, inspect, flyexplore as fx\n"
+            "heavy = [m for m in ('torch', 'pandas', 'plotly') if m in sys.modules]\n"
+            "assert not heavy, heavy\n"
+            "for n in ('sweep', 'explain', 'trace', 'xray', 'load', 'speedup', 'geomean', 'figure', 'report'):\n"
+            "    assert inspect.isfunction(getattr(fx, n)), n\n"
+            "missing = [n for n in fx.__all__ if getattr(fx, n, None) is None]\n"
             "assert not missing, missing\n"
-            "from flyexplore import explain, trace, xray\n"
-            "assert callable(explain.explain) and callable(trace.trace) and callable(xray.xray)\n"
-            "print(len(F.__all__))\n")
+            "print(len(fx.__all__))\n")
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
+    import pytest
+
     import flyexplore
 
-    assert "register_op" in flyexplore.__all__ and "run_sweep" in flyexplore.__all__
     with pytest.raises(AttributeError):
         flyexplore.no_such_name  # noqa: B018
-
-
-def test_measuring_core_never_imports_ui_code():
-    g = import_graph()
-    core = ["flyexplore.measure.timing", "flyexplore.measure.interleaved", "flyexplore.measure.stats", "flyexplore.measure.devstate",
-            "flyexplore.run.cases", "flyexplore.run.sweep", "flyexplore.run.engine", "flyexplore.results.table"]
-    ui = {"flyexplore.ui.widgets", "flyexplore.ui.panel", "flyexplore.ui.panel_parts", "flyexplore.ui.inspector",
-          "flyexplore.ui.widget_base", "flyexplore.views.plots", "flyexplore.views.plots_compare", "flyexplore.views.plot_style",
-          "flyexplore.views.report"}
-    reached = {m: sorted(nx.descendants(g, m) & ui) for m in core}
-    assert all(not v for v in reached.values()), reached

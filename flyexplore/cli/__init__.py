@@ -21,6 +21,7 @@ from pathlib import Path
 
 from flyexplore.errors import UsageError, bad_choice
 
+
 def catalogue() -> dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
     """What the command line accepts, per operator: ``{op: (backends, dtypes, suites)}`` in the
     catalogue's order, read from the registry (:mod:`flyexplore.ops`, which imports no torch,
@@ -157,8 +158,8 @@ def _timer_opts(a) -> dict:
 
 
 def _cmd_sweep(a):
-    from flyexplore.views.report import scan_table, summary_table
     from flyexplore.run.sweep import run_sweep
+    from flyexplore.views.report import scan_table, summary_table
 
     if a.resume and a.overwrite:
         raise UsageError("--resume and --overwrite exclude each other (continue the file, or replace it)")
@@ -379,8 +380,8 @@ def _cmd_report(a):
 
 
 def _cmd_compare(a):
-    from flyexplore.views.report import write_compare_report, write_vllm_report
     from flyexplore.results.vllm import looks_like_vllm
+    from flyexplore.views.report import write_compare_report, write_vllm_report
 
     names = tuple(n.strip() for n in a.names.split(",")) if a.names else ("A", "B")
     if len(names) != 2 or not all(names):
@@ -400,8 +401,15 @@ def _cmd_compare(a):
 
 def _cmd_xray(a):
     from flyexplore.errors import bad_choice
-    from flyexplore.insight.xray import (XRAY_DTYPES, XRayUnavailable, coverage_text, resources_figure, xray_batch, xray_frame,
-                       xray_shapes)
+    from flyexplore.insight.xray import (
+        XRAY_DTYPES,
+        XRayUnavailable,
+        coverage_text,
+        resources_figure,
+        xray_batch,
+        xray_frame,
+        xray_shapes,
+    )
 
     if a.coverage:
         print(coverage_text())

@@ -17,10 +17,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from flyexplore.insight import explain as X
+from flyexplore.insight import xray as XR
+from flyexplore.insight.xray import GFX950, XRayUnavailable, xray_batch
+from flyexplore.ops import get_op
+from flyexplore.paths import published_dir
 from flyexplore.results import table as R
-from flyexplore.world.env import collect
-from flyexplore.views.report import check_report_dir, write_report
 from flyexplore.run.sweep import default_device, run_sweep
+from flyexplore.views.report import check_report_dir, write_report
+from flyexplore.world import env as ENV
+from flyexplore.world.switches import compile_options
 
 #: (operator, suite on CPU, suite on GPU)
 DEMO_SUITES = (("gemm", "cpu-small", "llama3.1-8b"),
@@ -47,7 +53,6 @@ XRAY_HOWTO = ("install an AMDGPU-capable linker: apt-get install lld-22 (Debian 
 def _published_row(csv: str, match: dict) -> dict | None:
     import pandas as pd
 
-    from flyexplore.paths import published_dir
 
     d = pd.read_csv(published_dir() / csv)
     for k, v in match.items():
@@ -63,9 +68,6 @@ def flydsl_cases(xray=True) -> list[dict]:
     cannot run here; ``xray_note`` says why and how to get it). ``xray`` may also be what
     :func:`run_xrays` returned earlier. Runs on a CPU; the X-ray
     compiles for gfx950 in one subprocess (about 10 s on 2 cores), nothing is run on a GPU."""
-    from flyexplore.insight import explain as X
-    from flyexplore.ops import get_op
-    from flyexplore.world.switches import compile_options
 
     out = []
     for op, shape, dtype, csv, match, cols, unit in FLYDSL_CASES:
@@ -96,9 +98,8 @@ def run_xrays():
     Returns the list of :class:`flyexplore.insight.xray.XRay`, or a sentence saying why the X-ray
     cannot run here and how to get it (:data:`XRAY_HOWTO`). Mostly waits on the subprocess, so
     the demo runs it in a thread beside its sweeps (which time with one thread on the CPU)."""
-    from flyexplore.insight.xray import XRayUnavailable, unavailable_reason, xray_batch
 
-    why = unavailable_reason()
+    why = XR.unavailable_reason()
     if why:
         return f"the kernel X-ray cannot run here ({why}). To get it: {XRAY_HOWTO}"
     try:
@@ -117,7 +118,6 @@ def flydsl_section(page, cases: list[dict], measured) -> None:
 
     import pandas as pd
 
-    from flyexplore.insight.xray import GFX950
 
     page.h2("FlyDSL on MI355X (gfx950): explainer and kernel X-ray")
     page.p("FlyDSL runs only on a ROCm torch 2.15 with an MI350-series GPU; this section needs neither. For "
@@ -179,7 +179,7 @@ def run_demo(out_dir: str | Path = "flyexplore-demo", progress: bool = True, tim
     out = Path(out_dir)
     check_report_dir(out, keep=demo_files())
     R.check_path(out / "results.parquet")
-    env = collect()
+    env = ENV.collect()
     gpu = default_device().type == "cuda"
     pool = xr = None
     if xray:

@@ -104,8 +104,8 @@ def main(argv):
     extra = [p for p in spec.get("sys_path", []) if p not in sys.path]
     sys.path[:] = [p for p in extra + sys.path if os.path.abspath(p or ".") != here]
     t0 = time.perf_counter()
-    import torch  # noqa: F401  (import cost is reported separately from compile time)
     import flydsl
+    import torch  # noqa: F401  (import cost is reported separately from compile time)
     out = {"versions": {"torch": torch.__version__, "flydsl": getattr(flydsl, "__version__", "?")},
            "import_s": time.perf_counter() - t0, "results": []}
     done = {}

@@ -19,12 +19,29 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from flyexplore.world.conditions import Condition, Explanation, TensorDesc, autotune_mode, contiguous_strides, short_dtype
-from flyexplore.parsing import parse_flag, parse_options
 from flyexplore.errors import UsageError, bad_choice
+from flyexplore.ops import flydsl_ops, get_op
+from flyexplore.parsing import parse_flag, parse_options
+from flyexplore.world.conditions import (
+    Condition,
+    Explanation,
+    TensorDesc,
+    autotune_mode,
+    contiguous_strides,
+    short_dtype,
+)
 from flyexplore.world.facts import facts
-from flyexplore.world.readiness import (ARCHES, FLYDSL_ARCH, MI355X_CUS, EnvFacts, check_arch, compile_environment,
-                        eager_environment, torch_eager_arch)
+from flyexplore.world.readiness import (
+    ARCHES,
+    FLYDSL_ARCH,
+    MI355X_CUS,
+    EnvFacts,
+    check_arch,
+    compile_environment,
+    eager_environment,
+    torch_eager_arch,
+)
+from flyexplore.world.switches import compile_options as flydsl_options
 
 __all__ = ["ARCHES", "FLYDSL_ARCH", "MI355X_CUS", "Condition", "EnvFacts", "Explanation", "TensorDesc",
            "contiguous_strides", "describe", "dtypes_for", "eligibility_grid", "examples", "explain",
@@ -44,7 +61,6 @@ def explainable(with_own_front_door: bool = False) -> dict[str, str]:
     """Operators the explainer answers for, with the torch path each takes (``{name: path}``):
     those whose family registers rules (``op.flydsl.judge``); with ``with_own_front_door`` also
     those with their own :func:`explain_text` (attention)."""
-    from flyexplore.ops import flydsl_ops, get_op
 
     out = {}
     for n in flydsl_ops():
@@ -58,7 +74,6 @@ def _path(op: str, with_own_front_door: bool = False):
     names = explainable(with_own_front_door)
     if op not in names:
         raise bad_choice("operator for explain", op, names)
-    from flyexplore.ops import get_op
     return get_op(op).flydsl
 
 
@@ -70,7 +85,6 @@ def options_for(op: str) -> tuple[str, ...]:
 
 def examples() -> dict[str, str]:
     """An example shape per explainable operator, in the operator catalogue's syntax."""
-    from flyexplore.ops import get_op
     return {n: get_op(n).flydsl.example for n in explainable(True)}
 
 
@@ -121,7 +135,6 @@ def explain(op: str, *, env: EnvFacts | None = None, **call) -> Explanation:
 # -- from the operator catalogue / command line ------------------------------------------------
 
 def _catalogue(op: str):
-    from flyexplore.ops import get_op
     return get_op(op)
 
 
@@ -202,7 +215,6 @@ def dtypes_for(op: str) -> tuple[str, ...]:
     """The dtype names an explainable operator takes (its catalogue's, first = default).
     Raises :class:`UsageError` for an operator the explainer does not cover."""
     _path(op, True)
-    from flyexplore.ops import get_op
     return tuple(get_op(op).dtypes)
 
 
@@ -250,7 +262,6 @@ def _compile_options_for(op: str, compile_options: Mapping[str, Any] | None):
         return dict(compile_options)
     from torch._inductor import config as ic
 
-    from flyexplore.world.switches import compile_options as flydsl_options
     return flydsl_options(True, backends=ic.max_autotune_gemm_backends)
 
 
@@ -279,7 +290,6 @@ def eligibility_grid(op: str, ms: Sequence[int] | int | None = None, ns: Sequenc
 
     import pandas as pd
 
-    from flyexplore.ops import get_op
 
     _path(op)
     order = get_op(op).dims

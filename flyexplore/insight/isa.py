@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+
 # ------------------------------------------------------------------------------ arch limits
 @dataclass(frozen=True)
 class ArchLimits:

@@ -29,10 +29,25 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from flyexplore.insight.autotune import (CHOICE_FAMILIES, AutotuneDecision, Candidate, _selector_cache,  # noqa: F401  (re-exported)
-                       autotune_dict, capture_autotune, classify_choice, decision_from_timings,
-                       parse_autotune_tables)
-from flyexplore.ops.base import KernelPattern
+from flyexplore.errors import UsageError
+from flyexplore.insight.autotune import (  # noqa: F401  (re-exported)
+    CHOICE_FAMILIES,
+    AutotuneDecision,
+    Candidate,
+    _selector_cache,
+    autotune_dict,
+    capture_autotune,
+    classify_choice,
+    decision_from_timings,
+    parse_autotune_tables,
+)
+from flyexplore.insight.explain import explain_case
+from flyexplore.measure.devstate import default_device
+from flyexplore.measure.timing import kernel_times_from_profile
+from flyexplore.ops import get_op, list_ops
+from flyexplore.ops.base import KernelPattern, RunContext, reset_dynamo, torch_dtype
+from flyexplore.world import env as ENV
+from flyexplore.world.switches import compile_options
 
 #: Kernel families, in report order.
 FAMILIES = ("FlyDSL", "Triton/Inductor", "vendor BLAS", "AOTriton", "CK", "attention", "ATen native",
@@ -118,7 +133,6 @@ def flydsl_kernel_patterns() -> tuple[KernelPattern, ...]:
     :func:`flyexplore.ops.list_ops` order): what :func:`classify` calls family ``FlyDSL``.
     Built-in families name torch 2.15's ``@flyc.kernel`` functions, which flyc compiles as
     ``<python function>_<id>`` (``flydsl/compiler/kernel_function.py``)."""
-    from flyexplore.ops import get_op, list_ops
 
     return tuple(k for n in list_ops() if (p := get_op(n).flydsl) is not None for k in p.kernels)
 
@@ -382,7 +396,6 @@ def trace(fn: Callable[[], Any], *, device=None, reps: int = 3, warmup: int = 1,
     from torch.autograd.profiler import record_function
     from torch.profiler import ProfilerActivity, profile
 
-    from flyexplore.measure.timing import kernel_times_from_profile
 
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     gpu = dev.type == "cuda"
@@ -427,8 +440,6 @@ def flydsl_compile_options(op: str) -> dict:
     :func:`flyexplore.world.switches.compile_options`."""
     import sys
 
-    from flyexplore.errors import UsageError
-    from flyexplore.ops import get_op
 
     try:
         bk = get_op(op).backends.get("flydsl")
@@ -438,15 +449,12 @@ def flydsl_compile_options(op: str) -> dict:
     opts = getattr(mod, "FLYDSL_OPTIONS", None)
     if isinstance(opts, dict):
         return dict(opts)
-    from flyexplore.world.switches import compile_options
     return compile_options(True)
 
 
 def _path(op: str):
     """The registered :class:`~flyexplore.ops.base.FlyDSLPath` of ``op``, or None for an
     operator without one or outside the catalogue."""
-    from flyexplore.errors import UsageError
-    from flyexplore.ops import get_op
 
     try:
         return get_op(op).flydsl
@@ -496,7 +504,6 @@ def row_columns(tr: Trace, backend: str, op: str, case, dtype: str,
         reason = "not taken: FlyDSL was a candidate but lost the autotune -- " + "; ".join(d.summary() for d in lost)
     else:
         try:
-            from flyexplore.insight.explain import explain_case
             ex = explain_case(op, case, dtype, compile_options=compile_options)
         except Exception as exc:  # the explainer must never break a sweep
             ex = None
@@ -523,17 +530,13 @@ def trace_case(op: str, shape: str, backend: str, dtype: str | None = None, devi
     shape."""
     import torch
 
-    from flyexplore.world.env import collect
-    from flyexplore.ops import get_op
-    from flyexplore.ops.base import RunContext, reset_dynamo
-    from flyexplore.measure.devstate import default_device
 
     o = get_op(op)
     case = o.case(shape)
     dt = o.check_dtype(dtype or o.dtypes[0])
     bk = o.get_backend(backend)
     dev = torch.device(device) if device is not None else default_device()
-    ctx = RunContext(dev, collect())
+    ctx = RunContext(dev, ENV.collect())
     out: dict[str, Any] = {"op": op, "case": case.label, "dtype": dt, "backend": backend, "device": str(dev)}
     why = bk.available(ctx, case, dt)
     if why:
@@ -557,15 +560,11 @@ def backend_status(op: str, shape: str, dtype: str | None = None, device=None) -
     :class:`~flyexplore.errors.UsageError` for an unknown operator, dtype or a bad shape."""
     import torch
 
-    from flyexplore.world.env import collect
-    from flyexplore.ops import get_op
-    from flyexplore.ops.base import RunContext
-    from flyexplore.measure.devstate import default_device
 
     o = get_op(op)
     case = o.case(shape)
     dt = o.check_dtype(dtype or o.dtypes[0])
-    ctx = RunContext(torch.device(device) if device is not None else default_device(), collect())
+    ctx = RunContext(torch.device(device) if device is not None else default_device(), ENV.collect())
     return {name: b.available(ctx, case, dt) for name, b in o.backends.items()}
 
 
@@ -590,10 +589,6 @@ def trace_autotune(shape: str | None = None, dtype: str | None = None, device=No
     Raises :class:`~flyexplore.errors.UsageError` for a malformed shape or unknown dtype."""
     import torch
 
-    from flyexplore.world.env import collect
-    from flyexplore.ops import get_op
-    from flyexplore.ops.base import torch_dtype
-    from flyexplore.measure.devstate import default_device
 
     dev = torch.device(device) if device is not None else default_device()
     kind = "cuda" if dev.type == "cuda" else "cpu"
@@ -602,7 +597,7 @@ def trace_autotune(shape: str | None = None, dtype: str | None = None, device=No
     dt = torch_dtype(dtype or d_dtype)
     if backends is None:
         backends = "ATEN,CPP" if kind == "cpu" else "ATEN,TRITON"
-        if kind == "cuda" and collect().flydsl_compile.ready:
+        if kind == "cuda" and ENV.collect().flydsl_compile.ready:
             backends += ",FLYDSL"
     opts = {"max_autotune": True, "max_autotune_gemm_backends": backends, "fx_graph_cache": False,
             "autotune_local_cache": False}

@@ -49,9 +49,23 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from flyexplore.errors import UsageError, bad_choice
-from flyexplore.insight.isa import (ARCH_LIMITS, GFX950, INSTRUCTION_CLASSES, ArchLimits, KernelResources,  # noqa: F401
-                  Occupancy, count_instructions, occupancy, parse_isa)
+from flyexplore.insight.explain import dtypes_for, explain_text, parse_options
+from flyexplore.insight.isa import (  # noqa: F401
+    ARCH_LIMITS,
+    GFX950,
+    INSTRUCTION_CLASSES,
+    ArchLimits,
+    KernelResources,
+    Occupancy,
+    count_instructions,
+    occupancy,
+    parse_isa,
+)
+from flyexplore.ops import get_op, list_ops
 from flyexplore.parsing import DTYPE_NAMES
+from flyexplore.world import env as ENV
+from flyexplore.world.env import find_amdgpu_lld, xray_readiness
+from flyexplore.world.readiness import check_arch
 
 
 class XRayUnavailable(RuntimeError):
@@ -222,7 +236,6 @@ def xray_spec(op: str) -> dict[str, Any] | None:
     operator."""
     import importlib
 
-    from flyexplore.ops import get_op
 
     path = get_op(op).flydsl
     if path is None or not path.xray:
@@ -235,7 +248,6 @@ def xray_spec(op: str) -> dict[str, Any] | None:
 def xray_dtypes() -> dict[str, tuple[str, ...]]:
     """Operator -> the dtypes the X-ray compiles for it (those torch cannot run on FlyDSL get
     torch's reason): every registered family whose X-ray spec lists ``dtypes``."""
-    from flyexplore.ops import list_ops
 
     return {op: tuple(spec["dtypes"]) for op in list_ops() if (spec := xray_spec(op)) and "dtypes" in spec}
 
@@ -277,7 +289,6 @@ def _request(op: str, shape: str, dtype: str) -> _Request:
     if "parse" in spec:
         label, params = spec["parse"](shape)
     else:
-        from flyexplore.ops import get_op
 
         case = get_op(op).case(shape)
         label, params = case.label, dict(case.p)
@@ -298,7 +309,6 @@ def xray_shapes(op: str, text: str) -> list[str]:
 def _check_arch(arch: str) -> str:
     """``arch`` if it is a gfx name (:func:`flyexplore.world.readiness.check_arch`), else
     :class:`UsageError`."""
-    from flyexplore.world.readiness import check_arch
 
     if not isinstance(arch, str):
         raise UsageError(f"bad arch {arch!r} (expected a gfx name, e.g. gfx950)")
@@ -314,8 +324,6 @@ def _explainer_verdict(req: _Request, arch: str, autotune: bool = False) -> tupl
     request (an MXFP GEMM is asked as a ``scaled_gemm``), with the X-ray's ``autotune`` setting
     for families that take the explainer option ``autotuning``. ``None`` when the explainer
     cannot judge the request (its input checks refuse it): torch's own predicate decides then."""
-    from flyexplore.insight.explain import explain_text
-    from flyexplore.ops import get_op
 
     op, shape, dtype = req.spec.get("explain", lambda lb, p, d: (req.op, lb, d))(req.label, req.params, req.dtype)
     try:
@@ -386,7 +394,6 @@ def _safe(text: str) -> str:
 
 
 def _ensure_ready() -> None:
-    from flyexplore.world.env import xray_readiness
 
     r = xray_readiness()
     if not r.ready:
@@ -398,9 +405,8 @@ def unavailable_reason() -> str | None:
     """Why the X-ray cannot run on this machine (every failed check of
     :func:`flyexplore.world.env.xray_readiness`, with its fix; as cached by
     :func:`flyexplore.world.env.collect`), or ``None`` when it can."""
-    from flyexplore.world.env import collect, xray_readiness
 
-    r = getattr(collect(), "flydsl_xray", None) or xray_readiness()
+    r = getattr(ENV.collect(), "flydsl_xray", None) or xray_readiness()
     if r.ready:
         return None
     return "; ".join(f"{c.name}: {c.detail}" + (f" (fix: {c.fix})" if c.fix else "") for c in r.failed)
@@ -420,7 +426,6 @@ def xray_request(op: str, shape: str, dtype: str | None = None,
     (:data:`NOT_COVERED`, :func:`xray_dtypes`), or the call does not qualify for FlyDSL on
     gfx950 (``flyexplore.insight.explain``; there is no kernel to compile). Raises
     :class:`~flyexplore.errors.UsageError` for input the explainer rejects."""
-    from flyexplore.insight.explain import dtypes_for, explain_text, parse_options
 
     dt = dtype or dtypes_for(op)[0]
     ex = explain_text(op, shape, dt, options, arch="gfx950")
@@ -473,7 +478,6 @@ def xray_batch(requests: Iterable[tuple[str, str, str]], arch: str = "gfx950", o
     try:
         if need_worker:
             _ensure_ready()
-            from flyexplore.world.env import find_amdgpu_lld
 
             lld = find_amdgpu_lld()
             libs = find_rocm_device_libs()

@@ -17,7 +17,8 @@ from typing import Callable
 
 import numpy as np
 
-from flyexplore.measure.stats import median_ci, paired_ratio, round_values
+from flyexplore.measure.devstate import sampler_for
+from flyexplore.measure.stats import median_ci, paired_ratio, round_values, verdict
 from flyexplore.measure.timing import CPU_MODES, KernelTime, Measurement, cpu_threads, flush_bytes_for, ranges_device_ms
 
 # flyexplore.measure.timing re-exports this module's names, so this module imports from it only inside
@@ -171,7 +172,6 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
         raise ValueError(f"budget_s must be > 0, got {budget_s!r}")
     warmup_ms = WARMUP_MS[kind] if warmup_ms is None else float(warmup_ms)
     if sampler is None:
-        from flyexplore.measure.devstate import sampler_for
         sampler = sampler_for(dev)
     if gpu:
         eff = "event-gated" if mode == "auto" else mode
@@ -387,7 +387,6 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
 
 def _ambiguous_width(rounds: dict, baseline: str, band: float) -> float:
     """The largest relative half-width among speedups whose label is AMBIGUOUS (0 if none)."""
-    from flyexplore.measure.stats import verdict
 
     worst = 0.0
     for nm, rr in rounds.items():

@@ -14,8 +14,8 @@ from __future__ import annotations
 import importlib
 
 from flyexplore.errors import bad_choice
-from flyexplore.world import routes as _routes
 from flyexplore.ops.base import Backend, Case, FlyDSLPath, KernelPattern, Operator, PublishedSuite, RunContext, Suite
+from flyexplore.world import routes as _routes
 
 __all__ = ["Backend", "Case", "FlyDSLPath", "KernelPattern", "Operator", "PublishedSuite", "RunContext",
            "Suite", "builtin_ops", "flydsl_ops", "get_op", "list_ops", "register_op", "unregister_op"]

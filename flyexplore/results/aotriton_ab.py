@@ -16,11 +16,11 @@ import pandas as pd
 from flyexplore.errors import UsageError
 from flyexplore.insight.trace import classify
 from flyexplore.ops import get_op
+from flyexplore.ops.attention.aotriton import flyc_support, parse_version, release_name  # noqa: F401
 from flyexplore.paths import data_dir
 from flyexplore.results import table as R
 from flyexplore.results.compare import pair
 from flyexplore.results.published import RANGES
-from flyexplore.ops.attention.aotriton import flyc_support, parse_version, release_name  # noqa: F401
 
 #: A field of the example result files that marks them as made up (as in :mod:`flyexplore.results.vllm`).
 SYNTHETIC_FIELD = "synthetic_example"

@@ -15,9 +15,9 @@ from typing import Sequence
 
 import pandas as pd
 
-from flyexplore.results import table as R
-from flyexplore.measure import stats as S
 from flyexplore.errors import UsageError
+from flyexplore.measure import stats as S
+from flyexplore.results import table as R
 
 #: Two sides' clocks differ when their median case-start SM clocks differ by more than this.
 CLOCK_DIFFERS = 0.05

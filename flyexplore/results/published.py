@@ -41,18 +41,18 @@ as ranges are in :data:`RANGES` (:func:`ranges`), marked ``kind="range only"``.
 """
 from __future__ import annotations
 
-import sys
-
 import csv
 import json
+import sys
 from typing import Sequence
 
 import pandas as pd
 
-from flyexplore.results import table as R
 from flyexplore.errors import UsageError, bad_choice
+from flyexplore.ops import get_op, list_ops
 from flyexplore.ops.base import PublishedSuite
 from flyexplore.paths import published_dir
+from flyexplore.results import table as R
 
 DEVICE = "AMD Instinct MI355X"
 ARCH = "gfx950"
@@ -61,7 +61,6 @@ ARCH = "gfx950"
 def suites() -> dict[str, PublishedSuite]:
     """The published kernel tables, each registered by its operator family
     (``Operator.published`` in ``flyexplore/ops/<family>.py``): ``{name: PublishedSuite}``."""
-    from flyexplore.ops import get_op, list_ops
 
     return {t.name: t for n in list_ops() for t in get_op(n).published}
 

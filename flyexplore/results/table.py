@@ -29,6 +29,9 @@ from typing import Iterable, Sequence
 import pandas as pd
 
 from flyexplore.errors import UsageError
+from flyexplore.measure import stats as S
+from flyexplore.measure.stats import notch_ci
+from flyexplore.measure.timing import rounds_from_json
 
 SCHEMA_VERSION = 2
 
@@ -176,7 +179,6 @@ def _upgrade(df: pd.DataFrame) -> pd.DataFrame:
                          f"flyexplore understands ({SCHEMA_VERSION}); upgrade flyexplore")
     old = (ver < 2).fillna(False).to_numpy()
     if old.any():
-        from flyexplore.measure.stats import notch_ci
 
         df = df.copy()
         for c in ("order", "ci_method", "time_ci_lo_ms", "time_ci_hi_ms", "rounds", "calls_per_round"):
@@ -393,7 +395,6 @@ def _eq(a, b) -> bool:
 
 
 def _rounds(r) -> tuple:
-    from flyexplore.measure.timing import rounds_from_json
     return rounds_from_json(r.get("samples_ms"))
 
 
@@ -424,7 +425,6 @@ def ratio_interval(base_rows: pd.DataFrame, x_rows: pd.DataFrame) -> tuple[float
     * ``notch``: schema-1 rows without samples -> the two medians' notch intervals divided
       (approximate);
     * ``none``: no interval (published rows); the estimate is the ratio of median times."""
-    from flyexplore.measure import stats as S
 
     est = float(base_rows["time_ms"].astype(float).median() / x_rows["time_ms"].astype(float).median())
     if len(base_rows) == 1 and len(x_rows) == 1:
@@ -473,7 +473,6 @@ def speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
     notch, none), ``tie`` (point estimate within 1%: the published suite's rule) and
     ``source``; one row per case and non-baseline backend. Raises :class:`UsageError` when no
     row is of the baseline."""
-    from flyexplore.measure import stats as S
 
     bases = [baseline] if isinstance(baseline, str) else list(baseline)
     cols = [*by, *SPEEDUP_COLUMNS]
@@ -523,7 +522,6 @@ def geomean_speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
     space; NaN when a case has none) and label, and the count of each case label.
     Columns ``op, dtype, backend, cases, geomean, geomean_lo, geomean_hi, verdict, FASTER,
     SAME, SLOWER, AMBIGUOUS``."""
-    from flyexplore.measure import stats as S
 
     cols = ["op", "dtype", "backend", "cases", "geomean", "geomean_lo", "geomean_hi", "verdict", *S.LABELS]
     s = speedup(df, baseline, by)

@@ -13,14 +13,15 @@ import time
 import traceback
 from typing import Callable, Sequence
 
-
-from flyexplore.results import table as R
-from flyexplore.measure import stats as S
-from flyexplore.measure.devstate import case_columns, default_device, sampler_for  # noqa: F401 (default_device: re-exported)
 from flyexplore.errors import UsageError
-from flyexplore.ops.base import Case, Operator, RunContext, reset_dynamo
+from flyexplore.insight.trace import Trace, capture_autotune, from_kernels, row_columns
+from flyexplore.insight.trace import trace as run_trace
+from flyexplore.measure import stats as S
+from flyexplore.measure.devstate import _bdf, case_columns, default_device, sampler_for  # noqa: F401 (default_device: re-exported)
 from flyexplore.measure.interleaved import measure_interleaved
 from flyexplore.measure.timing import Timer
+from flyexplore.ops.base import Case, Operator, RunContext, reset_dynamo
+from flyexplore.results import table as R
 from flyexplore.run.validate import INTERLEAVED_KEYS
 
 
@@ -82,7 +83,6 @@ def _build_first(op: Operator, case: Case, dtype: str, bk, ctx: RunContext, inpu
     decisions)``; the decisions are captured only when ``traced``."""
     import contextlib
 
-    from flyexplore.insight.trace import capture_autotune
 
     with (capture_autotune() if traced else contextlib.nullcontext([])) as decisions:
         fn = bk.build(case, dtype, inputs, ctx)
@@ -117,7 +117,6 @@ def _ok_row(op: Operator, case: Case, dtype: str, backend: str, bk, m, first_ms:
     row = {"status": "ok", "message": "; ".join(m.notes) or None, "source": bk.source,
            "first_call_ms": first_ms, **m.summary(), **errs, "ci_method": "order-statistic"}
     if tr is not None:
-        from flyexplore.insight.trace import row_columns
         row.update(row_columns(tr, backend, op.name, case, dtype))
         if row.get("flydsl_taken") is False:
             note = f"FlyDSL requested but not taken; the time is of what ran ({tr.observed})"
@@ -286,8 +285,6 @@ def _recheck(op, case, dtype, bk, ctx, inputs, ref2, row) -> bool | None:
 
 
 def _trace_of(m, fn, ctx, decisions, bk, case):
-    from flyexplore.insight.trace import Trace, from_kernels
-    from flyexplore.insight.trace import trace as run_trace
 
     if m.kernels:
         return from_kernels(m.kernels, decisions)
@@ -389,7 +386,6 @@ def physical_device_id(device) -> str | None:
         idx = dev.index if dev.index is not None else torch.cuda.current_device()
         props = torch.cuda.get_device_properties(idx)
         if getattr(torch.version, "hip", None):
-            from flyexplore.measure.devstate import _bdf
             return _bdf(props)
         u = getattr(props, "uuid", None)
         return None if u is None else (str(u) if str(u).startswith("GPU-") else f"GPU-{u}")

@@ -59,6 +59,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from flyexplore.errors import UsageError
+from flyexplore.ops import builtin_ops, get_op
+from flyexplore.ops.base import Operator, RunContext
+from flyexplore.run.cases import physical_device_id, run_case
+from flyexplore.run.validate import device as check_device
+from flyexplore.world import env as ENV
 
 #: Engines of :func:`flyexplore.run.sweep.run_sweep` (``auto`` picks ``local`` on a GPU,
 #: ``in-process`` on the CPU; see :func:`choose_engine`).
@@ -109,8 +114,6 @@ def resolve_op(ref: str):
     an import path ``"module:attribute"`` (how a worker process finds an operator that is not in
     the catalogue, e.g. a test's). Raises :class:`UsageError` naming ``ref`` when it cannot be
     imported or is not an Operator."""
-    from flyexplore.ops import get_op
-    from flyexplore.ops.base import Operator
 
     if ":" not in ref:
         return get_op(ref)
@@ -128,7 +131,6 @@ def op_ref(op) -> str:
     """How a worker finds ``op``: its catalogue name, or the ``"module:attribute"`` it was
     loaded from (:func:`resolve_op` records it). Raises :class:`UsageError` for an Operator
     object a worker cannot import (pass ``"module:attribute"``, or use ``engine="in-process"``)."""
-    from flyexplore.ops import builtin_ops, get_op
 
     if op.name in builtin_ops() and get_op(op.name) is op:
         return op.name
@@ -154,7 +156,6 @@ def choose_engine(engine: str, device=None, *, devices=None, workers=None, case_
     ``workers`` < 1 or on a GPU, ``devices`` on the CPU or together with ``device``, a GPU
     index torch does not see, a negative ``case_timeout``, ``max_cases`` < 1, worker options
     with ``in-process``, Ray not installed, or an operator a worker cannot import."""
-    from flyexplore.run.validate import device as check_device
 
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r} (valid: {', '.join(ENGINES)})")
@@ -271,9 +272,6 @@ class CaseRunner:
                  label: str = "worker"):
         import torch
 
-        from flyexplore.world.env import collect
-        from flyexplore.ops.base import RunContext
-        from flyexplore.run.cases import physical_device_id
 
         if threads:
             torch.set_num_threads(threads)
@@ -282,7 +280,7 @@ class CaseRunner:
         self.device = torch.device(device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        self.env = env if env is not None else collect()
+        self.env = env if env is not None else ENV.collect()
         self.ctx = RunContext(self.device, self.env)
         torch.ones(2, 2) @ torch.ones(2, 2)  # loads the CPU BLAS now, not in the first case's time limit
         self.info = {"pid": os.getpid(), "device_id": physical_device_id(self.device),
@@ -291,7 +289,6 @@ class CaseRunner:
 
     def run(self, task: Task):
         """Yield ``(backend, row columns)`` for ``task`` (:func:`flyexplore.run.cases.run_case`)."""
-        from flyexplore.run.cases import run_case
 
         s = self.settings
         yield from run_case(self.op, task.case, task.dtype, task.backends, self.ctx, order=s.order,
@@ -399,7 +396,6 @@ class _Slot:
 def _slots(device, devices, workers, env) -> list[_Slot]:
     """The local worker places of a sweep: one per GPU of ``devices`` (or the sweep's GPU), or
     ``workers`` CPU places."""
-    import torch
 
     if devices is not None or device.type == "cuda":
         idx = gpu_indices(devices) if devices is not None else [device.index or 0]

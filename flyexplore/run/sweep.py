@@ -33,14 +33,25 @@ from typing import Callable, Iterable, Sequence
 
 import pandas as pd
 
-from flyexplore.results import table as R
-from flyexplore.measure import stats as S
-from flyexplore.run import validate
-from flyexplore.world.env import collect
 from flyexplore.errors import UsageError
+from flyexplore.measure import stats as S
 from flyexplore.ops.base import Case, Operator, RunContext
-from flyexplore.run.cases import (_base_row, _interleaved_opts, _now, case_cost, default_device,  # noqa: F401 (re-exported)
-                    measure_case, measure_one, physical_device_id, run_case)
+from flyexplore.results import table as R
+from flyexplore.run import validate
+from flyexplore.run._ray import run_ray
+from flyexplore.run.cases import (  # noqa: F401 (re-exported)
+    _base_row,
+    _interleaved_opts,
+    _now,
+    case_cost,
+    default_device,
+    measure_case,
+    measure_one,
+    physical_device_id,
+    run_case,
+)
+from flyexplore.run.engine import Settings, Task, choose_engine, limits, op_ref, resolve_op, run_tasks
+from flyexplore.world import env as ENV
 
 #: Timing orders of a sweep (see the module text).
 ORDERS = ("interleaved", "block")
@@ -80,7 +91,6 @@ def make_plan(op: str | Operator, suite: str | None = None, shapes: str | Sequen
     Raises :class:`UsageError` naming any unknown operator, suite, dtype, backend or bad shape,
     or what an operator lacks to be measured (``make_inputs``, ``reference``, ``error``, a backend).
     """
-    from flyexplore.run.engine import resolve_op
 
     op = resolve_op(op) if isinstance(op, str) else op
     missing = [k for k in ("make_inputs", "reference", "error") if not callable(getattr(op, k, None))]
@@ -197,7 +207,6 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
     before anything runs or any file is opened; ``KeyboardInterrupt`` is re-raised after the
     finished rows are saved and every worker is stopped.
     """
-    from flyexplore.run.engine import choose_engine
     import torch
 
     if order not in ORDERS:
@@ -222,7 +231,7 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
     done = {tuple(r) for r in old[list(R.KEY)].astype(str).itertuples(index=False)} if len(old) else set()
     ray_gpus = None if device is None else torch.device(device).type == "cuda"
     device = torch.device(device) if device is not None else default_device()
-    env = collect()
+    env = ENV.collect()
     ctx = RunContext(device, env)
     fp = {**env.fingerprint(), "flyexplore": env.versions.get("flyexplore", "")}
     run_id = f"{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
@@ -251,7 +260,6 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
     cases = {c.label: c for c, _ in plan.pairs}
     settings = None
     if kind != "in-process":
-        from flyexplore.run.engine import Settings, op_ref
         settings = Settings(op_ref(plan.op), order, timer_opts, trace, seed, band, baseline)
     try:
         if kind == "in-process":
@@ -272,15 +280,12 @@ def run_sweep(op: str | Operator, *, suite: str | None = None, shapes=None, dtyp
                 if stopped:
                     break
         else:
-            from flyexplore.run.engine import Task, run_tasks
             pos = {k: i for i, k in enumerate(by_case)}
             tasks = [Task(pos[(label, dtype)], cases[label], dtype, tuple(bks),
                           case_cost(plan.op, cases[label], dtype))
                      for (label, dtype), bks in by_case.items()]
             task_row = lambda t, b, cols, info: emit(t.case, t.dtype, b, cols, info)  # noqa: E731
             if kind == "ray":
-                from flyexplore.run._ray import run_ray
-                from flyexplore.run.engine import limits
                 limit, max_cases = limits(case_timeout, max_cases_per_worker)
                 run_ray(tasks, settings, device=device, workers=workers, case_timeout=limit, max_cases=max_cases,
                         address=ray_address, emit=task_row, should_stop=should_stop, status=bar.set_postfix_str,

@@ -12,6 +12,8 @@ import math
 from typing import Any, Mapping
 
 from flyexplore.errors import UsageError, bad_choice
+from flyexplore.measure.interleaved import INTERLEAVED_MODES
+from flyexplore.measure.timing import CPU_MODES, MODES, Timer
 
 #: Timer options checked here and the rule each must follow (others that
 #: :class:`flyexplore.measure.timing.Timer` accepts pass through unchecked).
@@ -84,8 +86,6 @@ def timer_options(timer: Mapping[str, Any] | None, dev=None, *, cli: bool = Fals
     (both refused on a GPU); ``max_reps >= min_reps``, ``max_rounds >= min_rounds``. ``cli``
     names the options as ``--rep`` etc. Raises :class:`UsageError` naming the bad option and
     value."""
-    from flyexplore.measure.interleaved import INTERLEAVED_MODES
-    from flyexplore.measure.timing import CPU_MODES, MODES, Timer
 
     if timer is None:
         return {}

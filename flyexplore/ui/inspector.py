@@ -14,6 +14,11 @@ import ipywidgets as W
 import pandas as pd
 
 from flyexplore.errors import UsageError, bad_choice
+from flyexplore.insight import explain as X
+from flyexplore.insight import xray as XR
+from flyexplore.insight.trace import backend_status, trace_case
+from flyexplore.insight.xray import xray_frame
+from flyexplore.ops import get_op
 from flyexplore.ui.widget_base import Sync, fmt_seconds, frame_html, html_span
 
 if TYPE_CHECKING:
@@ -68,7 +73,6 @@ class DispatchInspector:
 
     def __init__(self, op: str = "rmsnorm", shape: str | None = None, dtype: str | None = None,
                  options: str = "", *, arch: str | None = "gfx950", backend: str | None = None, device=None):
-        from flyexplore.insight import explain as X
 
         if op not in X.explainable():
             raise bad_choice("operator for the dispatch inspector", op, X.explainable())
@@ -143,8 +147,6 @@ class DispatchInspector:
         return backend
 
     def _load_op(self, op: str) -> None:
-        from flyexplore.insight import explain as X
-        from flyexplore.ops import get_op
 
         self.dtype.options = X.dtypes_for(op)
         self.dtype.value = self.dtype.options[0]
@@ -182,7 +184,6 @@ class DispatchInspector:
         """Set every control of the case at once and explain it. Returns the
         :class:`~flyexplore.insight.explain.Explanation`, or ``None`` with :attr:`message` saying what is
         wrong with the input."""
-        from flyexplore.insight import explain as X
 
         try:
             if op not in X.explainable():
@@ -206,7 +207,6 @@ class DispatchInspector:
         """Inspect a sweep row (a dict with ``op``, ``case``, ``dtype``, ``backend``; what
         :meth:`SweepPanel.on_select` passes). Returns the explanation, or ``None`` with a
         message (for example an operator the explainer does not cover)."""
-        from flyexplore.insight import explain as X
 
         op = row.get("op")
         if op not in X.explainable():
@@ -235,9 +235,6 @@ class DispatchInspector:
         """What Explain does (and every change of the case): explain the case and show the
         verdict, the conditions and whether the X-ray can show its kernel. Returns the
         :class:`~flyexplore.insight.explain.Explanation`, or ``None`` with :attr:`message` saying why."""
-        from flyexplore.insight import explain as X
-        from flyexplore.insight import xray as XR
-        from flyexplore.insight.trace import backend_status
 
         try:
             op, shape, dtype, options, arch = self._case()
@@ -350,7 +347,6 @@ class DispatchInspector:
         (catalogue shape, dtype; explainer options are not applied) with the chosen backend under
         :func:`flyexplore.insight.trace.trace_case` in a background thread. Returns ``True`` if it
         started; ``False`` with :attr:`message` saying why (bad input, already busy)."""
-        from flyexplore.insight.trace import trace_case
 
         if self.busy:
             self._say("a trace or X-ray is running; wait for it to end", "warn")
@@ -404,7 +400,6 @@ class DispatchInspector:
         (:func:`flyexplore.insight.xray.xray`, compile-only) in a background thread and show its
         resources. Returns ``True`` if it started; ``False`` with a message when the X-ray cannot
         show this case (:func:`flyexplore.insight.xray.xray_request` says why) or something runs."""
-        from flyexplore.insight import xray as XR
 
         if self.busy:
             self._say("a trace or X-ray is running; wait for it to end", "warn")
@@ -423,7 +418,6 @@ class DispatchInspector:
                            "in a subprocess)")
 
     def _show_xray(self, x) -> None:
-        from flyexplore.insight.xray import xray_frame
 
         self.xray_result = x
         df = xray_frame([x])

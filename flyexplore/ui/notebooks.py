@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from flyexplore.errors import UsageError, bad_choice
+from flyexplore.insight import xray as XR
 
 #: Walkthrough sizes: ``cpu`` (seconds on a 2-core CPU) and ``gpu`` (one GPU, a few minutes).
 SIZES = ("cpu", "gpu")
@@ -103,7 +104,6 @@ def xray_figure(op: str = "rmsnorm", shapes=XRAY_RMSNORM, dtype: str = "bf16", o
     0.3, no LLD >= 19), a :class:`Note` naming every failed check and its fix. ``out``: a folder
     for the ISA files and ``xray.json`` per case (also ``xray.csv`` with every row). Raises
     :class:`UsageError` for a bad operator, shape or dtype."""
-    from flyexplore.insight import xray as XR
 
     why = XR.unavailable_reason()
     if why:

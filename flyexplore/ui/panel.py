@@ -29,12 +29,22 @@ from typing import Any, Callable, ContextManager
 import ipywidgets as W
 import pandas as pd
 
-from flyexplore.results import table as R
 from flyexplore.errors import UsageError
+from flyexplore.measure import stats as S
 from flyexplore.ops import get_op, list_ops
-from flyexplore.ui.panel_parts import (SYMBOLS, TABLE_COLUMNS, GridTable, MessageNotes, PagedTable, SpeedupSeries,
-                          case_speedups)
+from flyexplore.results import table as R
+from flyexplore.run.sweep import default_device, make_plan, run_sweep
+from flyexplore.ui.panel_parts import (
+    SYMBOLS,
+    TABLE_COLUMNS,
+    GridTable,
+    MessageNotes,
+    PagedTable,
+    SpeedupSeries,
+    case_speedups,
+)
 from flyexplore.ui.widget_base import COLORS, cell_text, fmt_seconds, html_span
+from flyexplore.views.plot_style import backend_color
 
 #: Suite dropdown entry for shapes typed into the shapes box.
 CUSTOM = "(custom shapes)"
@@ -254,7 +264,6 @@ class SweepPanel:
         operator's first suite."""
         import torch
 
-        from flyexplore.run.sweep import default_device
 
         dev = torch.device(self.device) if self.device is not None else default_device()
         if dev.type == "cpu" and CPU_SUITE in op.suites:
@@ -329,7 +338,6 @@ class SweepPanel:
     def plan(self):
         """The :class:`~flyexplore.run.sweep.Plan` the current controls describe.
         Raises :class:`UsageError` for invalid input (message names the bad value)."""
-        from flyexplore.run.sweep import make_plan
 
         a = self._sweep_args()
         return make_plan(a["op"], a.get("suite"), a.get("shapes"), a.get("dtypes"), a["backends"])
@@ -383,7 +391,6 @@ class SweepPanel:
         return not self.running
 
     def _work(self, args: dict) -> None:
-        from flyexplore.run.sweep import run_sweep
 
         df, failure = None, None
         try:
@@ -638,8 +645,6 @@ class SweepPanel:
     def _draw_figure(self, rebuild: bool = False) -> None:
         import plotly.graph_objects as go
 
-        from flyexplore.measure import stats as S
-        from flyexplore.views.plot_style import backend_color
 
         fig = self.figure
         base = self.baseline.value

@@ -19,6 +19,7 @@ import math
 import ipywidgets as W
 import pandas as pd
 
+from flyexplore.measure import stats as S
 from flyexplore.results import table as R
 from flyexplore.ui.widget_base import TABLE_CSS
 
@@ -51,7 +52,6 @@ def case_speedups(rows: list[dict], baseline: str) -> list[dict]:
     the two rows' stored samples; the label by :func:`flyexplore.measure.stats.verdict` with the row's
     ``band``. Returns one dict per non-baseline backend with ``backend, speedup, speedup_lo,
     speedup_hi, verdict, time_ms, baseline_ms`` (times in ms); empty without a baseline row."""
-    from flyexplore.measure import stats as S
 
     ok = [r for r in rows if r.get("status") in ("ok", "published") and _finite(r.get("time_ms")) > 0
           and r.get("flydsl_taken") is not False]
@@ -108,11 +108,9 @@ class SpeedupSeries:
             self.y[i], self.lo[i], self.hi[i], self.lab[i], self.hover[i] = est, lo, hi, lab, hov
 
     def geomean(self) -> tuple[float, float, float]:
-        from flyexplore.measure import stats as S
         return S.geomean_ci(self.y, self.lo, self.hi)
 
     def counts(self) -> str:
-        from flyexplore.measure import stats as S
         return ", ".join(f"{self.lab.count(k)} {k}" for k in S.LABELS if k in self.lab)
 
 

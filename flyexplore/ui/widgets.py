@@ -25,10 +25,21 @@ import ipywidgets as W
 
 from flyexplore.errors import UsageError
 from flyexplore.ui.inspector import THIS_MACHINE, XRAY_COLUMNS, DispatchInspector  # noqa: F401 - re-exported
-from flyexplore.ui.panel import (CPU_SUITE, CUSTOM, GL_POINTS, REDRAW_FACTOR, REDRAW_MAX_S,  # noqa: F401 - re-exported
-                    REDRAW_S, TABLE_S, TEXT_POINTS, SweepPanel)
+from flyexplore.ui.panel import (  # noqa: F401 - re-exported
+    CPU_SUITE,
+    CUSTOM,
+    GL_POINTS,
+    REDRAW_FACTOR,
+    REDRAW_MAX_S,
+    REDRAW_S,
+    TABLE_S,
+    TEXT_POINTS,
+    SweepPanel,
+)
 from flyexplore.ui.panel_parts import NOTE_CHARS, PAGE_ROWS, SYMBOLS, TABLE_COLUMNS, case_speedups  # noqa: F401 - re-exported
 from flyexplore.ui.widget_base import COLORS, TABLE_CSS, Sync, frame_html, html_span
+from flyexplore.world import env as ENV
+from flyexplore.world import switches as S
 
 
 def environment_view(env=None) -> W.HTML:
@@ -36,9 +47,8 @@ def environment_view(env=None) -> W.HTML:
     FlyDSL path (eager overrides, compile templates, the compile-only kernel X-ray), every
     readiness check with its fix.
     ``env`` defaults to :func:`flyexplore.world.env.collect()`."""
-    from flyexplore.world.env import collect
 
-    env = env or collect()
+    env = env or ENV.collect()
     e = html.escape
     parts = [f"<b>platform</b>: {e(env.platform)}<br>"]
     unit = {"rocm": "CUs", "cuda": "SMs"}.get(env.platform, "cores")
@@ -100,7 +110,6 @@ class SwitchPanel:
     """
 
     def __init__(self):
-        from flyexplore.world import switches as S
 
         self.initial = S.snapshot()
         self._sync = Sync()
@@ -184,7 +193,6 @@ class SwitchPanel:
     def settings(self):
         """The :class:`flyexplore.world.switches.Settings` the controls show (disabled controls --
         switches this torch cannot turn on -- are left out)."""
-        from flyexplore.world import switches as S
 
         fly = {op: cb.value for op, cb in self.toggles.items() if not self._unavailable.get(op)}
         comp = "compile_settings" not in self._unavailable
@@ -197,7 +205,6 @@ class SwitchPanel:
         """Re-read every switch from torch into the controls, the notes and the state table."""
         from torch._inductor import config as ic
 
-        from flyexplore.world import switches as S
 
         self._unavailable = S.unavailable()
         states = {st.op: st for st in S.states()}
@@ -249,7 +256,6 @@ class SwitchPanel:
     def apply(self, settings) -> None:
         """Put every switch to ``settings`` (:func:`flyexplore.world.switches.apply_settings`) and
         refresh. Raises :class:`UsageError` for inconsistent settings."""
-        from flyexplore.world import switches as S
 
         S.apply_settings(settings, warn=False)
         self.refresh()
@@ -257,7 +263,6 @@ class SwitchPanel:
     def restore(self) -> None:
         """What Restore does: every switch back to the state found when the panel was made
         (:func:`flyexplore.world.switches.restore`)."""
-        from flyexplore.world import switches as S
 
         S.restore(self.initial)
         self.refresh()
@@ -273,7 +278,6 @@ class SwitchPanel:
         (:func:`flyexplore.world.switches.using`, applied again in case something changed them since);
         afterwards every switch is as it was before. The controls are disabled meanwhile (a
         sweep must not see its switches change half-way)."""
-        from flyexplore.world import switches as S
 
         chosen = self.settings
         self._lock(True)

@@ -22,14 +22,26 @@ from typing import Sequence
 
 import pandas as pd
 
-from flyexplore.results import table as R
-from flyexplore.measure import stats as S
 from flyexplore.errors import UsageError, bad_choice
-from flyexplore.views.plot_style import (BACKEND_COLORS, HEIGHT, SERIES_COLORS, backend_color,  # noqa: F401 - re-exported
-                         baseline_name, case_labeler, dtype_shade, horizontal_bars, ref_line, style_figure,
-                         whiskers, wrap_text)
+from flyexplore.measure import stats as S
+from flyexplore.results import peaks as P
+from flyexplore.results import table as R
+from flyexplore.results.published import ranges as _r
+from flyexplore.views.plot_style import (  # noqa: F401 - re-exported
+    BACKEND_COLORS,
+    HEIGHT,
+    SERIES_COLORS,
+    backend_color,
+    baseline_name,
+    case_labeler,
+    dtype_shade,
+    horizontal_bars,
+    ref_line,
+    style_figure,
+    whiskers,
+    wrap_text,
+)
 from flyexplore.views.plots_compare import ab_figure, published_vs_measured_figure, vllm_figure  # noqa: F401 - re-exported
-
 
 # -- speedup ---------------------------------------------------------------------------------
 #: Up to this many (backend, op, dtype) series, their geometric means are also in the subtitle.
@@ -354,7 +366,6 @@ def roofline_figure(df: pd.DataFrame, device: str | None = None, kind: str = "da
     plottable row."""
     import plotly.graph_objects as go
 
-    from flyexplore.results import peaks as P
 
     d = df[df["status"].isin(["ok", "published"]) & df["time_ms"].notna()].copy()
     if device is None:
@@ -495,7 +506,6 @@ def range_figure(ranges: pd.DataFrame | None = None, title: str | None = None):
     import plotly.graph_objects as go
 
     if ranges is None:
-        from flyexplore.results.published import ranges as _r
 
         ranges = _r()
     need = ["what", "subject", "low", "high"]

@@ -10,11 +10,22 @@ from typing import Sequence
 
 import pandas as pd
 
-from flyexplore.results import table as R
-from flyexplore.measure import stats as S
 from flyexplore.errors import UsageError, bad_choice
-from flyexplore.views.plot_style import (HEIGHT, SERIES_COLORS, backend_color, baseline_name, case_labeler, horizontal_bars,
-                         ref_line, style_figure, whiskers, wrap_text)
+from flyexplore.measure import stats as S
+from flyexplore.results import table as R
+from flyexplore.results.published import load
+from flyexplore.views.plot_style import (
+    HEIGHT,
+    SERIES_COLORS,
+    backend_color,
+    baseline_name,
+    case_labeler,
+    horizontal_bars,
+    ref_line,
+    style_figure,
+    whiskers,
+    wrap_text,
+)
 
 
 # -- A/B -------------------------------------------------------------------------------------
@@ -84,7 +95,6 @@ def published_vs_measured_figure(measured: pd.DataFrame, published: pd.DataFrame
     if metric not in _PVM:
         raise bad_choice("metric", metric, _PVM)
     if published is None:
-        from flyexplore.results.published import load
 
         published = load()
     key = ["op", "case", "dtype", "backend"]

@@ -26,10 +26,17 @@ from typing import Iterable, Sequence
 import pandas as pd
 
 from flyexplore._version import __version__
-from flyexplore.results import table as R
-from flyexplore.measure import stats as S
 from flyexplore.errors import UsageError
+from flyexplore.measure import stats as S
+from flyexplore.results import peaks as K
+from flyexplore.results import table as R
+from flyexplore.results import vllm as V
+from flyexplore.results.compare import pair
+from flyexplore.results.published import headlines, load, ranges, vllm_published
+from flyexplore.views import plots as F
+from flyexplore.views.aotriton import report_section
 from flyexplore.views.export import IMAGE_FORMATS, plain, save_figures, save_tables
+from flyexplore.views.plots import case_params
 
 _TABLE_COLS = ["op", "case", "dtype", "backend", "status", "time_ms", "per_call_ms", "timing_mode", "order",
                "rounds", "converged", "tflops", "gbps", "err_rel", "accuracy_ok", "recheck_ok", "noisy",
@@ -396,7 +403,6 @@ def _safe(name: str) -> str:
 
 def _sweep_candidates(d: pd.DataFrame) -> list[str]:
     """Case parameters with three or more numeric values (candidates for a sweep figure)."""
-    from flyexplore.views.plots import case_params
 
     d, pcols = case_params(d)
     out = []
@@ -407,8 +413,6 @@ def _sweep_candidates(d: pd.DataFrame) -> list[str]:
 
 
 def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> None:
-    from flyexplore.views import plots as F
-    from flyexplore.errors import UsageError
 
     page.h2(f"{op}")
     src = ", ".join(f"{n} {s}" for s, n in d["source"].value_counts().items())
@@ -482,9 +486,6 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
     ``keep`` besides (:func:`check_report_dir`). ``sections``: callables ``f(page)`` adding
     more sections after the environment (the demo's FlyDSL section). Raises ``UsageError`` for
     another folder, before anything is written, and for an unwritable ``out_dir``."""
-    from flyexplore.results import peaks as K
-    from flyexplore.views import plots as F
-    from flyexplore.errors import UsageError
 
     out = Path(out_dir)
     check_report_dir(out, keep)
@@ -532,7 +533,6 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
         d = K.find_device(str(dev))
         page.p(f"Peaks ({peak_kind}): {d.source}" + (f"; measured: {d.measured_source}" if d.measured_source else ""))
     if published is not False and published is not None:
-        from flyexplore.results.published import load
 
         pub = load() if published is True else published
         page.h2("Measured vs published (MI355X)")
@@ -541,7 +541,6 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
             page.fig("published_vs_measured", F.published_vs_measured_figure(meas, pub, "speedup", baseline))
         except UsageError as exc:
             page.p(f"No comparison: {exc}.")
-        from flyexplore.results.published import headlines, ranges
 
         page.h3("Published headline numbers (recomputed from the per-case figures)")
         page.table("published_headlines", headlines())
@@ -564,8 +563,6 @@ def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,
     marked), the summary per (op, dtype, backend) with geometric means, the ratio figure and its
     distribution, the paired table and the cases present in one side only. Returns the path.
     Raises ``UsageError`` when nothing pairs."""
-    from flyexplore.views import plots as F
-    from flyexplore.results.compare import pair
 
     ab = pair(R.normalize(a), R.normalize(b), names, a_backend, b_backend)
     page = _Page(title or f"A/B: {names[1]} vs {names[0]}")
@@ -581,7 +578,6 @@ def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,
     page.fig("ab", F.ab_figure(ab))
     page.h2("Pairs")
     page.table("pairs", ab.pairs)
-    from flyexplore.views.aotriton import report_section  # attention: which AOTriton backend ran on each side
     report_section(page, ab, R.normalize(a), R.normalize(b))
     for side, d in ((names[0], ab.only_a), (names[1], ab.only_b)):
         page.h3(f"Only in {side} ({len(d)})")
@@ -601,9 +597,6 @@ def write_vllm_report(a_paths, b_paths, out_dir: str | Path, names: tuple[str, s
     the per-metric speedups of B over A against concurrency, the paired table, keys present in
     one arm only, and (``with_published``) the published MI355X whole-request A/B for
     reference. Returns the path of ``report.html``."""
-    from flyexplore.views import plots as F
-    from flyexplore.results import vllm as V
-    from flyexplore.results.published import vllm_published
 
     ra, rb = V.load_runs(a_paths), V.load_runs(b_paths)
     ab = V.ab_table(ra, rb, names=names)
@@ -622,7 +615,6 @@ def write_vllm_report(a_paths, b_paths, out_dir: str | Path, names: tuple[str, s
     if with_published:
         page.h2("Published MI355X whole-request A/B (for reference)")
         page.fig("vllm_published", F.vllm_figure(vllm_published(), title="Published vLLM A/B on MI355X"))
-        from flyexplore.results.published import ranges
 
         rg = ranges()
         page.p("MXFP4 is public only as ranges (no per-case values):")

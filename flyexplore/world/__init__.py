@@ -1,1 +1,4 @@
-"""TODO"""
+"""This process's world: the environment report (env), FlyDSL readiness and the arch resolver
+(readiness, facts), the rules' vocabulary (conditions), torch's switches read (switch_state) and set
+(switches). What it knows of operators the catalogue hands over (routes); it never imports ops.
+"""

@@ -41,6 +41,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
+from flyexplore._version import __version__
 from flyexplore.world import readiness as R
 from flyexplore.world.readiness import ACCEPTED_FLYDSL_SERIES, FLYDSL_ARCH  # noqa: F401  (the one definition; kept importable here)
 from flyexplore.world.routes import routes
@@ -509,7 +510,6 @@ def collect(refresh: bool = False, environ: dict[str, str] | None = None) -> Env
         "hip": getattr(torch.version, "hip", None) or "",
         "cuda": getattr(torch.version, "cuda", None) or "",
     }
-    from flyexplore._version import __version__
     versions["flyexplore"] = __version__
     arch, src = resolve_target_arch(devs, plat, environ)
     eager, comp = _readiness(plat, versions, environ, devs[0].arch if plat == "rocm" and devs else None,

@@ -8,9 +8,10 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
+from flyexplore.world import env as ENV
+from flyexplore.world import switch_state as S
 from flyexplore.world.readiness import FLYDSL_ARCH, FLYDSL_SERIES, MI355X_CUS, EnvFacts, flydsl_built, is_installed
 from flyexplore.world.routes import route_of, route_ops
-
 
 _ENV_KEYS = ("FLYDSL_GPU_ARCH", "HSA_OVERRIDE_GFX_VERSION", "TORCH_DISABLE_NATIVE_JIT",
              "TORCH_NATIVE_SKIP_VERSION_CHECK")
@@ -30,12 +31,10 @@ def facts(*, arch: str | None = None, cu: int | None = None, assume_rocm: bool =
     import torch
     from torch._inductor import config as ic
 
-    from flyexplore.world import switch_state as S
-    from flyexplore.world.env import collect
 
     eager = route_ops("eager")
     environ = dict(os.environ if environ is None else environ)
-    env = collect()
+    env = ENV.collect()
     ind = {k: getattr(ic, k, None) for k in ("max_autotune", "max_autotune_gemm", "max_autotune_gemm_backends",
                                              "max_autotune_gemm_search_space", "flydsl_enable_autotuning",
                                              "assume_aligned_inputs")}

@@ -31,6 +31,7 @@ from typing import Any, Mapping, NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
+from flyexplore.errors import UsageError
 from flyexplore.world.conditions import SRC_GATE, SRC_NATIVE, Condition, cond
 from flyexplore.world.routes import route_of
 
@@ -403,5 +404,4 @@ def check_arch(arch: str | None) -> None:
     """Raise :class:`~flyexplore.errors.UsageError` unless ``arch`` is None or a gfx name
     (``gfx950``, ``gfx90a``, ``gfx1201``)."""
     if arch is not None and not re.fullmatch(r"gfx\d{2,3}[0-9a-f]?", str(arch)):
-        from flyexplore.errors import UsageError
         raise UsageError(f"bad arch {arch!r} (expected a gfx name, e.g. {', '.join(ARCHES)})")

@@ -49,13 +49,29 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
-from flyexplore.world import readiness as R
 from flyexplore.errors import UsageError, bad_choice
+from flyexplore.world import env as ENV
 from flyexplore.world import switch_state as _st
-from flyexplore.world.switch_state import (_DSL, INDUCTOR_KEYS, SDPA_BACKENDS, Snapshot, compile_mechanism,  # noqa: F401 (re-exported)
-                           compile_ops, eager_filter_sets, eager_mechanism, eager_modules, eager_ops,
-                           flydsl_controller, python_native, registered_overrides, restore, sdpa_ops, snapshot,
-                           switch_ops)
+from flyexplore.world.env import aotriton_version
+from flyexplore.world.switch_state import (  # noqa: F401 (re-exported)
+    _DSL,
+    INDUCTOR_KEYS,
+    SDPA_BACKENDS,
+    Snapshot,
+    compile_mechanism,
+    compile_ops,
+    eager_filter_sets,
+    eager_mechanism,
+    eager_modules,
+    eager_ops,
+    flydsl_controller,
+    python_native,
+    registered_overrides,
+    restore,
+    sdpa_ops,
+    snapshot,
+    switch_ops,
+)
 
 _SDPA_ALIASES = {"flash": "flash", "flash_attention": "flash", "efficient": "mem_efficient",
                  "mem_efficient": "mem_efficient", "efficient_attention": "mem_efficient",
@@ -149,8 +165,7 @@ class SwitchState:
 
 
 def _env():
-    from flyexplore.world.env import collect
-    return collect()
+    return ENV.collect()
 
 
 def _effective(path: str) -> tuple[bool, str]:
@@ -215,7 +230,6 @@ def states() -> tuple[SwitchState, ...]:
             setting = ("SDPA enabled: " + ",".join(n for n, v in snap.sdpa.items() if v)
                        + f"; preferred_rocm_fa_library={fa}")
             rocm = bool(getattr(torch.version, "hip", None))
-            from flyexplore.world.env import aotriton_version
             aot = aotriton_version()
             if not rocm:
                 rows.append(SwitchState(op, "SDPA backends (torch.backends.cuda)", setting, "n/a", True, False,

@@ -49,6 +49,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from flyexplore.errors import UsageError
+from flyexplore.world import env as ENV
 
 #: Head dims AOTriton compiles its Triton kernels for (the operator's BLOCK_DMODEL axis): tag
 #: 0.13b ``modules/flash/aot/_common.py::block_dmodel_values``; the 0.14 development
@@ -216,8 +217,7 @@ def row_columns(tr, case, dtype: str) -> dict[str, Any]:
                     for be in bes)
     p = case.p if hasattr(case, "p") else dict(case)
     try:
-        from flyexplore.world.env import collect
-        env = collect()
+        env = ENV.collect()
         arch, ver = (env.device.arch if env.platform == "rocm" else None), env.versions.get("aotriton")
     except Exception:  # the reason is a courtesy; never break a sweep for it
         arch, ver = None, None

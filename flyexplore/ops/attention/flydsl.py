@@ -8,10 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from flyexplore.world.conditions import Condition, Explanation, cond
 from flyexplore.errors import UsageError, bad_choice
-from flyexplore.world.readiness import FLYDSL_ARCH, check_arch
+from flyexplore.ops import get_op
+from flyexplore.ops.attention import aotriton as A
+from flyexplore.ops.attention import sdpa as OA
+from flyexplore.ops.attention.aotriton import row_columns
 from flyexplore.ops.base import FlyDSLPath
+from flyexplore.world import env as ENV
+from flyexplore.world.conditions import Condition, Explanation, cond
+from flyexplore.world.readiness import FLYDSL_ARCH, check_arch
+from flyexplore.world.switches import rocm_fa_library
 
 #: The path an SDPA call takes to FlyDSL.
 ATTENTION_PATH = ("F.scaled_dot_product_attention -> SDPA flash / efficient -> AOTriton (ROCm) -> "
@@ -86,7 +92,6 @@ def _sdpa_on_device(case, dtype: str, backend: str, device) -> dict:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from flyexplore.ops.attention import sdpa as OA
 
     q, k, v = OA._probe_tensors(case, dtype, device)
     gqa = OA.kv_heads(case) != case["h"]
@@ -130,9 +135,6 @@ def explain_attention(shape: str, dtype: str | None = None, *, backend: str = "d
     dims) has a FlyDSL kernel for the pass (:mod:`flyexplore.ops.attention.aotriton`). The notes say plainly
     that the final choice is AOTriton's tuning table, and what 0.13b would run. Raises
     :class:`UsageError` for a bad shape, dtype, backend, library, arch or version."""
-    from flyexplore.ops.attention import aotriton as A
-    from flyexplore.world.env import collect
-    from flyexplore.ops import get_op
 
     op = get_op("attention")
     case = op.case(shape)
@@ -144,7 +146,7 @@ def explain_attention(shape: str, dtype: str | None = None, *, backend: str = "d
     check_arch(arch)
     if aotriton is not None and A.parse_version(aotriton) is None:
         raise UsageError(f"bad AOTriton version {aotriton!r} (expected e.g. 0.14.2, 0.14.2b or 0.13b)")
-    env = collect()
+    env = ENV.collect()
     p = case.p
     pas, d = p["pass"], p["d"]
     what_if = assume_rocm or arch is not None
@@ -192,7 +194,6 @@ def explain_attention(shape: str, dtype: str | None = None, *, backend: str = "d
     if backend in ("flash", "efficient"):
         lib, lib_src = "aotriton", "pinned by flyexplore's flash/efficient backends"
     else:
-        from flyexplore.world.switches import rocm_fa_library
         lib = fa_library or (rocm_fa_library() if rocm and not what_if else None) or "default"
         lib_src = "given" if fa_library else "this process's preference"
     lib_ok = None if backend not in ("default", "flash", "efficient") else lib != "ck"
@@ -275,7 +276,6 @@ def explain_attention_options(shape: str, dtype: str | None = None, options: Map
 def trace_columns(tr, case, dtype: str) -> dict:
     """``flydsl_taken`` / ``flydsl_reason`` of a traced attention row: what AOTriton ran
     (:func:`flyexplore.ops.attention.aotriton.row_columns`)."""
-    from flyexplore.ops.attention.aotriton import row_columns
     return row_columns(tr, case, dtype)
 
 

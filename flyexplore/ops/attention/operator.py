@@ -68,9 +68,9 @@ import math
 
 from flyexplore.errors import UsageError
 from flyexplore.ops import checks
-from flyexplore.ops.base import DTYPE_BYTES, ERR_TOL, Operator, relative_error, torch_dtype
 from flyexplore.ops.attention.flydsl import FLYDSL as ATTENTION_FLYDSL
 from flyexplore.ops.attention.sdpa import _SDP_NAMES, _rocm_library, explain, kv_heads
+from flyexplore.ops.base import DTYPE_BYTES, ERR_TOL, Operator, relative_error, torch_dtype
 
 ATTENTION = Operator(
     name="attention",

@@ -10,10 +10,25 @@ Checked against torch's own functions in ``tests/test_explain_agreement.py``. Re
 """
 from __future__ import annotations
 
-from flyexplore.world.conditions import (GPU_ALIGN_BYTES, SRC_ALIGN, SRC_GATE, SRC_HEUR, SRC_MM, SRC_VALID, aligned_input,
-                          as_dtype, cond, Condition, opt_offset, opt_stride, parse_flag, short_dtype,
-                          span_condition, TensorDesc)
 from flyexplore.ops.base import FlyDSLPath, KernelPattern
+from flyexplore.world.conditions import (
+    GPU_ALIGN_BYTES,
+    SRC_ALIGN,
+    SRC_GATE,
+    SRC_HEUR,
+    SRC_MM,
+    SRC_VALID,
+    Condition,
+    TensorDesc,
+    aligned_input,
+    as_dtype,
+    cond,
+    opt_offset,
+    opt_stride,
+    parse_flag,
+    short_dtype,
+    span_condition,
+)
 
 
 def _mm_layout(t: TensorDesc, first_row: bool) -> str | None:

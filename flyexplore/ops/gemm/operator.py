@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import csv
 
-from flyexplore.paths import published_dir
 from flyexplore.ops import checks
-from flyexplore.ops.base import PublishedSuite, ERR_TOL, DTYPE_BYTES, Operator, compile_context, torch_dtype
+from flyexplore.ops.base import DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, compile_context, torch_dtype
 from flyexplore.ops.gemm.flydsl import FLYDSL as GEMM_FLYDSL
+from flyexplore.paths import published_dir
 
 GEMM = Operator(
     name="gemm",

@@ -140,7 +140,8 @@ def build(p, dtype, torch_dtype, arch, autotune=False) -> XRayVerdict:
 
             if mxfp:
                 from torch._inductor.kernel.vendored_templates.flydsl.kernels.gemm_gfx950 import (
-                    gemm_mxfp_gfx950 as kernel)
+                    gemm_mxfp_gfx950 as kernel,
+                )
                 u8 = torch.uint8
                 a = torch.empty((m, kk), dtype=u8, device="meta")
                 b = torch.empty((n, kk), dtype=u8, device="meta").t()
@@ -149,8 +150,7 @@ def build(p, dtype, torch_dtype, arch, autotune=False) -> XRayVerdict:
                 out = torch.empty((m, n), dtype=out_dt, device="meta")
                 tensors = (out, a, b, sa, sb, out)
             else:
-                from torch._inductor.kernel.vendored_templates.flydsl.kernels.gemm_gfx950 import (
-                    gemm_gfx950 as kernel)
+                from torch._inductor.kernel.vendored_templates.flydsl.kernels.gemm_gfx950 import gemm_gfx950 as kernel
                 a = (torch.empty((k, m), dtype=out_dt, device="meta").t() if a_t
                      else torch.empty((m, k), dtype=out_dt, device="meta"))
                 b = (torch.empty((n, k), dtype=out_dt, device="meta").t() if b_t

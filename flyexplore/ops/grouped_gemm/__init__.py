@@ -1,1 +1,2 @@
-"""TODO"""
+"""Grouped GEMM (MoE: G, M, N, K, ragged ms=): operator.py, flydsl.py, xray.py.
+"""

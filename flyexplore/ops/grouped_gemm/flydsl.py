@@ -8,9 +8,23 @@ FlyDSL autotuning off, N % 64 == 0 with it on). Checked against torch's own func
 """
 from __future__ import annotations
 
-from flyexplore.world.conditions import (SRC_ALIGN, SRC_GMM, SRC_HEUR, SRC_MM, aligned_input, as_dtype, cond, Condition,
-                          opt_offset, opt_stride, parse_flag, short_dtype, span_condition, TensorDesc)
 from flyexplore.ops.base import FlyDSLPath, KernelPattern
+from flyexplore.world.conditions import (
+    SRC_ALIGN,
+    SRC_GMM,
+    SRC_HEUR,
+    SRC_MM,
+    Condition,
+    TensorDesc,
+    aligned_input,
+    as_dtype,
+    cond,
+    opt_offset,
+    opt_stride,
+    parse_flag,
+    short_dtype,
+    span_condition,
+)
 
 
 def grouped_mm_rules(a, b, offs=True, *, bias: bool = False, scaled: bool = False, out_dtype=None,

@@ -32,10 +32,10 @@ import csv
 import re
 
 from flyexplore.errors import UsageError
-from flyexplore.paths import published_dir
 from flyexplore.ops import checks
-from flyexplore.ops.base import PublishedSuite, ERR_TOL, DTYPE_BYTES, Operator, compile_context, torch_dtype
+from flyexplore.ops.base import DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, compile_context, torch_dtype
 from flyexplore.ops.grouped_gemm.flydsl import FLYDSL as GROUPED_GEMM_FLYDSL
+from flyexplore.paths import published_dir
 
 GROUPED_GEMM = Operator(
     name="grouped_gemm",

@@ -7,9 +7,9 @@ is what :mod:`flyexplore.insight.xray` reads about the family.
 """
 from __future__ import annotations
 
-
-from flyexplore.ops.xray_kit import XRayVerdict, torch_dtype_named
 from flyexplore.ops.gemm.xray import LAYOUT_NOTE, param_dict, template_kwargs
+from flyexplore.ops.grouped_gemm.operator import GROUPED_GEMM
+from flyexplore.ops.xray_kit import XRayVerdict, torch_dtype_named
 
 
 def parse(text: str) -> tuple[str, dict]:
@@ -17,7 +17,6 @@ def parse(text: str) -> tuple[str, dict]:
     M rows, parsed by the catalogue (:meth:`flyexplore.ops.base.Operator.case`; options after
     ``:`` are dropped: the X-ray compiles the contiguous NN case). Raises :class:`UsageError`
     naming a malformed or non-positive shape."""
-    from flyexplore.ops.grouped_gemm.operator import GROUPED_GEMM
 
     p = GROUPED_GEMM.case(str(text).split(":", 1)[0]).p
     dims = {d: p[d] for d in ("g", "m", "n", "k")}

@@ -8,9 +8,21 @@ as ``RMSNORM.flydsl``.
 """
 from __future__ import annotations
 
-from flyexplore.world.conditions import (SRC_NATIVE, Condition, TensorDesc, as_dtype, cond, desc_or_none, fits_native,
-                          opt_offset, opt_stride, parse_flag, parse_ints, short_dtype)
 from flyexplore.ops.base import FlyDSLPath, KernelPattern
+from flyexplore.world.conditions import (
+    SRC_NATIVE,
+    Condition,
+    TensorDesc,
+    as_dtype,
+    cond,
+    desc_or_none,
+    fits_native,
+    opt_offset,
+    opt_stride,
+    parse_flag,
+    parse_ints,
+    short_dtype,
+)
 
 _RMS = "torch/_native/ops/norm/flydsl_rmsnorm_impl.py"
 

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import csv
 
-from flyexplore.paths import published_dir
+from flyexplore.errors import UsageError
 from flyexplore.ops import checks
-from flyexplore.world.switches import flydsl_eager
-from flyexplore.ops.base import PublishedSuite, DTYPE_BYTES, ERR_TOL, Operator, compile_context, torch_dtype
+from flyexplore.ops.base import DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, compile_context, torch_dtype
 from flyexplore.ops.rmsnorm.flydsl import FLYDSL as RMSNORM_FLYDSL
+from flyexplore.paths import published_dir
+from flyexplore.world.switches import flydsl_eager
 
 RMSNORM = Operator(
     name="rmsnorm",
@@ -44,7 +45,6 @@ def _validate(p):
 
     if p["eps"] is not None and not (isinstance(p["eps"], (int, float)) and not isinstance(p["eps"], bool)
                                      and math.isfinite(p["eps"]) and p["eps"] >= 0):
-        from flyexplore.errors import UsageError
         raise UsageError(f"rmsnorm eps must be None or a finite number >= 0, got {p['eps']!r}")
 
 

@@ -9,12 +9,28 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from flyexplore.world.conditions import (GPU_ALIGN_BYTES, INT32_MAX, SRC_ALIGN, SRC_HEUR, SRC_MM, SRC_VALID, aligned_input,
-                          as_dtype, cond, Condition, desc_or_none, fits_inductor, opt_offset, opt_stride,
-                          parse_flag, short_dtype, span_condition, TensorDesc)
 from flyexplore.errors import bad_choice
 from flyexplore.ops.base import FlyDSLPath
-
+from flyexplore.world.conditions import (
+    GPU_ALIGN_BYTES,
+    INT32_MAX,
+    SRC_ALIGN,
+    SRC_HEUR,
+    SRC_MM,
+    SRC_VALID,
+    Condition,
+    TensorDesc,
+    aligned_input,
+    as_dtype,
+    cond,
+    desc_or_none,
+    fits_inductor,
+    opt_offset,
+    opt_stride,
+    parse_flag,
+    short_dtype,
+    span_condition,
+)
 
 RECIPES = {"tensorwise": 0, "rowwise": 1, "blockwise1x16": 2, "blockwise1x32": 3, "blockwise1x128": 4,
            "blockwise128x128": 5}

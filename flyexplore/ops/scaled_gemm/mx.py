@@ -43,6 +43,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from flyexplore.errors import UsageError, bad_choice
+
 #: Elements per MX block (OCP MX v1.0: k = 32 for every concrete MX format).
 BLOCK = 32
 #: E8M0 exponent bias and NaN encoding (OCP MX v1.0, scale data type E8M0).
@@ -77,7 +79,6 @@ def _fmt(fmt: str | ElementFormat) -> ElementFormat:
     if isinstance(fmt, ElementFormat):
         return fmt
     if fmt not in MX_FORMATS:
-        from flyexplore.errors import bad_choice
         raise bad_choice("MX format", fmt, MX_FORMATS)
     return MX_FORMATS[fmt]
 
@@ -105,7 +106,6 @@ def shared_exponents(x, fmt: str | ElementFormat):
     f = _fmt(fmt)
     k = x.shape[-1]
     if k % BLOCK:
-        from flyexplore.errors import UsageError
         raise UsageError(f"MX quantization needs the last dimension to be a multiple of {BLOCK}, got {k}")
     blocks = x.float().reshape(*x.shape[:-1], k // BLOCK, BLOCK)
     bad = ~torch.isfinite(blocks).all(dim=-1)
@@ -238,7 +238,6 @@ def quantize_fp8(x, scaling: str, fp8_dtype=None, nonfinite: str = "raise"):
     """
     import torch
 
-    from flyexplore.errors import UsageError, bad_choice
 
     if scaling not in ("tensor", "row"):
         raise bad_choice("FP8 scaling", scaling, ("tensor", "row"))
@@ -335,7 +334,6 @@ def format_errors(x, formats=ERROR_FORMATS):
     format (:func:`quantize_fp8` refuses them; MX formats mark their block NaN)."""
     import pandas as pd
 
-    from flyexplore.errors import UsageError, bad_choice
 
     if x.dim() != 2:
         raise UsageError(f"format_errors needs a 2-D tensor [rows, K], got shape {tuple(x.shape)}")

@@ -49,11 +49,12 @@ from __future__ import annotations
 
 import csv
 
-from flyexplore.paths import published_dir
-from flyexplore.ops.scaled_gemm import mx
+from flyexplore.errors import UsageError
 from flyexplore.ops import checks
-from flyexplore.ops.base import PublishedSuite, DTYPE_BYTES, ERR_TOL, Operator, compile_context, relative_error
+from flyexplore.ops.base import DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, compile_context, relative_error
+from flyexplore.ops.scaled_gemm import mx
 from flyexplore.ops.scaled_gemm.flydsl import FLYDSL as SCALED_GEMM_FLYDSL
+from flyexplore.paths import published_dir
 
 SCALED_GEMM = Operator(
     name="scaled_gemm",
@@ -72,7 +73,6 @@ MX_DTYPES = ("mxfp8", "mxfp4")
 
 def _validate(p):
     if p["scaling"] == "block" and p["k"] % mx.BLOCK:
-        from flyexplore.errors import UsageError
         raise UsageError(f"scaled_gemm K={p['k']} must be a multiple of {mx.BLOCK} for "
                          "1x32 block scaling")
 

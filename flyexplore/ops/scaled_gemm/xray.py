@@ -5,6 +5,7 @@ its X-ray is the GEMM family's (:func:`flyexplore.ops.gemm.xray.build`) with dty
 """
 from __future__ import annotations
 
+from flyexplore.ops import get_op
 from flyexplore.ops.gemm.xray import MXFP, build  # noqa: F401  (the builder this family's kernels come from)
 
 #: Why FP8 scaled GEMMs with other scalings have no X-ray (see flyexplore.insight.xray.NOT_COVERED).
@@ -17,7 +18,6 @@ def request(shape: str, dtype: str) -> tuple[str, str, str] | str:
     Raises :class:`~flyexplore.errors.UsageError` for a malformed shape."""
     if dtype not in MXFP:
         return f"{dtype} scaled GEMM is not covered: {NOT_MX}"
-    from flyexplore.ops import get_op
 
     p = get_op("scaled_gemm").case(str(shape).strip()).p
     return "gemm", f"{p['m']}x{p['n']}x{p['k']}", dtype

@@ -1,1 +1,2 @@
-"""TODO"""
+"""TopK (M, N, K, largest, sorted, deterministic): operator.py, flydsl.py, xray.py.
+"""

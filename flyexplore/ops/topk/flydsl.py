@@ -7,9 +7,9 @@ against torch's own functions in ``tests/test_explain_agreement.py``. Registered
 """
 from __future__ import annotations
 
+from flyexplore.ops.base import FlyDSLPath, KernelPattern
 from flyexplore.world.conditions import UINT32_MAX, Condition, TensorDesc, cond, fits_native, opt_stride, short_dtype
 from flyexplore.world.readiness import MI355X_CUS
-from flyexplore.ops.base import FlyDSLPath, KernelPattern
 
 _TOPK = "torch/_native/ops/topk/flydsl_impl.py"
 

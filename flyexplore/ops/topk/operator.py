@@ -21,10 +21,12 @@ from __future__ import annotations
 import contextlib
 import csv
 
+from flyexplore.errors import UsageError
+from flyexplore.ops import checks
+from flyexplore.ops.base import DTYPE_BYTES, Operator, PublishedSuite, compile_context, torch_dtype
+from flyexplore.ops.topk.flydsl import FLYDSL as TOPK_FLYDSL
 from flyexplore.paths import published_dir
 from flyexplore.world.switches import flydsl_eager
-from flyexplore.ops.base import PublishedSuite, DTYPE_BYTES, Operator, compile_context, torch_dtype
-from flyexplore.ops.topk.flydsl import FLYDSL as TOPK_FLYDSL
 
 TOPK = Operator(
     name="topk",
@@ -38,7 +40,6 @@ TOPK = Operator(
 
 def _validate(p):
     if p["k"] > p["n"]:
-        from flyexplore.errors import UsageError
         raise UsageError(f"topk k={p['k']} is larger than the row width n={p['n']}")
 
 
@@ -86,7 +87,6 @@ def error(out, ref, case, dtype):
     ``err_row_max_rel`` the same per row, the worst."""
     import torch
 
-    from flyexplore.ops import checks
 
     vals, idx = (out[0], out[1]) if isinstance(out, tuple) else (out.values, out.indices)
     m, n, k = case["m"], case["n"], case["k"]
