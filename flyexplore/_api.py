@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from flyexplore.errors import bad_choice
 from flyexplore.insight.explain import explain_text
-from flyexplore.insight.trace import trace_case
+from flyexplore.insight.case_trace import trace_case
 from flyexplore.insight.xray import xray as _xray
 from flyexplore.results import table as R
 from flyexplore.results.table import geomean_speedup
@@ -54,7 +54,7 @@ def explain(op: str, shape: str, dtype: str | None = None, options: str | Mappin
 def trace(op: str, shape: str, backend: str, dtype: str | None = None, **kw) -> dict:
     """Run one catalogue case on ``backend`` under the profiler and say what really ran: a dict
     with ``status``, the classified kernels (``observed``), autotune decisions and, for FlyDSL
-    requests, ``flydsl_taken`` / ``flydsl_reason`` (:func:`flyexplore.insight.trace.trace_case`;
+    requests, ``flydsl_taken`` / ``flydsl_reason`` (:func:`flyexplore.insight.case_trace.trace_case`;
     keywords ``device``, ``reps``, ``seed``)."""
 
     return trace_case(op, shape, backend, dtype, **kw)

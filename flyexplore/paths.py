@@ -9,9 +9,14 @@ import os
 from pathlib import Path
 
 
+def repo_dir() -> Path:
+    """The checkout holding the ``flyexplore`` package (its ``data/``, ``notebooks/``)."""
+    return Path(__file__).resolve().parents[1]
+
+
 def data_dir() -> Path:
     """The data folder (``$FLYEXPLORE_DATA`` or ``<repo>/data``)."""
-    return Path(os.environ.get("FLYEXPLORE_DATA") or Path(__file__).resolve().parents[1] / "data")
+    return Path(os.environ.get("FLYEXPLORE_DATA") or repo_dir() / "data")
 
 
 def published_dir() -> Path:

@@ -187,7 +187,7 @@ def test_settings_round_trip_apply_and_using_restore():
     assert set(now.flydsl) == {"gemm", "grouped_gemm", "scaled_gemm", "rmsnorm", "topk"}  # no attention here
     assert now.rocm_fa_library is None and now.search_space in ("DEFAULT", "EXHAUSTIVE")
     assert S.unavailable().keys() == {"attention", "rocm_fa_library"}
-    want = S.Settings({"gemm": True, "grouped_gemm": True, "scaled_gemm": True, "rmsnorm": False, "topk": True},
+    want = S.SwitchSettings({"gemm": True, "grouped_gemm": True, "scaled_gemm": True, "rmsnorm": False, "topk": True},
                       autotuning=True, search_space="exhaustive", sdpa_backends=("flash", "math"))
     with S.using(want) as snap:
         assert snap == before
@@ -209,11 +209,11 @@ def test_settings_round_trip_apply_and_using_restore():
 def test_settings_are_checked_before_anything_changes():
     before = S.snapshot()
     with pytest.raises(UsageError, match="share one torch setting"):
-        S.apply_settings(S.Settings({"gemm": True, "scaled_gemm": False, "topk": False}))
+        S.apply_settings(S.SwitchSettings({"gemm": True, "scaled_gemm": False, "topk": False}))
     with pytest.raises(UsageError, match="unknown SDPA backend 'fast'"):
-        S.apply_settings(S.Settings({"topk": False}, sdpa_backends=("fast",)))
+        S.apply_settings(S.SwitchSettings({"topk": False}, sdpa_backends=("fast",)))
     with pytest.raises(UsageError, match="unknown FlyDSL switch 'conv'"):
-        with S.using(S.Settings({"conv": True})):
+        with S.using(S.SwitchSettings({"conv": True})):
             pass
     assert S.snapshot() == before
 

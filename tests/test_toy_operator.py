@@ -119,7 +119,7 @@ def test_explain_library_and_cli(toy, capsys):
 
 def test_switches_table_and_trace_classification(toy):
     from flyexplore.world import switches
-    from flyexplore.insight import trace
+    from flyexplore.insight import kernels as trace
 
     tab = switches.table()
     row = tab[tab["op"] == "toy_double"]
@@ -130,7 +130,7 @@ def test_switches_table_and_trace_classification(toy):
 
 def test_gone_after_unregister():
     from flyexplore.insight import explain as X
-    from flyexplore.insight import trace
+    from flyexplore.insight import kernels as trace
     from flyexplore.ops import list_ops
 
     assert "toy_double" not in list_ops() and "toy_double" not in X.explainable()

@@ -13,6 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from flyexplore.results import table as R  # noqa: E402
+from flyexplore.insight import autotune as AU  # noqa: E402
+from flyexplore.insight import case_trace as CT  # noqa: E402
+from flyexplore.insight import kernels as K  # noqa: E402
 from flyexplore.insight import trace as T  # noqa: E402
 
 #: Real CUDA kernel names from torch.profiler on an NVIDIA H200 (torch 2.11.0+cu130), as recorded
@@ -40,7 +43,7 @@ H200_NAMES = {
 
 @pytest.mark.parametrize("name", sorted(H200_NAMES))
 def test_classifier_on_real_h200_kernel_names(name):
-    c = T.classify(name)
+    c = K.classify(name)
     assert (c.family, c.library) == H200_NAMES[name]
     assert c.rule
 
@@ -62,7 +65,7 @@ def test_classifier_on_real_h200_kernel_names(name):
     ("my_custom_kernel", "unclassified"), ("kernel_fwd_0", "unclassified"), ("gemm_kernel", "unclassified"),
 ])
 def test_classifier_rules(name, family):
-    assert T.classify(name).family == family
+    assert K.classify(name).family == family
 
 
 def test_flydsl_rules_cover_every_flydsl_kernel_in_the_installed_torch():
@@ -77,7 +80,7 @@ def test_flydsl_rules_cover_every_flydsl_kernel_in_the_installed_torch():
         names |= set(re.findall(r"@flyc\.kernel(?:\([^)]*\))?\s*\n\s*def (\w+)\(", f.read_text()))
     assert len(names) >= 7, names
     for n in names:
-        assert T.classify(f"{n}_0").family == "FlyDSL", n
+        assert K.classify(f"{n}_0").family == "FlyDSL", n
 
 
 def test_a_family_registered_at_run_time_is_classified():
@@ -90,24 +93,24 @@ def test_a_family_registered_at_run_time_is_classified():
                                      kernels=(KernelPattern(r"^toy_kernel(_\d+)?$", "FlyDSL toy", "toy rule"),)))
     toy.make_inputs = toy.reference = toy.error = lambda *a: None
     toy.backend("aten", "toy")(lambda case, dtype, inputs, ctx: (lambda: None))
-    assert T.classify("toy_kernel_3").family == "unclassified"
+    assert K.classify("toy_kernel_3").family == "unclassified"
     register_op(toy)
     try:
-        c = T.classify("void toy_kernel_3<float>(float*)")
+        c = K.classify("void toy_kernel_3<float>(float*)")
         assert (c.family, c.library, c.rule) == ("FlyDSL", "FlyDSL toy", "toy rule")
-        assert T.classify("toy_kernelx").family == "unclassified"
+        assert K.classify("toy_kernelx").family == "unclassified"
         tr = T.from_kernels([["toy_kernel_0", 1, 5.0], ["triton_poi_fused_add_0", 1, 1.0]])
         assert tr.flydsl_taken is True and tr.observed == "FlyDSL,Triton/Inductor"
-        assert T.classify("rmsnorm_kernel_0").library.startswith("FlyDSL RMSNorm")  # built-ins still there
+        assert K.classify("rmsnorm_kernel_0").library.startswith("FlyDSL RMSNorm")  # built-ins still there
     finally:
         unregister_op("toy_trace_op")
-    assert T.classify("toy_kernel_3").family == "unclassified"
+    assert K.classify("toy_kernel_3").family == "unclassified"
 
 
 def test_flydsl_patterns_are_the_registrys():
     from flyexplore.ops import flydsl_ops, get_op
 
-    pats = T.flydsl_kernel_patterns()
+    pats = K.flydsl_kernel_patterns()
     assert pats == tuple(k for n in flydsl_ops() for k in get_op(n).flydsl.kernels)
     assert {p.regex for p in pats} >= {r"^rmsnorm_kernel(_\d+)?$", r"^gemm_gfx950_grouped_kernel(_\d+)?$"}
     assert not hasattr(T, "_FLYDSL_KERNELS")
@@ -140,15 +143,15 @@ def test_trace_does_not_import_the_sweep():
     import flyexplore.measure.devstate as D
     import flyexplore.run.sweep as S
 
-    for mod in (T, A, D):
+    for mod in (T, K, CT, A, D):
         assert not {"sweep", "cases"} & _relative_imports(mod), mod.__name__
     assert "trace" in _relative_imports(C) and "cases" in _relative_imports(S)
-    assert S.default_device is D.default_device and T.capture_autotune is A.capture_autotune
+    assert S.default_device is D.default_device
 
 
 def test_kernel_head():
-    assert T.kernel_head("void at::native::foo<float>(int)") == "at::native::foo"
-    assert T.kernel_head("nvjet_sm90_x") == "nvjet_sm90_x"
+    assert K.kernel_head("void at::native::foo<float>(int)") == "at::native::foo"
+    assert K.kernel_head("nvjet_sm90_x") == "nvjet_sm90_x"
 
 
 def test_trace_on_cpu_lists_cpu_ops_and_says_so():
@@ -190,7 +193,7 @@ def test_autotune_capture_from_a_real_cpu_max_autotune(capfd):
                       options={"max_autotune": True, "max_autotune_gemm_backends": "ATEN,CPP",
                                "fx_graph_cache": False, "autotune_local_cache": False})
     a, b = torch.randn(2, 32, 48), torch.randn(2, 48, 16)
-    with T.capture_autotune() as got:
+    with AU.capture_autotune() as got:
         f(a, b)
     err = capfd.readouterr().err
     assert got, "no autotune decision captured"
@@ -200,11 +203,11 @@ def test_autotune_capture_from_a_real_cpu_max_autotune(capfd):
     assert {"ATen", "C++ template"} <= fams
     assert d.winner is not None and d.winner.time_ms == min(c.time_ms for c in d.candidates)
     assert all(c.time_ms > 0 for c in d.candidates)
-    parsed = T.parse_autotune_tables(err)
+    parsed = AU.parse_autotune_tables(err)
     assert parsed and parsed[0].op == "bmm"
     assert {c.name for c in parsed[0].candidates} == {c.name for c in d.candidates}
     assert parsed[0].winner.name == d.winner.name
-    fns = getattr(T._selector_cache(sa), "feedback_saver_fns", [])
+    fns = getattr(AU._selector_cache(sa), "feedback_saver_fns", [])
     assert all(getattr(fn, "__qualname__", "") != "capture_autotune.<locals>.hook" for fn in fns)
 
 
@@ -217,7 +220,7 @@ def test_stderr_fallback_when_the_hook_is_missing(monkeypatch, capsys):
              "  mm 0.0600 ms 95.2% \n  flydsl_mm_flydsl_0 0.0700 ms 81.6% FlyDSL template\n"
              "  flydsl_mm_flydsl_1 inf ms 0.0% \nSingleProcess AUTOTUNE benchmarking takes 3.2 seconds\n")
     import sys
-    with T.capture_autotune() as got:
+    with AU.capture_autotune() as got:
         sys.stderr.write(table)
     assert len(got) == 1 and got[0].source == "stderr"
     d = got[0]
@@ -244,23 +247,23 @@ def test_row_columns_on_a_miss_gives_the_reason():
 
     op = get_op("gemm")
     case = op.case("16x28672x4096:NT")
-    lost = T.AutotuneDecision("mm", (T.Candidate("triton_mm_3", "Triton/Inductor", 0.05),
-                                     T.Candidate("flydsl_mm_flydsl_0", "FlyDSL", 0.06)), "feedback_saver")
+    lost = AU.AutotuneDecision("mm", (AU.Candidate("triton_mm_3", "Triton/Inductor", 0.05),
+                                     AU.Candidate("flydsl_mm_flydsl_0", "FlyDSL", 0.06)), "feedback_saver")
     tr = T.Trace((T.TracedKernel("triton_tem_fused_mm_0", "Triton/Inductor", "Triton", 1, 50.0),), (), (lost,), "cuda")
-    cols = T.row_columns(tr, "flydsl", "gemm", case, "bf16")
+    cols = CT.trace_columns(tr, "flydsl", "gemm", case, "bf16")
     assert cols["flydsl_taken"] is False
     assert "lost the autotune" in cols["flydsl_reason"] and "triton_mm_3" in cols["flydsl_reason"]
     assert json.loads(cols["autotune"])[0]["winner_family"] == "Triton/Inductor"
     # no autotune record: the explainer's reason (here: this machine is no ROCm gfx950)
     tr2 = T.Trace((T.TracedKernel("nvjet_sm90_x", "vendor BLAS", "cuBLAS", 1, 50.0),), (), (), "cuda")
-    cols2 = T.row_columns(tr2, "flydsl", "gemm", case, "bf16")
+    cols2 = CT.trace_columns(tr2, "flydsl", "gemm", case, "bf16")
     assert cols2["flydsl_taken"] is False and "not a ROCm build" in cols2["flydsl_reason"]
-    ok = T.row_columns(T.from_kernels([["gemm_gfx950_kernel_0", 1, 1.0]]), "flydsl", "gemm", case, "bf16")
+    ok = CT.trace_columns(T.from_kernels([["gemm_gfx950_kernel_0", 1, 1.0]]), "flydsl", "gemm", case, "bf16")
     assert ok["flydsl_taken"] is True and ok["flydsl_reason"].startswith("taken: FlyDSL kernels gemm_gfx950_kernel_0")
-    assert "flydsl_taken" not in T.row_columns(tr, "aten", "gemm", case, "bf16")
-    won = T.AutotuneDecision("mm", (T.Candidate("flydsl_mm_flydsl_0", "FlyDSL", 0.04),), "feedback_saver")
+    assert "flydsl_taken" not in CT.trace_columns(tr, "aten", "gemm", case, "bf16")
+    won = AU.AutotuneDecision("mm", (AU.Candidate("flydsl_mm_flydsl_0", "FlyDSL", 0.04),), "feedback_saver")
     odd = T.Trace((T.TracedKernel("gemm_variant_x", "unclassified", "", 1, 40.0),), (), (won,), "cuda")
-    cols3 = T.row_columns(odd, "flydsl", "gemm", case, "bf16")
+    cols3 = CT.trace_columns(odd, "flydsl", "gemm", case, "bf16")
     assert cols3["flydsl_taken"] is None and "unclassified: gemm_variant_x" in cols3["flydsl_reason"]
     assert "autotune picked FlyDSL" in cols3["flydsl_reason"]
 
@@ -350,7 +353,7 @@ def test_cli_trace_and_sweep_trace(capsys, tmp_path):
 def test_trace_autotune_on_cpu_records_the_decision():
     """The library's autotune case: on a CPU, bmm max-autotune of ATen vs Inductor's C++ template
     with the caches off (so it really autotunes)."""
-    tr = T.trace_autotune(reps=1)
+    tr = CT.trace_autotune(reps=1)
     assert tr.device == "cpu" and "max-autotune over ATEN,CPP" in tr.notes[0]
     at = tr.autotune_frame()
     assert list(at.columns) == ["op", "name", "family", "time_ms", "winner", "source"]
@@ -361,14 +364,14 @@ def test_trace_autotune_on_cpu_records_the_decision():
     assert "Triton/Inductor" in list(fam["family"]) and fam["share"].sum() == pytest.approx(1.0)
     from flyexplore.errors import UsageError
     with pytest.raises(UsageError, match="malformed gemm shape"):
-        T.trace_autotune("64x64")
+        CT.trace_autotune("64x64")
 
 
 def test_backend_status_and_result_text():
-    st = T.backend_status("topk", "256x1024x8")
+    st = CT.backend_status("topk", "256x1024x8")
     assert st["aten"] is None and st["inductor"] is None and "not ROCm" in st["flydsl"]
-    r = T.trace_case("topk", "256x1024x8", "flydsl")
-    assert r["status"] == "unavailable" and "unavailable" in T.result_text(r) and r["message"] in T.result_text(r)
+    r = CT.trace_case("topk", "256x1024x8", "flydsl")
+    assert r["status"] == "unavailable" and "unavailable" in CT.result_text(r) and r["message"] in CT.result_text(r)
     assert T.Trace((), ()).family_frame().empty and T.Trace((), ()).autotune_frame().empty
 
 
@@ -394,7 +397,7 @@ def test_aotriton_kernel_names_of_both_tags_get_family_and_backend(tag):
         for pas, lst in names[backend].items():
             for n in lst:
                 for shown in {n, _demangled(n), f"void {n}()"}:
-                    c = T.classify(shown)
+                    c = K.classify(shown)
                     assert (c.family, c.backend) == ("AOTriton", backend), (shown, c)
                     assert c.label == f"AOTriton[{backend}]" and c.rule
                 seen += 1
@@ -412,7 +415,7 @@ def test_aotriton_kernel_names_of_both_tags_get_family_and_backend(tag):
     ("void ck_tile::FmhaFwdKernel<...>(...)", "CK"),
 ])
 def test_aotriton_rules_never_guess(name, family):
-    c = T.classify(name)
+    c = K.classify(name)
     assert c.family == family and c.backend == ""
 
 
@@ -434,23 +437,23 @@ def test_row_columns_for_attention_count_aotriton_flydsl_as_taken(monkeypatch):
     from flyexplore.ops import get_op
 
     case = get_op("attention").case("1x32x4096x4096x128:causal=1")
-    fly = T.row_columns(T.from_kernels([["flyc_attn_fwd", 1, 148.0]]), "flash", "attention", case, "bf16")
+    fly = CT.trace_columns(T.from_kernels([["flyc_attn_fwd", 1, 148.0]]), "flash", "attention", case, "bf16")
     assert fly == {"observed": "AOTriton[FlyDSL]", "flydsl_taken": True,
                    "flydsl_reason": "taken: AOTriton FlyDSL (flyc) kernels flyc_attn_fwd"}
     # AOTriton ran Triton: the reason says so; flydsl_taken stays unset (False would drop a valid row
     # from results.speedup)
     tri = T.from_kernels([["attn_fwd", 1, 520.0]])
-    cols = T.row_columns(tri, "default", "attention", case, "bf16")
+    cols = CT.trace_columns(tri, "default", "attention", case, "bf16")
     assert "flydsl_taken" not in cols
     assert cols["flydsl_reason"].startswith("not taken: AOTriton ran Triton (attn_fwd); AOTriton version unknown")
     rocm = SimpleNamespace(platform="rocm", device=SimpleNamespace(arch="gfx950"), versions={"aotriton": "0.14.2"})
     monkeypatch.setattr(E, "collect", lambda *a, **k: rocm)
-    cols = T.row_columns(tri, "default", "attention", case, "bf16")
+    cols = CT.trace_columns(tri, "default", "attention", case, "bf16")
     assert "AOTriton's tuning table chose the other backend" in cols["flydsl_reason"]
     d80 = get_op("attention").case("1x32x4096x4096x80")
     assert "rung 80, which has no FlyDSL forward kernel on gfx950" in \
-        T.row_columns(tri, "default", "attention", d80, "bf16")["flydsl_reason"]
+        CT.trace_columns(tri, "default", "attention", d80, "bf16")["flydsl_reason"]
     # no AOTriton kernel (a CUDA flash kernel): nothing about FlyDSL
     cuda = T.Trace((T.TracedKernel("void pytorch_flash::flash_fwd_kernel<...>(...)", "attention", "flash", 1, 9.0),),
                    (), (), "cuda")
-    assert T.row_columns(cuda, "flash", "attention", case, "bf16") == {"observed": "attention"}
+    assert CT.trace_columns(cuda, "flash", "attention", case, "bf16") == {"observed": "attention"}

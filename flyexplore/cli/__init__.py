@@ -251,7 +251,7 @@ def _cmd_explain(a):
 
 
 def _cmd_trace(a):
-    from flyexplore.insight.trace import trace_case
+    from flyexplore.insight.case_trace import trace_case
 
     if a.reps < 1:
         raise UsageError(f"--reps must be >= 1, got {a.reps}")

@@ -171,7 +171,7 @@ class FlyDSLPath:
     generic ``judge``/``describe`` one (attention: :func:`flyexplore.ops.attention.flydsl.
     explain_attention_options`). ``trace_columns(trace, case, dtype)``: ``flydsl_taken`` /
     ``flydsl_reason`` of a traced row when the family, not the kernel names, knows what ran
-    (attention: which AOTriton backend, :func:`flyexplore.ops.attention.aotriton.row_columns`)."""
+    (attention: which AOTriton backend, :func:`flyexplore.ops.attention.aotriton.aotriton_trace_columns`)."""
 
     route: str
     path: str
@@ -405,7 +405,7 @@ ERR_TOL = {"fp32": 1e-4, "fp16": 5e-3, "bf16": 2e-2, "fp64": 1e-10,
 
 def reset_dynamo() -> None:
     """Reset Dynamo (``torch._dynamo.reset()``) so that the next case compiles anew. The sweep
-    and :func:`flyexplore.insight.trace.trace_case` call it once per case, before any backend of the
+    and :func:`flyexplore.insight.case_trace.trace_case` call it once per case, before any backend of the
     case is built: with interleaved timing several compiled backends of one case live side by
     side, so a reset per backend (or per round) would recompile the others."""
     import torch

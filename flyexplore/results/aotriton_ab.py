@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from flyexplore.errors import UsageError
-from flyexplore.insight.trace import classify
+from flyexplore.insight.kernels import classify
 from flyexplore.ops import get_op
 from flyexplore.ops.attention.aotriton import flyc_support, parse_version, release_name  # noqa: F401
 from flyexplore.paths import data_dir
@@ -31,7 +31,7 @@ EXAMPLE_FILES = ("examples/aotriton/aotriton_0.13b_synthetic.jsonl",
 
 def backends_in(observed: Any = None, kernels: Any = None) -> tuple[str, ...]:
     """AOTriton backends named by a row: from its ``observed`` text (``AOTriton[FlyDSL],...``),
-    else from its ``kernels`` JSON column (names classified by :func:`flyexplore.insight.trace.classify`).
+    else from its ``kernels`` JSON column (names classified by :func:`flyexplore.insight.kernels.classify`).
     Empty when neither names one."""
     if isinstance(observed, str) and observed:
         found = re.findall(r"AOTriton\[(\w+)\]", observed)

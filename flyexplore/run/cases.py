@@ -14,7 +14,9 @@ import traceback
 from typing import Callable, Sequence
 
 from flyexplore.errors import UsageError
-from flyexplore.insight.trace import Trace, capture_autotune, from_kernels, row_columns
+from flyexplore.insight.autotune import capture_autotune
+from flyexplore.insight.case_trace import trace_columns
+from flyexplore.insight.trace import Trace, from_kernels
 from flyexplore.insight.trace import trace as run_trace
 from flyexplore.measure import stats as S
 from flyexplore.measure.devstate import _bdf, case_columns, default_device, sampler_for  # noqa: F401 (default_device: re-exported)
@@ -54,7 +56,7 @@ def measure_one(op: Operator, case: Case, dtype: str, backend: str, ctx: RunCont
 
     With ``trace`` -- and always for the ``flydsl`` backend, and for attention on a GPU (which
     AOTriton backend ran) -- the row also gets what really ran
-    (:func:`flyexplore.insight.trace.row_columns`: ``observed``, ``autotune``, ``flydsl_taken``,
+    (:func:`flyexplore.insight.case_trace.trace_columns`: ``observed``, ``autotune``, ``flydsl_taken``,
     ``flydsl_reason``), from the kernels the timer saw or one extra profiled call."""
     bk = op.get_backend(backend)
     why = bk.available(ctx, case, dtype)
@@ -117,7 +119,7 @@ def _ok_row(op: Operator, case: Case, dtype: str, backend: str, bk, m, first_ms:
     row = {"status": "ok", "message": "; ".join(m.notes) or None, "source": bk.source,
            "first_call_ms": first_ms, **m.summary(), **errs, "ci_method": "order-statistic"}
     if tr is not None:
-        row.update(row_columns(tr, backend, op.name, case, dtype))
+        row.update(trace_columns(tr, backend, op.name, case, dtype))
         if row.get("flydsl_taken") is False:
             note = f"FlyDSL requested but not taken; the time is of what ran ({tr.observed})"
             row["message"] = f"{row['message']}; {note}" if row["message"] else note

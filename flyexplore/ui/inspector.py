@@ -16,7 +16,7 @@ import pandas as pd
 from flyexplore.errors import UsageError, bad_choice
 from flyexplore.insight import explain as X
 from flyexplore.insight import xray as XR
-from flyexplore.insight.trace import backend_status, trace_case
+from flyexplore.insight.case_trace import backend_status, trace_case
 from flyexplore.insight.xray import xray_frame
 from flyexplore.ops import get_op
 from flyexplore.ui.widget_base import Sync, fmt_seconds, frame_html, html_span
@@ -45,7 +45,7 @@ class DispatchInspector:
       (:func:`flyexplore.insight.explain.explain_text`), for gfx950 by default or another arch, or for
       "this machine" (the real environment; CUDA builds say why not);
     - **Run traced**: the catalogue case run with the chosen backend under
-      :func:`flyexplore.insight.trace.trace_case` -- the kernels that ran, by family; on a CPU the
+      :func:`flyexplore.insight.case_trace.trace_case` -- the kernels that ran, by family; on a CPU the
       top-level CPU operators and "no device kernels", said as such; a backend that cannot run
       here is reported with its reason, never replaced;
     - **X-ray**: where :func:`flyexplore.insight.xray.xray_request` allows (the X-ray can run here,
@@ -66,7 +66,7 @@ class DispatchInspector:
     :attr:`trace_button`, :attr:`xray_button` (``.click()``); :meth:`set_case`,
     :meth:`show_row`, :meth:`explain`, :meth:`run_trace`, :meth:`run_xray`, :meth:`wait`,
     :attr:`busy`; results :attr:`explanation` (:class:`~flyexplore.insight.explain.Explanation`),
-    :attr:`trace_result` (the dict of :func:`~flyexplore.insight.trace.trace_case`), :attr:`xray_result`
+    :attr:`trace_result` (the dict of :func:`~flyexplore.insight.case_trace.trace_case`), :attr:`xray_result`
     (:class:`~flyexplore.insight.xray.XRay`); outputs :attr:`message`, :attr:`verdict`,
     :attr:`conditions`, :attr:`trace_view`, :attr:`xray_status`, :attr:`xray_view` (``HTML``).
     """
@@ -345,7 +345,7 @@ class DispatchInspector:
     def run_trace(self) -> bool:
         """What Run traced does: explain the case again (refusing invalid input), then run it
         (catalogue shape, dtype; explainer options are not applied) with the chosen backend under
-        :func:`flyexplore.insight.trace.trace_case` in a background thread. Returns ``True`` if it
+        :func:`flyexplore.insight.case_trace.trace_case` in a background thread. Returns ``True`` if it
         started; ``False`` with :attr:`message` saying why (bad input, already busy)."""
 
         if self.busy:

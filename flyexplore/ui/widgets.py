@@ -103,7 +103,7 @@ class SwitchPanel:
 
     Programmatic API: set a control's ``.value`` (what a click does), :meth:`refresh`,
     :meth:`restore` (every switch back as found when the panel was made), :attr:`settings`
-    (the :class:`flyexplore.world.switches.Settings` the controls show), :meth:`apply`,
+    (the :class:`flyexplore.world.switches.SwitchSettings` the controls show), :meth:`apply`,
     :meth:`context` (a context manager running code under these settings and restoring
     afterwards), :meth:`attach` (feed a :class:`SweepPanel`: its sweeps run under the chosen
     switches, and the panel appears below it), :attr:`widget`.
@@ -191,12 +191,12 @@ class SwitchPanel:
 
     @property
     def settings(self):
-        """The :class:`flyexplore.world.switches.Settings` the controls show (disabled controls --
+        """The :class:`flyexplore.world.switches.SwitchSettings` the controls show (disabled controls --
         switches this torch cannot turn on -- are left out)."""
 
         fly = {op: cb.value for op, cb in self.toggles.items() if not self._unavailable.get(op)}
         comp = "compile_settings" not in self._unavailable
-        return S.Settings(fly, self.autotuning.value if comp else None,
+        return S.SwitchSettings(fly, self.autotuning.value if comp else None,
                           self.search_space.value if comp else None,
                           tuple(n for n, cb in self.sdpa.items() if cb.value),
                           None if "rocm_fa_library" in self._unavailable else self.rocm_fa.value)

@@ -519,7 +519,7 @@ def unavailable() -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class Settings:
+class SwitchSettings:
     """A complete choice of switches, as :class:`flyexplore.ui.widgets.SwitchPanel` holds it.
 
     ``flydsl``: operator -> FlyDSL on/off, for the operators whose switch exists here (an
@@ -543,8 +543,8 @@ class Settings:
                 "rocm_fa_library": self.rocm_fa_library}
 
 
-def settings() -> Settings:
-    """The switches as they are now, as :class:`Settings` (switches that cannot be turned on
+def settings() -> SwitchSettings:
+    """The switches as they are now, as :class:`SwitchSettings` (switches that cannot be turned on
     here -- :func:`unavailable` -- are left out, so applying the result changes nothing)."""
     from torch._inductor import config as ic
 
@@ -555,7 +555,7 @@ def settings() -> Settings:
         if st.op not in missing:
             fly[st.op] = st.flydsl in ("on", "possible")
     comp = "compile_settings" not in missing
-    return Settings(fly,
+    return SwitchSettings(fly,
                     bool(ic.flydsl_enable_autotuning) if comp else None,
                     str(ic.max_autotune_gemm_search_space).upper() if comp else None,
                     tuple(n for n in SDPA_BACKENDS if snap.sdpa.get(n)) if snap.sdpa else None,
@@ -571,7 +571,7 @@ def rocm_fa_library() -> str | None:
     return None if snap.rocm_fa is None else _fa_name(snap.rocm_fa)
 
 
-def _check_settings(s: Settings) -> None:
+def _check_settings(s: SwitchSettings) -> None:
     for op in s.flydsl:
         _check_ops([op])
     comp_ops = compile_ops()
@@ -614,7 +614,7 @@ def set_compile_settings(autotuning: bool | None = None, search_space: str | Non
         ic.max_autotune_gemm_search_space = str(search_space).upper()
 
 
-def apply_settings(s: Settings, *, strict: bool = False, warn: bool = True) -> None:
+def apply_settings(s: SwitchSettings, *, strict: bool = False, warn: bool = True) -> None:
     """Put every switch to ``s`` (checked first: :class:`UsageError` for unknown names,
     disagreeing compiled GEMMs, a bad search space or SDPA name; nothing changed then). FlyDSL
     on/off per operator first (attention before the SDPA settings, so that explicit SDPA
@@ -635,7 +635,7 @@ def apply_settings(s: Settings, *, strict: bool = False, warn: bool = True) -> N
 
 
 @contextlib.contextmanager
-def using(s: Settings, *, strict: bool = False, warn: bool = False) -> Iterator[Snapshot]:
+def using(s: SwitchSettings, *, strict: bool = False, warn: bool = False) -> Iterator[Snapshot]:
     """Context manager: every switch as in ``s`` inside the block (:func:`apply_settings`);
     on exit exactly the state found on entry (also after an exception). Yields the entry
     :class:`Snapshot`. What :class:`flyexplore.ui.widgets.SwitchPanel` gives a sweep."""

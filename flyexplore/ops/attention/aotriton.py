@@ -74,7 +74,7 @@ FLYC_HEAD_DIMS: dict[tuple[str, str], frozenset[int]] = {
 FLYC_DTYPES = ("fp16", "bf16")
 #: The first AOTriton release with the flyc backend.
 FLYC_FIRST = (0, 14)
-#: FlyDSL kernel names AOTriton launches, per pass (see :data:`flyexplore.insight.trace.AOTRITON_KERNELS`).
+#: FlyDSL kernel names AOTriton launches, per pass (see :data:`flyexplore.insight.kernels.AOTRITON_KERNELS`).
 FLYC_KERNELS = {"fwd": "flyc_attn_fwd", "bwd": "flyc_bwd_dkdv + flyc_bwd_dq (after the Triton bwd_preprocess)"}
 
 #: aiter fmha v3 as AOTriton declares it (tag 0.13b ``modules/flash/aot/aiter_fwd.py`` /
@@ -198,9 +198,9 @@ def aiter_support(arch: str | None, dtype: str, d: int, pass_: str = "fwd") -> t
 
 # -- what a traced row says ------------------------------------------------------------------
 
-def row_columns(tr, case, dtype: str) -> dict[str, Any]:
+def aotriton_trace_columns(tr, case, dtype: str) -> dict[str, Any]:
     """``flydsl_taken`` / ``flydsl_reason`` for a traced ``attention`` row (called by
-    :func:`flyexplore.insight.trace.row_columns`). Only when AOTriton's kernels ran: FlyDSL (flyc)
+    :func:`flyexplore.insight.case_trace.trace_columns`). Only when AOTriton's kernels ran: FlyDSL (flyc)
     kernels -> ``flydsl_taken=True`` and their names; otherwise ``flydsl_reason`` names the
     AOTriton backend that ran and whether this build has a FlyDSL kernel for the call
     (:func:`flyc_support` with this machine's arch and AOTriton version), and ``flydsl_taken``

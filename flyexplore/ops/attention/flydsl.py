@@ -12,7 +12,7 @@ from flyexplore.errors import UsageError, bad_choice
 from flyexplore.ops import get_op
 from flyexplore.ops.attention import aotriton as A
 from flyexplore.ops.attention import sdpa as OA
-from flyexplore.ops.attention.aotriton import row_columns
+from flyexplore.ops.attention.aotriton import aotriton_trace_columns
 from flyexplore.ops.base import FlyDSLPath
 from flyexplore.world import env as ENV
 from flyexplore.world.conditions import Condition, Explanation, cond
@@ -275,8 +275,8 @@ def explain_attention_options(shape: str, dtype: str | None = None, options: Map
 
 def trace_columns(tr, case, dtype: str) -> dict:
     """``flydsl_taken`` / ``flydsl_reason`` of a traced attention row: what AOTriton ran
-    (:func:`flyexplore.ops.attention.aotriton.row_columns`)."""
-    return row_columns(tr, case, dtype)
+    (:func:`flyexplore.ops.attention.aotriton.aotriton_trace_columns`)."""
+    return aotriton_trace_columns(tr, case, dtype)
 
 
 FLYDSL = FlyDSLPath(
