@@ -27,7 +27,7 @@ from .errors import UsageError
 from .inspector import THIS_MACHINE, XRAY_COLUMNS, DispatchInspector  # noqa: F401 - re-exported
 from .panel import (CPU_SUITE, CUSTOM, GL_POINTS, REDRAW_FACTOR, REDRAW_MAX_S,  # noqa: F401 - re-exported
                     REDRAW_S, TABLE_S, TEXT_POINTS, SweepPanel)
-from .panel_parts import NOTE_CHARS, PAGE_ROWS, SYMBOLS, TABLE_COLUMNS, case_speedups  # noqa: F401 - re-exported
+from .panel_parts import NOTE_CHARS, PAGE_ROWS, SYMBOLS, TABLE_COLUMNS  # noqa: F401 - re-exported
 from .widget_base import COLORS, TABLE_CSS, Sync, frame_html, html_span
 
 
