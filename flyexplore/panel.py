@@ -94,7 +94,7 @@ class SweepPanel:
       backend time per case with its 95% interval as a whisker, the verdict label as the
       marker (and letter, for small plans), the geometric mean with its interval and the label
       counts in the legend; the statistics of :func:`flyexplore.plots.speedup_figure`, computed
-      by :func:`flyexplore.results.speedup` over the cases a redraw touched; without anywidget a plain ``go.Figure`` shown
+      by :func:`flyexplore.results.speedup`, one call per redraw; without anywidget a plain ``go.Figure`` shown
       statically, with :attr:`notice` saying what to install), :attr:`table` (the results grid:
       itables, else a paged HTML view; :attr:`table_frame` is what it shows; times in ms,
       TFLOP/s, GB/s), :attr:`notes` (long messages, numbered once), :attr:`row_select` and

@@ -451,6 +451,7 @@ class _Rows:
             v = self._values[i] = round_values(self.rounds(i))
         return v
 
+
 #: Run-to-run allowance for comparisons across runs (two result files, two sweeps): the interval
 #: of a ratio of medians from different runs is widened by this fraction on each side, because
 #: one run's interval knows its own noise but not how much the machine changes between runs
@@ -643,8 +644,12 @@ def geomean_speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
     """Geometric-mean speedup per (op, dtype, backend) over the cases both sides have, with
     its 95% interval (:func:`flyexplore.stats.geomean_ci`: per-case intervals combined in log
     space; NaN when a case has none) and label, and the count of each case label.
-    Columns ``op, dtype, backend, cases, geomean, geomean_lo, geomean_hi, verdict, FASTER,
-    SAME, SLOWER, AMBIGUOUS``."""
+    The per-case speedups are :func:`speedup`'s (``by`` must name ``op`` and ``dtype``).
+    Columns ``op, dtype, backend, cases`` (int), ``geomean, geomean_lo, geomean_hi`` (float
+    ratios), ``verdict`` (:func:`flyexplore.stats.verdict` at its default band; NA when a case
+    has no label), ``FASTER, SAME, SLOWER, AMBIGUOUS`` (int counts of the case labels); one row
+    per (op, dtype, backend), in order of first appearance. Raises :class:`UsageError` when no
+    row is of the baseline."""
     from . import stats as S
 
     cols = ["op", "dtype", "backend", "cases", "geomean", "geomean_lo", "geomean_hi", "verdict", *S.LABELS]

@@ -462,6 +462,13 @@ def test_cross_run_rows_unpaired_with_the_run_to_run_allowance():
     # two files of one case: each side's one row from another run
     two = R.frame(_sweep(rng, ["a"], ["aten"], run="A") + _sweep(rng, ["a"], ["triton"], run="B", carried=None))
     assert list(_check(two, "aten")["interval"]) == ["unpaired+run"]
+    # a carried speedup whose own run's baseline row failed: the one baseline row left is of
+    # another run, so the carried number (against that failed row) is not used
+    other = _sweep(rng, ["a"], ["aten", "triton"], run="B")
+    other[0].update(status="error", time_ms=None)
+    mixed = R.frame(_sweep(rng, ["a"], ["aten"], run="A") + other)
+    s = _check(mixed, "aten")
+    assert list(s["interval"]) == ["unpaired+run"] and s["speedup"].iloc[0] != other[1]["speedup"]
 
 
 def test_published_rows_have_no_verdict():
