@@ -18,7 +18,8 @@ from flyexplore.results import table as R
 from flyexplore.ops.base import Operator
 from flyexplore.views.plots import speedup_figure
 from flyexplore.run.sweep import run_sweep
-from flyexplore.ui.widgets import PAGE_ROWS, SYMBOLS, SweepPanel, case_speedups
+from flyexplore.errors import UsageError
+from flyexplore.ui.widgets import PAGE_ROWS, SYMBOLS, SweepPanel
 
 from conftest import ROOT
 
@@ -71,7 +72,10 @@ def test_live_figure_has_speedup_figures_numbers_labels_and_geomeans():
     got = {t.name.split(":")[0]: list(t.y) for t in p.figure.data}
     for b, g in sp2.groupby("backend", sort=False):
         assert got[b] == pytest.approx(list(g.speedup))
-    assert case_speedups([r for r in rows if r["case"] == rows[0]["case"]], "nope") == []
+    with pytest.raises(UsageError, match="no rows for baseline"):  # the panel's rules: results.speedup
+        R.speedup(R.frame([r for r in rows if r["case"] == rows[0]["case"]]), "nope")
+    p.baseline.value = "inductor"  # a baseline without rows: no speedups, no error
+    assert len(p.figure.data) == 0 and "waiting for a inductor row" in p.figure.layout.title.text
 
 
 def test_a_case_in_parts_draws_when_its_baseline_arrives_and_moves_when_it_changes():

@@ -33,6 +33,7 @@ comparison, tritonbench's ``latency_analysis``; none of them interleaves backend
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Iterable, Sequence
 
@@ -78,6 +79,19 @@ def drift(values: Sequence[float], parts: int = DRIFT_PARTS) -> float:
     return max(meds) / min(meds) - 1.0 if min(meds) > 0 else math.inf
 
 
+@functools.lru_cache(maxsize=4096)
+def _median_ci_ranks(n: int, confidence: float) -> tuple[int, int]:
+    """Positions, in sorted order, of the two order statistics that bound the ``confidence``
+    interval of the median of ``n`` values (-1 or ``n`` where there is none): the ones
+    ``scipy.stats.quantile_test(..., p=0.5).confidence_interval`` picks, which depend on ``n``
+    alone; read off by asking it about the values 0, 1, ..., n - 1 (once per ``n``)."""
+    from scipy.stats import quantile_test
+
+    ci = quantile_test(np.arange(n, dtype=float), q=(n - 1) / 2, p=0.5).confidence_interval(confidence)
+    lo, hi = float(ci.low), float(ci.high)
+    return (int(lo) if math.isfinite(lo) else -1, int(hi) if math.isfinite(hi) else n)
+
+
 def median_ci(values: Iterable[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
     """Distribution-free ``confidence`` interval of the median of ``values``: the order
     statistics given by ``scipy.stats.quantile_test(..., p=0.5).confidence_interval``.
@@ -89,10 +103,11 @@ def median_ci(values: Iterable[float], confidence: float = CONFIDENCE) -> tuple[
     v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
     if v.size < 2:
         return (math.nan, math.nan)
-    from scipy.stats import quantile_test
-
-    ci = quantile_test(v, q=float(np.median(v)), p=0.5).confidence_interval(confidence)
-    lo, hi = float(ci.low), float(ci.high)
+    i, j = _median_ci_ranks(v.size, float(confidence))
+    if i < 0 or j >= v.size:
+        return (math.nan, math.nan)
+    v = np.sort(v)
+    lo, hi = float(v[i]), float(v[j])
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return (math.nan, math.nan)
     return (lo, hi)

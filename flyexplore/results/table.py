@@ -26,12 +26,13 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from flyexplore.errors import UsageError
 from flyexplore.measure import stats as S
+from flyexplore.measure import timing
 from flyexplore.measure.stats import notch_ci
-from flyexplore.measure.timing import rounds_from_json
 
 SCHEMA_VERSION = 2
 
@@ -387,6 +388,11 @@ TIE_BAND = 0.01
 
 SPEEDUP_COLUMNS = ("backend", "time_ms", "baseline", "baseline_ms", "speedup", "speedup_lo",
                    "speedup_hi", "verdict", "interval", "tie", "source")
+#: Columns :func:`speedup` and :func:`ratio_interval` read (besides ``by``). ``status``,
+#: ``time_ms`` and ``backend`` must be there; any other may be missing (it reads as NA).
+SPEEDUP_INPUTS = ("status", "time_ms", "backend", "flydsl_taken", "run_id", "source", "band", "baseline",
+                  "speedup", "speedup_lo", "speedup_hi", "order", "samples_ms", "platform",
+                  "time_ci_lo_ms", "time_ci_hi_ms")
 
 
 def _eq(a, b) -> bool:
@@ -394,8 +400,56 @@ def _eq(a, b) -> bool:
     return not (pd.isna(a) or pd.isna(b)) and a == b
 
 
-def _rounds(r) -> tuple:
-    return rounds_from_json(r.get("samples_ms"))
+def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """:func:`_eq` element by element over two object arrays of one length."""
+    out = np.zeros(len(a), dtype=bool)
+    ok = ~(pd.isna(a) | pd.isna(b))
+    if ok.any():
+        out[ok] = np.asarray(a[ok] == b[ok], dtype=bool)
+    return out
+
+
+class _Rows:
+    """The columns of a result frame that the speedup rules read, as numpy arrays by row position
+    (a column the frame lacks reads as NA), and each row's samples parsed from ``samples_ms`` at
+    most once (:meth:`rounds`, :meth:`values`: cached by row)."""
+
+    def __init__(self, df: pd.DataFrame):
+        self.df = df
+        self._obj: dict[str, np.ndarray] = {}
+        self._num: dict[str, np.ndarray] = {}
+        self._rounds: dict[int, tuple] = {}
+        self._values: dict[int, np.ndarray] = {}
+
+    def obj(self, c: str) -> np.ndarray:
+        """Column ``c`` as an object array (NA where missing)."""
+        a = self._obj.get(c)
+        if a is None:
+            a = self._obj[c] = (self.df[c].to_numpy(dtype=object) if c in self.df
+                                else np.full(len(self.df), pd.NA, dtype=object))
+        return a
+
+    def num(self, c: str) -> np.ndarray:
+        """Column ``c`` as float64 (NaN where missing or not a number)."""
+        a = self._num.get(c)
+        if a is None:
+            a = self._num[c] = (pd.to_numeric(self.df[c], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+                                if c in self.df else np.full(len(self.df), np.nan))
+        return a
+
+    def rounds(self, i: int) -> tuple:
+        """Row ``i``'s rounds (:func:`flyexplore.measure.timing.rounds_from_json`; ``()`` without samples)."""
+        r = self._rounds.get(i)
+        if r is None:
+            r = self._rounds[i] = timing.rounds_from_json(self.obj("samples_ms")[i])
+        return r
+
+    def values(self, i: int) -> np.ndarray:
+        """Row ``i``'s per-round medians (:func:`flyexplore.measure.stats.round_values`), in round order."""
+        v = self._values.get(i)
+        if v is None:
+            v = self._values[i] = S.round_values(self.rounds(i))
+        return v
 
 
 #: Run-to-run allowance for comparisons across runs (two result files, two sweeps): the interval
@@ -413,7 +467,12 @@ RUN_TO_RUN = {"cuda": 0.02, "rocm": 0.02, "cpu": 1.00}
 
 def ratio_interval(base_rows: pd.DataFrame, x_rows: pd.DataFrame) -> tuple[float, float, float, str]:
     """Speedup ``base time / x time`` of one case with its 95% interval, from the rows' stored
-    samples: ``(estimate, lo, hi, method)``.
+    samples: ``(estimate, lo, hi, method)``, floats (a ratio, no unit; lo/hi NaN without an
+    interval) and the method's name.
+
+    ``base_rows``, ``x_rows``: the rows (one or more each, with a ``time_ms``) of the baseline and
+    of the other backend in one case; the columns read are :data:`SPEEDUP_INPUTS` (missing ones
+    read as NA). The estimate is the ratio of the two sides' median ``time_ms``.
 
     * ``paired``: one row each, from one run, timed interleaved in the same rounds ->
       :func:`flyexplore.measure.stats.paired_ratio`;
@@ -424,31 +483,41 @@ def ratio_interval(base_rows: pd.DataFrame, x_rows: pd.DataFrame) -> tuple[float
       (:func:`flyexplore.measure.stats.drift`) when that is more (``unpaired+run``);
     * ``notch``: schema-1 rows without samples -> the two medians' notch intervals divided
       (approximate);
-    * ``none``: no interval (published rows); the estimate is the ratio of median times."""
+    * ``none``: no interval (published rows); the estimate is the ratio of median times.
 
+    Raises ``ValueError`` when paired rows' rounds differ in number once empty rounds are
+    skipped (:func:`flyexplore.measure.stats.paired_ratio`)."""
     est = float(base_rows["time_ms"].astype(float).median() / x_rows["time_ms"].astype(float).median())
-    if len(base_rows) == 1 and len(x_rows) == 1:
-        b, x = base_rows.iloc[0], x_rows.iloc[0]
-        if (_eq(b.get("order"), "interleaved") and _eq(x.get("order"), "interleaved")
-                and _eq(b.get("run_id"), x.get("run_id"))):
-            rb, rx = _rounds(b), _rounds(x)
+    return _ratio(_Rows(base_rows), np.arange(len(base_rows)), _Rows(x_rows), np.arange(len(x_rows)), est)
+
+
+def _ratio(b: _Rows, ib: np.ndarray, x: _Rows, ix: np.ndarray, est: float) -> tuple[float, float, float, str]:
+    """The rules of :func:`ratio_interval` for the rows at positions ``ib`` of ``b`` (baseline)
+    and ``ix`` of ``x``, with the ratio of their median times ``est`` already computed."""
+
+    if len(ib) == 1 and len(ix) == 1:
+        i, j = ib[0], ix[0]
+        if (_eq(b.obj("order")[i], "interleaved") and _eq(x.obj("order")[j], "interleaved")
+                and _eq(b.obj("run_id")[i], x.obj("run_id")[j])):
+            rb, rx = b.rounds(i), x.rounds(j)
             if rb and len(rb) == len(rx):
                 e, lo, hi = S.paired_ratio(rb, rx)
                 return e, lo, hi, "paired"
-    vb = [v for _, r in base_rows.iterrows() for v in S.round_values(_rounds(r))]
-    vx = [v for _, r in x_rows.iterrows() for v in S.round_values(_rounds(r))]
-    if vb and vx:
+    vb = np.concatenate([b.values(i) for i in ib]) if len(ib) else np.asarray([], dtype=float)
+    vx = np.concatenate([x.values(j) for j in ix]) if len(ix) else np.asarray([], dtype=float)
+    if vb.size and vx.size:
         e, lo, hi = S.unpaired_ratio(vb, vx)
-        runs_b, runs_x = set(base_rows["run_id"].dropna()), set(x_rows["run_id"].dropna())
+        runs_b = {v for v in b.obj("run_id")[ib] if not pd.isna(v)}
+        runs_x = {v for v in x.obj("run_id")[ix] if not pd.isna(v)}
         if runs_b != runs_x or len(runs_b) != 1:
-            plat = {str(p) for p in pd.concat([base_rows["platform"], x_rows["platform"]]).dropna()}
+            plat = {str(p) for p in (*b.obj("platform")[ib], *x.obj("platform")[ix]) if not pd.isna(p)}
             a = max((RUN_TO_RUN.get(p, RUN_TO_RUN["cpu"]) for p in plat), default=RUN_TO_RUN["cpu"])
             a = max(a, S.drift(vb), S.drift(vx))  # a run that drifted within itself
             return e, lo / (1 + a), hi * (1 + a), "unpaired+run"
         return e, lo, hi, "unpaired"
-    if len(base_rows) == 1 and len(x_rows) == 1:
-        blo, bhi = (_num(base_rows.iloc[0].get(c)) for c in ("time_ci_lo_ms", "time_ci_hi_ms"))
-        xlo, xhi = (_num(x_rows.iloc[0].get(c)) for c in ("time_ci_lo_ms", "time_ci_hi_ms"))
+    if len(ib) == 1 and len(ix) == 1:
+        blo, bhi = (float(b.num(c)[ib[0]]) for c in ("time_ci_lo_ms", "time_ci_hi_ms"))
+        xlo, xhi = (float(x.num(c)[ix[0]]) for c in ("time_ci_lo_ms", "time_ci_hi_ms"))
         if all(math.isfinite(v) for v in (blo, bhi, xlo, xhi)) and xlo > 0 and blo > 0:
             return est, blo / xhi, bhi / xlo, "notch"
     return est, math.nan, math.nan, "none"
@@ -459,20 +528,30 @@ def speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
     """Speedup of every backend against ``baseline`` per case: baseline time / backend time,
     with its 95% interval and verdict label.
 
-    ``baseline`` is one backend, or several: then the faster of them at each case (the
-    published dense suite compares FlyDSL with the faster of ATen and Triton). Only ``ok`` and
-    ``published`` rows with a time count, and never a row with ``flydsl_taken == False`` (a
-    FlyDSL request that ran another kernel). Where a row already carries the speedup its sweep
-    measured against the same baseline in the same rounds, that is used; otherwise the interval
-    comes from the stored samples (:func:`ratio_interval`). ``band``: the SAME band (default:
-    the rows' own ``band``, else 1%).
+    ``df``: result rows (needs ``status``, ``time_ms``, ``backend`` and the ``by`` columns; the
+    others of :data:`SPEEDUP_INPUTS` read as NA where missing). A case is one value of ``by``
+    (NA is a value). ``baseline`` is one backend, or several: then the faster of them (lower
+    median ``time_ms``; the first named on a tie) at each case (the published dense suite
+    compares FlyDSL with the faster of ATen and Triton). Only ``ok`` and ``published`` rows with
+    a time count, and never a row with ``flydsl_taken == False`` (a FlyDSL request that ran
+    another kernel); a case without a baseline row gives no rows. Where a backend's one row in
+    a case already carries the speedup its sweep measured against the same baseline in the same
+    run (the baseline's one row there has the same ``run_id``), that is used (``paired``);
+    otherwise the interval comes from the stored samples by the rules of
+    :func:`ratio_interval`. Several rows of one backend in a case (several runs) count by
+    their median time. ``band``: the SAME band (default: the backend row's own ``band``, else
+    :data:`flyexplore.measure.stats.BAND`).
 
-    Returns columns ``*by``, ``backend``, ``time_ms``, ``baseline``, ``baseline_ms``,
-    ``speedup``, ``speedup_lo``, ``speedup_hi``, ``verdict`` (FASTER/SAME/SLOWER/AMBIGUOUS;
+    Returns a frame with columns ``*by``, ``backend``, ``time_ms`` (the backend's median time,
+    ms), ``baseline`` (the baseline backend chosen), ``baseline_ms`` (its median time, ms),
+    ``speedup``, ``speedup_lo``, ``speedup_hi`` (float64, ratios; lo/hi NaN without an
+    interval), ``verdict`` (FASTER/SAME/SLOWER/AMBIGUOUS by :func:`flyexplore.measure.stats.verdict`;
     NA for published figures, which carry no interval), ``interval`` (paired, unpaired,
-    notch, none), ``tie`` (point estimate within 1%: the published suite's rule) and
-    ``source``; one row per case and non-baseline backend. Raises :class:`UsageError` when no
-    row is of the baseline."""
+    unpaired+run, notch, none), ``tie`` (bool: point estimate within :data:`TIE_BAND`, the
+    published suite's rule) and ``source`` (the backend row's); one row per case and
+    non-baseline backend, cases in the order they first appear in ``df``, backends in the order
+    they first appear within their case. Raises :class:`UsageError` when no counted row is of
+    the baseline."""
 
     bases = [baseline] if isinstance(baseline, str) else list(baseline)
     cols = [*by, *SPEEDUP_COLUMNS]
@@ -484,31 +563,74 @@ def speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
     if not d["backend"].isin(bases).any():
         raise UsageError(f"no rows for baseline {', '.join(bases)} "
                          f"(backends present: {', '.join(sorted(d['backend'].dropna().unique()))})")
-    out = []
-    for key, g in d.groupby(list(by), dropna=False, sort=False):
-        key = key if isinstance(key, tuple) else (key,)
-        med = g.groupby("backend", sort=False)["time_ms"].median()
-        present = [b for b in bases if b in med.index]
-        if not present:
-            continue
-        bname = min(present, key=lambda b: float(med[b]))
-        brows = g[g["backend"] == bname]
-        for xname, xrows in g[~g["backend"].isin(bases)].groupby("backend", sort=False):
-            r = dict(zip(by, key))
-            x0 = xrows.iloc[0]
-            bd = band if band is not None else (_num(x0.get("band")) if pd.notna(x0.get("band")) else S.BAND)
-            if (len(xrows) == 1 and _eq(x0.get("baseline"), bname) and pd.notna(x0.get("speedup"))
-                    and len(brows) == 1 and _eq(brows.iloc[0].get("run_id"), x0.get("run_id"))):
-                est, lo, hi, how = float(x0["speedup"]), _num(x0.get("speedup_lo")), _num(x0.get("speedup_hi")), "paired"
-            else:
-                est, lo, hi, how = ratio_interval(brows, xrows)
-            published = "published" in set(brows["source"].dropna()) | set(xrows["source"].dropna())
-            r.update(backend=xname, time_ms=float(med[xname]), baseline=bname,
-                     baseline_ms=float(med[bname]), speedup=est, speedup_lo=lo, speedup_hi=hi,
-                     verdict=pd.NA if published and how == "none" else S.verdict(lo, hi, bd),
-                     interval=how, tie=abs(est - 1.0) <= TIE_BAND, source=x0.get("source"))
-            out.append(r)
-    res = pd.DataFrame(out, columns=cols)
+    d = d.reset_index(drop=True)
+    rows = _Rows(d)
+    gb = d.groupby(list(by), dropna=False, sort=False, observed=True)
+    keys = [k if isinstance(k, tuple) else (k,) for k in gb.size().index]  # in first-appearance order
+    case = gb.ngroup().to_numpy()
+    # "combos": the (case, backend) groups, numbered in order of first appearance (rows without
+    # a backend belong to none); their median times, row counts and rows
+    backend = rows.obj("backend")
+    pos = np.flatnonzero(~pd.isna(backend))
+    g2 = pd.DataFrame({"case": case[pos], "backend": backend[pos], "t": rows.num("time_ms")[pos]}).groupby(
+        ["case", "backend"], sort=False)
+    cid = g2.ngroup().to_numpy()
+    med = g2["t"].median().to_numpy(dtype=float)
+    cnt = np.bincount(cid, minlength=med.size)
+    in_order = np.argsort(cid, kind="stable")  # rows grouped by combo, each combo's in row order
+    start = np.concatenate([[0], np.cumsum(cnt)[:-1]])
+    first = pos[in_order[start]]  # each combo's first row
+    c_case, c_backend = case[first], backend[first]
+    rank_of: dict = {}
+    for i, b in enumerate(bases):
+        rank_of.setdefault(b, i)
+    rank = np.fromiter((rank_of.get(b, -1) for b in c_backend), dtype=np.int64, count=med.size)
+
+    # the baseline of each case: its fastest baseline combo (the first named on a tie)
+    bi = np.flatnonzero(rank >= 0)
+    bi = bi[np.lexsort((rank[bi], med[bi], c_case[bi]))]
+    with_base, at = np.unique(c_case[bi], return_index=True)
+    base_of = np.full(len(keys), -1)
+    base_of[with_base] = bi[at]
+    xi = np.flatnonzero((rank < 0) & (base_of[c_case] >= 0))
+    xi = xi[np.lexsort((xi, c_case[xi]))]  # by case, then backend by first appearance
+    bc = base_of[c_case[xi]]
+    n = xi.size
+    if not n:
+        res = pd.DataFrame([], columns=cols)
+    else:
+        x0, b0 = first[xi], first[bc]
+        bname = [bases[r] for r in rank[bc]]
+        sp = rows.num("speedup")
+        fast = ((cnt[xi] == 1) & (cnt[bc] == 1) & _same(rows.obj("baseline")[x0], np.asarray(bname, dtype=object))
+                & ~np.isnan(sp[x0]) & _same(rows.obj("run_id")[b0], rows.obj("run_id")[x0]))
+        est, lo, hi = sp[x0], rows.num("speedup_lo")[x0], rows.num("speedup_hi")[x0]
+        how = np.full(n, "paired", dtype=object)
+
+        def members(c):
+            return pos[in_order[start[c]:start[c] + cnt[c]]]
+
+        for k in np.flatnonzero(~fast):  # the pairs whose interval comes from the samples
+            est[k], lo[k], hi[k], how[k] = _ratio(rows, members(bc[k]), rows, members(xi[k]),
+                                                  float(med[bc[k]] / med[xi[k]]))
+        src = rows.obj("source")
+        pub = np.zeros(len(d), dtype=bool)
+        if "source" in d:
+            pub = d["source"].eq("published").fillna(False).to_numpy(dtype=bool)
+        c_pub = np.bincount(cid, weights=pub[pos], minlength=med.size) > 0
+        published = c_pub[xi] | c_pub[bc]
+        if band is not None:
+            bd = [band] * n
+        else:
+            own = rows.num("band")[x0]
+            bd = np.where(np.isnan(own), S.BAND, own).tolist()
+        verdict = [pd.NA if p and h == "none" else S.verdict(l_, h_, b_)
+                   for p, h, l_, h_, b_ in zip(published.tolist(), how.tolist(), lo.tolist(), hi.tolist(), bd)]
+        out = {c: [keys[k][j] for k in c_case[xi]] for j, c in enumerate(by)}
+        out.update(backend=c_backend[xi].tolist(), time_ms=med[xi], baseline=bname, baseline_ms=med[bc],
+                   speedup=est, speedup_lo=lo, speedup_hi=hi, verdict=verdict, interval=how.tolist(),
+                   tie=np.abs(est - 1.0) <= TIE_BAND, source=src[x0].tolist())
+        res = pd.DataFrame(out, columns=cols)
     for c in ("speedup", "speedup_lo", "speedup_hi", "time_ms", "baseline_ms"):
         res[c] = res[c].astype(float)
     res["tie"] = res["tie"].astype(bool)
@@ -520,8 +642,12 @@ def geomean_speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
     """Geometric-mean speedup per (op, dtype, backend) over the cases both sides have, with
     its 95% interval (:func:`flyexplore.measure.stats.geomean_ci`: per-case intervals combined in log
     space; NaN when a case has none) and label, and the count of each case label.
-    Columns ``op, dtype, backend, cases, geomean, geomean_lo, geomean_hi, verdict, FASTER,
-    SAME, SLOWER, AMBIGUOUS``."""
+    The per-case speedups are :func:`speedup`'s (``by`` must name ``op`` and ``dtype``).
+    Columns ``op, dtype, backend, cases`` (int), ``geomean, geomean_lo, geomean_hi`` (float
+    ratios), ``verdict`` (:func:`flyexplore.measure.stats.verdict` at its default band; NA when a case
+    has no label), ``FASTER, SAME, SLOWER, AMBIGUOUS`` (int counts of the case labels); one row
+    per (op, dtype, backend), in order of first appearance. Raises :class:`UsageError` when no
+    row is of the baseline."""
 
     cols = ["op", "dtype", "backend", "cases", "geomean", "geomean_lo", "geomean_hi", "verdict", *S.LABELS]
     s = speedup(df, baseline, by)

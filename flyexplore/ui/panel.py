@@ -41,7 +41,6 @@ from flyexplore.ui.panel_parts import (
     MessageNotes,
     PagedTable,
     SpeedupSeries,
-    case_speedups,
 )
 from flyexplore.ui.widget_base import COLORS, cell_text, fmt_seconds, html_span
 from flyexplore.views.plot_style import backend_color
@@ -105,7 +104,7 @@ class SweepPanel:
       backend time per case with its 95% interval as a whisker, the verdict label as the
       marker (and letter, for small plans), the geometric mean with its interval and the label
       counts in the legend; the statistics of :func:`flyexplore.views.plots.speedup_figure`, computed
-      case by case (:func:`case_speedups`); without anywidget a plain ``go.Figure`` shown
+      by :func:`flyexplore.results.table.speedup`, one call per redraw; without anywidget a plain ``go.Figure`` shown
       statically, with :attr:`notice` saying what to install), :attr:`table` (the results grid:
       itables, else a paged HTML view; :attr:`table_frame` is what it shows; times in ms,
       TFLOP/s, GB/s), :attr:`notes` (long messages, numbered once), :attr:`row_select` and
@@ -594,14 +593,13 @@ class SweepPanel:
                 self._series, self._trace_of, self._dirty = {}, {}, set()
                 touched = dict.fromkeys(self._by_case)
             base = self.baseline.value
-            for key in touched:
-                for sp in case_speedups(self._by_case[key], base):
-                    sk = (key[1], sp["backend"])
-                    s = self._series.get(sk)
-                    if s is None:
-                        s = self._series[sk] = SpeedupSeries(*sk)
-                    s.put(self._x_label(key), sp, base)
-                    self._dirty.add(sk)
+            for key, sp in self._speedups(list(touched), base):
+                sk = (key[1], sp["backend"])
+                s = self._series.get(sk)
+                if s is None:
+                    s = self._series[sk] = SpeedupSeries(*sk)
+                s.put(self._x_label(key), sp, base)
+                self._dirty.add(sk)
             time.sleep(0)  # let a sweep thread that waits for the GIL run now, not after 5 ms
             self._draw_figure(rebuild=full)
             time.sleep(0)
@@ -619,6 +617,34 @@ class SweepPanel:
             elif final and self._static is not None:
                 self._show_static()
         return time.perf_counter() - t0
+
+    def _speedups(self, keys: list[tuple[str, str]], base: str) -> list[tuple[tuple[str, str], dict]]:
+        """The speedups of the cases ``keys`` (keys of ``_by_case``) against ``base``: one call of
+        :func:`flyexplore.results.table.speedup` over their rows (the columns it reads; a row lacking
+        one reads as NA), each case on its own. Returns ``(key, point)`` pairs, cases in ``keys``
+        order and backends in arrival order; a point is a dict of ``backend``, ``speedup``,
+        ``speedup_lo``, ``speedup_hi`` (NaN without an interval), ``verdict`` (``""`` for a
+        published figure without an interval), ``time_ms`` and ``baseline_ms`` (median times,
+        ms). Nothing for a case without a ``base`` row, nor when no row is of ``base``."""
+        rows, case = [], []
+        for i, key in enumerate(keys):
+            part = self._by_case[key]
+            rows.extend(part)
+            case.extend([i] * len(part))
+        if not rows:
+            return []
+        cols = {c: [r.get(c) for r in rows] for c in R.SPEEDUP_INPUTS}
+        cols["_panel_case"] = case
+        try:
+            s = R.speedup(pd.DataFrame(cols), base, by=("_panel_case",))
+        except UsageError:  # no row of this baseline yet
+            return []
+        return [(keys[k], {"backend": b, "speedup": e, "speedup_lo": lo, "speedup_hi": hi,
+                           "verdict": "" if pd.isna(v) else v, "time_ms": t, "baseline_ms": bt})
+                for k, b, e, lo, hi, v, t, bt in zip(
+                    s["_panel_case"].tolist(), s["backend"].tolist(), s["speedup"].tolist(),
+                    s["speedup_lo"].tolist(), s["speedup_hi"].tolist(), s["verdict"].tolist(),
+                    s["time_ms"].tolist(), s["baseline_ms"].tolist())]
 
     def _x_label(self, key: tuple[str, str]) -> str:
         return f"{key[0]} {key[1]}" if self._multi_dtype() else key[0]

@@ -1,5 +1,5 @@
-"""The pieces a :class:`flyexplore.ui.panel.SweepPanel` draws: per-case speedups
-(:func:`case_speedups`), the points of one series of the live figure (:class:`SpeedupSeries`), long
+"""The pieces a :class:`flyexplore.ui.panel.SweepPanel` draws: the points of one series of the live
+figure (:class:`SpeedupSeries`; the speedups come from :func:`flyexplore.results.table.speedup`), long
 messages numbered once (:class:`MessageNotes`) and the results table (:class:`GridTable`,
 :class:`PagedTable`). UI only.
 
@@ -20,7 +20,6 @@ import ipywidgets as W
 import pandas as pd
 
 from flyexplore.measure import stats as S
-from flyexplore.results import table as R
 from flyexplore.ui.widget_base import TABLE_CSS
 
 #: Columns of the results table, in order.
@@ -33,48 +32,6 @@ PAGE_ROWS = 25
 NOTE_CHARS = 60
 #: Marker symbol of each verdict label (SAME is also outlined in black, as in speedup_figure).
 SYMBOLS = {"FASTER": "triangle-up", "SAME": "circle", "SLOWER": "triangle-down", "AMBIGUOUS": "diamond"}
-
-
-def _finite(v) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return f if math.isfinite(f) else math.nan
-
-
-def case_speedups(rows: list[dict], baseline: str) -> list[dict]:
-    """Speedups of one case (``rows``: the row dicts of one (op, case, dtype), as the sweep
-    emits them) against ``baseline``, by the rules of :func:`flyexplore.results.table.speedup` without
-    building a frame: only ``ok``/``published`` rows with a time and not ``flydsl_taken=False``;
-    the speedup, interval and label a row carries when its sweep measured it against the same
-    baseline in the same run (paired rounds), else :func:`flyexplore.results.table.ratio_interval` on
-    the two rows' stored samples; the label by :func:`flyexplore.measure.stats.verdict` with the row's
-    ``band``. Returns one dict per non-baseline backend with ``backend, speedup, speedup_lo,
-    speedup_hi, verdict, time_ms, baseline_ms`` (times in ms); empty without a baseline row."""
-
-    ok = [r for r in rows if r.get("status") in ("ok", "published") and _finite(r.get("time_ms")) > 0
-          and r.get("flydsl_taken") is not False]
-    base = [r for r in ok if r.get("backend") == baseline]
-    if not base:
-        return []
-    b = base[-1]
-    out = []
-    for x in ok:
-        if x.get("backend") == baseline:
-            continue
-        band = _finite(x.get("band"))
-        band = band if band == band else S.BAND
-        if (x.get("baseline") == baseline and _finite(x.get("speedup")) == _finite(x.get("speedup"))
-                and x.get("run_id") is not None and x.get("run_id") == b.get("run_id")):
-            est, lo, hi = _finite(x["speedup"]), _finite(x.get("speedup_lo")), _finite(x.get("speedup_hi"))
-        else:
-            est, lo, hi, _how = R.ratio_interval(pd.DataFrame([b]), pd.DataFrame([x]))
-        published = "published" in (b.get("source"), x.get("source"))
-        lab = "" if published and not (lo == lo and hi == hi) else S.verdict(lo, hi, band)
-        out.append({"backend": x["backend"], "speedup": est, "speedup_lo": lo, "speedup_hi": hi,
-                    "verdict": lab, "time_ms": _finite(x["time_ms"]), "baseline_ms": _finite(b["time_ms"])})
-    return out
 
 
 class SpeedupSeries:

@@ -36,7 +36,7 @@ from flyexplore.ui.panel import (  # noqa: F401 - re-exported
     TEXT_POINTS,
     SweepPanel,
 )
-from flyexplore.ui.panel_parts import NOTE_CHARS, PAGE_ROWS, SYMBOLS, TABLE_COLUMNS, case_speedups  # noqa: F401 - re-exported
+from flyexplore.ui.panel_parts import NOTE_CHARS, PAGE_ROWS, SYMBOLS, TABLE_COLUMNS  # noqa: F401 - re-exported
 from flyexplore.ui.widget_base import COLORS, TABLE_CSS, Sync, frame_html, html_span
 from flyexplore.world import env as ENV
 from flyexplore.world import switches as S
