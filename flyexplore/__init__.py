@@ -21,6 +21,19 @@ from __future__ import annotations
 import importlib
 
 from flyexplore._version import __version__
+from flyexplore.world import routes as _routes
+
+
+def _catalogue_routes():
+    # the composition root: the environment layer (world) never imports the catalogue (ops), so
+    # the catalogue's FlyDSL routes are handed to it here, imported on first need so that
+    # `import flyexplore` stays light
+    from flyexplore.ops import route_table
+
+    return route_table()
+
+
+_routes.provide(_catalogue_routes)
 
 #: public name -> the module that defines it.
 _API = {

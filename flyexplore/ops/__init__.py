@@ -89,8 +89,11 @@ def flydsl_ops(route: str | None = None) -> tuple[str, ...]:
                  and (route is None or p.route == route))
 
 
-def _routes_of_catalogue() -> list:
-    """Every operator's FlyDSL route as :mod:`flyexplore.world.routes` describes it."""
+def route_table() -> list:
+    """Every operator's FlyDSL route as the environment layer needs it
+    (:class:`flyexplore.world.routes.Route`: name, route, eager module, aten symbols), in
+    :func:`list_ops` order; operators registered at run time included. The public face hands
+    this to :func:`flyexplore.world.routes.provide`."""
     out = []
     for n in list_ops():
         p = get_op(n).flydsl
@@ -98,5 +101,3 @@ def _routes_of_catalogue() -> list:
             out.append(_routes.Route(n, p.route, p.module, tuple(p.aten_ops)))
     return out
 
-
-_routes.provide(_routes_of_catalogue)

@@ -1,8 +1,9 @@
 """What the environment layer knows about operators: each FlyDSL route's operator name, route
 (``"eager"``, ``"compile"``, ``"aotriton"``), the torch module of an eager override and the aten
-symbols it registers. The operator catalogue (:mod:`flyexplore.ops`, one layer up) hands this
-over when it is imported (:func:`provide`), so that readiness, switch state and the environment
-report never import the catalogue itself.
+symbols it registers. The operator catalogue (:mod:`flyexplore.ops`, one layer up) has them;
+the package's root (``flyexplore/__init__.py``, the composition root) hands the catalogue's
+:func:`flyexplore.ops.route_table` over with :func:`provide`, so that readiness, switch state and
+the environment report never import the catalogue itself.
 """
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ def provide(source: Callable[[], Iterable[Route]]) -> None:
 
 def routes(route: str | None = None) -> tuple[Route, ...]:
     """Every operator's FlyDSL route, optionally only those of one ``route``. Raises
-    ``RuntimeError`` when no catalogue has provided them (import :mod:`flyexplore.ops` first)."""
+    ``RuntimeError`` when nothing has provided them (the package root always does)."""
     if _source is None:
-        raise RuntimeError("no operator catalogue has provided its FlyDSL routes: import flyexplore.ops first")
+        raise RuntimeError("no operator catalogue has provided its FlyDSL routes (flyexplore.world.routes.provide)")
     return tuple(r for r in _source() if route is None or r.route == route)
 
 
