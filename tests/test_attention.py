@@ -116,3 +116,20 @@ def test_llm_suite_covers_head_dims_masks_passes_and_decode():
     assert {c.label for c in s.cases if not c["hkv"]} == {             # ... and one MHA model
         "1x32x4096x4096x128:causal=1", "1x32x4096x4096x128:causal=1,bwd"}
     assert len({c.label for c in s.cases}) == len(s.cases) == 17
+
+
+def test_attention_rows_on_a_gpu_record_what_ran_as_a_property_of_the_operator():
+    # which AOTriton backend ran is in the kernels only, so every attention row on a GPU is
+    # traced; the sweep reads that from the Operator, not from the operator's name
+    import torch
+
+    from flyexplore.ops import get_op
+    from flyexplore.ops.base import RunContext
+    from flyexplore.run.cases import _traced
+
+    gpu, cpu = RunContext(torch.device("cuda", 0), None), RunContext(torch.device("cpu"), None)
+    att, gemm = get_op("attention"), get_op("gemm")
+    assert att.trace_on_gpu and not gemm.trace_on_gpu
+    assert _traced(False, "flash", att, gpu) and not _traced(False, "flash", att, cpu)
+    assert not _traced(False, "aten", gemm, gpu) and _traced(False, "flydsl", gemm, cpu)
+    assert _traced(True, "aten", gemm, cpu)

@@ -227,6 +227,9 @@ class Operator:
     suites: dict[str, Suite] = field(default_factory=dict)
     flydsl: FlyDSLPath | None = None    # how torch routes this family to FlyDSL (None: it does not)
     published: tuple[PublishedSuite, ...] = ()   # its published MI355X tables (flyexplore.results.published)
+    # every row on a GPU records what ran, not only FlyDSL rows: the kernel the library picked
+    # is part of the answer (attention: which AOTriton backend -- Triton, aiter or FlyDSL)
+    trace_on_gpu: bool = False
 
     # -- registration --------------------------------------------------------------------
     def backend(self, name: str, doc: str, *, available=None, context=None,

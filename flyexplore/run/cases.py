@@ -100,9 +100,10 @@ def _build_first(op: Operator, case: Case, dtype: str, bk, ctx: RunContext, inpu
 
 
 def _traced(trace: bool, backend: str, op: Operator, ctx: RunContext) -> bool:
-    """Whether a row records what really ran: on request, always for ``flydsl``, and for
-    attention on a GPU (which AOTriton backend ran: Triton, aiter or FlyDSL)."""
-    return trace or backend == "flydsl" or (op.name == "attention" and ctx.gpu)
+    """Whether a row records what really ran: on request, always for ``flydsl``, and on a GPU
+    for an operator that asks for it (:attr:`~flyexplore.ops.base.Operator.trace_on_gpu`:
+    attention, where which AOTriton backend ran is known from the kernels only)."""
+    return trace or backend == "flydsl" or (op.trace_on_gpu and ctx.gpu)
 
 
 def _accuracy_ok(errs: dict):

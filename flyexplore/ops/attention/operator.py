@@ -81,6 +81,7 @@ ATTENTION = Operator(
     choices={"pass": ("fwd", "bwd")},
     dtypes=("bf16", "fp16", "fp32"),
     flydsl=ATTENTION_FLYDSL,
+    trace_on_gpu=True,  # which AOTriton backend ran (Triton, aiter or FlyDSL) is known from the kernels only
 )
 
 
