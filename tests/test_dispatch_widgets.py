@@ -10,7 +10,6 @@ torch = pytest.importorskip("torch")
 import torch.backends.python_native as pn  # noqa: E402
 from torch._inductor import config as ic  # noqa: E402
 
-from flyexplore.world import switch_state  # noqa: E402
 from flyexplore.world import switches as S  # noqa: E402
 from flyexplore.errors import UsageError  # noqa: E402
 from flyexplore.ui.widgets import DispatchInspector, SweepPanel, SwitchPanel  # noqa: E402
@@ -70,7 +69,7 @@ def test_switch_panel_disables_what_this_torch_cannot_turn_on(monkeypatch):
     """torch 2.11 (the H200 machine): no python_native, no FlyDSL templates."""
     from flyexplore.world import readiness as R
     real = R.has_module
-    monkeypatch.setattr(switch_state, "python_native", lambda: None)  # where torch is asked
+    monkeypatch.setattr(S, "python_native", lambda: None)  # where torch is asked
     monkeypatch.setattr(R, "has_module", lambda name: False if "codegen.flydsl" in name else real(name))
     p = SwitchPanel()
     for op in ("rmsnorm", "topk"):

@@ -11,7 +11,6 @@ torch = pytest.importorskip("torch")
 import torch.backends.python_native as pn  # noqa: E402
 from torch._inductor import config as ic  # noqa: E402
 
-from flyexplore.world import switch_state  # noqa: E402
 from flyexplore.world import switches as S  # noqa: E402
 from flyexplore.errors import UsageError  # noqa: E402
 
@@ -131,7 +130,7 @@ def test_sdpa_context_and_bad_names():
 def test_missing_python_native_is_reported_not_faked(monkeypatch):
     """torch 2.11 has no torch.backends.python_native: the switch says so; 'on' warns or
     raises, 'off' is silently true."""
-    monkeypatch.setattr(switch_state, "python_native", lambda: None)  # where torch is asked
+    monkeypatch.setattr(S, "python_native", lambda: None)  # where torch is asked
     row = S.table().set_index("op").loc["rmsnorm"]
     assert not row["exists"] and row["flydsl"] == "n/a" and "python_native" in row["note"]
     with warnings.catch_warnings():

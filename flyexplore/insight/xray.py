@@ -10,7 +10,7 @@ own dispatch predicates are asked too, and a disagreement is noted. It then read
 resources from the final AMDGPU ISA (``.s``): VGPRs, AGPRs, SGPRs, spills, LDS bytes, workgroup
 and wavefront size; computes the occupancy those allow on gfx950 (:func:`occupancy`, limits in
 :data:`GFX950`); counts instructions by class (:func:`count_instructions`); and saves the ISA
-text. ISA parsing and occupancy live in :mod:`flyexplore.insight.isa` (re-exported here).
+text. ISA parsing and occupancy live in :mod:`flyexplore.insight.isa`.
 
 >>> from flyexplore.insight.xray import xray
 >>> x = xray("rmsnorm", "8192x4096", "bf16", out="xray-out")     # doctest: +SKIP
@@ -50,11 +50,10 @@ from typing import Any, Iterable, Sequence
 
 from flyexplore.errors import UsageError, bad_choice
 from flyexplore.insight.explain import dtypes_for, explain_text, parse_options
-from flyexplore.insight.isa import (  # noqa: F401
+from flyexplore.insight.isa import (
     ARCH_LIMITS,
     GFX950,
     INSTRUCTION_CLASSES,
-    ArchLimits,
     KernelResources,
     Occupancy,
     count_instructions,

@@ -16,7 +16,7 @@ import pandas as pd
 from flyexplore.errors import UsageError
 from flyexplore.insight.kernels import classify
 from flyexplore.ops import get_op
-from flyexplore.ops.attention.aotriton import flyc_support, parse_version, release_name  # noqa: F401
+from flyexplore.ops.attention.aotriton import flyc_support, parse_version, release_name
 from flyexplore.paths import data_dir
 from flyexplore.results import table as R
 from flyexplore.results.compare import pair

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from flyexplore.errors import UsageError, bad_choice
-from flyexplore.parsing import DTYPE_NAMES, FALSE_WORDS, TRUE_WORDS, parse_flag, parse_ints  # noqa: F401 (re-exported)
+from flyexplore.parsing import DTYPE_NAMES, parse_ints
 
 INT32_MAX = (1 << 31) - 1
 UINT32_MAX = (1 << 32) - 1

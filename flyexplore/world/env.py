@@ -43,7 +43,7 @@ from typing import Any
 
 from flyexplore._version import __version__
 from flyexplore.world import readiness as R
-from flyexplore.world.readiness import ACCEPTED_FLYDSL_SERIES, FLYDSL_ARCH  # noqa: F401  (the one definition; kept importable here)
+from flyexplore.world.readiness import ACCEPTED_FLYDSL_SERIES
 from flyexplore.world.routes import routes
 
 #: Environment variables that change which path torch takes; reported verbatim.

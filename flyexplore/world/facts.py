@@ -9,7 +9,7 @@ import os
 from typing import Any, Mapping
 
 from flyexplore.world import env as ENV
-from flyexplore.world import switch_state as S
+from flyexplore.world import switches as S
 from flyexplore.world.readiness import FLYDSL_ARCH, FLYDSL_SERIES, MI355X_CUS, EnvFacts, flydsl_built, is_installed
 from flyexplore.world.routes import route_of, route_ops
 

@@ -51,27 +51,232 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from flyexplore.errors import UsageError, bad_choice
 from flyexplore.world import env as ENV
-from flyexplore.world import switch_state as _st
+from flyexplore.world import readiness as R
 from flyexplore.world.env import aotriton_version
-from flyexplore.world.switch_state import (  # noqa: F401 (re-exported)
-    _DSL,
-    INDUCTOR_KEYS,
-    SDPA_BACKENDS,
-    Snapshot,
-    compile_mechanism,
-    compile_ops,
-    eager_filter_sets,
-    eager_mechanism,
-    eager_modules,
-    eager_ops,
-    flydsl_controller,
-    python_native,
-    registered_overrides,
-    restore,
-    sdpa_ops,
-    snapshot,
-    switch_ops,
-)
+from flyexplore.world.routes import route_ops, routes
+
+# -- reading the switches (nothing here changes them) ---------------------------------------
+
+#: Inductor config keys a snapshot keeps (those present in the installed torch).
+INDUCTOR_KEYS = ("max_autotune", "max_autotune_gemm", "max_autotune_gemm_backends",
+                 "max_autotune_gemm_search_space", "flydsl_enable_autotuning")
+#: SDPA backend names (``torch.backends.cuda.enable_<name>_sdp``) in torch's order.
+SDPA_BACKENDS = ("flash", "mem_efficient", "cudnn", "math")
+_DSL = "flydsl"
+
+
+# -- which operators have a switch: the registry's FlyDSL paths ------------------------------
+
+#: Table order of the routes (``FlyDSLPath.route``): the compiled GEMMs' one setting, SDPA, then
+#: the eager overrides.
+_ROUTE_ORDER = ("compile", "aotriton", "eager")
+
+
+def switch_ops() -> tuple[str, ...]:
+    """Operators with a FlyDSL switch, in table order: every catalogue operator with a
+    :class:`~flyexplore.ops.FlyDSLPath` (:func:`flyexplore.ops.flydsl_ops`, operators
+    registered at run time included), grouped by route (compile, aotriton, eager), catalogue
+    order within a route. Also readable as ``switches.OPS``."""
+    return tuple(o for r in _ROUTE_ORDER for o in route_ops(r))
+
+
+def eager_ops() -> dict[str, tuple[str, ...]]:
+    """Eager operators -> the aten op symbols their FlyDSL overrides register
+    (``FlyDSLPath.aten_ops``; torch 2.15: ``_fused_rms_norm``, ``topk`` / ``topk.values``).
+    Also readable as ``switches.EAGER_OPS``."""
+    return {r.op: r.aten_ops for r in routes("eager")}
+
+
+def eager_modules() -> dict[str, str | None]:
+    """Eager operators -> the torch module holding their FlyDSL override
+    (``FlyDSLPath.module``; absent before torch 2.15). Also ``switches.EAGER_MODULES``."""
+    return {r.op: r.module for r in routes("eager")}
+
+
+def compile_ops() -> tuple[str, ...]:
+    """Operators served by the one Inductor FLYDSL setting (route ``"compile"``). Also
+    ``switches.COMPILE_OPS``."""
+    return route_ops("compile")
+
+
+def sdpa_ops() -> tuple[str, ...]:
+    """Operators whose FlyDSL kernels AOTriton picks (route ``"aotriton"``: attention)."""
+    return route_ops("aotriton")
+
+
+# -- what exists --------------------------------------------------------------------------
+
+def python_native():
+    """``torch.backends.python_native`` or ``None`` (torch < 2.13)."""
+    try:
+        import torch.backends.python_native as pn
+    except ImportError:
+        return None
+    return pn
+
+
+def flydsl_controller():
+    """python_native's ``flydsl`` DSL controller (``torch.backends.python_native.flydsl``) or
+    ``None`` where this torch has none (torch < 2.15)."""
+    pn = python_native()
+    if pn is None:
+        return None
+    try:
+        return pn.flydsl if _DSL in pn.all_dsls else None
+    except Exception:  # registry not importable
+        return None
+
+
+def eager_mechanism(op: str) -> str | None:
+    """``None`` when the eager FlyDSL switch for ``op`` exists in this torch, else why not."""
+    if python_native() is None:
+        import torch
+        return (f"torch {torch.__version__} has no torch.backends.python_native "
+                "(first in torch 2.13; FlyDSL overrides first in 2.15)")
+    if flydsl_controller() is None:
+        return "torch.backends.python_native has no 'flydsl' DSL (needs torch >= 2.15)"
+    module = eager_modules()[op]
+    if not module or not R.has_module(module):
+        return f"this torch has no FlyDSL {op} override ({module})"
+    return None
+
+
+def compile_mechanism() -> str | None:
+    """``None`` when this torch has FlyDSL Inductor templates, else why not."""
+    import torch
+    from torch._inductor import config as ic
+
+    if not hasattr(ic, "flydsl_enable_autotuning") or not R.has_module("torch._inductor.codegen.flydsl"):
+        return (f"torch {torch.__version__} has no FlyDSL Inductor templates (first in 2.15); "
+                "FLYDSL in max_autotune_gemm_backends would be ignored")
+    return None
+
+
+# -- snapshot / restore -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every setting a switch can change, as found at one moment.
+
+    ``native``: (disabled DSL names, disabled op symbols, disabled dispatch keys) of
+    ``torch._native.registry``'s filter state, or ``None`` without python_native;
+    ``aot``: ``torch._native.aot_enabled()`` or ``None``; ``inductor``: the
+    :data:`INDUCTOR_KEYS` present; ``sdpa``: backend name -> enabled; ``sdpa_priority``:
+    ``torch._C._get_sdp_priority_order()`` or ``None``; ``rocm_fa``: the preferred ROCm
+    flash-attention library (a ``torch._C._ROCmFABackend``) or ``None``.
+    """
+
+    native: tuple[frozenset, frozenset, frozenset] | None
+    aot: bool | None
+    inductor: dict[str, Any] = field(default_factory=dict)
+    sdpa: dict[str, bool] = field(default_factory=dict)
+    sdpa_priority: tuple[int, ...] | None = None
+    rocm_fa: Any = None
+
+    def __eq__(self, other):  # the enum compares by value
+        if not isinstance(other, Snapshot):
+            return NotImplemented
+        return (self.native, self.aot, self.inductor, self.sdpa, self.sdpa_priority,
+                str(self.rocm_fa)) == (other.native, other.aot, other.inductor, other.sdpa,
+                                       other.sdpa_priority, str(other.rocm_fa))
+
+    __hash__ = None
+
+
+def eager_filter_sets() -> tuple[frozenset, frozenset, frozenset] | None:
+    """python_native's filter state as (disabled DSL names, disabled aten op symbols, disabled
+    dispatch keys), or ``None`` without python_native (torch < 2.13). Read from
+    ``torch.backends.python_native._get_filter_state()`` (torch 2.15 has no public getter)."""
+    pn = python_native()
+    if pn is None:
+        return None
+    try:
+        fs = pn._get_filter_state()
+    except Exception:
+        return None
+    return frozenset(fs._dsl_names), frozenset(fs._op_symbols), frozenset(fs._dispatch_keys)
+
+
+def registered_overrides() -> tuple[str, ...] | None:
+    """The aten op symbols FlyDSL registered overrides for in this process
+    (``torch.backends.python_native.get_dsl_operations("flydsl")``), or ``None`` where this
+    torch has no flydsl DSL or the registry cannot be read."""
+    if flydsl_controller() is None:
+        return None
+    try:
+        return tuple(python_native().get_dsl_operations(_DSL))
+    except Exception:
+        return None
+
+
+def snapshot() -> Snapshot:
+    """The current state of every switch (see :class:`Snapshot`)."""
+    import torch
+    from torch._inductor import config as ic
+
+    aot = None
+    try:
+        import torch._native as native
+        aot = bool(native.aot_enabled()) if hasattr(native, "aot_enabled") else None
+    except Exception:
+        aot = None
+    sdpa = {}
+    for name in SDPA_BACKENDS:
+        getter = getattr(torch.backends.cuda, f"{name}_sdp_enabled", None)
+        if getter is not None:
+            sdpa[name] = bool(getter())
+    prio = None
+    if hasattr(torch._C, "_get_sdp_priority_order"):
+        prio = tuple(int(x) for x in torch._C._get_sdp_priority_order())
+    fa = None
+    if hasattr(torch.backends.cuda, "preferred_rocm_fa_library"):
+        try:
+            fa = torch.backends.cuda.preferred_rocm_fa_library()
+        except Exception:  # a build without the ROCm preference
+            fa = None
+    ind = {k: getattr(ic, k) for k in INDUCTOR_KEYS if hasattr(ic, k)}
+    return Snapshot(eager_filter_sets(), aot, ind, sdpa, prio, fa)
+
+
+def restore(snap: Snapshot) -> None:
+    """Put every switch back to ``snap``. python_native changes go through its public calls
+    (``enable_operations`` ...), so the dispatcher registrations follow the filter sets."""
+    import torch
+    from torch._inductor import config as ic
+
+    pn = python_native()
+    now = eager_filter_sets()
+    if pn is not None and snap.native is not None and now is not None:
+        was_dsl, was_ops, was_keys = snap.native
+        cur_dsl, cur_ops, cur_keys = now
+        for d in sorted(cur_dsl - was_dsl):
+            getattr(pn, d).enable()
+        for d in sorted(was_dsl - cur_dsl):
+            getattr(pn, d).disable()
+        if cur_ops - was_ops:
+            pn.enable_operations(*sorted(cur_ops - was_ops))
+        if was_ops - cur_ops:
+            pn.disable_operations(*sorted(was_ops - cur_ops))
+        if cur_keys - was_keys:
+            pn.enable_dispatch_keys(*sorted(cur_keys - was_keys))
+        if was_keys - cur_keys:
+            pn.disable_dispatch_keys(*sorted(was_keys - cur_keys))
+    if snap.aot is not None:
+        import torch._native as native
+        if bool(native.aot_enabled()) != snap.aot:
+            native.set_aot_enabled(snap.aot)
+    for k, v in snap.inductor.items():
+        setattr(ic, k, v)
+    for name, on in snap.sdpa.items():
+        getattr(torch.backends.cuda, f"enable_{name}_sdp")(on)
+    if snap.sdpa_priority is not None and hasattr(torch._C, "_set_sdp_priority_order"):
+        if tuple(int(x) for x in torch._C._get_sdp_priority_order()) != snap.sdpa_priority:
+            torch._C._set_sdp_priority_order(list(snap.sdpa_priority))
+    if snap.rocm_fa is not None:
+        torch.backends.cuda.preferred_rocm_fa_library(snap.rocm_fa)
+
+
+# -- setting the switches -------------------------------------------------------------------
 
 _SDPA_ALIASES = {"flash": "flash", "flash_attention": "flash", "efficient": "mem_efficient",
                  "mem_efficient": "mem_efficient", "efficient_attention": "mem_efficient",
@@ -122,9 +327,9 @@ def _backends_list(text: str) -> list[str]:
 def eager_on(op: str) -> bool:
     """Whether python_native lets the FlyDSL ``op`` override run (DSL enabled, op symbols
     and the CUDA dispatch key not disabled). ``False`` where the mechanism does not exist."""
-    if _st.eager_mechanism(op) is not None:
+    if eager_mechanism(op) is not None:
         return False
-    dsl, syms, keys = _st.eager_filter_sets()
+    dsl, syms, keys = eager_filter_sets()
     return _DSL not in dsl and not (set(eager_ops()[op]) & syms) and "CUDA" not in keys
 
 
@@ -134,7 +339,7 @@ def compile_on() -> bool:
     ``max_autotune_gemm``), in a torch that has the templates."""
     from torch._inductor import config as ic
 
-    if _st.compile_mechanism() is not None:
+    if compile_mechanism() is not None:
         return False
     listed = "FLYDSL" in [b.upper() for b in _backends_list(ic.max_autotune_gemm_backends)]
     return listed and bool(ic.max_autotune or ic.max_autotune_gemm)
@@ -182,7 +387,7 @@ def states() -> tuple[SwitchState, ...]:
     from torch._inductor import config as ic
 
     rows = []
-    comp_missing = _st.compile_mechanism()
+    comp_missing = compile_mechanism()
     comp_eff, comp_why = _effective("compile")
     comp_ops, eager = compile_ops(), eager_ops()
     for op in switch_ops():
@@ -205,17 +410,17 @@ def states() -> tuple[SwitchState, ...]:
             rows.append(SwitchState(op, "torch.compile GEMM backends", setting, "on" if on else "off",
                                     True, comp_eff, note))
         elif op in eager:
-            missing = _st.eager_mechanism(op)
+            missing = eager_mechanism(op)
             if missing:
                 rows.append(SwitchState(op, "eager override (torch.backends.python_native)",
                                         "-", "n/a", False, False, missing))
                 continue
-            dsl, syms, keys = _st.eager_filter_sets()
+            dsl, syms, keys = eager_filter_sets()
             setting = (f"flydsl DSL {'disabled' if _DSL in dsl else 'enabled'}; "
                        + ", ".join(f"{s} {'disabled' if s in syms else 'enabled'}" for s in eager[op])
                        + ("; CUDA dispatch key disabled" if "CUDA" in keys else ""))
             eff, why = _effective("eager")
-            regs = _st.registered_overrides()
+            regs = registered_overrides()
             registered = ("" if regs is None or not eager[op] else
                           "registered" if eager[op][0] in regs else "not registered in this process")
             note = f"override {registered}" if registered else ""
@@ -224,7 +429,7 @@ def states() -> tuple[SwitchState, ...]:
             rows.append(SwitchState(op, "eager override (torch.backends.python_native)", setting,
                                     "on" if eager_on(op) else "off", True, eff, note))
         else:  # SDPA through AOTriton (attention)
-            snap = _st.snapshot()
+            snap = snapshot()
             allowed = [n for n in ("flash", "mem_efficient") if snap.sdpa.get(n)]
             fa = _fa_name(snap.rocm_fa) if snap.rocm_fa is not None else "n/a"
             setting = ("SDPA enabled: " + ",".join(n for n, v in snap.sdpa.items() if v)
@@ -276,11 +481,11 @@ def _unavailable(op: str, why: str, strict: bool, warn: bool) -> None:
 
 
 def _set_eager(ops: Sequence[str], on: bool, strict: bool, warn: bool) -> None:
-    pn = _st.python_native()
+    pn = python_native()
     eager = eager_ops()
     todo = []
     for op in ops:
-        missing = _st.eager_mechanism(op)
+        missing = eager_mechanism(op)
         if missing:
             if on:
                 _unavailable(op, missing, strict, warn)
@@ -292,9 +497,9 @@ def _set_eager(ops: Sequence[str], on: bool, strict: bool, warn: bool) -> None:
     if not on:
         pn.disable_operations(*syms)
         return
-    dsl, disabled_syms, keys = _st.eager_filter_sets()
+    dsl, disabled_syms, keys = eager_filter_sets()
     # Keep the other eager ops as they are when the DSL-wide or key-wide switch must open.
-    keep_off = [o for o in eager if o not in todo and _st.eager_mechanism(o) is None and not eager_on(o)]
+    keep_off = [o for o in eager if o not in todo and eager_mechanism(o) is None and not eager_on(o)]
     if _DSL in dsl:
         pn.flydsl.enable()
     if "CUDA" in keys:
@@ -312,7 +517,7 @@ def _set_compile(on: bool, autotuning: bool | None, search_space: str | None,
                  strict: bool, warn: bool, ops: Sequence[str]) -> None:
     from torch._inductor import config as ic
 
-    missing = _st.compile_mechanism()
+    missing = compile_mechanism()
     if missing:
         if on:
             _unavailable("/".join(ops), missing, strict, warn)
@@ -402,7 +607,7 @@ def flydsl(*ops: str, enabled: bool = True, autotuning: bool | None = None,
     >>> with flydsl("rmsnorm", "topk", enabled=False):   # doctest: +SKIP
     ...     y = torch.nn.functional.rms_norm(x, (n,), w)   # ATen, whatever the switches were
     """
-    snap = _st.snapshot()
+    snap = snapshot()
     try:
         set_flydsl(ops or None, enabled, autotuning=autotuning, search_space=search_space,
                    strict=strict, warn=warn)
@@ -411,7 +616,7 @@ def flydsl(*ops: str, enabled: bool = True, autotuning: bool | None = None,
             native.set_aot_enabled(bool(native_aot))
         yield snap
     finally:
-        _st.restore(snap)
+        restore(snap)
 
 
 #: ROCm flash-attention libraries ``torch.backends.cuda.preferred_rocm_fa_library`` accepts.
@@ -459,12 +664,12 @@ def sdpa(backends: Iterable[str] | None = None, rocm_fa_library: str | None = No
         _sdpa_names(backends)
     if rocm_fa_library is not None and rocm_fa_library not in ROCM_FA_LIBRARIES:
         raise bad_choice("ROCm flash-attention library", rocm_fa_library, ROCM_FA_LIBRARIES)
-    snap = _st.snapshot()
+    snap = snapshot()
     try:
         set_sdpa(backends, rocm_fa_library)
         yield snap
     finally:
-        _st.restore(snap)
+        restore(snap)
 
 
 def compile_options(enabled: bool = True, *, autotuning: bool | None = None,
@@ -497,12 +702,12 @@ def unavailable() -> dict[str, str]:
     import torch
 
     out: dict[str, str] = {}
-    comp = _st.compile_mechanism()
+    comp = compile_mechanism()
     rocm = bool(getattr(torch.version, "hip", None))
     eager, comp_ops = eager_ops(), compile_ops()
     for op in switch_ops():
         if op in eager:
-            why = _st.eager_mechanism(op)
+            why = eager_mechanism(op)
         elif op in comp_ops:
             why = comp
         else:
@@ -549,7 +754,7 @@ def settings() -> SwitchSettings:
     from torch._inductor import config as ic
 
     missing = unavailable()
-    snap = _st.snapshot()
+    snap = snapshot()
     fly: dict[str, bool] = {}
     for st in states():
         if st.op not in missing:
@@ -567,7 +772,7 @@ def rocm_fa_library() -> str | None:
     """``torch.backends.cuda.preferred_rocm_fa_library()`` as a name (``"aotriton"``, ``"ck"``,
     ``"default"``), or ``None`` where this torch has no such preference. A CUDA build answers
     too (``"default"``), though the preference selects nothing there."""
-    snap = _st.snapshot()
+    snap = snapshot()
     return None if snap.rocm_fa is None else _fa_name(snap.rocm_fa)
 
 
@@ -603,7 +808,7 @@ def set_compile_settings(autotuning: bool | None = None, search_space: str | Non
         raise bad_choice("search space", search_space, ("DEFAULT", "EXHAUSTIVE"))
     if autotuning is None and search_space is None:
         return
-    missing = _st.compile_mechanism()
+    missing = compile_mechanism()
     if missing:
         if strict:
             raise SwitchUnavailable(f"cannot set FlyDSL's search space: {missing}")
@@ -640,12 +845,12 @@ def using(s: SwitchSettings, *, strict: bool = False, warn: bool = False) -> Ite
     on exit exactly the state found on entry (also after an exception). Yields the entry
     :class:`Snapshot`. What :class:`flyexplore.ui.widgets.SwitchPanel` gives a sweep."""
     _check_settings(s)
-    snap = _st.snapshot()
+    snap = snapshot()
     try:
         apply_settings(s, strict=strict, warn=warn)
         yield snap
     finally:
-        _st.restore(snap)
+        restore(snap)
 
 
 def flydsl_eager(enabled: bool, ops: Iterable[str]):

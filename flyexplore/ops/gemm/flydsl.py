@@ -11,6 +11,7 @@ Checked against torch's own functions in ``tests/test_explain_agreement.py``. Re
 from __future__ import annotations
 
 from flyexplore.ops.base import FlyDSLPath, KernelPattern
+from flyexplore.parsing import parse_flag
 from flyexplore.world.conditions import (
     GPU_ALIGN_BYTES,
     SRC_ALIGN,
@@ -25,7 +26,6 @@ from flyexplore.world.conditions import (
     cond,
     opt_offset,
     opt_stride,
-    parse_flag,
     short_dtype,
     span_condition,
 )

@@ -65,7 +65,6 @@ def error(out, ref, case, dtype):
     :func:`flyexplore.ops.checks.gemm_bound` (K = case K) of ``ref`` and NaN/Inf only where
     ``ref`` has them, and ``err_rel <= err_tol``; ``err_row_max_rel`` is the worst output row,
     ``err_block_max_rel`` the worst 32x32 output tile."""
-    import torch
 
     bound, rule = checks.gemm_bound(ref, ref.abs_product, case["k"], out.dtype, torch_dtype(dtype))
     cols = checks.bounded(out, ref, bound, tile=32, rule=rule)

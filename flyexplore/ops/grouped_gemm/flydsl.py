@@ -9,6 +9,7 @@ FlyDSL autotuning off, N % 64 == 0 with it on). Checked against torch's own func
 from __future__ import annotations
 
 from flyexplore.ops.base import FlyDSLPath, KernelPattern
+from flyexplore.parsing import parse_flag
 from flyexplore.world.conditions import (
     SRC_ALIGN,
     SRC_GMM,
@@ -21,7 +22,6 @@ from flyexplore.world.conditions import (
     cond,
     opt_offset,
     opt_stride,
-    parse_flag,
     short_dtype,
     span_condition,
 )

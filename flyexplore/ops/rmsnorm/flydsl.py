@@ -9,6 +9,7 @@ as ``RMSNORM.flydsl``.
 from __future__ import annotations
 
 from flyexplore.ops.base import FlyDSLPath, KernelPattern
+from flyexplore.parsing import parse_flag
 from flyexplore.world.conditions import (
     SRC_NATIVE,
     Condition,
@@ -19,7 +20,6 @@ from flyexplore.world.conditions import (
     fits_native,
     opt_offset,
     opt_stride,
-    parse_flag,
     parse_ints,
     short_dtype,
 )

@@ -11,6 +11,7 @@ from typing import Sequence
 
 from flyexplore.errors import bad_choice
 from flyexplore.ops.base import FlyDSLPath
+from flyexplore.parsing import parse_flag
 from flyexplore.world.conditions import (
     GPU_ALIGN_BYTES,
     INT32_MAX,
@@ -27,7 +28,6 @@ from flyexplore.world.conditions import (
     fits_inductor,
     opt_offset,
     opt_stride,
-    parse_flag,
     short_dtype,
     span_condition,
 )
