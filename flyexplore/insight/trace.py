@@ -70,7 +70,7 @@ FAMILIES = ("FlyDSL", "Triton/Inductor", "vendor BLAS", "AOTriton", "CK", "atten
 #:   first, then the two FlyDSL kernels.
 #:
 #: The 0.14.2b tag itself is not in the fetched snapshot of ROCm/aotriton; the flyc facts come from
-#: the 0.14 development files (see ``tests/data/aotriton_kernel_names.json`` for every name and source).
+#: the 0.14 development files (see ``tests/insight/data/aotriton_kernel_names.json`` for every name and source).
 AOTRITON_KERNELS: dict[tuple[str, str], tuple[str, ...]] = {
     ("Triton", "fwd"): ("attn_fwd", "debug_simulate_encoded_softmax"),
     ("Triton", "bwd"): ("bwd_preprocess", "bwd_preprocess_varlen", "bwd_kernel_dk_dv", "bwd_kernel_dq",
@@ -583,7 +583,7 @@ def trace_autotune(shape: str | None = None, dtype: str | None = None, device=No
     :func:`flyexplore.world.env.collect` finds the FlyDSL compile templates ready (ROCm torch 2.15 on
     gfx950), so "FlyDSL enabled but Triton won" shows. On a CPU: ``torch.bmm`` over a batch of 2
     (default 32x16x48 fp32) with ``ATEN,CPP``: Inductor's CPU max-autotune benchmarks ATen
-    against its C++ GEMM template for it (the case ``tests/test_trace.py`` uses; a plain CPU mm
+    against its C++ GEMM template for it (the case ``tests/insight/test_trace.py`` uses; a plain CPU mm
     was not autotuned in torch 2.15). The options used are valid in torch 2.11 and 2.15.
     Compiling takes seconds on a CPU and tens of seconds on a GPU (Triton autotuning).
     Raises :class:`~flyexplore.errors.UsageError` for a malformed shape or unknown dtype."""
