@@ -118,3 +118,28 @@ def test_public_face_is_light_and_its_doors_are_functions():
 
     with pytest.raises(AttributeError):
         flyexplore.no_such_name  # noqa: B018
+
+
+def _marked_slow(node) -> bool:
+    return any("mark.slow" in ast.unparse(d) for d in getattr(node, "decorator_list", []))
+
+
+def test_tests_mirror_the_layers_and_the_fast_lane_covers_each():
+    # tests/<layer>/ for every folder of the package, each a package of its own (unique conftest
+    # and module names), each with tests that `pytest -m "not slow"` runs
+    tests = Path(ROOT) / "tests"
+    layer_dirs = {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    test_dirs = {p.parent.name for p in tests.glob("*/test_*.py")}
+    assert test_dirs == layer_dirs, (sorted(layer_dirs - test_dirs), sorted(test_dirs - layer_dirs))
+    assert not list(tests.glob("*/*/test_*.py")), "tests/<layer>/ holds its tests without subfolders"
+    for d in sorted(test_dirs):
+        assert (tests / d / "__init__.py").exists(), d
+        fast = []
+        for f in sorted((tests / d).glob("test_*.py")):
+            tree = ast.parse(f.read_text())
+            if any(isinstance(n, ast.Assign) and "pytestmark" in ast.unparse(n.targets[0])
+                   and "slow" in ast.unparse(n.value) for n in tree.body):
+                continue
+            fast += [n.name for n in tree.body if isinstance(n, ast.FunctionDef)
+                     and n.name.startswith("test_") and not _marked_slow(n)]
+        assert fast, f"tests/{d}/ has no test outside the slow marker"

@@ -170,7 +170,7 @@ def trace_autotune(shape: str | None = None, dtype: str | None = None, device=No
     :func:`flyexplore.world.env.collect` finds the FlyDSL compile templates ready (ROCm torch 2.15 on
     gfx950), so "FlyDSL enabled but Triton won" shows. On a CPU: ``torch.bmm`` over a batch of 2
     (default 32x16x48 fp32) with ``ATEN,CPP``: Inductor's CPU max-autotune benchmarks ATen
-    against its C++ GEMM template for it (the case ``tests/test_trace.py`` uses; a plain CPU mm
+    against its C++ GEMM template for it (the case ``tests/insight/test_trace.py`` uses; a plain CPU mm
     was not autotuned in torch 2.15). The options used are valid in torch 2.11 and 2.15.
     Compiling takes seconds on a CPU and tens of seconds on a GPU (Triton autotuning).
     Raises :class:`~flyexplore.errors.UsageError` for a malformed shape or unknown dtype."""

@@ -12,7 +12,7 @@ module dispatches through the registry. The environment's conditions (ROCm build
 and runtime, arch, switches, ``TORCH_DISABLE_NATIVE_JIT``) come from :mod:`flyexplore.world.readiness`,
 the one readiness model ``flyexplore env``, the sweep and the X-ray use too; ``assume_rocm=True``
 judges as on a ROCm torch 2.15 with flydsl 0.3.x on the given arch, for what-if questions on other
-machines. Every rule is checked against torch's own functions (``tests/test_explain_agreement.py``).
+machines. Every rule is checked against torch's own functions (``tests/ops/test_explain_agreement.py``).
 """
 from __future__ import annotations
 

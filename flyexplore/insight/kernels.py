@@ -38,7 +38,7 @@ FAMILIES = ("FlyDSL", "Triton/Inductor", "vendor BLAS", "AOTriton", "CK", "atten
 #:   first, then the two FlyDSL kernels.
 #:
 #: The 0.14.2b tag itself is not in the fetched snapshot of ROCm/aotriton; the flyc facts come from
-#: the 0.14 development files (see ``tests/data/aotriton_kernel_names.json`` for every name and source).
+#: the 0.14 development files (see ``tests/insight/data/aotriton_kernel_names.json`` for every name and source).
 AOTRITON_KERNELS: dict[tuple[str, str], tuple[str, ...]] = {
     ("Triton", "fwd"): ("attn_fwd", "debug_simulate_encoded_softmax"),
     ("Triton", "bwd"): ("bwd_preprocess", "bwd_preprocess_varlen", "bwd_kernel_dk_dv", "bwd_kernel_dq",

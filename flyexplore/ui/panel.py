@@ -14,7 +14,7 @@ Widget updates are trait changes made from that thread; in ipykernel every IOPub
 comm messages included, is handed to the kernel's IOPub thread to send
 (``ipykernel.iostream.IOPubThread.send_multipart``), and a message sent from a user thread takes
 the shell's parent header (``ipykernel.kernelbase.Kernel._get_shell_context_var``), so this is
-safe without marshalling through the IOLoop. ``tests/test_notebooks.py`` checks that the
+safe without marshalling through the IOLoop. ``tests/ui/test_notebooks.py`` checks that the
 updates reach a real kernel's frontend state.
 """
 from __future__ import annotations

@@ -18,7 +18,7 @@ runtime, device arch and CU count, switches, Inductor settings); :func:`eager_en
 the two routes torch 2.15 has (eager overrides of ``torch/_native``; Inductor templates), and
 :mod:`flyexplore.world.env` turns the same verdicts into its report's checks (which also decide
 whether the sweep's ``flydsl`` backends are available). Every rule is held against torch 2.15's
-own functions in ``tests/test_explain_agreement.py``; versions are read with ``packaging``, as
+own functions in ``tests/ops/test_explain_agreement.py``; versions are read with ``packaging``, as
 torch does (its vendored ``torch/_vendor/packaging``).
 """
 from __future__ import annotations

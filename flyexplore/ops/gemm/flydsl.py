@@ -5,7 +5,7 @@ the config filter ``torch/_inductor/heuristics/template/flydsl.py::get_gemm_conf
 ``is_gemm_config_valid_for_shape`` (-> the vendored ``gemm_gfx950.py::make_gemm_param_and_validate``;
 for torch 2.15's config lists: N % 8 == 0, and M % 8 == 0 when A is column-major), and input
 alignment as Inductor decides it for graph inputs (``torch/_inductor/graph.py`` ``unaligned_buffers``).
-Checked against torch's own functions in ``tests/test_explain_agreement.py``. Registered as
+Checked against torch's own functions in ``tests/ops/test_explain_agreement.py``. Registered as
 ``GEMM.flydsl`` (:mod:`flyexplore.ops.gemm.operator`).
 """
 from __future__ import annotations

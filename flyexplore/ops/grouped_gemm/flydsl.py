@@ -4,7 +4,7 @@ Rules re-derived (not copied) from ``torch/_inductor/kernel/mm_grouped.py::
 use_flydsl_grouped_mm_template`` and ``get_flydsl_grouped_mm_template_kwargs`` (config filter
 ``heuristics/template/flydsl.py::is_grouped_gemm_config_valid_for_shape``: N % 128 == 0 with
 FlyDSL autotuning off, N % 64 == 0 with it on). Checked against torch's own functions in
-``tests/test_explain_agreement.py``. Registered as ``GROUPED_GEMM.flydsl``.
+``tests/ops/test_explain_agreement.py``. Registered as ``GROUPED_GEMM.flydsl``.
 """
 from __future__ import annotations
 

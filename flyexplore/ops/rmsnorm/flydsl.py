@@ -3,7 +3,7 @@
 Rules re-derived (not copied) from ``torch/_native/ops/norm/flydsl_rmsnorm_impl.py::
 _fused_rms_norm_cond`` (with ``_common_supported``, ``_fused_rms_norm_fwd_perf_wins`` and
 ``torch/_native/flydsl_utils.py::_fits_int32_buffer_span``); checked against torch's own
-functions in ``tests/test_explain_agreement.py``. Registered on :data:`flyexplore.ops.rmsnorm.operator.RMSNORM`
+functions in ``tests/ops/test_explain_agreement.py``. Registered on :data:`flyexplore.ops.rmsnorm.operator.RMSNORM`
 as ``RMSNORM.flydsl``.
 """
 from __future__ import annotations

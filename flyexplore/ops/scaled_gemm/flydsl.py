@@ -3,7 +3,7 @@
 Rules re-derived (not copied) from ``torch/_inductor/kernel/mm.py::_get_rocm_mxfp_v2_format``,
 ``get_flydsl_mxfp_template_kwargs`` and the stride constraint ``scaled_mm_v2_constraint``.
 MXFP8: e4m3 data, e8m0 scales per 32 elements along K; MXFP4: e2m1 pairs. Checked against
-torch's own functions in ``tests/test_explain_agreement.py``. Registered as ``SCALED_GEMM.flydsl``.
+torch's own functions in ``tests/ops/test_explain_agreement.py``. Registered as ``SCALED_GEMM.flydsl``.
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ rule is its section 6.3, "Conversion from vector of scalar"):
 Why our own code and not torchao: ``torchao.prototype.mx_formats`` (checked: torchao 0.18.0
 installs and imports with torch 2.15.0; its ``ScaleCalculationMode.FLOOR`` is the
 specification's rule and agrees with :func:`quantize_mx` byte for byte on ordinary data, which
-``tests/test_mx.py`` checks) is a prototype namespace without a stable API, it is not installed
+``tests/ops/test_mx.py`` checks) is a prototype namespace without a stable API, it is not installed
 on the H200 image (torch 2.11, no network) where the emulation must run, and it divides by
 max(X, 2**-126) when X = 2**-127 (a workaround for Triton's subnormal handling), so a block
 whose largest magnitude is below about 2**-118 (E4M3) decodes at half its value; it also gives a

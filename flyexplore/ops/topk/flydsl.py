@@ -2,7 +2,7 @@
 
 Rules re-derived (not copied) from ``torch/_native/ops/topk/flydsl_impl.py::_eligible`` /
 ``_kernel_for`` and ``torch/_native/ops/topk/_common.py::last_dim_row_major_ok``; checked
-against torch's own functions in ``tests/test_explain_agreement.py``. Registered as
+against torch's own functions in ``tests/ops/test_explain_agreement.py``. Registered as
 ``TOPK.flydsl`` (:mod:`flyexplore.ops.topk.operator`).
 """
 from __future__ import annotations

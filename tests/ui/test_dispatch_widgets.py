@@ -178,6 +178,7 @@ def test_inspector_runs_traced_on_the_cpu_and_says_so():
     assert "unavailable: torch" in i.trace_view.value and "not ROCm" in i.trace_view.value
 
 
+@pytest.mark.slow
 def test_xray_button_fills_the_resource_view():
     """One real compile-only build of the FlyDSL RMSNorm kernel for gfx950 (a few seconds)."""
     i = DispatchInspector("rmsnorm", "8192x4096", "bf16")

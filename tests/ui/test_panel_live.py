@@ -152,6 +152,7 @@ def sleepy_op():
     return op
 
 
+@pytest.mark.slow
 def test_a_sweep_with_the_panel_takes_the_wall_time_of_the_same_sweep_headless(monkeypatch):
     mod = types.ModuleType("flyexplore.ops._sleepy")
     mod.SLEEPY = sleepy_op()

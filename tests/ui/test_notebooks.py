@@ -15,6 +15,8 @@ from flyexplore.run.sweep import make_plan
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow  # real notebook kernels, every walkthrough run
+
 NOTEBOOKS = N.list_notebooks()
 
 

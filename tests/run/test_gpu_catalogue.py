@@ -9,7 +9,9 @@ import pytest
 
 from flyexplore.results import table as R
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow  # every test reads one module-wide sweep of three suites
 
 
 def _script():

@@ -125,11 +125,12 @@ CRASH_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_hard_crash_loses_no_finished_row(tmp_path):
     """SIGKILL mid-sweep: the journal holds the finished rows and --resume uses them."""
     out = tmp_path / "r.parquet"
     here = os.path.dirname(__file__)
-    root = os.path.dirname(here)
+    root = os.path.dirname(os.path.dirname(here))
     script = CRASH_SCRIPT.format(tests=here, root=root, out=str(out), resume=False)
     p = subprocess.Popen([sys.executable, "-c", script])
     jp = journal_path(out)

@@ -304,6 +304,7 @@ def mm_cases(draw):
 
 @SETTINGS
 @given(mm_cases())
+@pytest.mark.slow
 def test_mm_agrees_with_torch(gfx950, fake_mode, case):
     import torch._inductor.kernel.mm as MM
     from torch._inductor import ir
@@ -409,6 +410,7 @@ def grouped_cases(draw):
 
 @SETTINGS
 @given(grouped_cases())
+@pytest.mark.slow
 def test_grouped_mm_agrees_with_torch(gfx950, fake_mode, case):
     import torch._inductor.kernel.mm_grouped as GM
     from torch._inductor import ir
@@ -499,6 +501,7 @@ def mxfp_cases(draw):
 
 @SETTINGS
 @given(mxfp_cases())
+@pytest.mark.slow
 def test_mxfp_agrees_with_torch(gfx950, fake_mode, case):
     import torch._inductor.kernel.mm as MM
     from torch._inductor import ir

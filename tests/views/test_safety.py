@@ -141,6 +141,7 @@ def test_report_refuses_a_foreign_folder_and_touches_nothing(tmp_path, capsys):
         check_report_dir(f)
 
 
+@pytest.mark.slow
 def test_report_replaces_an_earlier_report_whole(tmp_path):
     out = tmp_path / "rep"
     _report(_rows(3), out, published=True, table_formats=("csv", "md"))
@@ -211,6 +212,7 @@ needs_nb = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in (
 @pytest.mark.parametrize("src,exc", [("import time\ntime.sleep(120)", "CellTimeoutError"),
                                      ("import os\nos._exit(3)", "DeadKernelError"),
                                      ("1 / 0", "CellExecutionError")])
+@pytest.mark.slow
 def test_failed_notebook_is_written_up_to_the_failure(tmp_path, src, exc):
     import nbformat
 

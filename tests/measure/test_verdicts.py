@@ -307,7 +307,7 @@ def test_schema1_files_load_report_and_compare(tmp_path):
 
     from flyexplore.results.compare import pair
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     v1 = R.load(root / "data/h200/published_suites/results.parquet")
     assert (v1["schema_version"] == 2).all()
     ok = v1[v1["status"] == "ok"]
@@ -320,6 +320,7 @@ def test_schema1_files_load_report_and_compare(tmp_path):
     assert ab.warnings == ()
 
 
+@pytest.mark.slow
 def test_two_identical_cpu_sweeps_never_read_a_difference(tmp_path):
     from flyexplore.results.compare import pair
     from flyexplore.run.sweep import run_sweep
@@ -363,6 +364,7 @@ def test_speedup_figure_draws_whiskers_and_labels():
     assert "FASTER" in bar.name and "SAME" in bar.name and "[" in bar.name
 
 
+@pytest.mark.slow
 def test_loading_scipy_does_not_eat_the_case_budget():
     # in a fresh process the first stopping check used to load scipy.stats (~1 s on the CI
     # machine) after the case's clock had started, so a 1 s CI budget got 24 rounds, all from

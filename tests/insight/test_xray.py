@@ -258,6 +258,7 @@ def test_the_explainer_is_asked_with_the_xrays_autotune_setting():
     assert on[0] and on[2] == "flyexplore.insight.explain.explain_text"
 
 
+@pytest.mark.slow
 def test_an_eligible_case_carries_the_explainers_verdict_and_is_compiled():
     from flyexplore.insight.explain import explain_text
 
@@ -268,6 +269,7 @@ def test_an_eligible_case_carries_the_explainers_verdict_and_is_compiled():
     assert not any("torch's own predicate" in n for n in x.notes)       # torch agrees
 
 
+@pytest.mark.slow
 def test_the_builder_is_found_through_the_registry():
     """A family registered at run time whose FlyDSLPath names an X-ray builder is X-rayed
     without any change to flyexplore.insight.xray: here a toy family reusing the RMSNorm builder."""
@@ -352,6 +354,7 @@ def _meta(path, key):
         return int(re.search(r"^\s+\." + key + r":\s+(\d+)\s*$", f.read(), re.M).group(1))
 
 
+@pytest.mark.slow
 def test_rmsnorm_resources_come_from_the_real_isa(batch):
     res, out = batch
     for case in ("8192x4096", "4096x16384"):
@@ -374,6 +377,7 @@ def test_rmsnorm_resources_come_from_the_real_isa(batch):
             assert json.load(open(os.path.join(x.out_dir, "xray.json")))["kernels"][0]["name"] == k.name
 
 
+@pytest.mark.slow
 def test_rmsnorm_numbers_differ_where_they_should(batch):
     res, _ = batch
     k = {(c, d): res[("rmsnorm", c, d)].kernels[0] for c in ("8192x4096", "4096x16384") for d in ("bf16", "fp32")}
@@ -391,12 +395,14 @@ def test_rmsnorm_numbers_differ_where_they_should(batch):
     assert k[("8192x4096", "bf16")].config == {"N": 4096, "dtype": "bf16"}
 
 
+@pytest.mark.slow
 def test_same_specialisation_is_compiled_once(batch):
     res, _ = batch
     a, b = res[("rmsnorm", "8192x4096", "bf16")].kernels[0], res[("rmsnorm", "16384x4096", "bf16")].kernels[0]
     assert b.reused and not a.reused and a.resources == b.resources
 
 
+@pytest.mark.slow
 def test_not_eligible_cases_get_torchs_reason(batch):
     res, _ = batch
     x = res[("rmsnorm", "16x4096", "bf16")]
@@ -408,6 +414,7 @@ def test_not_eligible_cases_get_torchs_reason(batch):
     assert not x.eligible and "fp16/bf16" in x.reason
 
 
+@pytest.mark.slow
 def test_topk_register_and_gemm_kernels(batch):
     res, _ = batch
     t = res[("topk", "4096x4096x8", "fp32")]
@@ -421,6 +428,7 @@ def test_topk_register_and_gemm_kernels(batch):
     assert any("eligible is not chosen" in n for n in g.notes)
 
 
+@pytest.mark.slow
 def test_frame_text_and_figure(batch, tmp_path):
     res, _ = batch
     df = X.xray_frame(list(res.values()))
@@ -440,6 +448,7 @@ def test_frame_text_and_figure(batch, tmp_path):
         X.resources_figure(df[~df["eligible"]])
 
 
+@pytest.mark.slow
 def test_cli_xray_json(tmp_path, capsys):
     assert main(["xray", "--op", "rmsnorm", "--shape", "8192x8192", "--dtype", "fp16",
                  "--out", str(tmp_path), "--json"]) == 0
@@ -452,7 +461,7 @@ def test_cli_xray_json(tmp_path, capsys):
 def test_published_script_builds_its_case_list():
     import importlib.util
 
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "xray_published.py")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "xray_published.py")
     spec = importlib.util.spec_from_file_location("xray_published", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

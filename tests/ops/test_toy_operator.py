@@ -59,7 +59,7 @@ def _judge(call, env, common):
     x = C.TensorDesc.of(call.pop("x"))
     n = x.shape[0]
     rule = C.cond("N multiple of 64", n % 64 == 0, f"N={n}" + ("" if n % 64 == 0 else ": the toy kernel needs N % 64 == 0"),
-                  "tests/test_toy_operator.py::_judge")
+                  "tests/ops/test_toy_operator.py::_judge")
     return {"x": x.text()}, [rule], "toy_kernel", []
 
 
@@ -137,13 +137,14 @@ def test_gone_after_unregister():
     assert trace.classify("toy_double_kernel_0").family == "unclassified"
 
 
+@pytest.mark.slow
 def test_a_registered_family_runs_in_worker_processes(toy, tmp_path):
     # a worker imports the family by "module:attribute" (engine.op_ref), not by its bare name,
     # which only the registering process knows (found by a new developer following the docs)
     from flyexplore.run.engine import op_ref
     from flyexplore.run.sweep import run_sweep
 
-    assert op_ref(TOY) == "test_toy_operator:TOY"
+    assert op_ref(TOY) == f"{__name__}:TOY"  # tests.ops.test_toy_operator:TOY
     df = run_sweep("toy_double", shapes="4096", workers=1, progress=False, timer={"budget_s": 0.3},
                    out=tmp_path / "w.parquet")
     assert list(df["status"]) == ["ok", "ok"] and df["worker"].str.startswith("cpu0").all()

@@ -1,6 +1,9 @@
+import pytest
+
 from flyexplore.results import table as R
 
 
+@pytest.mark.slow
 def test_demo_writes_results_env_and_report(cli, tmp_path):
     out = tmp_path / "demo"
     p = cli("demo", "--out", str(out), "--quiet")

@@ -19,7 +19,7 @@ from flyexplore.run.engine import STICKY_ERRORS, choose_engine, pin_env, resolve
 from flyexplore.errors import UsageError
 from flyexplore.run.sweep import case_cost, journal_path, run_sweep
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/: fault_ops.py and ray_start/
 ROOT = HERE.parent
 FAST = {"rep": 5, "warmup": 1}
 OP = "fault_ops:FAULTS"
@@ -89,7 +89,7 @@ def test_engine_options_are_checked_before_anything_runs(tmp_path):
     out = tmp_path / "r.parquet"
     with pytest.raises(UsageError, match="needs --resume"):
         run_sweep(OP, shapes="4x4", out=out, retry_failed=True, progress=False)
-    from test_sweep import toy_op  # an operator made in a function: no import path
+    from tests.run.test_sweep import toy_op  # an operator made in a function: no import path
     with pytest.raises(UsageError, match="not importable by a worker process"):
         run_sweep(toy_op(), shapes="4x4", out=out, workers=1, progress=False)
     assert not out.exists() and not journal_path(out).exists()
@@ -109,6 +109,7 @@ def test_pinning_sets_one_visible_gpu_and_never_rocr():
     assert not sticky({"status": "error", "message": "ValueError: bad"}) and STICKY_ERRORS
 
 
+@pytest.mark.slow
 def test_faults_in_two_cpu_workers_every_other_row_kept_and_resume(tmp_path, monkeypatch):
     """25 cases on two CPU worker processes (sharding): a segfault, a hang, a Python exception,
     an OOM and a worker killed with SIGKILL from outside; then --resume and --retry-failed."""
@@ -142,6 +143,7 @@ def test_faults_in_two_cpu_workers_every_other_row_kept_and_resume(tmp_path, mon
     assert len(R.load(out)) == len(df3)
 
 
+@pytest.mark.slow
 def test_faults_on_ray_same_rows(tmp_path, monkeypatch):
     """The same sweep on Ray actors (a local Ray instance on the CPU, started and stopped here)."""
     ray = pytest.importorskip("ray")
@@ -187,6 +189,7 @@ def _gone(pid: int) -> bool:
     return "State:\tZ" in state
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_worker_keeps_rows_and_says_resume(tmp_path):
     fd = tmp_path / "faults"
     fd.mkdir()

@@ -27,6 +27,8 @@ from flyexplore.ui.notebooks import kernel_env
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow  # JupyterLab and a headless Chromium
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]

@@ -16,8 +16,8 @@ from flyexplore.results import table as R
 from flyexplore.views.report import env_summary, fmt_num, scan_table, summary_table
 
 from conftest import ROOT
-from test_export_report import _check_png, need_static
-from test_plots import rows
+from tests.views.test_export_report import _check_png, need_static
+from tests.views.test_plots import rows
 
 
 def _py(code, **kw):
@@ -86,6 +86,7 @@ def test_shapes_default_to_fp32_on_the_cpu():
     assert a.dtypes is None  # a suite keeps its own dtypes
 
 
+@pytest.mark.slow
 def test_explain_exit_codes_for_scripts(cli):
     yes = cli("explain", "--op", "rmsnorm", "--shape", "8192x4096", "--dtype", "bf16", "--assume-rocm", "--arch", "gfx950")
     assert yes.returncode == C.EXIT_YES == 0 and "FlyDSL YES" in yes.stdout, yes.stderr
@@ -95,6 +96,7 @@ def test_explain_exit_codes_for_scripts(cli):
     assert bad.returncode == 2 and bad.stderr.startswith("flyexplore: error:")
 
 
+@pytest.mark.slow
 def test_closed_pipe_ends_quietly():
     e = dict(os.environ, PYTHONPATH=str(ROOT))
     for args, rc in ((["sweep", "--help"], 0),  # argparse drops a failed help write itself
@@ -107,6 +109,7 @@ def test_closed_pipe_ends_quietly():
         assert "Traceback" not in err and "BrokenPipeError" not in err, err
 
 
+@pytest.mark.slow
 def test_harmless_cpu_messages_are_silenced(cli):
     p = cli("trace", "--op", "rmsnorm", "--shape", "64x256", "--backend", "inductor", "--dtype", "fp32", "--reps", "1")
     assert p.returncode == 0, p.stderr
@@ -156,6 +159,7 @@ def test_fp32_and_bf16_bars_differ():
     assert {bars[0].marker.pattern.shape, bars[1].marker.pattern.shape} == {"", "/"}
 
 
+@pytest.mark.slow
 def test_kaleido_session_persists_and_times_out(tmp_path):
     need_static()
     import kaleido
@@ -181,6 +185,7 @@ def test_kaleido_session_persists_and_times_out(tmp_path):
     assert not kaleido._global_server.is_running()
 
 
+@pytest.mark.slow
 def test_export_command(cli, tmp_path):
     f = tmp_path / "r.parquet"
     R.save(rows({("8x4096x4096", "aten"): 0.02, ("8x4096x4096", "triton"): 0.01,

@@ -33,6 +33,7 @@ def test_bad_input_is_one_line_exit_2_and_keeps_existing_file(cli, tmp_path, arg
     assert out.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_sweep_cli_writes_results_and_resumes(cli, tmp_path):
     out = tmp_path / "g.csv"
     p = cli("sweep", "--op", "gemm", "--shapes", "32x32x32;64x32x16:NN", "--backends", "aten,triton",
@@ -48,6 +49,7 @@ def test_sweep_cli_writes_results_and_resumes(cli, tmp_path):
     assert len(R.load(out)) == 5
 
 
+@pytest.mark.slow
 def test_env_json_and_suites(cli):
     p = cli("env", "--json")
     assert p.returncode == 0, p.stderr

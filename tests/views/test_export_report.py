@@ -18,8 +18,8 @@ from flyexplore.views.export import save_figure, save_figures, save_table, stati
 from flyexplore.views.plots import speedup_figure
 from flyexplore.views.report import write_compare_report, write_report
 
-from test_plots import rows
-from test_vllm_ab import result
+from tests.results.test_vllm_ab import result
+from tests.views.test_plots import rows
 
 
 def need_static():
@@ -55,6 +55,7 @@ def _check_pdf(p):
     assert b[:5] == b"%PDF-" and b"%%EOF" in b[-64:] and len(b) > 1000
 
 
+@pytest.mark.slow
 def test_static_and_html_export(tmp_path, measured):
     need_static()
     fig = speedup_figure(measured, "aten", title="export check")
@@ -98,6 +99,7 @@ def test_tables_csv_markdown_latex(tmp_path):
     assert "nan" not in md.lower() and "<NA>" not in md
 
 
+@pytest.mark.slow
 def test_write_report_without_images(tmp_path, measured):
     pub = P.load("dense")
     path = write_report(R.concat([measured, pub]), tmp_path / "rep", static=False, published=pub)
@@ -121,6 +123,7 @@ def test_write_report_without_images(tmp_path, measured):
     assert len(res) == len(measured) + len(pub)
 
 
+@pytest.mark.slow
 def test_cli_report_with_static_images(tmp_path, measured):
     need_static()
     f = tmp_path / "m.parquet"
@@ -176,6 +179,7 @@ def test_cli_compare_vllm(tmp_path):
     assert main(["compare", str(a / "c8.json"), str(f), "--out", str(tmp_path / "x")]) == 2
 
 
+@pytest.mark.slow
 def test_demo_writes_the_same_report(tmp_path, monkeypatch, measured):
     """flyexplore demo's glue: its sweeps (stubbed here; the sweep has its own tests) go into
     report.write_report, with or without static images."""

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_trace.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_trace.py"
 
 
 def test_gpu_trace_script_small_on_cpu(tmp_path, capsys):
