@@ -148,7 +148,7 @@ def sweep_args(size: str, op: str = "gemm") -> dict[str, Any]:
 
 def notebooks_dir() -> Path:
     """``notebooks/`` at the top of the repository (next to the package; installed editable)."""
-    return Path(__file__).resolve().parents[1] / "notebooks"
+    return Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def list_notebooks(folder: str | os.PathLike | None = None) -> list[Path]:
@@ -188,7 +188,7 @@ def kernel_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for a notebook kernel: this process's, with the folder holding the
     ``flyexplore`` package first on ``PYTHONPATH`` (so an uninstalled checkout works too)."""
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.update(extra or {})
     return env
