@@ -215,9 +215,9 @@ def peaks(df=None, *, device: str | None = None, kind: str | None = None):
     return _peaks.percent_of_peak(_rows(df, "peaks"), device=device, kind=kind or "datasheet")
 
 
-#: Walkthrough steps besides the sweeps of :data:`flyexplore.ui.notebooks.WALKTHROUGH_SWEEPS`:
-#: ``<op>:grid`` (eligibility grids) and ``rmsnorm:xray`` (the X-ray's shapes).
 def _walkthrough_steps() -> dict[str, Any]:
+    """Walkthrough steps besides the sweeps of :data:`flyexplore.ui.notebooks.WALKTHROUGH_SWEEPS`:
+    ``<op>:grid`` (eligibility grids) and ``rmsnorm:xray`` (the X-ray's shapes)."""
     steps: dict[str, Any] = {f"{op}:grid": {"op": op, **g} for op, g in _nb.ELIGIBILITY_GRIDS.items()}
     steps["rmsnorm:xray"] = {"op": "rmsnorm", "shapes": list(_nb.XRAY_RMSNORM), "dtype": "bf16"}
     return steps

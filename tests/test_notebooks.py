@@ -146,7 +146,8 @@ def test_the_cell_check_catches_submodules_and_logic():
         assert any(why in p for p in got), (src, got)
 
 
-def _check_runs_top_to_bottom(nb, name):
+def _check_runs_top_to_bottom(executed, path):
+    nb, name = _read(executed, path), path.name
     injected = [c for c in nb.cells if N.INJECTED_TAG in c.metadata.get("tags", [])]
     assert len(injected) == 1 and "SIZE = 'cpu'" in injected[0].source, name
     errors = [o for c in _code_cells(nb) for o in c.outputs if o.output_type == "error"]
@@ -438,11 +439,10 @@ def test_every_notebook_runs_on_the_cpu_and_shows_what_it_promises(tmp_path):
     assert set(CHECKS) == {path.stem for path in NOTEBOOKS}  # a new notebook gets its check
     failed = []
     for path in NOTEBOOKS:
-        for check in (lambda: _check_runs_top_to_bottom(_read(executed, path), path.name),
-                      lambda: CHECKS[path.stem](executed)):
+        for check, args in ((_check_runs_top_to_bottom, (executed, path)), (CHECKS[path.stem], (executed,))):
             try:
-                check()
-            except AssertionError:
+                check(*args)
+            except Exception:  # noqa: BLE001 - every failed check is reported below
                 failed.append(f"{path.name}:\n{traceback.format_exc(limit=-1)}")
     try:
         _check_run_notebooks_script(executed)

@@ -231,8 +231,8 @@ def test_kernels_switches_and_mx():
     bands = fx.kernels("topk")
     assert bands.kernel.iloc[0] == "register" and "radix K 832-1024, N 32768-262144" in set(bands.kernel)
     heads = fx.kernels("attention", arch="gfx950", dtype="bf16", head_dims=[64, 80])
-    assert heads.set_index(["head_dim", "pass"]).loc[(80, "fwd"), "flyc"] == False  # noqa: E712
-    assert heads.set_index(["head_dim", "pass"]).loc[(64, "fwd"), "flyc"] == True  # noqa: E712
+    flyc = heads.set_index(["head_dim", "pass"])["flyc"]
+    assert not flyc[(80, "fwd")] and flyc[(64, "fwd")] and flyc[(80, "bwd")]
     with pytest.raises(UsageError, match=r"unknown operator with a FlyDSL kernel table 'gemm' \(valid: "):
         fx.kernels("gemm")
     sw = fx.switches()
@@ -292,3 +292,22 @@ def test_export_files_summary_and_report(tmp_path, demo):
     assert "rmsnorm" in path2.read_text()
     with pytest.raises(UsageError, match="takes result rows"):
         fx.report({"a": 1}, tmp_path / "rep3")
+
+
+def test_readme_and_docs_python_examples_use_only_the_public_face():
+    import ast
+    import re
+
+    pages = [ROOT / "README.md", ROOT / "notebooks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    blocks = [(p.name, b) for p in pages for b in re.findall(r"```python\n(.*?)```", p.read_text(), re.DOTALL)]
+    assert len(blocks) >= 5
+    for name, block in blocks:
+        tree = ast.parse(block)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                assert not (node.module or "").startswith("flyexplore"), (name, ast.unparse(node))
+            if isinstance(node, ast.Import):
+                assert all(a.name != "flyexplore" or a.asname == "fx" for a in node.names), (name, ast.unparse(node))
+                assert not any(a.name.startswith("flyexplore.") for a in node.names), (name, ast.unparse(node))
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "fx":
+                assert node.attr in fx.__all__, (name, node.attr)
