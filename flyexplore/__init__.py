@@ -1,16 +1,23 @@
 """flyexplore: measure, explain and explore PyTorch's FlyDSL paths on AMD MI350 (gfx950),
 and the ATen / Triton / vendor-BLAS / SDPA paths on any CUDA or ROCm GPU or the CPU.
 
-``import flyexplore as fx`` is the one way in. The public names are :data:`__all__`; each is
-imported on first use (``import flyexplore`` loads neither torch nor pandas nor plotly):
+``import flyexplore as fx`` is the one way in; README, docs and notebooks use nothing else. The
+public names are :data:`__all__`; each is imported on first use (``import flyexplore`` loads
+neither torch nor pandas nor plotly):
 
-- run and read: :func:`sweep`, :func:`load`, :func:`speedup`, :func:`geomean`;
-- FlyDSL insight: :func:`explain`, :func:`trace`, :func:`xray`, :func:`eligibility_grid`;
-  :func:`flydsl`, :func:`set_flydsl` (the switches); :func:`collect` (the environment);
-- views: :func:`figure`, :func:`report`;
-- the catalogue: :func:`get_op`, :func:`list_ops`, :func:`register_op`, :class:`Operator`,
-  :class:`FlyDSLPath`, :class:`KernelPattern`, :class:`PublishedSuite`
-  (``docs/adding-an-operator.md``);
+- run and read: :func:`sweep`, :func:`load`, :func:`save`, :func:`speedup`, :func:`geomean`,
+  :func:`compare` (A/B of two result sets or vLLM runs), :func:`published` (the MI355X figures),
+  :func:`peaks`, :func:`data_dir`, :func:`walkthrough` (what the notebooks sweep per size);
+- FlyDSL insight: :func:`explain`, :func:`eligibility_grid`, :func:`trace`, :func:`autotune`,
+  :func:`xray`, :func:`xray_figure`, :func:`kernels`, :func:`aotriton_ab`, :func:`mx_blocks`,
+  :func:`mx_errors`; the switches :func:`switches`, :func:`flydsl`, :func:`set_flydsl`,
+  :func:`sdpa`; the environment :func:`collect`;
+- views: :func:`figure`, :func:`export`, :func:`files`, :func:`summary`, :func:`report`;
+- notebook widgets (need the ``notebook`` extra): :class:`SweepPanel`, :class:`SwitchPanel`,
+  :class:`DispatchInspector`, :func:`environment_view`;
+- the catalogue: :func:`get_op`, :func:`list_ops`, :func:`register_op`, :func:`unregister_op`,
+  :class:`Operator`, :class:`FlyDSLPath`, :class:`KernelPattern`, :class:`PublishedSuite`
+  (``docs/adding-an-operator.md``), :class:`Explanation`, :class:`TensorDesc`;
 - measuring building blocks: :class:`Timer` -> :class:`Measurement`, :func:`measure_interleaved`.
 
 The package is folders by layer (``docs/architecture.md``): ``measure``, ``world``, ``ops``,
@@ -37,16 +44,19 @@ _routes.provide(_catalogue_routes)
 
 #: public name -> the module that defines it.
 _API = {
-    "sweep": "_api", "explain": "_api", "trace": "_api", "xray": "_api", "load": "_api",
-    "speedup": "_api", "geomean": "_api", "figure": "_api", "report": "_api",
-    "collect": "world.env",
+    **dict.fromkeys(("sweep", "load", "speedup", "geomean", "compare", "published", "peaks", "walkthrough",
+                     "explain", "trace", "autotune", "xray", "xray_figure", "kernels", "switches",
+                     "mx_blocks", "mx_errors", "aotriton_ab", "figure", "export", "files", "summary",
+                     "report", "collect", "flydsl", "set_flydsl", "sdpa"), "_api"),
+    "data_dir": "paths",
     "get_op": "ops", "list_ops": "ops", "register_op": "ops", "unregister_op": "ops",
     "Operator": "ops", "FlyDSLPath": "ops", "KernelPattern": "ops", "PublishedSuite": "ops",
     "Timer": "measure.timing", "Measurement": "measure.timing", "measure_interleaved": "measure.interleaved",
-    "save": "results.table", "pair": "results.compare",
+    "save": "results.table",
     "eligibility_grid": "insight.explain",
     "Explanation": "world.conditions", "TensorDesc": "world.conditions",
-    "flydsl": "world.switches", "set_flydsl": "world.switches",
+    "SweepPanel": "ui.widgets", "SwitchPanel": "ui.widgets", "DispatchInspector": "ui.widgets",
+    "environment_view": "ui.widgets",
 }
 
 __all__ = sorted(_API)

@@ -171,7 +171,9 @@ class FlyDSLPath:
     generic ``judge``/``describe`` one (attention: :func:`flyexplore.ops.attention.flydsl.
     explain_attention_options`). ``trace_columns(trace, case, dtype)``: ``flydsl_taken`` /
     ``flydsl_reason`` of a traced row when the family, not the kernel names, knows what ran
-    (attention: which AOTriton backend, :func:`flyexplore.ops.attention.aotriton.aotriton_trace_columns`)."""
+    (attention: which AOTriton backend, :func:`flyexplore.ops.attention.aotriton.aotriton_trace_columns`).
+    ``kernel_table(**kw)``: a ``pandas.DataFrame`` of which FlyDSL kernel covers which calls
+    (``fx.kernels(op)``; TopK: its kernel bands, attention: AOTriton's FlyDSL head dims)."""
 
     route: str
     path: str
@@ -186,6 +188,7 @@ class FlyDSLPath:
     case_notes: Callable | None = None
     explain_text: Callable | None = None
     trace_columns: Callable | None = None
+    kernel_table: Callable | None = None
 
     def __post_init__(self):
         if self.route not in ROUTES:

@@ -1,13 +1,17 @@
 """Every walkthrough notebook runs top to bottom on the CPU at small sizes (nbclient, a real
-kernel), and the quickstart shows what it promises."""
+kernel) and shows what it promises -- one slow test runs them all once and checks each -- and
+every notebook cell is a call of the public face (``import flyexplore as fx``), checked
+statically without running anything."""
 import ast
 import json
 import subprocess
 import sys
+import traceback
 
 import nbformat
 import pytest
 
+import flyexplore as fx
 from flyexplore.ui import notebooks as N
 from flyexplore.results import table as R
 from flyexplore.errors import UsageError
@@ -18,18 +22,6 @@ from conftest import ROOT
 pytestmark = pytest.mark.slow  # real notebook kernels, every walkthrough run
 
 NOTEBOOKS = N.list_notebooks()
-
-
-@pytest.fixture(scope="module")
-def executed(tmp_path_factory):
-    """All notebooks executed once, with SIZE="cpu", by ``benchmarks/run_notebooks.py`` (the
-    script used for the GPU copies): returns its output folder."""
-    out = tmp_path_factory.mktemp("executed")
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_notebooks.py"), str(out),
-                        "--size", "cpu", "--timeout", "300"],
-                       capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout + p.stderr
-    return out
 
 
 def _read(out, path):
@@ -78,34 +70,94 @@ def test_there_are_notebooks_and_each_has_a_parameters_cell():
 
 # Statements a walkthrough cell may hold: imports, assignments and expressions (calls).
 _ALLOWED = (ast.Import, ast.ImportFrom, ast.Assign, ast.Expr)
-# Expressions that would be logic of the notebook's own.
-_FORBIDDEN = (ast.Lambda, ast.ListComp, ast.DictComp, ast.SetComp, ast.GeneratorExp, ast.IfExp)
+# Nodes that would be logic of the notebook's own: control flow, definitions, and expressions
+# that hide a loop or a branch.
+_LOGIC = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+          ast.Try, ast.With, ast.AsyncWith, ast.Lambda, ast.ListComp, ast.DictComp, ast.SetComp,
+          ast.GeneratorExp, ast.IfExp)
+# The one flyexplore submodule a notebook may import from directly.
+_WIDGETS = "flyexplore.ui.widgets"
+
+
+def cell_problems(source: str) -> list[str]:
+    """Why a notebook code cell is more than calls of the public face (empty: it is fine): a
+    statement other than an import, assignment or expression; control flow, a definition,
+    a lambda or comprehension anywhere; an import of flyexplore other than ``import flyexplore
+    as fx`` (or from the widgets); ``fx`` rebound; an ``fx.NAME`` outside ``fx.__all__``;
+    ``flyexplore.x`` reached other than through ``fx``."""
+    out = []
+    tree = ast.parse(source)
+    for stmt in tree.body:
+        if not isinstance(stmt, _ALLOWED):
+            out.append(f"statement {type(stmt).__name__}: {ast.unparse(stmt)[:60]}")
+    for node in ast.walk(tree):
+        if isinstance(node, _LOGIC):
+            out.append(f"logic ({type(node).__name__}): {ast.unparse(node)[:60]}")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "flyexplore" and (a.name, a.asname) != ("flyexplore", "fx"):
+                    out.append(f"import {a.name}{' as ' + a.asname if a.asname else ''}: use import flyexplore as fx")
+                elif a.asname == "fx" and a.name != "flyexplore":
+                    out.append(f"fx is bound to {a.name}")
+        elif isinstance(node, ast.ImportFrom):
+            if node.module != _WIDGETS:
+                out.append(f"from {node.module} import ...: only import flyexplore as fx (or {_WIDGETS})")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "fx" and node.attr not in fx.__all__:
+                out.append(f"fx.{node.attr} is not a public name (flyexplore.__all__)")
+            if node.value.id == "flyexplore":
+                out.append(f"flyexplore.{node.attr}: use fx.")
+        elif isinstance(node, ast.Name) and node.id == "fx" and isinstance(node.ctx, ast.Store):
+            out.append("fx is assigned")
+    return out
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_cells_only_call_the_library(path):
+def test_notebook_cells_only_call_the_public_face(path):
     nb = nbformat.read(path, as_version=4)
-    for cell in _code_cells(nb):
-        tree = ast.parse(cell.source)
-        for stmt in tree.body:
-            assert isinstance(stmt, _ALLOWED), f"{path.name}: {ast.dump(stmt)[:80]}"
-        for node in ast.walk(tree):
-            assert not isinstance(node, _FORBIDDEN), f"{path.name}: logic in a cell: {cell.source[:80]}"
-            if isinstance(node, ast.ImportFrom):
-                assert node.module.split(".")[0] == "flyexplore", node.module
+    problems = [f"cell {i}: {p}" for i, c in enumerate(nb.cells) if c.cell_type == "code"
+                for p in cell_problems(c.source)]
+    assert problems == [], f"{path.name}: " + "; ".join(problems)
+    assert any("import flyexplore as fx" in c.source for c in _code_cells(nb)), path.name
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_top_to_bottom_on_cpu(path, executed):
-    nb = _read(executed, path)
+def test_the_cell_check_catches_submodules_and_logic():
+    assert cell_problems('import flyexplore as fx\ndf = fx.load("r.parquet")\nfx.figure("speedup", df)') == []
+    assert cell_problems("import torch\nx = torch.ones(2)") == []
+    assert cell_problems("from flyexplore.ui.widgets import SweepPanel\nSweepPanel()") == []
+    bad = {
+        "from flyexplore.views import plots": "from flyexplore.views import ...",
+        "import flyexplore.results.table as R": "import flyexplore.results.table as R",
+        "import flyexplore": "import flyexplore: use",
+        "import flyexplore as fx\nfx.plots": "fx.plots is not a public name",
+        "import flyexplore as fx\nflyexplore.cli.main([])": "flyexplore.cli: use fx.",
+        "if x:\n    y = 1": "statement If",
+        "z = [v for v in range(3)]": "logic (ListComp)",
+        "z = f(lambda: 1)": "logic (Lambda)",
+        "z = 1 if a else 2": "logic (IfExp)",
+        "for i in x:\n    pass": "statement For",
+        "def f():\n    pass": "statement FunctionDef",
+        "class C:\n    pass": "statement ClassDef",
+        "try:\n    f()\nexcept Exception:\n    pass": "statement Try",
+        "while x:\n    pass": "statement While",
+        "import flyexplore as fx\nfx = 3": "fx is assigned",
+        "import numpy as fx": "fx is bound to numpy",
+    }
+    for src, why in bad.items():
+        got = cell_problems(src)
+        assert any(why in p for p in got), (src, got)
+
+
+def _check_runs_top_to_bottom(executed, path):
+    nb, name = _read(executed, path), path.name
     injected = [c for c in nb.cells if N.INJECTED_TAG in c.metadata.get("tags", [])]
-    assert len(injected) == 1 and "SIZE = 'cpu'" in injected[0].source
+    assert len(injected) == 1 and "SIZE = 'cpu'" in injected[0].source, name
     errors = [o for c in _code_cells(nb) for o in c.outputs if o.output_type == "error"]
-    assert not errors
-    assert all(c.execution_count for c in _code_cells(nb))
+    assert not errors, f"{name}: {errors[:1]}"
+    assert all(c.execution_count for c in _code_cells(nb)), name
 
 
-def test_quickstart_shows_environment_panel_rows_and_figure(executed):
+def _check_quickstart(executed):
     nb = _read(executed, ROOT / "notebooks" / "quickstart.ipynb")
     out = executed / "quickstart-out"
     states = _widget_states(nb)
@@ -182,7 +234,7 @@ def test_slim_widget_state_replaces_only_large_bundles():
     assert st["b"]["state"]["_esm"] == "export default {}"
 
 
-def test_run_notebooks_script_writes_env_and_run_log(executed):
+def _check_run_notebooks_script(executed):
     env = json.loads((executed / "env.json").read_text())
     assert env["platform"] == "cpu" and env["fingerprint"]["torch"]
     runs = json.loads((executed / "run.json").read_text())
@@ -207,7 +259,7 @@ def test_every_notebook_says_what_it_needs():
             assert "| you have |" in first.source and "CPU only" in first.source, path.name
 
 
-def test_gemm_sweeps_notebook(executed):
+def _check_gemm_sweeps(executed):
     nb, out = _nb(executed, "gemm_sweeps")
     dense, grouped = R.load(out / "dense.parquet"), R.load(out / "grouped.parquet")
     R.validate(dense)
@@ -225,7 +277,7 @@ def test_gemm_sweeps_notebook(executed):
     assert "pct_peak_tflops" in _text(nb)
 
 
-def test_mxfp_fp8_notebook(executed):
+def _check_mxfp_fp8(executed):
     nb, out = _nb(executed, "mxfp_fp8")
     sg = R.load(out / "scaled_gemm.parquet")
     R.validate(sg)
@@ -242,7 +294,7 @@ def test_mxfp_fp8_notebook(executed):
     assert len(errs) == 3 and any("(emulated)" in t["name"] for t in errs[0]["data"])
 
 
-def test_attention_notebook(executed):
+def _check_attention_aotriton(executed):
     nb, out = _nb(executed, "attention_aotriton")
     att = R.load(out / "attention.parquet")
     R.validate(att)
@@ -270,7 +322,7 @@ def test_attention_notebook(executed):
         [(0.92, 2.34), (0.93, 2.47)]
 
 
-def test_published_notebook(executed):
+def _check_published_mi355x(executed):
     nb, out = _nb(executed, "published_mi355x")
     text = _text(nb)
     assert "1.1027 (1.10x)" in text and "1.102712" in text  # printed and recomputed
@@ -285,7 +337,7 @@ def test_published_notebook(executed):
     assert set(live.case) == {"8x4096x4096", "16x4096x4096"}
 
 
-def test_export_report_notebook(executed):
+def _check_export_report(executed):
     from flyexplore.views.export import static_export_problem
 
     nb, out = _nb(executed, "export_report")
@@ -308,7 +360,7 @@ def _title(fig) -> str:
     return t.get("text", "") if isinstance(t, dict) else str(t)
 
 
-def test_dispatch_switches_shows_switches_verdicts_traces_and_autotune(executed):
+def _check_dispatch_switches(executed):
     nb = _read(executed, ROOT / "notebooks" / "dispatch_switches.ipynb")
     text = _text(nb)
     # the explainer: one eligible call in full, then a reason per ineligible call
@@ -340,7 +392,7 @@ def test_dispatch_switches_shows_switches_verdicts_traces_and_autotune(executed)
     assert len(df) == 6 and set(df.backend) == {"aten", "inductor"} and (df.status == "ok").all()
 
 
-def test_rmsnorm_topk_shows_sweeps_published_eligibility_and_xray(executed):
+def _check_rmsnorm_topk(executed):
     nb = _read(executed, ROOT / "notebooks" / "rmsnorm_topk.ipynb")
     out = executed / "rmsnorm_topk-out"
     for op in ("rmsnorm", "topk"):
@@ -365,3 +417,37 @@ def test_rmsnorm_topk_shows_sweeps_published_eligibility_and_xray(executed):
     x = pd.read_csv(out / "xray" / "xray.csv")
     assert x["kernel"].dropna().str.startswith("rmsnorm_kernel").all() and x["eligible"].sum() == 6
     assert "radix K 832-1024, N 32768-262144" in _text(nb)  # the family per (N, K) table
+
+
+#: What each notebook must show once it ran (the checks above), by notebook name.
+CHECKS = {"quickstart": _check_quickstart, "gemm_sweeps": _check_gemm_sweeps, "mxfp_fp8": _check_mxfp_fp8,
+          "attention_aotriton": _check_attention_aotriton, "published_mi355x": _check_published_mi355x,
+          "export_report": _check_export_report, "dispatch_switches": _check_dispatch_switches,
+          "rmsnorm_topk": _check_rmsnorm_topk}
+
+
+@pytest.mark.slow
+def test_every_notebook_runs_on_the_cpu_and_shows_what_it_promises(tmp_path):
+    """All notebooks executed once, with SIZE="cpu", by ``benchmarks/run_notebooks.py`` (the
+    script used for the GPU copies; each notebook through :func:`flyexplore.ui.notebooks.execute`,
+    nbclient and a fresh kernel), then every check: each notebook ran top to bottom, the script
+    wrote its logs, and each notebook shows what it promises. Every failed check is reported,
+    not only the first."""
+    executed = tmp_path / "executed"
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_notebooks.py"), str(executed),
+                        "--size", "cpu", "--timeout", "300"],
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert set(CHECKS) == {path.stem for path in NOTEBOOKS}  # a new notebook gets its check
+    failed = []
+    for path in NOTEBOOKS:
+        for check, args in ((_check_runs_top_to_bottom, (executed, path)), (CHECKS[path.stem], (executed,))):
+            try:
+                check(*args)
+            except Exception:  # noqa: BLE001 - every failed check is reported below
+                failed.append(f"{path.name}:\n{traceback.format_exc(limit=-1)}")
+    try:
+        _check_run_notebooks_script(executed)
+    except AssertionError:
+        failed.append(f"run_notebooks.py:\n{traceback.format_exc(limit=-1)}")
+    assert not failed, "\n".join(failed)

@@ -286,4 +286,5 @@ FLYDSL = FlyDSLPath(
     example="1x16x4096x4096x128:causal=1",
     explain_text=explain_attention_options,
     trace_columns=trace_columns,
+    kernel_table=A.flyc_table,
 )

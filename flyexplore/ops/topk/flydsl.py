@@ -137,4 +137,5 @@ FLYDSL = FlyDSLPath(
     aten_ops=("topk", "topk.values"),
     module="torch._native.ops.topk.flydsl_impl",
     xray="flyexplore.ops.topk.xray:build",
+    kernel_table=topk_bands,
 )
