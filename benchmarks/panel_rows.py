@@ -1,5 +1,5 @@
 """How much a live sweep panel costs the sweep: feeds N rows through
-:meth:`flyexplore.ui.widgets.SweepPanel.add_row` -- the call the sweep's thread makes for every
+:meth:`flyexplore.ui.panel.SweepPanel.add_row` -- the call the sweep's thread makes for every
 finished row (``run_sweep(on_row=panel.add_row)``) -- while the panel's UI thread redraws, and
 prints the cost per row on the feeding (sweep) thread (median, 95th percentile), the redraws the
 UI thread made, the last redraw with every row (``close_feed``: figure, table, notes) and one
@@ -28,7 +28,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from flyexplore.measure import stats as S  # noqa: E402
-from flyexplore.ui.widgets import REDRAW_FACTOR, SweepPanel  # noqa: E402
+from flyexplore.ui.panel import REDRAW_FACTOR, SweepPanel  # noqa: E402
 
 #: Redraws timed at the end, one new case each.
 REPS = 5

@@ -55,7 +55,7 @@ _API = {
     "save": "results.table",
     "eligibility_grid": "insight.explain",
     "Explanation": "world.conditions", "TensorDesc": "world.conditions",
-    "SweepPanel": "ui.widgets", "SwitchPanel": "ui.widgets", "DispatchInspector": "ui.widgets",
+    "SweepPanel": "ui.panel", "SwitchPanel": "ui.widgets", "DispatchInspector": "ui.inspector",
     "environment_view": "ui.widgets",
 }
 

@@ -43,7 +43,7 @@ from flyexplore.results.compare import pair
 from flyexplore.run.sweep import run_sweep
 from flyexplore.ui import notebooks as _nb
 from flyexplore.views import export as _export
-from flyexplore.views import plots
+from flyexplore.views import plots, plots_compare
 from flyexplore.views.aotriton import aotriton_ab_figure
 from flyexplore.views.report import summary_table, write_compare_report, write_report, write_vllm_report
 from flyexplore.world import switches as _switches
@@ -436,9 +436,9 @@ FIGURES: dict[str, tuple[Any, dict[str, str]]] = {
     "roofline": (plots.roofline_figure, {}),
     "error": (plots.error_figure, {"y": "metric"}),
     "range": (plots.range_figure, {}),
-    "ab": (plots.ab_figure, {}),
-    "published": (plots.published_vs_measured_figure, {"y": "metric"}),
-    "vllm": (plots.vllm_figure, {}),
+    "ab": (plots_compare.ab_figure, {}),
+    "published": (plots_compare.published_vs_measured_figure, {"y": "metric"}),
+    "vllm": (plots_compare.vllm_figure, {}),
     "aotriton": (aotriton_ab_figure, {}),
     "xray": (resources_figure, {"x": "x", "color": "color"}),
 }

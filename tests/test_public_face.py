@@ -32,9 +32,9 @@ def demo():
 def test_every_public_name_resolves_lazily_and_has_a_docstring():
     code = ("import sys, flyexplore as fx\n"
             "assert not [m for m in ('torch', 'pandas', 'plotly', 'ipywidgets') if m in sys.modules]\n"
-            "from flyexplore.ui import widgets as W\n"
-            "assert fx.SweepPanel is W.SweepPanel and fx.SwitchPanel is W.SwitchPanel\n"
-            "assert fx.DispatchInspector is W.DispatchInspector and fx.environment_view is W.environment_view\n"
+            "from flyexplore.ui import inspector as I, panel as P, widgets as W\n"
+            "assert fx.SweepPanel is P.SweepPanel and fx.SwitchPanel is W.SwitchPanel\n"
+            "assert fx.DispatchInspector is I.DispatchInspector and fx.environment_view is W.environment_view\n"
             "print(sorted(fx.__all__))\n")
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]

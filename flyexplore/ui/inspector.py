@@ -1,4 +1,4 @@
-"""The dispatch inspector, :class:`DispatchInspector` (re-exported by :mod:`flyexplore.ui.widgets`):
+"""The dispatch inspector, :class:`DispatchInspector` (``fx.DispatchInspector``):
 will a call take FlyDSL and why, what ran, and what the FlyDSL kernel costs on gfx950. UI only;
 every answer is a call into :mod:`flyexplore.insight.explain`, :mod:`flyexplore.insight.trace` and
 :mod:`flyexplore.insight.xray`.

@@ -1,4 +1,4 @@
-"""The live sweep panel, :class:`SweepPanel` (re-exported by :mod:`flyexplore.ui.widgets`). UI only;
+"""The live sweep panel, :class:`SweepPanel` (``fx.SweepPanel``). UI only;
 the pieces it draws are in :mod:`flyexplore.ui.panel_parts`.
 
 Threading. A sweep runs in a background thread so that the notebook stays responsive while it

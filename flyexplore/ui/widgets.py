@@ -11,9 +11,8 @@ plotly's ``FigureWidget`` (plotly >= 6 builds it on anywidget): the ``notebook``
 Where each lives: :class:`SweepPanel` in :mod:`flyexplore.ui.panel` (the pieces it draws in
 :mod:`flyexplore.ui.panel_parts`), :class:`DispatchInspector` in :mod:`flyexplore.ui.inspector`,
 :class:`SwitchPanel` and :func:`environment_view` here, what they share in
-:mod:`flyexplore.ui.widget_base`. This module re-exports every public name of the first three, so
-``from flyexplore.ui.widgets import ...`` is the one import a notebook needs. A test that patches a
-name patches it in the module where it lives (where the code reads it).
+:mod:`flyexplore.ui.widget_base`. A notebook reaches all four through the public face (``fx.SweepPanel``, ``fx.SwitchPanel``,
+``fx.DispatchInspector``, ``fx.environment_view``); code imports each from where it lives.
 """
 from __future__ import annotations
 
@@ -24,19 +23,7 @@ from typing import Callable
 import ipywidgets as W
 
 from flyexplore.errors import UsageError
-from flyexplore.ui.inspector import THIS_MACHINE, XRAY_COLUMNS, DispatchInspector  # noqa: F401 - re-exported
-from flyexplore.ui.panel import (  # noqa: F401 - re-exported
-    CPU_SUITE,
-    CUSTOM,
-    GL_POINTS,
-    REDRAW_FACTOR,
-    REDRAW_MAX_S,
-    REDRAW_S,
-    TABLE_S,
-    TEXT_POINTS,
-    SweepPanel,
-)
-from flyexplore.ui.panel_parts import NOTE_CHARS, PAGE_ROWS, SYMBOLS, TABLE_COLUMNS  # noqa: F401 - re-exported
+from flyexplore.ui.panel import SweepPanel
 from flyexplore.ui.widget_base import COLORS, TABLE_CSS, Sync, frame_html, html_span
 from flyexplore.world import env as ENV
 from flyexplore.world import switches as S

@@ -2,17 +2,16 @@
 return plotly figures. Rendering never changes the data: every function works on a copy and
 plots the numbers it is given (speedups via :func:`flyexplore.results.table.speedup`).
 
-Colours are fixed per backend in every figure (:data:`BACKEND_COLORS`, :func:`backend_color`;
+Colours are fixed per backend in every figure (:data:`flyexplore.views.plot_style.BACKEND_COLORS`;
 the common look is :mod:`flyexplore.views.plot_style`).
 Speedup axes start at zero and carry a dashed 1.0x line; ratios within +-1%
 (:data:`flyexplore.results.table.TIE_BAND`) are ties and are outlined.
 
-Figures: :func:`speedup_figure`, :func:`sweep_figure`, :func:`heatmap_figure` (with
-:func:`speedup_grid`), :func:`roofline_figure`, :func:`ab_figure`,
-:func:`published_vs_measured_figure`, :func:`vllm_figure`, :func:`error_figure`,
-:func:`range_figure`. The comparison figures (:func:`ab_figure`,
-:func:`published_vs_measured_figure`, :func:`vllm_figure`) live in :mod:`flyexplore.views.plots_compare`
-and are re-exported here. Export: :mod:`flyexplore.views.export`.
+Figures of one result set: :func:`speedup_figure`, :func:`sweep_figure`, :func:`heatmap_figure`
+(with :func:`speedup_grid`), :func:`roofline_figure`, :func:`error_figure`, :func:`range_figure`.
+Figures that compare two sets (A/B, published against measured, vLLM) are
+:mod:`flyexplore.views.plots_compare`; ``fx.figure(kind, ...)`` reaches every one. Export:
+:mod:`flyexplore.views.export`.
 """
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ from flyexplore.measure import stats as S
 from flyexplore.results import peaks as P
 from flyexplore.results import table as R
 from flyexplore.results.published import ranges as _r
-from flyexplore.views.plot_style import (  # noqa: F401 - re-exported
-    BACKEND_COLORS,
+from flyexplore.views.plot_style import (
     HEIGHT,
     SERIES_COLORS,
     backend_color,
@@ -41,7 +39,6 @@ from flyexplore.views.plot_style import (  # noqa: F401 - re-exported
     whiskers,
     wrap_text,
 )
-from flyexplore.views.plots_compare import ab_figure, published_vs_measured_figure, vllm_figure  # noqa: F401 - re-exported
 
 # -- speedup ---------------------------------------------------------------------------------
 #: Up to this many (backend, op, dtype) series, their geometric means are also in the subtitle.

@@ -1,6 +1,6 @@
 """Figures that compare two sets: an A/B run (:func:`ab_figure`), measured against published
 figures (:func:`published_vs_measured_figure`) and vLLM serving arms (:func:`vllm_figure`). Same
-rules as :mod:`flyexplore.views.plots`, which re-exports these functions; the common look is
+rules as :mod:`flyexplore.views.plots`; the common look is
 :mod:`flyexplore.views.plot_style`.
 """
 from __future__ import annotations
@@ -35,7 +35,6 @@ def ab_figure(ab, title: str | None = None):
     :class:`flyexplore.results.compare.ABResult`. Dashed 1.0x line, geometric means with their 95%
     intervals in the legend, each ratio's interval as a whisker, SAME labels outlined, cases
     present on one side only counted in the subtitle."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     a, b = ab.names
@@ -178,7 +177,6 @@ def vllm_figure(ab: pd.DataFrame, title: str | None = None):
     (or both concatenated). Dashed 1.0x line, y from zero. Panels of published rows are titled
     ``[published]``; rows with another non-measured ``source`` (e.g. ``synthetic example``,
     :func:`flyexplore.results.vllm.ab_table`'s ``source=``) carry it in brackets too."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     if ab.empty:

@@ -34,6 +34,7 @@ from flyexplore.results import vllm as V
 from flyexplore.results.compare import pair
 from flyexplore.results.published import headlines, load, ranges, vllm_published
 from flyexplore.views import plots as F
+from flyexplore.views import plots_compare as FC
 from flyexplore.views.aotriton import report_section
 from flyexplore.views.export import IMAGE_FORMATS, plain, save_figures, save_tables
 from flyexplore.views.plots import case_params
@@ -538,7 +539,7 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
         page.h2("Measured vs published (MI355X)")
         meas = df[df["source"] != "published"]
         try:
-            page.fig("published_vs_measured", F.published_vs_measured_figure(meas, pub, "speedup", baseline))
+            page.fig("published_vs_measured", FC.published_vs_measured_figure(meas, pub, "speedup", baseline))
         except UsageError as exc:
             page.p(f"No comparison: {exc}.")
 
@@ -575,7 +576,7 @@ def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,
     page.table("environments", ab.env, highlight="differs")
     page.h2("Summary")
     page.table("summary", ab.summary)
-    page.fig("ab", F.ab_figure(ab))
+    page.fig("ab", FC.ab_figure(ab))
     page.h2("Pairs")
     page.table("pairs", ab.pairs)
     report_section(page, ab, R.normalize(a), R.normalize(b))
@@ -603,7 +604,7 @@ def write_vllm_report(a_paths, b_paths, out_dir: str | Path, names: tuple[str, s
     page = _Page(title or f"vLLM serving A/B: {names[1]} vs {names[0]}")
     page.p(f"speedup of {names[1]} over {names[0]} per (model, concurrency, request rate) and metric: "
            f"latency {names[0]}/{names[1]}, throughput {names[1]}/{names[0]}; > 1: {names[1]} better.")
-    page.fig("vllm_ab", F.vllm_figure(ab, title=f"vLLM serving A/B: {names[1]} vs {names[0]}"))
+    page.fig("vllm_ab", FC.vllm_figure(ab, title=f"vLLM serving A/B: {names[1]} vs {names[0]}"))
     page.h2("Pairs")
     page.table("vllm_pairs", ab)
     for side, lst in ((names[0], ab.attrs["only_a"]), (names[1], ab.attrs["only_b"])):
@@ -614,7 +615,7 @@ def write_vllm_report(a_paths, b_paths, out_dir: str | Path, names: tuple[str, s
         page.table(_safe(f"runs_{side}"), r)
     if with_published:
         page.h2("Published MI355X whole-request A/B (for reference)")
-        page.fig("vllm_published", F.vllm_figure(vllm_published(), title="Published vLLM A/B on MI355X"))
+        page.fig("vllm_published", FC.vllm_figure(vllm_published(), title="Published vLLM A/B on MI355X"))
 
         rg = ranges()
         page.p("MXFP4 is public only as ranges (no per-case values):")

@@ -710,7 +710,7 @@ def _same_points(new, old):
 
 
 def test_the_panel_draws_the_old_case_speedups():
-    from flyexplore.ui.widgets import SweepPanel
+    from flyexplore.ui.panel import SweepPanel
 
     rows = _panel_rows(90)
     p = SweepPanel("gemm", backends="aten,triton,flydsl")
@@ -728,7 +728,7 @@ def test_the_panel_draws_the_old_case_speedups():
 
 
 def test_the_panel_takes_rows_lacking_columns_and_published_rows():
-    from flyexplore.ui.widgets import SweepPanel
+    from flyexplore.ui.panel import SweepPanel
 
     # what every sweep row has (case, dtype, backend, status), and nothing else but a time
     rows = [{"case": "a", "dtype": "bf16", "backend": "aten", "status": "ok", "time_ms": 2.0},
@@ -758,7 +758,7 @@ def test_the_panel_takes_rows_lacking_columns_and_published_rows():
 
 def test_the_panel_computes_speedups_once_per_redraw(monkeypatch):
     from flyexplore.ui import panel as P
-    from flyexplore.ui.widgets import SweepPanel
+    from flyexplore.ui.panel import SweepPanel
 
     rows = _panel_rows(120)
     p = SweepPanel("gemm", backends="aten,triton,flydsl")

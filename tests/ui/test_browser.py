@@ -260,7 +260,7 @@ PANEL_2000 = [
 spec = importlib.util.spec_from_file_location("panel_rows", {bench!r})
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
-from flyexplore.ui.widgets import SweepPanel
+from flyexplore.ui.panel import SweepPanel
 panel = SweepPanel("gemm", backends="aten,triton,flydsl")
 panel""",
     """rows = bench.synthetic_rows(2000)  # SYNTHETIC rows, fed as a sweep's thread feeds them

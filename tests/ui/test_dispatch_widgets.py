@@ -12,7 +12,9 @@ from torch._inductor import config as ic  # noqa: E402
 
 from flyexplore.world import switches as S  # noqa: E402
 from flyexplore.errors import UsageError  # noqa: E402
-from flyexplore.ui.widgets import DispatchInspector, SweepPanel, SwitchPanel  # noqa: E402
+from flyexplore.ui.inspector import DispatchInspector  # noqa: E402
+from flyexplore.ui.panel import SweepPanel  # noqa: E402
+from flyexplore.ui.widgets import SwitchPanel  # noqa: E402
 
 FAST = {"rep": 3, "warmup": 1}
 WAIT = 240  # seconds; a bound, never reached on a healthy machine

@@ -124,7 +124,7 @@ def test_notebook_cells_only_call_the_public_face(path):
 def test_the_cell_check_catches_submodules_and_logic():
     assert cell_problems('import flyexplore as fx\ndf = fx.load("r.parquet")\nfx.figure("speedup", df)') == []
     assert cell_problems("import torch\nx = torch.ones(2)") == []
-    assert cell_problems("from flyexplore.ui.widgets import SweepPanel\nSweepPanel()") == []
+    assert cell_problems("from flyexplore.ui.widgets import SwitchPanel\nSwitchPanel()") == []
     bad = {
         "from flyexplore.views import plots": "from flyexplore.views import ...",
         "import flyexplore.results.table as R": "import flyexplore.results.table as R",

@@ -19,7 +19,8 @@ from flyexplore.ops.base import Operator
 from flyexplore.views.plots import speedup_figure
 from flyexplore.run.sweep import run_sweep
 from flyexplore.errors import UsageError
-from flyexplore.ui.widgets import PAGE_ROWS, SYMBOLS, SweepPanel
+from flyexplore.ui.panel import SweepPanel
+from flyexplore.ui.panel_parts import PAGE_ROWS, SYMBOLS
 
 from conftest import ROOT
 

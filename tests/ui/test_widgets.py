@@ -9,7 +9,9 @@ from flyexplore.results import table as R
 from flyexplore.errors import UsageError
 from flyexplore.ops import list_ops
 from flyexplore.views.plots import speedup_figure
-from flyexplore.ui.widgets import CUSTOM, SYMBOLS, SweepPanel, environment_view
+from flyexplore.ui.panel import CUSTOM, SweepPanel
+from flyexplore.ui.panel_parts import SYMBOLS
+from flyexplore.ui.widgets import environment_view
 
 FAST = {"rep": 3, "warmup": 1}
 WAIT = 240  # seconds; a bound, never reached on a healthy machine

@@ -6,7 +6,9 @@ import math
 import pandas as pd
 import pytest
 
+from flyexplore.views import plot_style as ST
 from flyexplore.views import plots as F
+from flyexplore.views import plots_compare as FC
 from flyexplore.results import published as P
 from flyexplore.results import table as R
 from flyexplore.results.compare import pair
@@ -56,8 +58,8 @@ def test_speedup_figure_traces_hold_the_speedups(gemm):
     assert list(fl.y) == pytest.approx([2.0, 0.030 / 0.0151, 0.8])
     gm = (2.0 * (0.030 / 0.0151) * 0.8) ** (1 / 3)
     assert f"geomean {gm:.3f}x" in fl.name
-    assert fl.marker.color == F.BACKEND_COLORS["flydsl"] == bars["flydsl"].marker.color
-    assert bars["triton"].marker.color == F.BACKEND_COLORS["triton"]
+    assert fl.marker.color == ST.BACKEND_COLORS["flydsl"] == bars["flydsl"].marker.color
+    assert bars["triton"].marker.color == ST.BACKEND_COLORS["triton"]
     # baseline line at 1.0 (dashed) and the y axis from zero
     lines = [s for s in fig.layout.shapes if s.y0 == s.y1]
     assert any(s.y0 == 1.0 and s.line.dash == "dash" for s in lines)
@@ -106,7 +108,7 @@ def test_sweep_figure(gemm):
     assert list(tr["aten"].x) == [64, 128, 256]
     assert list(tr["aten"].y) == pytest.approx([20.0, 30.0, 40.0])  # µs (all times < 1 ms)
     assert fig.layout.yaxis.title.text == "time (µs)" and fig.layout.xaxis.type == "log"
-    assert tr["flydsl"].line.color == F.BACKEND_COLORS["flydsl"]
+    assert tr["flydsl"].line.color == ST.BACKEND_COLORS["flydsl"]
     fig = F.sweep_figure(gemm, x="m", y="tflops")
     t = [d for d in fig.data if d.name == "flydsl"][0]
     assert t.y[0] == pytest.approx(2 * 64 * 4096 * 4096 / 10e-6 / 1e12)
@@ -164,7 +166,7 @@ def test_roofline_points_and_roofs():
     assert set(pts) == {"aten", "triton", "flydsl"}
     fl = pts["flydsl"]
     assert max(fl.y) == pytest.approx(1540.9)
-    assert fl.marker.color == F.BACKEND_COLORS["flydsl"]
+    assert fl.marker.color == ST.BACKEND_COLORS["flydsl"]
     top = list(fl.y).index(max(fl.y))
     assert fl.x[top] == pytest.approx(2 * 8192 ** 3 / (3 * 8192 * 8192 * 2))
     assert fl.customdata[top][4] == pytest.approx(1540.9 / 2500 * 100)
@@ -180,7 +182,7 @@ def test_ab_figure():
     b = rows({("64x4096x4096", "aten"): 0.01, ("128x4096x4096", "aten"): 0.0301, ("32x32x32", "aten"): 0.01},
              run="r2", samples=True)
     ab = pair(a, b, ("old", "new"))
-    fig = F.ab_figure(ab)
+    fig = FC.ab_figure(ab)
     bar = [t for t in fig.data if t.type == "bar"][0]
     assert list(bar.x) == ["64x4096x4096", "128x4096x4096"]
     assert list(bar.y) == pytest.approx([2.0, 0.03 / 0.0301])
@@ -197,24 +199,24 @@ def test_ab_figure():
 def test_published_vs_measured():
     meas = rows({("8x4096x4096", "aten"): 0.02, ("8x4096x4096", "triton"): 0.04, ("99x99x99", "aten"): 1.0,
                  ("99x99x99", "triton"): 1.0})
-    fig = F.published_vs_measured_figure(meas, P.load("dense"))
+    fig = FC.published_vs_measured_figure(meas, P.load("dense"))
     tr = {t.name: t for t in fig.data if t.type == "bar"}
     assert set(tr) == {"triton measured", "triton published"}
     assert list(tr["triton measured"].x) == ["8x4096x4096"]
     assert tr["triton measured"].y[0] == pytest.approx(0.5)
     assert tr["triton published"].y[0] == pytest.approx(20.6 / 22.8)
     assert "PR 190903" in tr["triton published"].customdata[0][0]
-    assert tr["triton published"].marker.color == tr["triton measured"].marker.color == F.BACKEND_COLORS["triton"]
-    fig = F.published_vs_measured_figure(meas, P.load("dense"), metric="tflops")
+    assert tr["triton published"].marker.color == tr["triton measured"].marker.color == ST.BACKEND_COLORS["triton"]
+    fig = FC.published_vs_measured_figure(meas, P.load("dense"), metric="tflops")
     tr = {t.name: t for t in fig.data if t.type == "bar"}
     assert tr["triton published"].y[0] == pytest.approx(20.6)
     with pytest.raises(UsageError, match="no .* of the measured set"):
-        F.published_vs_measured_figure(rows({("7x7x7", "aten"): 1.0, ("7x7x7", "triton"): 1.0}), P.load("dense"))
+        FC.published_vs_measured_figure(rows({("7x7x7", "aten"): 1.0, ("7x7x7", "triton"): 1.0}), P.load("dense"))
 
 
 def test_vllm_figure_published():
     v = P.vllm_published()
-    fig = F.vllm_figure(v)
+    fig = FC.vllm_figure(v)
     titles = [a.text for a in fig.layout.annotations]
     assert "whole request (bf16) [published]" in titles and "whole request (mxfp8) [published]" in titles
     llama = [t for t in fig.data if t.name == "Llama-3.1-8B-Instruct" and t.xaxis == "x"][0]
@@ -225,8 +227,8 @@ def test_vllm_figure_published():
 
 
 def test_backend_colors_are_stable():
-    assert F.backend_color("aten") == "#636EFA"
-    assert F.backend_color("my-new-backend") == F.backend_color("my-new-backend")
+    assert ST.backend_color("aten") == "#636EFA"
+    assert ST.backend_color("my-new-backend") == ST.backend_color("my-new-backend")
 
 
 def test_speedup_figure_shows_the_geomean_of_a_lone_backend(gemm):
@@ -287,7 +289,7 @@ def test_vllm_figure_tags_non_measured_sources():
                        "metric": ["median_ttft_ms"] * 2, "label": ["TTFT median (ms)"] * 2, "a": ["off"] * 2,
                        "b": ["on"] * 2, "a_value": [10.0, 20.0], "b_value": [9.0, 19.0], "speedup": [10 / 9, 20 / 19],
                        "source": ["synthetic example"] * 2})
-    titles = [a.text for a in F.vllm_figure(ab).layout.annotations]
+    titles = [a.text for a in FC.vllm_figure(ab).layout.annotations]
     assert titles == ["TTFT median [synthetic example]"]
-    titles = [a.text for a in F.vllm_figure(ab.assign(source="measured")).layout.annotations]
+    titles = [a.text for a in FC.vllm_figure(ab.assign(source="measured")).layout.annotations]
     assert titles == ["TTFT median"]
