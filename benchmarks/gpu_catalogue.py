@@ -81,6 +81,7 @@ def run(out_dir: str | Path, budget_s: float = 240.0, parts: list[str] | None = 
     from flyexplore.results import table as R
     from flyexplore.world.env import collect
     from flyexplore.errors import bad_choice
+    from flyexplore.run.spec import SweepSpec
     from flyexplore.run.sweep import default_device, run_sweep
 
     import torch
@@ -113,10 +114,10 @@ def run(out_dir: str | Path, budget_s: float = 240.0, parts: list[str] | None = 
             continue
         ts = time.monotonic()
         try:
-            df = run_sweep(p.op, suite=p.suite, shapes=list(p.shapes) if p.shapes else None,
-                           dtypes=p.dtypes, backends=p.backends, out=out / entry["file"],
-                           overwrite=True, device=dev, timer=p.timer, progress=progress,
-                           should_stop=lambda: time.monotonic() > deadline)
+            spec = SweepSpec(p.op, suite=p.suite, shapes=list(p.shapes) if p.shapes else None,
+                             dtypes=p.dtypes, backends=p.backends, out=out / entry["file"],
+                             overwrite=True, device=dev, timer=p.timer)
+            df = run_sweep(spec, progress=progress, should_stop=lambda: time.monotonic() > deadline)
         except Exception as exc:  # keep the other parts: one broken part must not end the run
             entry["failed"] = f"{type(exc).__name__}: {exc}"[:500]
             print(f"[{time.monotonic() - t0:6.1f} s] {p.name}: FAILED {entry['failed']}", flush=True)

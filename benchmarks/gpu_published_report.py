@@ -42,6 +42,7 @@ def main(argv=None) -> int:
 
     from flyexplore.results import table as R
     from flyexplore.world.env import collect
+    from flyexplore.run.spec import SweepSpec
     from flyexplore.run.sweep import default_device, run_sweep
 
     out = Path(a.out)
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
             print(f"budget of {a.budget_s:.0f} s spent: {op} {suite} not started")
             continue
         t0 = time.monotonic()
-        df = run_sweep(op, suite=suite, backends=backends, out=out / f"{op}.parquet", overwrite=True,
+        df = run_sweep(SweepSpec(op, suite=suite, backends=backends, out=out / f"{op}.parquet", overwrite=True),
                        progress=False, should_stop=lambda: time.monotonic() > deadline)
         print(f"{op} {suite} [{backends}]: {len(df)} rows in {time.monotonic() - t0:.0f} s")
         frames.append(df)

@@ -69,6 +69,7 @@ def worker(out: Path, proc: int, quick: bool) -> None:
 
     from flyexplore.results import table as R
     from flyexplore.ops import get_op
+    from flyexplore.run.spec import SweepSpec
     from flyexplore.run.sweep import run_sweep
 
     dev = torch.device("cuda:0")
@@ -76,8 +77,8 @@ def worker(out: Path, proc: int, quick: bool) -> None:
     rows = []
     # (a) GEMM through the sweep, aten vs inductor
     t0 = time.time()
-    ga = run_sweep("gemm", shapes=";".join(A_GEMM[:n]), dtypes="bf16", backends="aten,inductor",
-                   device=dev, progress=False)
+    ga = run_sweep(SweepSpec("gemm", shapes=";".join(A_GEMM[:n]), dtypes="bf16", backends="aten,inductor",
+                             device=dev), progress=False)
     for _, r in ga[ga["backend"] == "inductor"].iterrows():
         k = ga[(ga["case"] == r["case"]) & (ga["backend"] == "aten")].iloc[0]
         rows.append({"check": "a", "op": "gemm", "case": r["case"], "a": "aten", "b": "inductor",
@@ -121,8 +122,8 @@ def worker(out: Path, proc: int, quick: bool) -> None:
                      **_interleaved(fns, dev, "twice")})
     print(f"[proc {proc}] (b) done {time.time() - t0:.1f}s", flush=True)
     # (c) aten vs triton through the sweep, and (d) do_bench on the same callables
-    gc = run_sweep("gemm", shapes=";".join(C_GEMM[: n]), dtypes="bf16", backends="aten,triton",
-                   device=dev, progress=False)
+    gc = run_sweep(SweepSpec("gemm", shapes=";".join(C_GEMM[: n]), dtypes="bf16", backends="aten,triton",
+                             device=dev), progress=False)
     print(f"[proc {proc}] (c) done {time.time() - t0:.1f}s", flush=True)
     from triton.testing import do_bench
 

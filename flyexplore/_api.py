@@ -18,6 +18,7 @@ use of one of its names; torch itself is imported inside the layers' functions.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import os
 from pathlib import Path
@@ -40,6 +41,7 @@ from flyexplore.results import table as R
 from flyexplore.results import vllm as _vllm
 from flyexplore.results.aotriton_ab import compare_files
 from flyexplore.results.compare import pair
+from flyexplore.run.spec import SweepSpec
 from flyexplore.run.sweep import run_sweep
 from flyexplore.ui import notebooks as _nb
 from flyexplore.views import export as _export
@@ -56,7 +58,15 @@ _PathLike = (str, os.PathLike)
 
 
 # -- run and read ------------------------------------------------------------------------------
-def sweep(op: str, *, shapes=None, suite: str | None = None, dtypes=None, backends=None,
+
+#: Keywords of :func:`sweep` that watch the run (:func:`flyexplore.run.sweep.run_sweep`'s), not
+#: part of the :class:`~flyexplore.run.spec.SweepSpec`.
+RUN_KEYWORDS = ("progress", "on_row", "should_stop")
+#: Keywords of :func:`sweep` that are the spec's fields.
+SPEC_KEYWORDS = tuple(f.name for f in dataclasses.fields(SweepSpec) if f.init)
+
+
+def sweep(op, *, shapes=None, suite: str | None = None, dtypes=None, backends=None,
           out: str | os.PathLike | None = None, **options):
     """Measure ``op`` (a catalogue name, :func:`flyexplore.list_ops`) over a suite or shapes and
     return the result rows (a pandas DataFrame, one row per case x dtype x backend; times in ms,
@@ -65,13 +75,28 @@ def sweep(op: str, *, shapes=None, suite: str | None = None, dtypes=None, backen
     ``shapes``: catalogue shape text (``"8192x4096;2048x16384:eps=1e-5"``) or a list of them;
     ``suite``: a named suite (``flyexplore suites``); ``dtypes`` / ``backends``: lists or comma
     text (default: the operator's). ``out``: also write ``.parquet`` / ``.csv`` / ``.jsonl``.
-    Other options are those of :func:`flyexplore.run.sweep.run_sweep` (``timer``, ``order``,
-    ``band``, ``baseline``, ``resume``, ``overwrite``, ``devices``, ...). A walkthrough's sweep:
-    ``fx.sweep(**fx.walkthrough("gemm", "cpu"))``. Raises
-    :class:`~flyexplore.errors.UsageError` with one line naming a bad value before anything runs.
+    Other options are the fields of :class:`flyexplore.run.spec.SweepSpec` (``timer``, ``order``,
+    ``band``, ``baseline``, ``resume``, ``devices``, ...), which is built from them, and
+    :func:`flyexplore.run.sweep.run_sweep`'s ``progress``, ``on_row``, ``should_stop``. ``op`` may
+    also be a SweepSpec, run as it is (then only those three keywords). The frame's
+    ``attrs["sweeps"]`` holds the spec. Raises :class:`~flyexplore.errors.UsageError` with one
+    line naming a bad value (an unknown keyword included) before anything runs. A walkthrough's
+    sweep: ``fx.sweep(**fx.walkthrough("gemm", "cpu"))``.
     """
 
-    return run_sweep(op, suite=suite, shapes=shapes, dtypes=dtypes, backends=backends, out=out, **options)
+    run_kw = {k: options.pop(k) for k in RUN_KEYWORDS if k in options}
+    for k in options:
+        if k not in SPEC_KEYWORDS:
+            raise bad_choice("sweep option", k, SPEC_KEYWORDS + RUN_KEYWORDS)
+    if isinstance(op, SweepSpec):
+        given = [k for k, v in (("shapes", shapes), ("suite", suite), ("dtypes", dtypes),
+                                ("backends", backends), ("out", out)) if v is not None] + list(options)
+        if given:
+            raise UsageError(f"fx.sweep(spec) runs the spec as it is; give {given[0]} to the SweepSpec "
+                             "(or dataclasses.replace it)")
+        return run_sweep(op, **run_kw)
+    spec = SweepSpec(op, suite=suite, shapes=shapes, dtypes=dtypes, backends=backends, out=out, **options)
+    return run_sweep(spec, **run_kw)
 
 
 def load(*paths: str | os.PathLike):

@@ -4,8 +4,11 @@ and its defaults (the named constants below).
 
 Every backend's calls run in the same rounds, so all see one clock regime and a speedup is taken
 over paired rounds (:func:`flyexplore.measure.stats.paired_ratio`). The rules are in
-:func:`_measure_interleaved`. Times are milliseconds. Block-wise timing of one callable is
-:class:`flyexplore.measure.timing.Timer`; :mod:`flyexplore.measure.timing` re-exports this module's names.
+:func:`_measure_interleaved`; the modes it takes are the ``interleaved`` ones of
+:data:`flyexplore.measure.modes.TABLE`. Times are milliseconds. Block-wise timing of one callable
+is :class:`flyexplore.measure.timing.Timer`; this module builds on
+:mod:`flyexplore.measure.timing` (:class:`~flyexplore.measure.timing.Measurement`, the flush,
+the profiler ranges), which never imports it.
 """
 from __future__ import annotations
 
@@ -17,13 +20,10 @@ from typing import Callable
 
 import numpy as np
 
+from flyexplore.measure import modes
 from flyexplore.measure.devstate import sampler_for
 from flyexplore.measure.stats import median_ci, paired_ratio, round_values, verdict
-from flyexplore.measure.timing import CPU_MODES, KernelTime, Measurement, cpu_threads, flush_bytes_for, ranges_device_ms
-
-# flyexplore.measure.timing re-exports this module's names, so this module imports from it only inside
-# the functions that need it (no import cycle, whichever of the two is imported first).
-
+from flyexplore.measure.timing import KernelTime, Measurement, cpu_threads, flush_bytes_for, ranges_device_ms
 
 #: Interleaved timing defaults: calls per backend per round, rounds before the first stopping
 #: check (6 is the fewest that give a finite 95% order-statistic interval), the stopping target
@@ -38,7 +38,6 @@ CASE_BUDGET_S = {"cpu": 2.0, "cuda": 10.0}
 #: Interleaved warm-up before the first timed round (ms): long enough for the clock to leave
 #: idle (do_bench warms up for 25 ms).
 WARMUP_MS = {"cpu": 20.0, "cuda": 50.0}
-INTERLEAVED_MODES = ("auto", "cpu-thread", "cpu-wall", "event-gated", "event", "kernel")
 #: ``event-gated``: the spin kernel that holds the stream at the start of each round runs for
 #: 1.5x the host's enqueue time of the previous round (cycles counted at 2 GHz, above any
 #: current GPU's clock, so it never runs short), between these bounds (cycles).
@@ -126,8 +125,9 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     converged. Otherwise rounds continue until ``max_rounds`` or ``budget_s`` seconds after
     warm-up (default 10 s on GPU, 2 s on CPU), and ``converged`` is False.
 
-    Modes: ``auto`` (CPU: ``cpu-thread`` -- ``cpu-wall`` when a custom ``clock`` is given --;
-    GPU: ``event-gated``), ``cpu-thread``, ``cpu-wall``,
+    Modes: the ``interleaved`` ones of :data:`flyexplore.measure.modes.TABLE`: ``auto`` (CPU:
+    ``cpu-thread`` -- ``cpu-wall`` when a custom ``clock`` is given --; GPU: ``event-gated``;
+    :data:`flyexplore.measure.modes.AUTO`), ``cpu-thread``, ``cpu-wall``,
     ``event-gated`` (GPU: an event pair around each call, and at the start of each round a spin
     kernel (``torch.cuda._sleep``) holds the stream while the host enqueues the whole round, so
     the events see device time without host launch gaps -- what graph replay or the
@@ -140,16 +140,15 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     at the start and end and once per round (default: :func:`flyexplore.measure.devstate.sampler_for`).
     ``clock`` (s) can be swapped for tests.
 
-    Raises ``ValueError`` for an unknown or unsupported mode, an empty ``fns``, a
-    ``baseline`` not in ``fns``, or non-positive counts, target or budget."""
+    Raises ``ValueError`` for an empty ``fns``, a ``baseline`` not in ``fns``, or non-positive
+    counts, target or budget; :class:`~flyexplore.errors.UsageError` (a ``ValueError``) for a mode
+    this timer does not take or one for the other device (:func:`flyexplore.measure.modes.check`)."""
     import torch
 
 
     if not fns:
         raise ValueError("measure_interleaved needs at least one callable")
-    if mode not in INTERLEAVED_MODES:
-        raise ValueError(f"timing mode {mode!r} cannot be interleaved (valid: "
-                         f"{', '.join(INTERLEAVED_MODES)}; graph replay is block-wise only)")
+    modes.check(mode, "interleaved")
     names = list(fns)
     baseline = baseline if baseline is not None else names[0]
     if baseline not in fns:
@@ -162,10 +161,7 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
         raise ValueError(f"target must be > 0, got {target!r}")
     dev = torch.device(device)
     gpu = dev.type == "cuda"
-    if not gpu and mode not in CPU_MODES:
-        raise ValueError(f"timing mode {mode!r} needs a GPU; on CPU use 'cpu-thread' or 'cpu-wall'")
-    if gpu and mode in ("cpu-wall", "cpu-thread"):
-        raise ValueError(f"timing mode {mode!r} is for the CPU; on a GPU use event-gated/event/kernel")
+    eff = modes.effective(mode, "interleaved", gpu, clock is not time.perf_counter)
     kind = "cuda" if gpu else "cpu"
     budget_s = CASE_BUDGET_S[kind] if budget_s is None else float(budget_s)
     if not budget_s > 0:
@@ -173,11 +169,6 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     warmup_ms = WARMUP_MS[kind] if warmup_ms is None else float(warmup_ms)
     if sampler is None:
         sampler = sampler_for(dev)
-    if gpu:
-        eff = "event-gated" if mode == "auto" else mode
-    else:
-        eff = ("cpu-thread" if mode in ("auto", "cpu-thread") and clock is time.perf_counter
-               else "cpu-wall")
     call_clock = time.thread_time if eff == "cpu-thread" else clock
     use_flush = gpu if flush is None else flush
     cache = None

@@ -1,37 +1,38 @@
 """Honest timing: a :class:`Timer` measures, an immutable :class:`Measurement` holds the raw
 samples and the statistics.
 
-Timing modes (``Measurement.mode``):
+Timing modes (``Measurement.mode``): the one table is :data:`flyexplore.measure.modes.TABLE`
+(name, device, the timers that take it, its meaning); :class:`Timer` takes the ``block`` modes.
+What the table's lines leave out:
 
 ``cpu-thread``
-    ``time.thread_time`` around each call (CPU device, the default there): the CPU time of
-    the calling thread, with :data:`CPU_TIMING_THREADS` intra-op thread(s), so that time
-    slices lost to other processes on a shared machine do not count (on a loaded 2-core
-    machine a 256^3 matmul read a 5.4 ms worst call by wall clock, 0.95 ms by thread time).
+    ``time.thread_time`` around each call, with :data:`CPU_TIMING_THREADS` intra-op thread(s)
+    (on a loaded 2-core machine a 256^3 matmul read a 5.4 ms worst call by wall clock, 0.95 ms
+    by thread time).
 ``cpu-wall``
-    ``time.perf_counter`` around each call (CPU device; also when a custom ``clock`` is given).
+    ``time.perf_counter`` around each call; also what ``cpu-thread`` and ``auto`` become when a
+    custom ``clock`` is given (:func:`flyexplore.measure.modes.effective`).
 ``event``
     A device event pair around each call, with the cache flushed before each call, as
     ``triton.testing.do_bench`` does. Includes host launch overhead when a call is short.
 ``graph``
-    CUDA/HIP graph replay of a small capture (at most :data:`GRAPH_MAX_CALLS` calls; large
-    captures have crashed on MI350), events around each replay, divided by the calls per graph.
+    At most :data:`GRAPH_MAX_CALLS` calls per capture (large captures have crashed on MI350).
     No flush between calls inside a graph (warm cache).
 ``kernel``
-    Device time of the kernels each call launched, from ``torch.profiler`` (kineto), each call
-    inside a ``record_function`` range and preceded by a cache flush. No host overhead.
+    Each call inside a ``record_function`` range and preceded by a cache flush.
 ``auto`` (default)
-    CPU: ``cpu-wall``. GPU: ``kernel`` as the headline, with the ``event`` per-call median kept
-    in ``per_call_ms``, so that short, launch-bound calls get the right verdict (on an H200,
-    16x28672x4096 bf16: events say Triton is 0.79x of ATen, kernel time says 1.05x;
-    ``shared/measurements/README.md``). Falls back to ``graph`` then ``event`` if the profiler
-    gives no device time, with a note saying so.
+    CPU: ``cpu-thread`` (``cpu-wall`` with a custom ``clock``). GPU: ``kernel`` as the headline,
+    with the ``event`` per-call median kept in ``per_call_ms``, so that short, launch-bound calls
+    get the right verdict (on an H200, 16x28672x4096 bf16: events say Triton is 0.79x of ATen,
+    kernel time says 1.05x; ``shared/measurements/README.md``). Falls back to ``graph`` then
+    ``event`` if the profiler gives no device time, with a note saying so.
 
 All times are milliseconds (``*_ms``). The noise and host-bound thresholds are named constants.
 
 Several backends of one case timed round by round: :mod:`flyexplore.measure.interleaved`
 (:func:`~flyexplore.measure.interleaved.measure_interleaved`, :class:`~flyexplore.measure.interleaved.Interleaved`
-and their defaults), built on this module's :class:`Measurement` and clocks.
+and their defaults), built on this module's :class:`Measurement` and clocks; this module never
+imports it.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from flyexplore.measure import modes
 from flyexplore.measure.stats import CONFIDENCE, median_ci, round_values
 
 #: A measurement is flagged noisy when IQR / median exceeds this (torch.utils.benchmark's 10%).
@@ -57,9 +59,6 @@ MIN_FLUSH_BYTES = 256 * 2**20
 #: Last-level caches that ``torch.cuda.get_device_properties`` does not report (bytes).
 #: AMD Infinity Cache: MI300X (gfx942) and MI350X/MI355X (gfx950) have 256 MiB.
 EXTRA_LLC_BYTES = {"gfx942": 256 * 2**20, "gfx950": 256 * 2**20}
-
-MODES = ("auto", "cpu-thread", "cpu-wall", "event", "graph", "kernel")
-CPU_MODES = ("auto", "cpu-thread", "cpu-wall")
 
 
 @dataclass(frozen=True)
@@ -217,7 +216,10 @@ class Timer:
     tests of the statistics. ``flush`` (default: on for GPUs, off for CPU) zeroes a buffer of
     :func:`flush_bytes_for` bytes before each timed call.
 
-    Raises ``ValueError`` for an unknown ``mode`` or a GPU mode on CPU.
+    ``mode``: one of :func:`flyexplore.measure.modes.names` ``("block")`` (default ``auto``,
+    :data:`flyexplore.measure.modes.AUTO`). Raises :class:`~flyexplore.errors.UsageError` (a
+    ``ValueError``) for a mode the table does not give this timer, or one for the other device
+    (:func:`flyexplore.measure.modes.check`).
     """
 
     def __init__(self, fn: Callable[[], object], device="cpu", *, mode: str = "auto",
@@ -227,16 +229,10 @@ class Timer:
                  clock: Callable[[], float] = time.perf_counter):
         import torch
 
-        if mode not in MODES:
-            raise ValueError(f"unknown timing mode {mode!r} (valid: {', '.join(MODES)})")
         self.fn = fn
         self.device = torch.device(device)
         self.gpu = self.device.type == "cuda"
-        if not self.gpu and mode not in CPU_MODES:
-            raise ValueError(f"timing mode {mode!r} needs a GPU; on CPU use 'cpu-thread' or 'cpu-wall'")
-        if self.gpu and mode in ("cpu-wall", "cpu-thread"):
-            raise ValueError(f"timing mode {mode!r} is for the CPU; on a GPU use event/graph/kernel")
-        self.mode = mode
+        self.mode = modes.check(mode, "block", self.gpu)
         self.warmup, self.rep = warmup, rep
         self.warmup_ms = warmup_ms if warmup_ms is not None else (25.0 if self.gpu else 20.0)
         self.rep_ms = rep_ms if rep_ms is not None else (100.0 if self.gpu else 100.0)
@@ -244,8 +240,8 @@ class Timer:
         self.flush = self.gpu if flush is None else flush
         self.clock = clock
         # the CPU's default: thread CPU time, unless a clock was given (taken as a wall clock)
-        self._cpu_mode = ("cpu-thread" if mode in ("auto", "cpu-thread") and clock is time.perf_counter
-                          else "cpu-wall")
+        self._cpu_mode = (modes.effective(mode, "block", False, clock is not time.perf_counter)
+                          if not self.gpu else None)
         self._call_clock = time.thread_time if self._cpu_mode == "cpu-thread" else clock
         self._cache = None
 

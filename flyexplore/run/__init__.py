@@ -1,3 +1,3 @@
-"""Sweeps: options checked once (validate), one case built, checked and timed (cases), the plan,
-resume and rows written (sweep), worker processes and Ray (engine, _ray).
+"""Sweeps: what a sweep is, every option checked once (spec), one case built, checked and timed
+(cases), resume and rows written (sweep), worker processes and Ray (engine, _ray).
 """

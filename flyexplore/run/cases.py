@@ -13,7 +13,6 @@ import time
 import traceback
 from typing import Callable, Sequence
 
-from flyexplore.errors import UsageError
 from flyexplore.insight.autotune import capture_autotune
 from flyexplore.insight.case_trace import trace_columns
 from flyexplore.insight.trace import Trace, from_kernels
@@ -24,7 +23,7 @@ from flyexplore.measure.interleaved import measure_interleaved
 from flyexplore.measure.timing import Timer
 from flyexplore.ops.base import Case, Operator, RunContext, reset_dynamo
 from flyexplore.results import table as R
-from flyexplore.run.validate import INTERLEAVED_KEYS
+from flyexplore.run.spec import interleaved_kwargs
 
 
 def _now() -> str:
@@ -139,24 +138,6 @@ def _note(row: dict, text: str) -> None:
     row["message"] = f"{row['message']}; {text}" if row.get("message") else text
 
 
-def _interleaved_opts(timer: dict) -> dict:
-    """Translate a sweep's ``timer`` dict for :func:`~flyexplore.measure.interleaved.measure_interleaved`:
-    ``rep`` = a fixed number of rounds (no adaptive stopping), ``warmup`` = warm-up rounds,
-    ``rep_ms`` = the case's budget in ms; the interleaved keys pass through."""
-    bad = sorted(set(timer) - set(INTERLEAVED_KEYS))
-    if bad:
-        raise UsageError(f"unknown timer option {bad[0]!r} for interleaved order "
-                         f"(valid: {', '.join(INTERLEAVED_KEYS)})")
-    o = {k: v for k, v in timer.items() if k not in ("rep", "warmup", "rep_ms")}
-    if timer.get("rep") is not None:
-        o["min_rounds"] = o["max_rounds"] = int(timer["rep"])
-    if timer.get("warmup") is not None:
-        o["warmup_rounds"] = int(timer["warmup"])
-    if timer.get("rep_ms") is not None:
-        o["budget_s"] = float(timer["rep_ms"]) / 1e3
-    return o
-
-
 def _fresh_inputs(op: Operator, case: Case, dtype: str, inputs: dict, device, seed: int):
     """Copy new random values (``seed + 1``) into the input tensors in place and return the
     new reference, or ``None`` when the inputs cannot be refreshed in place (non-tensor inputs
@@ -192,14 +173,15 @@ def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], 
        context, and its output checked against ``ref``; a backend that raises gets an
        ``error``/``oom`` row, one that cannot run an ``unavailable`` row.
     2. The others are timed together by :func:`~flyexplore.measure.interleaved.measure_interleaved`
-       (``timer_opts`` translated by :func:`_interleaved_opts`) against ``baseline`` (default:
+       (``timer_opts``, checked by :class:`flyexplore.run.spec.SweepSpec`, translated by
+       :func:`flyexplore.run.spec.interleaved_kwargs`) against ``baseline`` (default:
        the operator's baseline backend if timed, else the first timed backend).
     3. Each row gets its speedup against the baseline (paired rounds), its interval and label
        (:func:`flyexplore.measure.stats.verdict` with ``band``), the device state, and ``recheck_ok``:
        after timing, the inputs are refilled with new values (``seed + 1``), each backend is
        built again and its output checked against the new reference.
     Exceptions while timing become ``error``/``oom`` rows for every timed backend."""
-    opts = _interleaved_opts(timer_opts)
+    opts = interleaved_kwargs(timer_opts)
     reset_dynamo()
     rows: dict[str, dict] = {}
     fns: dict = {}

@@ -48,26 +48,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import faulthandler
-import importlib
 import os
 import signal
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from flyexplore.errors import UsageError
-from flyexplore.ops import builtin_ops, get_op
-from flyexplore.ops.base import Operator, RunContext
+from flyexplore.ops.base import RunContext
 from flyexplore.run.cases import physical_device_id, run_case
-from flyexplore.run.validate import device as check_device
+from flyexplore.run.spec import SweepSpec, gpu_indices, op_ref, resolve_op
 from flyexplore.world import env as ENV
 
-#: Engines of :func:`flyexplore.run.sweep.run_sweep` (``auto`` picks ``local`` on a GPU,
-#: ``in-process`` on the CPU; see :func:`choose_engine`).
-ENGINES = ("auto", "in-process", "local", "ray")
 #: Default limit of one case in a worker, compile and autotune included, s: generous (an
 #: Inductor max-autotune GEMM compile takes minutes; a hang takes forever).
 CASE_TIMEOUT_S = 900.0
@@ -86,7 +79,8 @@ STDERR_LINES = 5
 @dataclass(frozen=True)
 class Settings:
     """What every worker needs, the same for every case: the operator's import reference
-    (:func:`op_ref`) and :func:`flyexplore.run.cases.run_case`'s options."""
+    (:func:`flyexplore.run.spec.op_ref`) and :func:`flyexplore.run.cases.run_case`'s options,
+    from a :class:`~flyexplore.run.spec.SweepSpec` (:meth:`of`)."""
 
     op: str
     order: str
@@ -95,6 +89,13 @@ class Settings:
     seed: int
     band: float
     baseline: str | None
+
+    @classmethod
+    def of(cls, spec: SweepSpec) -> Settings:
+        """The settings of ``spec``'s workers. Raises :class:`~flyexplore.errors.UsageError` for
+        an operator a worker cannot import (:func:`flyexplore.run.spec.op_ref`)."""
+        return cls(op_ref(spec.plan.op), spec.order, dict(spec.timer), spec.trace, spec.seed, spec.band,
+                   spec.baseline)
 
 
 @dataclass(frozen=True)
@@ -107,122 +108,6 @@ class Task:
     dtype: str
     backends: tuple[str, ...]
     cost: float
-
-
-def resolve_op(ref: str):
-    """The :class:`~flyexplore.ops.base.Operator` for ``ref``: a catalogue name (``gemm``) or
-    an import path ``"module:attribute"`` (how a worker process finds an operator that is not in
-    the catalogue, e.g. a test's). Raises :class:`UsageError` naming ``ref`` when it cannot be
-    imported or is not an Operator."""
-
-    if ":" not in ref:
-        return get_op(ref)
-    mod, _, attr = ref.partition(":")
-    try:
-        obj = getattr(importlib.import_module(mod), attr)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"cannot import operator {ref!r} ({type(exc).__name__}: {exc})") from None
-    if not isinstance(obj, Operator):
-        raise UsageError(f"{ref!r} is a {type(obj).__name__}, not a flyexplore Operator")
-    return obj
-
-
-def op_ref(op) -> str:
-    """How a worker finds ``op``: its catalogue name, or the ``"module:attribute"`` it was
-    loaded from (:func:`resolve_op` records it). Raises :class:`UsageError` for an Operator
-    object a worker cannot import (pass ``"module:attribute"``, or use ``engine="in-process"``)."""
-
-    if op.name in builtin_ops() and get_op(op.name) is op:
-        return op.name
-    # anything else (a family added by register_op, a test's operator) by its import path:
-    # a worker imports the module, which registers the family again there
-    for mod in list(sys.modules.values()):
-        name = getattr(mod, "__name__", None)
-        if not name or name == "__main__" or name.startswith(("torch", "flyexplore.")):
-            continue
-        for attr, val in list(vars(mod).items()):
-            if val is op:
-                return f"{name}:{attr}"
-    raise UsageError(f"operator {op.name!r} is not importable by a worker process: define it at "
-                     "module level and pass op='module:attribute', or use --in-process")
-
-
-def choose_engine(engine: str, device=None, *, devices=None, workers=None, case_timeout=None,
-                  max_cases=None, op=None) -> str:
-    """Check the engine options of a sweep and return the engine it will use: ``in-process``,
-    ``local`` or ``ray``. ``auto``: ``local`` when the sweep's device is a GPU or when
-    ``devices``, ``workers`` or ``case_timeout`` are given, else ``in-process`` (see the module
-    text for why). Raises :class:`UsageError` naming the bad value: an unknown engine,
-    ``workers`` < 1 or on a GPU, ``devices`` on the CPU or together with ``device``, a GPU
-    index torch does not see, a negative ``case_timeout``, ``max_cases`` < 1, worker options
-    with ``in-process``, Ray not installed, or an operator a worker cannot import."""
-
-    if engine not in ENGINES:
-        raise UsageError(f"unknown engine {engine!r} (valid: {', '.join(ENGINES)})")
-    dev = check_device(device)
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise UsageError(f"--workers must be an integer >= 1, got {workers!r}")
-    if case_timeout is not None and (isinstance(case_timeout, bool) or not isinstance(case_timeout, (int, float))
-                                     or not case_timeout >= 0):
-        raise UsageError(f"--case-timeout must be a number of seconds >= 0 (0 = none), got {case_timeout!r}")
-    if max_cases is not None and (isinstance(max_cases, bool) or not isinstance(max_cases, int) or max_cases < 1):
-        raise UsageError(f"--max-cases-per-worker must be an integer >= 1, got {max_cases!r}")
-    if devices is not None:
-        if device is not None:
-            raise UsageError("give --device or --devices, not both")
-        gpu_indices(devices)
-    elif workers is not None and dev.type == "cuda" and engine != "ray":
-        raise UsageError("--workers is for CPU worker processes; on GPUs use --devices (one worker per GPU)")
-    if engine == "in-process":
-        for name, v in (("--devices", devices), ("--workers", workers), ("--case-timeout", case_timeout),
-                        ("--max-cases-per-worker", max_cases)):
-            if v is not None:
-                raise UsageError(f"{name} needs worker processes; it does not go with --in-process")
-        return "in-process"
-    if engine == "ray":
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise UsageError("--executor ray needs the ray package: pip install 'flyexplore[ray]'") from None
-        kind = "ray"
-    elif engine == "local":
-        kind = "local"
-    else:
-        wants = devices is not None or workers is not None or case_timeout is not None
-        kind = "local" if dev.type == "cuda" or wants else "in-process"
-    if kind != "in-process" and op is not None:
-        op_ref(op)
-    return kind
-
-
-def gpu_indices(devices) -> list[int]:
-    """Torch GPU indices from ``devices``: ``"all"``, ``"0,1"`` or a list of ints. Raises
-    :class:`UsageError` when no GPU is visible or an index is not there."""
-    import torch
-
-    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if n == 0:
-        raise UsageError(f"--devices {devices!r}: torch sees no CUDA/ROCm GPU here "
-                         "(on the CPU use --workers N for worker processes)")
-    if isinstance(devices, str):
-        if devices.strip() == "all":
-            return list(range(n))
-        parts = [p.strip() for p in devices.split(",") if p.strip()]
-    else:
-        parts = list(devices)
-    out = []
-    for p in parts:
-        try:
-            i = int(p)
-        except (TypeError, ValueError):
-            raise UsageError(f"bad --devices entry {p!r} (use all, or GPU indices such as 0,1)") from None
-        if not 0 <= i < n:
-            raise UsageError(f"--devices {i}: torch sees {n} GPU(s) (0..{n - 1})")
-        if i not in out:
-            out.append(i)
-    if not out:
-        raise UsageError(f"no GPU in --devices {devices!r}")
-    return out
 
 
 def pin_env(index: int, environ=None, rocm: bool | None = None) -> dict[str, str | None]:

@@ -29,7 +29,7 @@ SIZES = ("cpu", "gpu")
 CPU_TIMER = {"warmup": 2, "rep": 10}
 
 #: What a walkthrough sweeps per (name, size): keyword arguments of
-#: :func:`flyexplore.run.sweep.run_sweep` and :class:`flyexplore.ui.panel.SweepPanel` (``suite`` or
+#: ``fx.sweep`` (:class:`flyexplore.run.spec.SweepSpec`) and :class:`flyexplore.ui.panel.SweepPanel` (``suite`` or
 #: ``shapes``, ``dtypes``, and where set ``backends`` and ``timer``). A name is an operator
 #: (``gemm``) or ``operator:purpose`` (``gemm:m-sweep``) when a walkthrough needs a second set.
 #: CPU: each operator's ``cpu-small`` suite or a few small shapes, with :data:`CPU_TIMER`.
@@ -131,7 +131,7 @@ def check_size(size: str) -> str:
 
 
 def sweep_args(size: str, op: str = "gemm") -> dict[str, Any]:
-    """Keyword arguments for :func:`flyexplore.run.sweep.run_sweep` and
+    """Keyword arguments for ``fx.sweep`` (:class:`flyexplore.run.spec.SweepSpec`) and
     :class:`flyexplore.ui.panel.SweepPanel` that a walkthrough uses for ``op`` (an operator or
     ``operator:purpose``) at ``size``: ``{"op": ..., "suite": ...}`` or ``{"op": ...,
     "shapes": ..., "dtypes": [...]}``, with ``backends`` and ``timer`` where set (see

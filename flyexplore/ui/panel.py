@@ -33,7 +33,8 @@ from flyexplore.errors import UsageError
 from flyexplore.measure import stats as S
 from flyexplore.ops import get_op, list_ops
 from flyexplore.results import table as R
-from flyexplore.run.sweep import default_device, make_plan, run_sweep
+from flyexplore.run.spec import SweepSpec
+from flyexplore.run.sweep import default_device, run_sweep
 from flyexplore.ui.panel_parts import (
     SYMBOLS,
     TABLE_COLUMNS,
@@ -109,7 +110,7 @@ class SweepPanel:
       itables, else a paged HTML view; :attr:`table_frame` is what it shows; times in ms,
       TFLOP/s, GB/s), :attr:`notes` (long messages, numbered once), :attr:`row_select` and
       :attr:`details` (one finished row, every column).
-    - :meth:`plan`, :meth:`start`, :meth:`stop`, :meth:`wait`, :meth:`save`, :attr:`running`,
+    - :meth:`spec`, :meth:`plan`, :meth:`start`, :meth:`stop`, :meth:`wait`, :meth:`save`, :attr:`running`,
       :meth:`open_feed`, :meth:`add_row` (the sweep thread's per-row call), :meth:`close_feed`,
       :meth:`redraw`,
       :attr:`results` (a DataFrame of the rows so far, :mod:`flyexplore.results.table` schema),
@@ -316,13 +317,16 @@ class SweepPanel:
             self.baseline.value = op.get_backend(baseline).name
 
     # -- plan and run --------------------------------------------------------------------
-    def _sweep_args(self) -> dict:
+    def spec(self) -> SweepSpec:
+        """The :class:`~flyexplore.run.spec.SweepSpec` the current controls (and the panel's
+        ``timer`` and ``device``) describe: what Run runs. Raises :class:`UsageError` for invalid
+        input (message names the bad value), an empty backend or dtype selection included."""
         op = self._operator()
         if not self.backends.value:
             raise UsageError(f"select at least one backend (valid: {', '.join(op.backends)})")
         if not self.dtypes.value:
             raise UsageError(f"select at least one dtype (valid: {', '.join(op.dtypes)})")
-        args: dict[str, Any] = {"op": op.name, "backends": list(self.backends.value)}
+        args: dict[str, Any] = {"backends": list(self.backends.value)}
         if self.suite.value != CUSTOM:
             args["suite"] = self.suite.value
             # The suite's own dtypes keep its per-case pairing (published suites name a dtype
@@ -332,14 +336,13 @@ class SweepPanel:
         else:
             args["shapes"] = self.shapes.value
             args["dtypes"] = list(self.dtypes.value)
-        return args
+        return SweepSpec(op.name, device=self.device, timer=self.timer, **args)
 
     def plan(self):
-        """The :class:`~flyexplore.run.sweep.Plan` the current controls describe.
+        """The :class:`~flyexplore.run.spec.Plan` the current controls describe (:meth:`spec`'s).
         Raises :class:`UsageError` for invalid input (message names the bad value)."""
 
-        a = self._sweep_args()
-        return make_plan(a["op"], a.get("suite"), a.get("shapes"), a.get("dtypes"), a["backends"])
+        return self.spec().plan
 
     @property
     def running(self) -> bool:
@@ -354,11 +357,11 @@ class SweepPanel:
             self._say("a sweep is already running; Stop it first", "warn")
             return False
         try:
-            args = self._sweep_args()
-            plan = self.plan()
+            spec = self.spec()
         except UsageError as exc:
             self._say(str(exc), "error")
             return False
+        plan = spec.plan
         self._items = [(c.label, d, b) for c, d, b in plan.items()]
         self._stop.clear()
         self.open_feed(len(plan))
@@ -369,7 +372,7 @@ class SweepPanel:
         self._set_status()
         self._say(f"running {len(plan)} runs of {plan.op.name} "
                   f"({len(plan.pairs)} cases x dtypes, {len(plan.backends)} backends)", "info")
-        self._thread = threading.Thread(target=self._work, args=(args,), daemon=True,
+        self._thread = threading.Thread(target=self._work, args=(spec,), daemon=True,
                                         name="flyexplore-sweep")
         self._thread.start()
         return True
@@ -389,15 +392,14 @@ class SweepPanel:
             t.join(timeout)
         return not self.running
 
-    def _work(self, args: dict) -> None:
+    def _work(self, spec: SweepSpec) -> None:
 
         df, failure = None, None
         try:
             with contextlib.ExitStack() as stack:
                 for factory in list(self._contexts):
                     stack.enter_context(factory())
-                df = run_sweep(**args, device=self.device, timer=self.timer, progress=False,
-                               on_row=self.add_row, should_stop=self._stop.is_set)
+                df = run_sweep(spec, progress=False, on_row=self.add_row, should_stop=self._stop.is_set)
         except UsageError as exc:
             failure = (str(exc), "error")
         except Exception as exc:  # shown in the panel; finished rows are kept

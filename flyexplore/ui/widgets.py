@@ -2,7 +2,7 @@
 :class:`DispatchInspector` and :func:`environment_view`.
 
 UI only. Everything these widgets show or do is a call into the library
-(:func:`flyexplore.run.sweep.make_plan` / :func:`~flyexplore.run.sweep.run_sweep`,
+(:class:`flyexplore.run.spec.SweepSpec` / :func:`~flyexplore.run.sweep.run_sweep`,
 :mod:`flyexplore.results.table`, :func:`flyexplore.views.plots.speedup_figure`,
 :func:`flyexplore.world.env.collect`, :mod:`flyexplore.world.switches`, :mod:`flyexplore.insight.explain`,
 :mod:`flyexplore.insight.trace`, :mod:`flyexplore.insight.xray`); the core never imports this module. Needs ipywidgets >= 8 and

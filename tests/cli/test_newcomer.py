@@ -12,6 +12,9 @@ import pandas as pd
 import pytest
 
 from flyexplore import cli as C
+from flyexplore.cli import _shared as CS
+from flyexplore.cli import suites as CSU
+from flyexplore.cli import sweep as CSW
 from flyexplore.results import table as R
 from flyexplore.views.report import env_summary, fmt_num, scan_table, summary_table
 
@@ -29,21 +32,25 @@ def test_cli_names_come_from_the_registry():
     from flyexplore.measure import timing as T
     from flyexplore.ops import Operator, flydsl_ops, get_op, list_ops, register_op, unregister_op
 
-    assert tuple(C.catalogue()) == list_ops()
-    assert set(C.explain_ops()) == set(flydsl_ops()) == {"rmsnorm", "topk", "gemm", "grouped_gemm",
-                                                          "scaled_gemm", "attention"}
-    from flyexplore.measure.interleaved import INTERLEAVED_MODES
-    assert C.TIMING_MODES == {"interleaved": INTERLEAVED_MODES, "block": T.MODES}
+    assert tuple(CS.catalogue()) == list_ops()
+    assert set(CS.explain_ops()) == set(flydsl_ops()) == {"rmsnorm", "topk", "gemm", "grouped_gemm",
+                                                           "scaled_gemm", "attention"}
+    from flyexplore.measure import modes as M
+    assert {o: M.names(o) for o in M.ORDERS} == {
+        "interleaved": ("auto", "cpu-thread", "cpu-wall", "event-gated", "event", "kernel"),
+        "block": ("auto", "cpu-thread", "cpu-wall", "event", "graph", "kernel")}
+    with pytest.raises(ValueError, match="timing mode 'event-gated' works in interleaved order only"):
+        T.Timer(lambda: None, "cpu", mode="event-gated")  # not a block mode
     toy = Operator(name="toy_cli", doc="toy", dims=("n",), options={}, dtypes=("fp32",))
     toy.backend("aten", "toy")(lambda case, dtype, inputs, ctx: (lambda: None))
     toy.make_inputs = toy.reference = toy.error = lambda *a: None
     register_op(toy)
     try:
-        assert C.catalogue()["toy_cli"] == (("aten",), ("fp32",), ())
+        assert CS.catalogue()["toy_cli"] == (("aten",), ("fp32",), ())
         assert get_op("toy_cli") is toy
     finally:
         unregister_op("toy_cli")
-    assert "toy_cli" not in C.catalogue()
+    assert "toy_cli" not in CS.catalogue()
 
 
 def test_help_and_usage_errors_need_no_torch():
@@ -56,6 +63,13 @@ def test_help_and_usage_errors_need_no_torch():
             "rc2 = main(['sweep', '--op', 'gemm', '--suite', 'huge', '--out', 'x.parquet'])\n"
             "rc3 = main(['explain', '--op', 'conv', '--shape', '1x1'])\n"
             "print(buf.getvalue()); print('RC', rc, rc2, rc3, 'torch' in sys.modules)\n")
+    help_only = ("import sys, io, contextlib\nfrom flyexplore.cli import main, COMMANDS\n"
+                 "for args in [['--help']] + [[c, '--help'] for c in COMMANDS]:\n"
+                 "    with contextlib.redirect_stdout(io.StringIO()):\n"
+                 "        try: main(args)\n"
+                 "        except SystemExit as e: assert e.code == 0\n"
+                 "print([m for m in ('torch', 'pandas') if m in sys.modules])\n")
+    assert _py(help_only, cwd="/tmp").stdout.split() == ["[]"]  # help imports neither
     t = time.time()
     p = _py(code, cwd="/tmp")
     assert p.returncode == 0, p.stderr
@@ -63,7 +77,7 @@ def test_help_and_usage_errors_need_no_torch():
     assert time.time() - t < 5
     h = p.stdout
     # every operator with its backends, dtypes and suites; the timing modes
-    for op, (bk, dt, su) in C.catalogue().items():
+    for op, (bk, dt, su) in CS.catalogue().items():
         assert f"  {op}\n    backends: {', '.join(bk)}\n    dtypes:   {', '.join(dt)}\n    suites:   {', '.join(su)}" in h
     assert "event-gated" in h and "graph" in h and "fp32 on the CPU" in h
     err = p.stderr.strip().splitlines()
@@ -74,24 +88,21 @@ def test_help_and_usage_errors_need_no_torch():
 
 
 def test_shapes_default_to_fp32_on_the_cpu():
-    assert not C._gpu_visible()
+    assert not CS.gpu_visible()
     a = C.build_parser().parse_args(["sweep", "--op", "gemm", "--shapes", "8x8x8", "--out", "x.csv"])
-    C._precheck(a)
-    assert a.dtypes == "fp32"
+    assert CSW.dtypes_for(a) == "fp32"
     a = C.build_parser().parse_args(["sweep", "--op", "scaled_gemm", "--shapes", "32x64x64", "--out", "x.csv"])
-    C._precheck(a)
-    assert a.dtypes is None  # no fp32 there: the operator's default stays
+    assert CSW.dtypes_for(a) is None  # no fp32 there: the operator's default stays
     a = C.build_parser().parse_args(["sweep", "--op", "gemm", "--suite", "cpu-small", "--out", "x.csv"])
-    C._precheck(a)
-    assert a.dtypes is None  # a suite keeps its own dtypes
+    assert CSW.dtypes_for(a) is None  # a suite keeps its own dtypes
 
 
 @pytest.mark.slow
 def test_explain_exit_codes_for_scripts(cli):
     yes = cli("explain", "--op", "rmsnorm", "--shape", "8192x4096", "--dtype", "bf16", "--assume-rocm", "--arch", "gfx950")
-    assert yes.returncode == C.EXIT_YES == 0 and "FlyDSL YES" in yes.stdout, yes.stderr
+    assert yes.returncode == CS.EXIT_YES == 0 and "FlyDSL YES" in yes.stdout, yes.stderr
     no = cli("explain", "--op", "rmsnorm", "--shape", "8192x4096", "--dtype", "bf16")  # this CPU machine
-    assert no.returncode == C.EXIT_NO == 1 and "FlyDSL NO" in no.stdout, no.stderr
+    assert no.returncode == CS.EXIT_NO == 1 and "FlyDSL NO" in no.stdout, no.stderr
     bad = cli("explain", "--op", "rmsnorm", "--shape", "8192x0")
     assert bad.returncode == 2 and bad.stderr.startswith("flyexplore: error:")
 
@@ -100,7 +111,7 @@ def test_explain_exit_codes_for_scripts(cli):
 def test_closed_pipe_ends_quietly():
     e = dict(os.environ, PYTHONPATH=str(ROOT))
     for args, rc in ((["sweep", "--help"], 0),  # argparse drops a failed help write itself
-                     (["explain", "--op", "topk", "--shape", "256x1024x8", "--assume-rocm"], C.EXIT_PIPE)):
+                     (["explain", "--op", "topk", "--shape", "256x1024x8", "--assume-rocm"], CS.EXIT_PIPE)):
         p = subprocess.Popen([sys.executable, "-m", "flyexplore", *args], env=e, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
         p.stdout.close()          # the reader is gone before anything was written (like `| head -0`)
@@ -212,7 +223,7 @@ def test_export_command(cli, tmp_path):
 
 
 def test_flydsl_section_without_lld_says_how(monkeypatch):
-    from flyexplore.cli import demo as D
+    from flyexplore.cli import demo_job as D
     from flyexplore.insight import xray as X
 
     monkeypatch.setattr(X, "unavailable_reason", lambda: "AMDGPU-capable ld.lld: none found")
@@ -239,6 +250,6 @@ def test_ctrl_c_is_one_line_and_130(monkeypatch, capsys):
     def interrupted(a):          # Ctrl-C while a command runs
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(C, "_cmd_suites", interrupted)
+    monkeypatch.setattr(CSU, "run", interrupted)
     assert C.main(["suites"]) == 130
     assert capsys.readouterr().err == "flyexplore: interrupted\n"

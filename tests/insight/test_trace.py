@@ -283,11 +283,11 @@ def _cpu_flydsl_rmsnorm():
 
 
 def test_sweep_records_a_flydsl_miss_and_speedup_leaves_it_out(tmp_path):
-    from flyexplore.run.sweep import run_sweep
+    import flyexplore as fx
 
     op = _cpu_flydsl_rmsnorm()
-    df = run_sweep(op, shapes="64x1024", dtypes="fp32", backends="aten,flydsl", out=tmp_path / "r.parquet",
-                   timer={"rep": 3, "warmup": 1}, progress=False, trace=True)
+    df = fx.sweep(op, shapes="64x1024", dtypes="fp32", backends="aten,flydsl", out=tmp_path / "r.parquet",
+                  timer={"rep": 3, "warmup": 1}, progress=False, trace=True)
     R.validate(df)
     fly = df[df["backend"] == "flydsl"].iloc[0]
     assert fly["status"] == "ok" and fly["time_ms"] > 0
@@ -307,10 +307,10 @@ def test_sweep_records_a_flydsl_miss_and_speedup_leaves_it_out(tmp_path):
 def test_flydsl_rows_are_traced_even_without_trace_flag(tmp_path):
     import pandas as pd
 
-    from flyexplore.run.sweep import run_sweep
+    import flyexplore as fx
 
-    df = run_sweep(_cpu_flydsl_rmsnorm(), shapes="64x1024", dtypes="fp32", backends="aten,flydsl",
-                   timer={"rep": 3, "warmup": 1}, progress=False)
+    df = fx.sweep(_cpu_flydsl_rmsnorm(), shapes="64x1024", dtypes="fp32", backends="aten,flydsl",
+                  timer={"rep": 3, "warmup": 1}, progress=False)
     d = df.set_index("backend")
     assert d.loc["flydsl", "flydsl_taken"] == False  # noqa: E712
     assert pd.isna(d.loc["aten", "observed"])           # only flydsl rows are traced by default

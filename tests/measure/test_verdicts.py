@@ -234,11 +234,11 @@ def test_amdsmi_sampler_with_fake_library(monkeypatch):
 # -- sweeps, schema 2, migration, compare ------------------------------------------------------
 
 def test_interleaved_sweep_rows_keep_samples_intervals_and_verdicts(tmp_path):
-    from flyexplore.run.sweep import run_sweep
+    import flyexplore as fx
 
     out = tmp_path / "r.parquet"
-    df = run_sweep("rmsnorm", shapes="64x1024", dtypes="fp32", backends="aten,inductor", out=out,
-                   progress=False, timer={"rep": 8, "warmup": 1})
+    df = fx.sweep("rmsnorm", shapes="64x1024", dtypes="fp32", backends="aten,inductor", out=out,
+                  progress=False, timer={"rep": 8, "warmup": 1})
     ok = df[df["status"] == "ok"]
     assert set(ok["backend"]) == {"aten", "inductor"}
     assert (ok["order"] == "interleaved").all() and (ok["rounds"] == 8).all()
@@ -256,10 +256,10 @@ def test_interleaved_sweep_rows_keep_samples_intervals_and_verdicts(tmp_path):
 
 
 def test_block_order_still_available_with_unpaired_intervals():
-    from flyexplore.run.sweep import run_sweep
+    import flyexplore as fx
 
-    df = run_sweep("rmsnorm", shapes="64x1024", dtypes="fp32", backends="aten,inductor",
-                   progress=False, order="block", timer={"rep": 12, "warmup": 1})
+    df = fx.sweep("rmsnorm", shapes="64x1024", dtypes="fp32", backends="aten,inductor",
+                  progress=False, order="block", timer={"rep": 12, "warmup": 1})
     assert (df.loc[df["status"] == "ok", "order"] == "block").all()
     sp = R.speedup(df, "aten")
     assert sp.iloc[0]["interval"] == "unpaired" and sp.iloc[0]["verdict"] in S.LABELS
@@ -267,22 +267,22 @@ def test_block_order_still_available_with_unpaired_intervals():
 
 def test_bad_order_band_timer_refused_before_any_file(tmp_path):
     from flyexplore.errors import UsageError
-    from flyexplore.run.sweep import run_sweep
+    import flyexplore as fx
 
     out = tmp_path / "keep.csv"
     out.write_text("precious")
     for kw in ({"order": "zigzag"}, {"band": 0.0}, {"band": 2}, {"timer": {"nope": 1}},
                {"baseline": "triton"}):
         with pytest.raises(UsageError):
-            run_sweep("rmsnorm", shapes="64x1024", dtypes="fp32", backends="aten,inductor", out=out,
-                      overwrite=True, progress=False, **kw)
+            fx.sweep("rmsnorm", shapes="64x1024", dtypes="fp32", backends="aten,inductor", out=out,
+                     overwrite=True, progress=False, **kw)
     assert out.read_text() == "precious"
 
 
 def test_a_stale_result_is_caught_by_the_recheck(monkeypatch):
     from flyexplore.ops import get_op
     from flyexplore.ops.base import Backend
-    from flyexplore.run.sweep import run_sweep
+    import flyexplore as fx
 
     op = get_op("rmsnorm")
     aten = op.get_backend("aten")
@@ -294,8 +294,8 @@ def test_a_stale_result_is_caught_by_the_recheck(monkeypatch):
             _memo[key] = real().clone()  # computed once, returned for ever after
         return lambda: _memo[key]
     monkeypatch.setitem(op.backends, "stale", Backend("stale", stale_build, "returns its first result"))
-    df = run_sweep("rmsnorm", shapes="64x1024", dtypes="fp32", backends="aten,stale", progress=False,
-                   timer={"rep": 6, "warmup": 1})
+    df = fx.sweep("rmsnorm", shapes="64x1024", dtypes="fp32", backends="aten,stale", progress=False,
+                  timer={"rep": 6, "warmup": 1})
     st = df[df["backend"] == "stale"].iloc[0]
     assert st["status"] == "ok" and st["recheck_ok"] == False and st["accuracy_ok"] == False  # noqa: E712
     assert "fresh input" in st["message"]
@@ -323,11 +323,11 @@ def test_schema1_files_load_report_and_compare(tmp_path):
 @pytest.mark.slow
 def test_two_identical_cpu_sweeps_never_read_a_difference(tmp_path):
     from flyexplore.results.compare import pair
-    from flyexplore.run.sweep import run_sweep
+    import flyexplore as fx
 
     kw = dict(shapes="128x128x128;256x256x256", dtypes="fp32", backends="aten,inductor", progress=False,
               timer={"budget_s": 1.0})
-    a, b = run_sweep("gemm", **kw), run_sweep("gemm", **kw)
+    a, b = fx.sweep("gemm", **kw), fx.sweep("gemm", **kw)
     ab = pair(a, b)
     assert ab.pairs["interval"].eq("unpaired+run").all()
     bad = ab.pairs[ab.pairs["verdict"].isin(["FASTER", "SLOWER"])

@@ -14,7 +14,7 @@ from flyexplore.errors import UsageError
 from flyexplore.ops import checks, get_op
 from flyexplore.ops.base import RunContext
 from flyexplore.ops.rmsnorm.operator import effective_eps
-from flyexplore.run.sweep import run_sweep
+import flyexplore as fx
 
 CPU = torch.device("cpu")
 TOPK, RMS, GEMM = get_op("topk"), get_op("rmsnorm"), get_op("gemm")
@@ -127,8 +127,8 @@ def test_rmsnorm_eps_none_means_fp32_eps_everywhere(tmp_path):
         assert e["accuracy_ok"], (dt, e)
     with pytest.raises(UsageError, match="eps must be None or a finite number >= 0"):
         RMS.case("64x4096:eps=nan")
-    df = run_sweep("rmsnorm", shapes="8x4096:eps=None", dtypes="bf16", backends="aten",
-                   out=tmp_path / "r.parquet", timer={"rep": 2, "warmup": 1}, progress=False)
+    df = fx.sweep("rmsnorm", shapes="8x4096:eps=None", dtypes="bf16", backends="aten",
+                  out=tmp_path / "r.parquet", timer={"rep": 2, "warmup": 1}, progress=False)
     assert df["status"].tolist() == ["ok"] and bool(df["accuracy_ok"].iloc[0])
     assert R.load(tmp_path / "r.parquet")["case"].tolist() == ["8x4096:eps=None"]
 

@@ -88,10 +88,10 @@ def toy():
 def test_sweep_and_speedup_figure(toy, tmp_path):
     from flyexplore.views.plots import speedup_figure
     from flyexplore.results.table import speedup
-    from flyexplore.run.sweep import run_sweep
+    import flyexplore as fx
 
-    df = run_sweep("toy_double", shapes="4096;65536", progress=False, timer={"budget_s": 0.3},
-                   out=tmp_path / "toy.parquet")
+    df = fx.sweep("toy_double", shapes="4096;65536", progress=False, timer={"budget_s": 0.3},
+                  out=tmp_path / "toy.parquet")
     assert list(df["status"]) == ["ok"] * 4 and df["accuracy_ok"].all()
     sp = speedup(df, "aten")
     assert set(sp["backend"]) == {"add"} and sp["speedup_lo"].notna().all()
@@ -139,14 +139,14 @@ def test_gone_after_unregister():
 
 @pytest.mark.slow
 def test_a_registered_family_runs_in_worker_processes(toy, tmp_path):
-    # a worker imports the family by "module:attribute" (engine.op_ref), not by its bare name,
+    # a worker imports the family by "module:attribute" (spec.op_ref), not by its bare name,
     # which only the registering process knows (found by a new developer following the docs)
-    from flyexplore.run.engine import op_ref
-    from flyexplore.run.sweep import run_sweep
+    from flyexplore.run.spec import op_ref
+    import flyexplore as fx
 
     assert op_ref(TOY) == f"{__name__}:TOY"  # tests.ops.test_toy_operator:TOY
-    df = run_sweep("toy_double", shapes="4096", workers=1, progress=False, timer={"budget_s": 0.3},
-                   out=tmp_path / "w.parquet")
+    df = fx.sweep("toy_double", shapes="4096", workers=1, progress=False, timer={"budget_s": 0.3},
+                  out=tmp_path / "w.parquet")
     assert list(df["status"]) == ["ok", "ok"] and df["worker"].str.startswith("cpu0").all()
 
 
@@ -160,12 +160,12 @@ def test_registration_mistakes_are_named():
     with pytest.raises(ValueError, match=r"bad kernel-name pattern '\^toy\('"):
         KernelPattern(r"^toy(", "FlyDSL toy")
     from flyexplore.errors import UsageError
-    from flyexplore.run.sweep import run_sweep
+    import flyexplore as fx
 
     bare = Operator(name="toy_bare", doc="", dims=("n",), options={}, dtypes=("fp32",))
     with pytest.raises(UsageError, match="'toy_bare' cannot be measured: it has no make_inputs, reference, "
                                           "error, backend"):
-        run_sweep(bare, shapes="8", progress=False)
+        fx.sweep(bare, shapes="8", progress=False)
     with pytest.raises(ValueError, match="built-in family"):
         register_op(Operator(name="gemm", doc="", dims=("n",), options={}, dtypes=("fp32",)))
     register_op(TOY)

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from flyexplore.results import table as R
-from flyexplore.run.engine import STICKY_ERRORS, choose_engine, pin_env, resolve_op, sticky
+from flyexplore.run.engine import STICKY_ERRORS, pin_env, sticky
 from flyexplore.errors import UsageError
+from flyexplore.run.spec import SweepSpec, choose_engine, resolve_op
 from flyexplore.run.sweep import case_cost, journal_path, run_sweep
 
 HERE = Path(__file__).resolve().parents[1]  # tests/: fault_ops.py and ray_start/
@@ -88,10 +89,10 @@ def test_engine_options_are_checked_before_anything_runs(tmp_path):
     assert choose_engine("auto", workers=2) == "local" == choose_engine("auto", case_timeout=5)
     out = tmp_path / "r.parquet"
     with pytest.raises(UsageError, match="needs --resume"):
-        run_sweep(OP, shapes="4x4", out=out, retry_failed=True, progress=False)
+        run_sweep(SweepSpec(OP, shapes="4x4", out=out, retry_failed=True), progress=False)
     from tests.run.test_sweep import toy_op  # an operator made in a function: no import path
     with pytest.raises(UsageError, match="not importable by a worker process"):
-        run_sweep(toy_op(), shapes="4x4", out=out, workers=1, progress=False)
+        run_sweep(SweepSpec(toy_op(), shapes="4x4", out=out, workers=1), progress=False)
     assert not out.exists() and not journal_path(out).exists()
     with pytest.raises(UsageError, match="cannot import operator 'no_such_mod:X'"):
         resolve_op("no_such_mod:X")
@@ -119,8 +120,8 @@ def test_faults_in_two_cpu_workers_every_other_row_kept_and_resume(tmp_path, mon
     out = tmp_path / "r.parquet"
     _killer(fd)
     t0 = time.time()
-    df = run_sweep(OP, shapes=SHAPES, out=out, workers=2, case_timeout=15, max_cases_per_worker=10,
-                   timer=FAST, progress=False)
+    df = run_sweep(SweepSpec(OP, shapes=SHAPES, out=out, workers=2, case_timeout=15, max_cases_per_worker=10,
+                             timer=FAST), progress=False)
     _check_faulty_sweep(df, max_cases=10)
     assert time.time() - t0 < 240
     # two CPU worker places shared the cases; the crashed ones were replaced (new pids)
@@ -129,13 +130,13 @@ def test_faults_in_two_cpu_workers_every_other_row_kept_and_resume(tmp_path, mon
     assert R.load(out).shape[0] == len(df) and not journal_path(out).exists()
     # --resume keeps crashed/timeout rows: nothing left to run
     ran = []
-    df2 = run_sweep(OP, shapes=SHAPES, out=out, resume=True, workers=2, timer=FAST, progress=False,
+    df2 = run_sweep(SweepSpec(OP, shapes=SHAPES, out=out, resume=True, workers=2, timer=FAST), progress=False,
                     on_row=ran.append)
     assert ran == [] and len(df2) == len(df)
     # --retry-failed runs exactly the crashed and timeout cases again (faults off now)
     (fd / "off").write_text("")
-    df3 = run_sweep(OP, shapes=SHAPES, out=out, resume=True, retry_failed=True, workers=1,
-                    timer=FAST, progress=False, on_row=ran.append)
+    df3 = run_sweep(SweepSpec(OP, shapes=SHAPES, out=out, resume=True, retry_failed=True, workers=1,
+                              timer=FAST), progress=False, on_row=ran.append)
     again = {c for c, w in FAULTY.items() if w in ("crashed", "timeout")}
     assert {r["case"] for r in ran} == again and len(ran) == 2 * len(again)
     assert len(df3) == len(df) and not df3.duplicated(subset=list(R.KEY)).any()
@@ -166,14 +167,14 @@ def test_faults_on_ray_same_rows(tmp_path, monkeypatch):
                 raise
     try:
         _killer(fd)
-        df = run_sweep(OP, shapes=SHAPES, out=out, engine="ray", workers=2, case_timeout=15,
-                       max_cases_per_worker=12, timer=FAST, progress=False)
+        df = run_sweep(SweepSpec(OP, shapes=SHAPES, out=out, engine="ray", workers=2, case_timeout=15,
+                                 max_cases_per_worker=12, timer=FAST), progress=False)
         _check_faulty_sweep(df, ray=True)
         assert all(w.startswith("ray:") for w in df.worker)
         (fd / "off").write_text("")
         ran = []
-        df2 = run_sweep(OP, shapes=SHAPES, out=out, resume=True, retry_failed=True, engine="ray",
-                        workers=1, timer=FAST, progress=False, on_row=ran.append)
+        df2 = run_sweep(SweepSpec(OP, shapes=SHAPES, out=out, resume=True, retry_failed=True, engine="ray",
+                                  workers=1, timer=FAST), progress=False, on_row=ran.append)
         assert {r["case"] for r in ran} == {c for c, w in FAULTY.items() if w in ("crashed", "timeout")}
         assert len(df2) == len(df) and not df2.duplicated(subset=list(R.KEY)).any()
         assert not set(df2.status) & {"crashed", "timeout"}

@@ -11,7 +11,8 @@ import torch
 from flyexplore.results import table as R
 from flyexplore.errors import UsageError
 from flyexplore.ops.base import Operator
-from flyexplore.run.sweep import journal_path, make_plan, run_sweep
+from flyexplore.run.spec import SweepSpec, make_plan
+from flyexplore.run.sweep import journal_path, run_sweep
 
 FAST = {"rep": 5, "warmup": 1}
 
@@ -64,7 +65,7 @@ def test_plan_validation_names_bad_values():
 def test_failures_become_rows_and_sweep_goes_on(tmp_path):
     op = toy_op(fail_on={"4x4"}, oom_on={"8x8"})
     out = tmp_path / "r.parquet"
-    df = run_sweep(op, shapes="4x4;8x8;16x16", out=out, timer=FAST, progress=False)
+    df = run_sweep(SweepSpec(op, shapes="4x4;8x8;16x16", out=out, timer=FAST), progress=False)
     assert len(df) == 9
     st = df.set_index(["case", "backend"])["status"]
     assert st[("4x4", "flaky")] == "error" and st[("8x8", "flaky")] == "oom"
@@ -90,15 +91,15 @@ def test_stop_keeps_rows_and_resume_finishes(tmp_path):
     out = tmp_path / "r.csv"
     seen = []
     # interleaved: a case's backends are timed together, so Stop is honoured between cases
-    df = run_sweep(op, shapes="4x4;8x8;16x16", backends="good,flaky", out=out, timer=FAST,
+    df = run_sweep(SweepSpec(op, shapes="4x4;8x8;16x16", backends="good,flaky", out=out, timer=FAST),
                    progress=False, on_row=seen.append, should_stop=lambda: len(seen) >= 3)
     assert len(df) == 4 and len(R.load(out)) == 4
     assert [r["case"] for r in seen] == ["4x4", "4x4", "8x8", "8x8"]
     with pytest.raises(UsageError, match="exists"):
-        run_sweep(op, shapes="4x4", out=out, progress=False)
+        run_sweep(SweepSpec(op, shapes="4x4", out=out), progress=False)
     ran = []
-    df2 = run_sweep(op, shapes="4x4;8x8;16x16", backends="good,flaky", out=out, resume=True,
-                    timer=FAST, progress=False, on_row=ran.append)
+    df2 = run_sweep(SweepSpec(op, shapes="4x4;8x8;16x16", backends="good,flaky", out=out, resume=True,
+                              timer=FAST), progress=False, on_row=ran.append)
     assert [(r["case"], r["backend"]) for r in ran] == [("16x16", "good"), ("16x16", "flaky")]
     assert len(df2) == 6 and len(R.load(out)) == 6
     assert not df2.duplicated(subset=list(R.KEY)).any()
@@ -108,7 +109,7 @@ def test_keyboard_interrupt_keeps_finished_rows(tmp_path):
     op = toy_op(interrupt_on={"16x16"})
     out = tmp_path / "r.parquet"
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(op, shapes="4x4;8x8;16x16", backends="good", out=out, timer=FAST, progress=False)
+        run_sweep(SweepSpec(op, shapes="4x4;8x8;16x16", backends="good", out=out, timer=FAST), progress=False)
     kept = R.load(out)
     assert kept["case"].tolist() == ["4x4", "8x8"]
     assert not journal_path(out).exists()
@@ -119,9 +120,10 @@ CRASH_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     sys.path.insert(0, {root!r})
     from test_sweep import toy_op, FAST
+    from flyexplore.run.spec import SweepSpec
     from flyexplore.run.sweep import run_sweep
-    run_sweep(toy_op(sleep_on={{"16x16"}}), shapes="4x4;8x8;16x16", backends="good", out={out!r},
-              resume={resume}, timer=FAST, progress=False)
+    run_sweep(SweepSpec(toy_op(sleep_on={{"16x16"}}), shapes="4x4;8x8;16x16", backends="good", out={out!r},
+                        resume={resume}, timer=FAST), progress=False)
 """)
 
 
@@ -144,16 +146,16 @@ def test_hard_crash_loses_no_finished_row(tmp_path):
     assert not out.exists()
     assert [r for r in R.load(jp)["case"]] == ["4x4", "8x8"]
     ran = []
-    df = run_sweep(toy_op(), shapes="4x4;8x8;16x16", backends="good", out=out, resume=True,
-                   timer=FAST, progress=False, on_row=ran.append)
+    df = run_sweep(SweepSpec(toy_op(), shapes="4x4;8x8;16x16", backends="good", out=out, resume=True,
+                             timer=FAST), progress=False, on_row=ran.append)
     assert [r["case"] for r in ran] == ["16x16"]
     assert sorted(df["case"]) == ["16x16", "4x4", "8x8"]
     assert not jp.exists()
 
 
 def test_real_catalogue_sweep_on_cpu(tmp_path):
-    df = run_sweep("topk", shapes="64x512x8;32x1024x4:largest=0", backends="aten,flydsl",
-                   timer=FAST, progress=False)
+    df = run_sweep(SweepSpec("topk", shapes="64x512x8;32x1024x4:largest=0", backends="aten,flydsl",
+                             timer=FAST), progress=False)
     ok = df[df.backend == "aten"]
     assert (ok.status == "ok").all() and (ok.err_max_abs == 0).all() and ok.gbps.notna().all()
     fly = df[df.backend == "flydsl"]
@@ -162,6 +164,6 @@ def test_real_catalogue_sweep_on_cpu(tmp_path):
 
 
 def test_progress_bar_shows_current_case(tmp_path, capsys):
-    run_sweep(toy_op(), shapes="4x4;8x8", backends="good", timer=FAST, progress=True)
+    run_sweep(SweepSpec(toy_op(), shapes="4x4;8x8", backends="good", timer=FAST), progress=True)
     err = capsys.readouterr().err
     assert "toy sweep" in err and "2/2" in err and "8x8 fp32" in err

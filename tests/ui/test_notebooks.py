@@ -15,7 +15,7 @@ import flyexplore as fx
 from flyexplore.ui import notebooks as N
 from flyexplore.results import table as R
 from flyexplore.errors import UsageError
-from flyexplore.run.sweep import make_plan
+from flyexplore.run.spec import make_plan
 
 from conftest import ROOT
 

@@ -17,7 +17,7 @@ from flyexplore import ops as O
 from flyexplore.results import table as R
 from flyexplore.ops.base import Operator
 from flyexplore.views.plots import speedup_figure
-from flyexplore.run.sweep import run_sweep
+import flyexplore as fx
 from flyexplore.errors import UsageError
 from flyexplore.ui.panel import SweepPanel
 from flyexplore.ui.panel_parts import PAGE_ROWS, SYMBOLS
@@ -163,16 +163,16 @@ def test_a_sweep_with_the_panel_takes_the_wall_time_of_the_same_sweep_headless(m
     timer = {"rep": 6, "warmup": 1, "calls_per_round": 2}
     p = SweepPanel("sleepy", shapes="\n".join(shapes[:2]), dtypes="fp32", backends="base,fast", timer=timer)
     # warm-up: the first sweep in a process pays one-time costs (environment, imports, caches)
-    run_sweep("sleepy", shapes=";".join(shapes[:2]), dtypes="fp32", backends="base,fast", timer=timer,
-              progress=False, device="cpu")
+    fx.sweep("sleepy", shapes=";".join(shapes[:2]), dtypes="fp32", backends="base,fast", timer=timer,
+             progress=False, device="cpu")
     p.start()
     assert p.wait(WAIT)
     p.shapes.value = "\n".join(shapes)
     headless, panel = [], []
     for _ in range(3):  # alternated, so that a change in the machine's load hits both
         t0 = time.perf_counter()
-        df = run_sweep("sleepy", shapes=";".join(shapes), dtypes="fp32", backends="base,fast", timer=timer,
-                       progress=False, device="cpu")
+        df = fx.sweep("sleepy", shapes=";".join(shapes), dtypes="fp32", backends="base,fast", timer=timer,
+                      progress=False, device="cpu")
         headless.append(time.perf_counter() - t0)
         assert len(df) == 32 and (df.status == "ok").all()
         t0 = time.perf_counter()

@@ -183,9 +183,9 @@ def test_cli_compare_vllm(tmp_path):
 def test_demo_writes_the_same_report(tmp_path, monkeypatch, measured):
     """flyexplore demo's glue: its sweeps (stubbed here; the sweep has its own tests) go into
     report.write_report, with or without static images."""
-    import flyexplore.cli.demo as D
+    import flyexplore.cli.demo_job as D
 
-    monkeypatch.setattr(D, "run_sweep", lambda op, **kw: measured if op == "gemm" else R.empty_frame())
+    monkeypatch.setattr(D, "run_sweep", lambda spec, **kw: measured if spec.op == "gemm" else R.empty_frame())
     path = D.run_demo(tmp_path / "demo", progress=False, static=False)
     assert path == tmp_path / "demo" / "report.html" and "gemm: speedup over aten" in path.read_text()
     assert (tmp_path / "demo" / "results.parquet").exists() and not (tmp_path / "demo" / "figures").exists()

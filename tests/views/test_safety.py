@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from flyexplore.results import table as R
-from flyexplore.run import validate as V
 from flyexplore.cli import main
 from flyexplore.errors import UsageError
 from flyexplore.views.report import REPORT_MARKER, check_report_dir, write_report
+from flyexplore.run.spec import SweepSpec, check_timer
 from flyexplore.run.sweep import journal_path, run_sweep
 
 
@@ -55,7 +55,7 @@ def test_gpu_timing_mode_on_cpu_is_refused_before_the_sweep(tmp_path):
     R.save(_rows(3), out)
     before = out.read_bytes()
     with pytest.raises(UsageError, match="timing mode 'kernel' needs a GPU"):
-        run_sweep("gemm", shapes="8x8x8", out=out, overwrite=True, timer={"mode": "kernel"}, progress=False)
+        run_sweep(SweepSpec("gemm", shapes="8x8x8", out=out, overwrite=True, timer={"mode": "kernel"}), progress=False)
     assert out.read_bytes() == before
 
 
@@ -69,10 +69,10 @@ def test_run_sweep_checks_timer_options_first(tmp_path, timer, needle):
     R.save(_rows(3), out)
     before = out.read_bytes()
     with pytest.raises(UsageError) as ei:
-        run_sweep("gemm", shapes="8x8x8", out=out, overwrite=True, timer=timer, progress=False)
+        run_sweep(SweepSpec("gemm", shapes="8x8x8", out=out, overwrite=True, timer=timer), progress=False)
     assert needle in str(ei.value)
     assert out.read_bytes() == before
-    assert V.timer_options({"rep": 3, "warmup": 0, "rep_ms": 5.0, "mode": "auto"}) == {
+    assert check_timer({"rep": 3, "warmup": 0, "rep_ms": 5.0, "mode": "auto"}, "interleaved") == {
         "rep": 3, "warmup": 0, "rep_ms": 5.0, "mode": "auto"}
 
 

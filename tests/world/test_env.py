@@ -112,6 +112,7 @@ def test_every_attention_row_carries_the_bundled_aotriton_version(tmp_path, monk
     attention row of a real CPU sweep -- ok and unavailable ones alike -- carries it."""
     from flyexplore.ops.attention import aotriton as A
     from flyexplore.run import sweep as SW
+    from flyexplore.run.spec import SweepSpec
 
     fake = tmp_path / "torch"
     (fake / "lib").mkdir(parents=True)
@@ -122,8 +123,8 @@ def test_every_attention_row_carries_the_bundled_aotriton_version(tmp_path, monk
     assert env.versions["aotriton"] == "0.14.2" and env.fingerprint()["aotriton"] == "0.14.2"
     assert A.release_name(env.versions["aotriton"]) == "0.14.2b"
     monkeypatch.setattr(E, "collect", lambda *a, **k: env)  # the sweep reads the environment through the module
-    df = SW.run_sweep("attention", shapes="1x2x16x16x8;1x2x16x16x8:bwd", backends="math,efficient,default",
-                      dtypes="fp32", progress=False, timer={"rep": 3, "warmup": 1})
+    df = SW.run_sweep(SweepSpec("attention", shapes="1x2x16x16x8;1x2x16x16x8:bwd", backends="math,efficient,default",
+                                dtypes="fp32", timer={"rep": 3, "warmup": 1}), progress=False)
     assert len(df) == 6 and {"ok", "unavailable"} <= set(df["status"])
     assert (df["aotriton"] == "0.14.2").all()
 

@@ -44,12 +44,13 @@ Facts, read from ROCm/aotriton (no code copied):
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Sequence
 
 from flyexplore.errors import UsageError
 from flyexplore.world import env as ENV
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Head dims AOTriton compiles its Triton kernels for (the operator's BLOCK_DMODEL axis): tag
 #: 0.13b ``modules/flash/aot/_common.py::block_dmodel_values``; the 0.14 development
@@ -168,6 +169,8 @@ def flyc_table(arch: str = "gfx950", dtype: str = "bf16", head_dims: Sequence[in
     pass: one row per (head dim, pass) with ``head_dim, pass, rung`` (:func:`head_dim_rung`),
     ``flyc`` (:func:`flyc_support`) and ``reason``. ``head_dims`` default: 16..256 in steps of
     16, and 512. Raises :class:`UsageError` for a non-positive head dim."""
+    import pandas as pd  # here: the catalogue (and so `flyexplore --help`) imports this module
+
     dims = list(head_dims) if head_dims is not None else [*range(16, 257, 16), 512]
     rows = []
     for d in dims:

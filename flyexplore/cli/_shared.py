@@ -1,0 +1,108 @@
+"""What the commands of :mod:`flyexplore.cli` share: the exit codes, the catalogue's names as
+the command line checks them (without torch: :mod:`flyexplore.ops` imports none), and the
+helpers of the commands that write reports.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from flyexplore.errors import UsageError, bad_choice
+from flyexplore.ops import get_op, list_ops
+
+# The helpers below import their layer when they run, as every command module does, so that
+# `flyexplore --help` imports neither torch nor pandas.
+
+#: Exit codes (documented in :mod:`flyexplore.cli` and README): 0 success (``explain``: FlyDSL
+#: YES / AOTriton eligible), 1 ``explain``: NO / not eligible (``xray``: cannot run here),
+#: 2 usage error, 3 ``explain --op attention``: unverified, 130 interrupted, 141 closed pipe.
+EXIT_YES, EXIT_NO, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_INTERRUPTED, EXIT_PIPE = 0, 1, 2, 3, 130, 141
+
+
+def catalogue() -> dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
+    """What the command line accepts, per operator: ``{op: (backends, dtypes, suites)}`` in the
+    catalogue's order, read from the registry (:mod:`flyexplore.ops`, which imports no torch,
+    so ``--help`` and name errors stay fast), operators added by ``register_op`` included."""
+    out = {}
+    for n in list_ops():
+        op = get_op(n)
+        out[n] = (tuple(op.backends), tuple(op.dtypes), tuple(op.suites))
+    return out
+
+
+def explain_ops() -> tuple[str, ...]:
+    """Operators ``explain`` answers for (:func:`flyexplore.insight.explain.explainable`, attention included)."""
+    from flyexplore.insight.explain import explainable
+    return tuple(explainable(True))
+
+
+def values_text(only: str | None = None) -> str:
+    """The valid values of :func:`catalogue` as help text, one block per operator."""
+    lines = ["operators, with their backends, dtypes (first: the default for --shapes on a GPU; "
+             "fp32 on the CPU when the operator has it) and suites:"]
+    for op, (bk, dt, su) in catalogue().items():
+        if only and op != only:
+            continue
+        lines.append(f"  {op}")
+        lines.append(f"    backends: {', '.join(bk)}")
+        lines.append(f"    dtypes:   {', '.join(dt)}")
+        lines.append(f"    suites:   {', '.join(su)}")
+    return "\n".join(lines)
+
+
+def check_names(op: str | None, backends: str | None = None, dtypes: str | None = None,
+                suite: str | None = None, what: str = "operator") -> None:
+    """Check names against :func:`catalogue` (no torch), with the library's messages. An
+    operator given as ``module:attribute`` (an Operator outside the catalogue, see
+    :func:`flyexplore.run.spec.resolve_op`) is checked later, when it is imported."""
+    if op is None or ":" in op:
+        return
+    cat = catalogue()
+    if op not in cat:
+        raise bad_choice(what, op, cat)
+    bk, dt, su = cat[op]
+    for b in (backends or "").split(","):
+        if b.strip() and b.strip() not in bk:
+            raise bad_choice(f"backend for {op}", b.strip(), bk)
+    for d in (dtypes or "").split(","):
+        if d.strip() and d.strip() not in dt:
+            raise bad_choice(f"dtype for {op}", d.strip(), dt)
+    if suite is not None and suite not in su:
+        raise bad_choice(f"suite for {op}", suite, su)
+
+
+def gpu_visible() -> bool:
+    """Whether this machine shows a GPU device node (NVIDIA or AMD KFD), without torch."""
+    return Path("/dev/kfd").exists() or any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def baseline_arg(text: str):
+    """``--baseline`` text: one backend, or several comma-separated (a list: the faster of them
+    per case). Raises :class:`UsageError` for an empty text."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise UsageError(f"empty --baseline {text!r} (e.g. aten, or aten,triton for the faster of both)")
+    return parts[0] if len(parts) == 1 else parts
+
+
+def static_note(no_images: bool) -> None:
+    """Say on stderr when static figure files will be skipped (the report says it too)."""
+    if not no_images:
+        from flyexplore.views.export import static_export_problem
+
+        why = static_export_problem()
+        if why:
+            print(f"flyexplore: note: PNG/SVG/PDF figures skipped: {why}", file=sys.stderr)
+
+
+def load_many(paths):
+    """Result files (:func:`flyexplore.results.table.load`) as one result set."""
+    from flyexplore.results import table as R
+
+    return R.concat([R.load(p) for p in paths])
+
+
+def inputs_in(paths, folder) -> list[str]:
+    """Names of the input files that lie directly in ``folder`` (kept beside a report there)."""
+    f = Path(folder).resolve()
+    return [Path(p).name for p in paths if Path(p).resolve().parent == f]

@@ -1,0 +1,153 @@
+"""``flyexplore sweep``: the flags become one :class:`flyexplore.run.spec.SweepSpec` (which checks
+every value, names first, before anything imports torch or opens a file), run by
+:func:`flyexplore.run.sweep.run_sweep`; then a table a reader can scan.
+
+What is the command line's own, not the spec's: ``--in-process``/``--executor`` become the spec's
+``engine``; ``--timing``, ``--rep``, ``--warmup``, ``--rep-ms``, ``--ci-target``, ``--budget-s``
+become its ``timer`` (``--warmup`` defaults to a quarter of ``--rep``); ``--shapes`` without
+``--dtypes`` runs fp32 on the CPU when the operator has it (:func:`dtypes_for`).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from flyexplore.cli._shared import EXIT_INTERRUPTED, catalogue, gpu_visible, values_text
+from flyexplore.errors import UsageError
+from flyexplore.measure import modes
+from flyexplore.measure.stats import BAND
+
+HELP = "run a sweep; rows are kept as they finish"
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}".replace("%", "%%")  # argparse %-formats help text
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = (values_text() + "\n\n" + modes.listing()
+                + "\n\nexamples:\n  flyexplore sweep --op gemm --suite cpu-small --out r.parquet\n"
+                "  flyexplore sweep --op rmsnorm --shapes '2048x4096;8192x4096' --backends aten,inductor "
+                "--out r.csv")
+    p.add_argument("--op", required=True, help="operator: " + ", ".join(catalogue()))
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--suite", help="a named shape set of the operator (below; flyexplore suites)")
+    g.add_argument("--shapes", help="inline shapes, e.g. '4096x4096x4096;8x4096x4096:NN'")
+    p.add_argument("--dtypes", help="comma-separated, e.g. bf16,fp16 (default: the suite's; with --shapes "
+                   "the operator's first dtype on a GPU, fp32 on the CPU)")
+    p.add_argument("--backends", help="comma-separated (default: all of the operator's; below)")
+    p.add_argument("--out", required=True, help="result file: .parquet, .csv or .jsonl")
+    p.add_argument("--resume", action="store_true", help="skip cases already in --out")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument("--device", help="torch device (default: cuda:0 if present, else cpu)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--order", default=modes.ORDERS[0], choices=modes.ORDERS,
+                   help="interleaved (default): every backend of a case built and warmed, then timed in "
+                   "shared rounds until the 95%% intervals are tight; block: one backend after the other "
+                   "(the old order; wider, unpaired intervals)")
+    p.add_argument("--timing", default=modes.DEFAULT,
+                   help="; ".join(f"{o}: {' | '.join(modes.names(o))}" for o in modes.ORDERS)
+                   + f" (default {modes.DEFAULT}: {modes.auto_text()}; the table below)")
+    p.add_argument("--ci-target", type=float, help="stop a case when every 95%% interval (medians, "
+                   "speedups) is within ±this fraction (default 0.01)")
+    p.add_argument("--band", type=float, help=f"equivalence band of the SAME label (default {BAND:g} = "
+                   f"±{_pct(BAND)})")
+    p.add_argument("--budget-s", type=float, help="time budget of one case after warm-up, s "
+                   "(default 10 on GPU, 2 on CPU); past it the row is flagged unconverged")
+    p.add_argument("--baseline", help="backend speedups are taken against (default: the operator's, "
+                   "e.g. aten)")
+    p.add_argument("--rep", type=int, help="interleaved: a fixed number of rounds; block: timed calls "
+                   "(default: adaptive / by time budget)")
+    p.add_argument("--warmup", type=int, help="warm-up rounds (interleaved) or calls (block), with --rep")
+    p.add_argument("--rep-ms", type=float, help="interleaved: the case budget, ms; block: time budget "
+                   "for timed calls, ms")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--trace", action="store_true",
+                   help="record what really ran for every row (observed, autotune; flydsl rows always)")
+    p.add_argument("--in-process", action="store_true",
+                   help="run every case in this process (for debugging; the default on the CPU). On a GPU "
+                   "the default is worker processes: a crash or hang becomes a crashed/timeout row")
+    p.add_argument("--executor", choices=("local", "ray"),
+                   help="local (default): worker processes on this machine; ray: Ray actors, num_gpus=1 "
+                   "each (pip install 'flyexplore[ray]')")
+    p.add_argument("--devices", help="all, or GPU indices such as 0,1: one worker per GPU, pinned with "
+                   "CUDA_VISIBLE_DEVICES (NVIDIA) or HIP_VISIBLE_DEVICES (ROCm); cases handed out most "
+                   "expensive first")
+    p.add_argument("--workers", type=int, help="CPU: this many worker processes (sharding on the CPU); "
+                   "ray: at most this many actors")
+    p.add_argument("--case-timeout", type=float, metavar="SECONDS",
+                   help="a case (compile included) running longer gets timeout rows and its worker is "
+                   "killed and replaced (default 900; 0 = none)")
+    p.add_argument("--max-cases-per-worker", type=int, metavar="N",
+                   help="replace a worker after N cases, against leaks (default 50)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="with --resume: run crashed and timeout rows again (default: keep them)")
+    p.add_argument("--ray-address", help="Ray cluster to join, e.g. ray://head:10001 (default: "
+                   "$RAY_ADDRESS, else a local Ray instance for this sweep)")
+
+
+def dtypes_for(a: argparse.Namespace) -> str | None:
+    """The sweep's ``--dtypes``: as given, or for ``--shapes`` on the CPU (``--device cpu``, or
+    no ``--device`` and no GPU device node) ``fp32`` when the operator has it (bf16 is emulated
+    slowly on most CPUs and rarely what a CPU user means); else ``None`` (the spec's default)."""
+    on_cpu = (a.device or "").startswith("cpu") or (a.device is None and not gpu_visible())
+    if a.shapes and not a.dtypes and on_cpu and "fp32" in catalogue().get(a.op, ((), ()))[1]:
+        return "fp32"
+    return a.dtypes
+
+
+def timer_of(a: argparse.Namespace) -> dict:
+    """The spec's ``timer`` from the flags: ``mode`` (``--timing``), ``rep``, ``warmup`` (with
+    ``--rep`` alone: a quarter of it, at least 1), ``rep_ms``, ``target`` (``--ci-target``),
+    ``budget_s``. Checked by the spec."""
+    t = {"mode": a.timing}
+    if a.rep is not None:
+        t["rep"] = a.rep
+    if a.warmup is not None:
+        t["warmup"] = a.warmup
+    elif isinstance(a.rep, int) and a.rep >= 1:
+        t["warmup"] = max(1, a.rep // 4)
+    if a.rep_ms is not None:
+        t["rep_ms"] = a.rep_ms
+    if a.ci_target is not None:
+        t["target"] = a.ci_target
+    if a.budget_s is not None:
+        t["budget_s"] = a.budget_s
+    return t
+
+
+def engine_of(a: argparse.Namespace) -> str:
+    """The spec's ``engine`` from ``--in-process`` and ``--executor``."""
+    if a.in_process and a.executor == "ray":
+        raise UsageError("--in-process and --executor ray exclude each other")
+    return "in-process" if a.in_process else (a.executor or "auto")
+
+
+def run(a: argparse.Namespace) -> int:
+    # imported here, as in every command module: `flyexplore --help` imports neither torch nor pandas
+    from flyexplore.run.spec import SweepSpec
+
+    kw = {"band": a.band} if a.band is not None else {}
+    spec = SweepSpec(a.op, suite=a.suite, shapes=a.shapes, dtypes=dtypes_for(a), backends=a.backends,
+                     device=a.device, seed=a.seed, order=a.order, timer=timer_of(a), baseline=a.baseline,
+                     trace=a.trace, engine=engine_of(a), devices=a.devices, workers=a.workers,
+                     case_timeout=a.case_timeout, max_cases_per_worker=a.max_cases_per_worker,
+                     ray_address=a.ray_address, out=a.out, resume=a.resume, overwrite=a.overwrite,
+                     retry_failed=a.retry_failed, flags=True, **kw)
+    from flyexplore.run.sweep import run_sweep
+    from flyexplore.views.report import scan_table, summary_table
+
+    try:
+        df = run_sweep(spec, progress=not a.quiet)
+    except KeyboardInterrupt:
+        print(f"flyexplore: interrupted; finished rows kept in {a.out}; "
+              "to continue, re-run the same command with --resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    table, caption, notes = scan_table(summary_table(df))
+    print(table.to_string(index=False))
+    if caption:
+        print("all rows: " + "; ".join(caption) + "; times in µs")
+    for n in notes:
+        print(n)
+    print(f"{len(df)} rows written to {a.out}")
+    return 0

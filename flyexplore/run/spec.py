@@ -1,0 +1,524 @@
+"""What a sweep is: :class:`SweepSpec`, one frozen value that the command line (``flyexplore
+sweep``), the sweep panel (:class:`flyexplore.ui.panel.SweepPanel`) and Python (``fx.sweep``)
+build and :func:`flyexplore.run.sweep.run_sweep` runs.
+
+Every option is checked once, here, when the spec is made -- before any file is opened or
+anything runs -- and a bad value is a one-line :class:`~flyexplore.errors.UsageError` naming it
+(``flyexplore: error: ...``, exit 2 on the command line). Names are checked against the catalogue
+first (no torch), the device last. What the file system says (the output file writable, or there
+already without ``resume``/``overwrite``) is :func:`~flyexplore.run.sweep.run_sweep`'s to check when
+it opens the file.
+
+The spec travels with its results, the lesson of ``torch.utils.benchmark`` (every ``Measurement``
+keeps the ``TaskSpec`` that made it): :meth:`SweepSpec.to_dict` and :meth:`SweepSpec.fingerprint`,
+which ``run_sweep`` puts beside the rows (the result frame's ``attrs["sweeps"]``, kept in Parquet
+files) without adding a result column.
+
+Also here, because the spec checks them: the plan (:class:`Plan`, :func:`make_plan`), how a
+worker finds an operator (:func:`resolve_op`, :func:`op_ref`), the engine a sweep will use
+(:func:`choose_engine`, :func:`gpu_indices`) and the timer options (:data:`TIMER_OPTIONS`).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import math
+import os
+import sys
+import types
+from dataclasses import InitVar, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from flyexplore.errors import UsageError, bad_choice
+from flyexplore.measure import modes
+from flyexplore.measure.stats import BAND
+from flyexplore.ops import builtin_ops, get_op
+from flyexplore.ops.base import Case, Operator
+
+#: Engines of a sweep (``auto`` picks ``local`` on a GPU, ``in-process`` on the CPU; see
+#: :func:`choose_engine` and :mod:`flyexplore.run.engine`).
+ENGINES = ("auto", "in-process", "local", "ray")
+#: Fractions (the SAME band, the stopping target) lie in (0, FRACTION_MAX): a sanity bound, not a
+#: statistical rule (a +-50% band would call 1.5x the same speed).
+FRACTION_MAX = 0.5
+
+
+def _fraction_rule() -> str:
+    return f"a fraction in (0, {FRACTION_MAX:g}), e.g. {BAND:g} for ±{BAND:.0%}"
+
+
+# -- the plan -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Plan:
+    """What a sweep will run: an operator, ``(case, dtype)`` pairs and backend names."""
+
+    op: Operator
+    pairs: tuple[tuple[Case, str], ...]
+    backends: tuple[str, ...]
+
+    def items(self) -> list[tuple[Case, str, str]]:
+        return [(c, d, b) for c, d in self.pairs for b in self.backends]
+
+    def __len__(self) -> int:
+        return len(self.pairs) * len(self.backends)
+
+
+def _split(v: str | Iterable[str] | None) -> list[str] | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return [x.strip() for x in v.split(",") if x.strip()]
+    return list(v)
+
+
+def make_plan(op: str | Operator, suite: str | None = None, shapes: str | Sequence | None = None,
+              dtypes: str | Sequence[str] | None = None,
+              backends: str | Sequence[str] | None = None) -> Plan:
+    """Resolve and validate a sweep plan. ``op``: a catalogue name, an :class:`Operator`, or
+    an import path ``"module:attribute"`` of one (:func:`resolve_op`).
+    Exactly one of ``suite`` and ``shapes`` (a text such
+    as ``"4096x4096x4096;8x4096x4096"`` or a list of texts / :class:`Case`).
+    ``dtypes`` defaults to the suite's (or the operator's first); ``backends`` to all.
+    Raises :class:`UsageError` naming any unknown operator, suite, dtype, backend or bad shape,
+    or what an operator lacks to be measured (``make_inputs``, ``reference``, ``error``, a backend).
+    Imports no torch.
+    """
+
+    op = resolve_op(op) if isinstance(op, str) else op
+    if not isinstance(op, Operator):
+        raise UsageError(f"op must be an operator name, 'module:attribute' or an Operator, "
+                         f"got {type(op).__name__}")
+    missing = [k for k in ("make_inputs", "reference", "error") if not callable(getattr(op, k, None))]
+    if missing or not op.backends:
+        raise UsageError(f"operator {op.name!r} cannot be measured: it has no "
+                         + ", ".join(missing + ([] if op.backends else ["backend"]))
+                         + " (docs/adding-an-operator.md)")
+    if (suite is None) == (shapes is None):
+        raise UsageError("give exactly one of a suite and shapes")
+    dts = _split(dtypes)
+    for d in dts or ():
+        op.check_dtype(d)
+    if suite is not None:
+        pairs = op.get_suite(suite).pairs(dts)
+    else:
+        if isinstance(shapes, str):
+            cases = op.parse_shapes(shapes)
+        else:
+            cases = tuple(s if isinstance(s, Case) else op.case(s) for s in shapes)
+            if not cases:
+                raise UsageError(f"no {op.name} shapes given")
+        pairs = tuple((c, d) for c in cases for d in (dts or [op.dtypes[0]]))
+    bks = _split(backends) or list(op.backends)
+    for b in bks:
+        op.get_backend(b)
+    if not bks:
+        raise UsageError("no backends given")
+    return Plan(op, pairs, tuple(dict.fromkeys(bks)))
+
+
+def resolve_op(ref: str) -> Operator:
+    """The :class:`~flyexplore.ops.base.Operator` for ``ref``: a catalogue name (``gemm``) or
+    an import path ``"module:attribute"`` (how a worker process finds an operator that is not in
+    the catalogue, e.g. a test's). Raises :class:`UsageError` naming ``ref`` when it cannot be
+    imported or is not an Operator."""
+
+    if ":" not in ref:
+        return get_op(ref)
+    mod, _, attr = ref.partition(":")
+    try:
+        obj = getattr(importlib.import_module(mod), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"cannot import operator {ref!r} ({type(exc).__name__}: {exc})") from None
+    if not isinstance(obj, Operator):
+        raise UsageError(f"{ref!r} is a {type(obj).__name__}, not a flyexplore Operator")
+    return obj
+
+
+def op_ref(op: Operator) -> str:
+    """How a worker finds ``op``: its catalogue name, or the ``"module:attribute"`` it was
+    loaded from (:func:`resolve_op` records it). Raises :class:`UsageError` for an Operator
+    object a worker cannot import (pass ``"module:attribute"``, or use ``engine="in-process"``)."""
+
+    if op.name in builtin_ops() and get_op(op.name) is op:
+        return op.name
+    # anything else (a family added by register_op, a test's operator) by its import path:
+    # a worker imports the module, which registers the family again there
+    for mod in list(sys.modules.values()):
+        name = getattr(mod, "__name__", None)
+        if not name or name == "__main__" or name.startswith(("torch", "flyexplore.")):
+            continue
+        for attr, val in list(vars(mod).items()):
+            if val is op:
+                return f"{name}:{attr}"
+    raise UsageError(f"operator {op.name!r} is not importable by a worker process: define it at "
+                     "module level and pass op='module:attribute', or use --in-process")
+
+
+# -- device, seed, engine -------------------------------------------------------------------------
+
+def check_device(dev=None):
+    """The ``torch.device`` a sweep will use: ``dev`` (text or device), or ``cuda:0`` when a
+    GPU is visible, else ``cpu``. Raises :class:`UsageError` for text torch cannot parse, a
+    device type other than cpu/cuda (ROCm GPUs are ``cuda`` in torch), or a GPU that is not
+    there (no GPU visible, or an index >= ``torch.cuda.device_count()``)."""
+    import torch
+
+    if dev is None:
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    try:
+        d = torch.device(dev)
+    except (RuntimeError, TypeError, ValueError):
+        raise UsageError(f"bad --device {dev!r} (e.g. cpu, cuda, cuda:1)") from None
+    if d.type not in ("cpu", "cuda"):
+        raise bad_choice("device type", d.type, ("cpu", "cuda"))
+    if d.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise UsageError(f"--device {dev!r}: torch sees no CUDA/ROCm GPU here (use cpu)")
+        if d.index is not None and d.index >= n:
+            raise UsageError(f"--device {dev!r}: torch sees {n} GPU(s) (cuda:0..cuda:{n - 1})")
+    return d
+
+
+def _int_ok(v, lo: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
+def _num_ok(v, positive: bool) -> bool:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return False
+    return v > 0 if positive else v >= 0
+
+
+def _fraction_ok(v) -> bool:
+    return _num_ok(v, True) and v < FRACTION_MAX
+
+
+def gpu_indices(devices) -> list[int]:
+    """Torch GPU indices from ``devices``: ``"all"``, ``"0,1"`` or a list of ints. Raises
+    :class:`UsageError` when no GPU is visible or an index is not there."""
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n == 0:
+        raise UsageError(f"--devices {devices!r}: torch sees no CUDA/ROCm GPU here "
+                         "(on the CPU use --workers N for worker processes)")
+    if isinstance(devices, str):
+        if devices.strip() == "all":
+            return list(range(n))
+        parts = [p.strip() for p in devices.split(",") if p.strip()]
+    else:
+        parts = list(devices)
+    out = []
+    for p in parts:
+        try:
+            i = int(p)
+        except (TypeError, ValueError):
+            raise UsageError(f"bad --devices entry {p!r} (use all, or GPU indices such as 0,1)") from None
+        if not 0 <= i < n:
+            raise UsageError(f"--devices {i}: torch sees {n} GPU(s) (0..{n - 1})")
+        if i not in out:
+            out.append(i)
+    if not out:
+        raise UsageError(f"no GPU in --devices {devices!r}")
+    return out
+
+
+def choose_engine(engine: str, device=None, *, devices=None, workers=None, case_timeout=None,
+                  max_cases=None, op=None) -> str:
+    """Check the engine options of a sweep and return the engine it will use: ``in-process``,
+    ``local`` or ``ray``. ``auto``: ``local`` when the sweep's device is a GPU or when
+    ``devices``, ``workers`` or ``case_timeout`` are given, else ``in-process`` (see
+    :mod:`flyexplore.run.engine` for why). Raises :class:`UsageError` naming the bad value: an
+    unknown engine, ``workers`` < 1 or on a GPU, ``devices`` on the CPU or together with
+    ``device``, a GPU index torch does not see, a negative ``case_timeout``, ``max_cases`` < 1,
+    worker options with ``in-process``, Ray not installed, or an operator a worker cannot import."""
+
+    if engine not in ENGINES:
+        raise UsageError(f"unknown engine {engine!r} (valid: {', '.join(ENGINES)})")
+    dev = check_device(device)
+    if workers is not None and not _int_ok(workers, 1):
+        raise UsageError(f"--workers must be an integer >= 1, got {workers!r}")
+    if case_timeout is not None and not _num_ok(case_timeout, False):
+        raise UsageError(f"--case-timeout must be a number of seconds >= 0 (0 = none), got {case_timeout!r}")
+    if max_cases is not None and not _int_ok(max_cases, 1):
+        raise UsageError(f"--max-cases-per-worker must be an integer >= 1, got {max_cases!r}")
+    if devices is not None:
+        if device is not None:
+            raise UsageError("give --device or --devices, not both")
+        gpu_indices(devices)
+    elif workers is not None and dev.type == "cuda" and engine != "ray":
+        raise UsageError("--workers is for CPU worker processes; on GPUs use --devices (one worker per GPU)")
+    if engine == "in-process":
+        for name, v in (("--devices", devices), ("--workers", workers), ("--case-timeout", case_timeout),
+                        ("--max-cases-per-worker", max_cases)):
+            if v is not None:
+                raise UsageError(f"{name} needs worker processes; it does not go with --in-process")
+        return "in-process"
+    if engine == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise UsageError("--executor ray needs the ray package: pip install 'flyexplore[ray]'") from None
+        kind = "ray"
+    elif engine == "local":
+        kind = "local"
+    else:
+        wants = devices is not None or workers is not None or case_timeout is not None
+        kind = "local" if dev.type == "cuda" or wants else "in-process"
+    if kind != "in-process" and op is not None:
+        op_ref(op)
+    return kind
+
+
+# -- timer options --------------------------------------------------------------------------------
+
+#: The timer options of a sweep: key -> (the orders that take it, the rule it must follow; None:
+#: passed on unchecked). Block order hands them to :class:`flyexplore.measure.timing.Timer` (its
+#: keywords); interleaved order translates ``rep``, ``warmup`` and ``rep_ms``
+#: (:func:`interleaved_kwargs`) and hands the rest to
+#: :func:`flyexplore.measure.interleaved.measure_interleaved`. ``None`` as a value means the
+#: timer's default (not for ``min_reps``/``max_reps``).
+TIMER_OPTIONS: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "mode": (modes.ORDERS, "a timing mode"),
+    "rep": (modes.ORDERS, "an integer >= 1"),
+    "warmup": (modes.ORDERS, "an integer >= 0"),
+    "rep_ms": (modes.ORDERS, "a finite number > 0"),
+    "warmup_ms": (modes.ORDERS, "a finite number >= 0"),
+    "min_reps": (("block",), "an integer >= 1"),
+    "max_reps": (("block",), "an integer >= 1"),
+    "flush": (("block",), "true, false or None"),
+    "clock": (("block",), None),
+    "calls_per_round": (("interleaved",), "an integer >= 1"),
+    "min_rounds": (("interleaved",), "an integer >= 1"),
+    "max_rounds": (("interleaved",), "an integer >= 1"),
+    "target": (("interleaved",), _fraction_rule()),
+    "budget_s": (("interleaved",), "a finite number > 0"),
+}
+_TIMER_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "rep": lambda v: _int_ok(v, 1), "warmup": lambda v: _int_ok(v, 0),
+    "min_reps": lambda v: _int_ok(v, 1), "max_reps": lambda v: _int_ok(v, 1),
+    "rep_ms": lambda v: _num_ok(v, True), "warmup_ms": lambda v: _num_ok(v, False),
+    "flush": lambda v: isinstance(v, bool), "calls_per_round": lambda v: _int_ok(v, 1),
+    "min_rounds": lambda v: _int_ok(v, 1), "max_rounds": lambda v: _int_ok(v, 1),
+    "budget_s": lambda v: _num_ok(v, True), "target": _fraction_ok,
+}
+#: The command line's flags for timer options whose flag is not ``--`` + the key.
+_FLAGS = {"target": "--ci-target", "budget_s": "--budget-s", "mode": "--timing"}
+
+
+def timer_keys(order: str) -> tuple[str, ...]:
+    """The timer options ``order`` takes (:data:`TIMER_OPTIONS`)."""
+    return tuple(k for k, (orders, _) in TIMER_OPTIONS.items() if order in orders)
+
+
+def _timer_name(key: str, flags: bool) -> str:
+    return _FLAGS.get(key, "--" + key.replace("_", "-")) if flags else f"timer option {key}"
+
+
+def check_timer(timer: Mapping[str, Any] | None, order: str, gpu: bool | None = None, *,
+                flags: bool = False) -> dict:
+    """Check a sweep's timer options for ``order`` and return them as a new dict: known keys
+    (:func:`timer_keys`), each value by its rule (:data:`TIMER_OPTIONS`), ``max_reps >= min_reps``,
+    ``max_rounds >= min_rounds``, and ``mode`` by :func:`flyexplore.measure.modes.check` (with
+    ``gpu`` given: for that device). ``flags``: name options as the command line's flags
+    (``--rep``). Raises :class:`UsageError` naming the bad option and value."""
+    if timer is None:
+        return {}
+    if not isinstance(timer, Mapping):
+        raise UsageError(f"timer options must be a dict, got {type(timer).__name__}")
+    t = dict(timer)
+    known = timer_keys(order)
+    for k in t:
+        if k not in known:
+            if flags and k in ("target", "budget_s"):
+                raise UsageError("--ci-target and --budget-s apply to --order interleaved only")
+            raise bad_choice("timer option", k, known)
+    for k, check in _TIMER_CHECKS.items():
+        if k not in t or (t[k] is None and k not in ("min_reps", "max_reps")):
+            continue
+        if not check(t[k]):
+            raise UsageError(f"{_timer_name(k, flags)} must be {TIMER_OPTIONS[k][1]}, got {t[k]!r}")
+    for lo, hi in (("min_reps", "max_reps"), ("min_rounds", "max_rounds")):
+        if t.get(lo) is not None and t.get(hi) is not None and t[hi] < t[lo]:
+            raise UsageError(f"{_timer_name(hi, flags)} ({t[hi]}) is below {_timer_name(lo, flags)} ({t[lo]})")
+    modes.check(t.get("mode", modes.DEFAULT), order, gpu)
+    return t
+
+
+def interleaved_kwargs(timer: Mapping[str, Any]) -> dict:
+    """A sweep's checked ``timer`` options as the keywords of
+    :func:`~flyexplore.measure.interleaved.measure_interleaved`: ``rep`` = a fixed number of
+    rounds (no adaptive stopping), ``warmup`` = warm-up rounds, ``rep_ms`` = the case's budget
+    in ms; the other interleaved keys pass through."""
+    o = {k: v for k, v in timer.items() if k not in ("rep", "warmup", "rep_ms")}
+    if timer.get("rep") is not None:
+        o["min_rounds"] = o["max_rounds"] = int(timer["rep"])
+    if timer.get("warmup") is not None:
+        o["warmup_rounds"] = int(timer["warmup"])
+    if timer.get("rep_ms") is not None:
+        o["budget_s"] = float(timer["rep_ms"]) / 1e3
+    return o
+
+
+# -- the spec -------------------------------------------------------------------------------------
+
+def _json(v):
+    """A spec value as JSON: paths and devices as text, tuples as lists, cases by label,
+    callables by name."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, Case):
+        return v.label
+    if isinstance(v, Mapping):
+        return {str(k): _json(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json(x) for x in v]
+    if callable(v):
+        return f"{getattr(v, '__module__', '')}.{getattr(v, '__qualname__', repr(v))}".lstrip(".")
+    return str(v)
+
+
+#: Fields that say where the rows go, not what is measured: left out of :meth:`SweepSpec.fingerprint`.
+FILE_FIELDS = ("out", "resume", "overwrite", "retry_failed")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What a sweep is, checked: build it, then ``run_sweep(spec, progress=..., on_row=...,
+    should_stop=...)`` (those three are how this run is watched, not what it is).
+
+    What is measured:
+
+    - ``op``: a catalogue name (:func:`flyexplore.ops.list_ops`), ``"module:attribute"`` of an
+      Operator, or an :class:`~flyexplore.ops.base.Operator`.
+    - ``suite`` or ``shapes`` (exactly one): a named suite, or shape text
+      (``"4096x4096x4096;8x4096x4096:NN"``) or a list of shape texts / cases.
+    - ``dtypes``, ``backends``: lists or comma text; default the suite's dtypes (with shapes: the
+      operator's first) and every backend. Kept as tuples.
+    - ``device``: torch device text or ``torch.device`` (default: ``cuda:0`` if a GPU is
+      visible, else ``cpu``); ``seed`` (an integer in [0, 2**64)) makes the inputs.
+    - ``order``: ``interleaved`` (default) or ``block`` (:data:`flyexplore.measure.modes.ORDERS`);
+      ``timer``: the options of that order's timer (:data:`TIMER_OPTIONS`, modes from
+      :data:`flyexplore.measure.modes.TABLE`), kept as a read-only mapping.
+    - ``band``: the SAME label's equivalence band, a fraction in (0, :data:`FRACTION_MAX`)
+      (default :data:`flyexplore.measure.stats.BAND`); ``baseline``: the backend speedups are taken
+      against (one of the plan's; default the operator's); ``trace``: record what ran for every
+      row.
+
+    Where it runs (:mod:`flyexplore.run.engine`): ``engine`` (:data:`ENGINES`), ``devices``
+    (``"all"`` or GPU indices: one worker per GPU), ``workers`` (CPU worker processes, or at
+    most this many Ray actors), ``case_timeout`` (s, >= 0, 0 = none; default
+    :data:`flyexplore.run.engine.CASE_TIMEOUT_S`), ``max_cases_per_worker`` (>= 1; default
+    :data:`flyexplore.run.engine.MAX_CASES`), ``ray_address`` (with ``engine="ray"``).
+
+    Where the rows go: ``out`` (``.parquet``, ``.csv`` or ``.jsonl``; kept as a ``Path``),
+    ``resume`` (skip the keys already there) or ``overwrite`` (replace it), not both;
+    ``retry_failed`` (with ``resume``: run crashed and timeout rows again).
+
+    ``flags`` (not kept): name options in messages as the command line's flags (``--rep``, not
+    ``timer option rep``). Raises :class:`UsageError` with one line naming the first bad value:
+    the order and the plan's names first (the catalogue, no torch), then the other values, then
+    the device and the engine (torch, ``torch.cuda.device_count``). After the checks,
+    :attr:`plan` is the resolved :class:`Plan` and :attr:`engine_kind` the engine that will run
+    (``in-process``, ``local`` or ``ray``).
+    """
+
+    op: str | Operator
+    suite: str | None = None
+    shapes: str | tuple | None = None
+    dtypes: tuple[str, ...] | None = None
+    backends: tuple[str, ...] | None = None
+    device: str | None = None
+    seed: int = 0
+    order: str = "interleaved"
+    timer: Mapping[str, Any] = field(default_factory=dict)
+    band: float = BAND
+    baseline: str | None = None
+    trace: bool = False
+    engine: str = "auto"
+    devices: str | tuple[int, ...] | None = None
+    workers: int | None = None
+    case_timeout: float | None = None
+    max_cases_per_worker: int | None = None
+    ray_address: str | None = None
+    out: Path | None = None
+    resume: bool = False
+    overwrite: bool = False
+    retry_failed: bool = False
+    flags: InitVar[bool] = False
+    plan: Plan = field(init=False, repr=False, compare=False)
+    engine_kind: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self, flags: bool) -> None:
+        put = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen: set once, here
+        for k in ("dtypes", "backends"):
+            v = _split(getattr(self, k))
+            put(k, None if v is None else tuple(v))
+        if self.shapes is not None and not isinstance(self.shapes, str):
+            put("shapes", tuple(self.shapes))
+        if isinstance(self.devices, (list, tuple)):
+            put("devices", tuple(self.devices))
+        if self.out is not None:
+            if not isinstance(self.out, (str, os.PathLike)):
+                raise UsageError(f"out must be a file path, got {type(self.out).__name__}")
+            put("out", Path(self.out))
+        if self.device is not None and not isinstance(self.device, str):
+            put("device", str(self.device))  # a torch.device
+        self._check(flags)
+
+    def _check(self, flags: bool) -> None:
+        put = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        modes.check_order(self.order)
+        for k in ("trace", "resume", "overwrite", "retry_failed"):
+            v = getattr(self, k)
+            if not isinstance(v, bool):
+                raise UsageError(f"{'--' + k.replace('_', '-') if flags else k} must be True or False, got {v!r}")
+        plan = make_plan(self.op, self.suite, self.shapes, self.dtypes, self.backends)
+        put("plan", plan)
+        timer = check_timer(self.timer, self.order, flags=flags)  # names and rules: no torch yet
+        put("timer", types.MappingProxyType(timer))
+        if self.resume and self.overwrite:
+            raise UsageError("--resume and --overwrite exclude each other (continue the file, or replace it)")
+        if self.retry_failed and not self.resume:
+            raise UsageError("--retry-failed runs the crashed and timeout rows of a file again: it needs --resume")
+        if not _fraction_ok(self.band):
+            raise UsageError(f"{'--band' if flags else 'band'} must be {_fraction_rule()}, got {self.band!r}")
+        if self.baseline is not None and self.baseline not in plan.backends:
+            raise UsageError(f"baseline {self.baseline!r} is not among the backends ({', '.join(plan.backends)})")
+        if not _int_ok(self.seed, 0) or self.seed >= 2 ** 64:
+            raise UsageError(f"--seed must be an integer in [0, 2**64), got {self.seed!r}")
+        dev = check_device(self.device)
+        modes.check(timer.get("mode", modes.DEFAULT), self.order, dev.type == "cuda")
+        if self.ray_address is not None and self.engine != "ray":
+            raise UsageError("--ray-address needs --executor ray")
+        put("engine_kind", choose_engine(self.engine, self.device, devices=self.devices, workers=self.workers,
+                                         case_timeout=self.case_timeout, max_cases=self.max_cases_per_worker,
+                                         op=plan.op))
+
+    def to_dict(self) -> dict:
+        """Every field as JSON values (paths and devices as text, tuples as lists, cases by
+        label, a ``clock`` by its name; an Operator object by :func:`op_ref` where a worker could
+        import it, else by name), in field order. ``SweepSpec(**d)`` builds the spec again."""
+        out = {}
+        for f in fields(self):
+            if not f.init:
+                continue
+            v = getattr(self, f.name)
+            if f.name == "op" and isinstance(v, Operator):
+                try:
+                    v = op_ref(v)
+                except UsageError:
+                    v = v.name
+            out[f.name] = _json(v)
+        return out
+
+    def fingerprint(self) -> str:
+        """12 hex digits of SHA-256 over :meth:`to_dict` less :data:`FILE_FIELDS` (canonical JSON,
+        sorted keys): two specs that measure the same thing, the same way, share it."""
+        d = {k: v for k, v in self.to_dict().items() if k not in FILE_FIELDS}
+        text = json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
