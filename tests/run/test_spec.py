@@ -17,7 +17,7 @@ from flyexplore.run.spec import FILE_FIELDS, SweepSpec
 from flyexplore.run.sweep import run_sweep
 
 from conftest import ROOT
-from test_sweep import FAST, toy_op
+from tests.run.test_sweep import FAST, toy_op
 
 
 def test_a_spec_is_normalized_frozen_and_read_only():
