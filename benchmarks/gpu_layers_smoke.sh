@@ -25,22 +25,32 @@ $py -m flyexplore sweep --op attention --shapes "1x32x4096x4096x128:causal=1;4x1
 $py -m flyexplore trace --op gemm --shape 4096x4096x4096 --backend aten > "$S/trace.log" 2>&1
 $py -m flyexplore report "$S/gemm.parquet" "$S/rmsnorm.parquet" "$S/attention.parquet" --out "$S/report" \
     --no-images > "$S/report.log" 2>&1
-# the public face: a sweep from Python, the spec that travels with its rows, speedups, explain
-$py - "$S" > "$S/fx.log" 2>&1 <<'EOF'
-import json, sys
+# the public face: a sweep from Python, the spec that travels with its rows, speedups, explain.
+# From a file with a main guard: worker processes re-import the main module ('<stdin>' cannot be)
+cat > "$OUT/fx_smoke.py" <<'EOF'
+import json
+import sys
+
 import flyexplore as fx
-out = sys.argv[1]
-df = fx.sweep("topk", shapes="4096x32768x8;256x1024x8", dtypes="fp32", backends="aten,inductor",
-              progress=False, out=f"{out}/topk.parquet")
-sp = fx.speedup(df, "aten")
-ex = fx.explain("gemm", "8192x8192x8192", "bf16")
-rec = {"rows": len(df), "statuses": sorted(set(df.status)), "devices": sorted(set(df.device)),
-       "timing_modes": sorted(set(df.timing_mode.dropna())), "sweeps": df.attrs.get("sweeps"),
-       "speedups": sp[["case", "backend", "speedup", "speedup_lo", "speedup_hi", "verdict"]].to_dict("records"),
-       "explain_gfx950": {"taken": ex.taken, "reason": ex.reason}}
-json.dump(rec, open(f"{out}/fx.json", "w"), indent=1, default=str)
-print(json.dumps({k: rec[k] for k in ("rows", "statuses", "devices", "timing_modes")}))
+
+
+def main(out):
+    df = fx.sweep("topk", shapes="4096x32768x8;256x1024x8", dtypes="fp32", backends="aten,inductor",
+                  progress=False, out=f"{out}/topk.parquet")
+    sp = fx.speedup(df, "aten")
+    ex = fx.explain("gemm", "8192x8192x8192", "bf16")
+    rec = {"rows": len(df), "statuses": sorted(set(df.status)), "devices": sorted(set(df.device)),
+           "timing_modes": sorted(set(df.timing_mode.dropna())), "sweeps": df.attrs.get("sweeps"),
+           "speedups": sp[["case", "backend", "speedup", "speedup_lo", "speedup_hi", "verdict"]].to_dict("records"),
+           "explain_gfx950": {"taken": ex.taken, "reason": ex.reason}}
+    json.dump(rec, open(f"{out}/fx.json", "w"), indent=1, default=str)
+    print(json.dumps({k: rec[k] for k in ("rows", "statuses", "devices", "timing_modes")}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
 EOF
+$py "$OUT/fx_smoke.py" "$S" > "$S/fx.log" 2>&1; rm -f "$OUT/fx_smoke.py"
 $py benchmarks/run_notebooks.py "$OUT/notebooks" --size gpu > "$S/notebooks.log" 2>&1
 tar -C "$OUT" -czf "$OUT/layers_smoke.tar.gz" layers_smoke && rm -rf "$S"
 tar -C "$OUT" -czf "$OUT/notebooks.tar.gz" notebooks && rm -rf "$OUT/notebooks"

@@ -5,7 +5,7 @@ and the ATen / Triton / vendor-BLAS / SDPA paths on any CUDA or ROCm GPU or the 
 public names are :data:`__all__`; each is imported on first use (``import flyexplore`` loads
 neither torch nor pandas nor plotly):
 
-- run and read: :func:`sweep`, :func:`load`, :func:`save`, :func:`speedup`, :func:`geomean`,
+- run and read: :func:`sweep` (of a :class:`SweepSpec`), :func:`load`, :func:`save`, :func:`speedup`, :func:`geomean`,
   :func:`compare` (A/B of two result sets or vLLM runs), :func:`published` (the MI355X figures),
   :func:`peaks`, :func:`data_dir`, :func:`walkthrough` (what the notebooks sweep per size);
 - FlyDSL insight: :func:`explain`, :func:`eligibility_grid`, :func:`trace`, :func:`autotune`,
@@ -52,7 +52,7 @@ _API = {
     "get_op": "ops", "list_ops": "ops", "register_op": "ops", "unregister_op": "ops",
     "Operator": "ops", "FlyDSLPath": "ops", "KernelPattern": "ops", "PublishedSuite": "ops",
     "Timer": "measure.timing", "Measurement": "measure.timing", "measure_interleaved": "measure.interleaved",
-    "save": "results.table",
+    "save": "results.table", "SweepSpec": "run.spec",
     "eligibility_grid": "insight.explain",
     "Explanation": "world.conditions", "TensorDesc": "world.conditions",
     "SweepPanel": "ui.panel", "SwitchPanel": "ui.widgets", "DispatchInspector": "ui.inspector",
