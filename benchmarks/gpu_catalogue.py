@@ -82,7 +82,8 @@ def run(out_dir: str | Path, budget_s: float = 240.0, parts: list[str] | None = 
     from flyexplore.world.env import collect
     from flyexplore.errors import bad_choice
     from flyexplore.run.spec import SweepSpec
-    from flyexplore.run.sweep import default_device, run_sweep
+    from flyexplore.measure.devstate import default_device
+    from flyexplore.run.sweep import run_sweep
 
     import torch
 

@@ -43,7 +43,8 @@ def main(argv=None) -> int:
     from flyexplore.results import table as R
     from flyexplore.world.env import collect
     from flyexplore.run.spec import SweepSpec
-    from flyexplore.run.sweep import default_device, run_sweep
+    from flyexplore.measure.devstate import default_device
+    from flyexplore.run.sweep import run_sweep
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -20,11 +20,12 @@ from pathlib import Path
 from flyexplore.insight import explain as X
 from flyexplore.insight import xray as XR
 from flyexplore.insight.xray import GFX950, XRayUnavailable, xray_batch
+from flyexplore.measure.devstate import default_device
 from flyexplore.ops import get_op
 from flyexplore.paths import published_dir
 from flyexplore.results import table as R
 from flyexplore.run.spec import SweepSpec
-from flyexplore.run.sweep import default_device, run_sweep
+from flyexplore.run.sweep import run_sweep
 from flyexplore.views.report import check_report_dir, write_report
 from flyexplore.world import env as ENV
 from flyexplore.world.switches import compile_options

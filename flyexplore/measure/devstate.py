@@ -25,7 +25,7 @@ THROTTLE_FRACTION = 0.80
 def default_device():
     """The device a run uses when none is given: ``torch.device("cuda:0")`` when
     ``torch.cuda.is_available()`` (an NVIDIA or ROCm GPU), else ``torch.device("cpu")``.
-    Shared by the sweep and the trace (:mod:`flyexplore.run.sweep` re-exports it)."""
+    Shared by the sweep and the trace."""
     import torch
     return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
 

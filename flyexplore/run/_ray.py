@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 import time
 
-from flyexplore.run.engine import CaseRunner, Settings, Task, _tail, sticky
+from flyexplore.run.engine import CaseRunner, CaseSettings, Task, _tail, sticky
 
 
 class RayWorker:
     """A Ray actor (wrapped with ``ray.remote`` at run time) around a
     :class:`~flyexplore.run.engine.CaseRunner`; it collects its own environment (its node's)."""
 
-    def __init__(self, settings: Settings, device: str, label: str):
+    def __init__(self, settings: CaseSettings, device: str, label: str):
         import faulthandler
 
         import ray
@@ -51,7 +51,7 @@ def _first_lines(exc: BaseException, n: int = 2) -> str:
     return " | ".join(keep)[:800]
 
 
-def run_ray(tasks, settings: Settings, *, device, workers, case_timeout: float, max_cases: int,
+def run_ray(tasks, settings: CaseSettings, *, device, workers, case_timeout: float, max_cases: int,
             address, emit, should_stop=None, status=None, use_gpus: bool | None = None) -> None:
     """Run ``tasks`` on Ray actors; arguments as :func:`flyexplore.run.engine.run_tasks`.
     Connects to ``address`` (or starts a local Ray instance, shut down at the end) unless Ray is

@@ -18,7 +18,7 @@ from flyexplore.insight.case_trace import trace_columns
 from flyexplore.insight.trace import Trace, from_kernels
 from flyexplore.insight.trace import trace as run_trace
 from flyexplore.measure import stats as S
-from flyexplore.measure.devstate import _bdf, case_columns, default_device, sampler_for  # noqa: F401 (default_device: re-exported)
+from flyexplore.measure.devstate import _bdf, case_columns, sampler_for
 from flyexplore.measure.interleaved import measure_interleaved
 from flyexplore.measure.timing import Timer
 from flyexplore.ops.base import Case, Operator, RunContext, reset_dynamo

@@ -77,7 +77,7 @@ STDERR_LINES = 5
 
 
 @dataclass(frozen=True)
-class Settings:
+class CaseSettings:
     """What every worker needs, the same for every case: the operator's import reference
     (:func:`flyexplore.run.spec.op_ref`) and :func:`flyexplore.run.cases.run_case`'s options,
     from a :class:`~flyexplore.run.spec.SweepSpec` (:meth:`of`)."""
@@ -91,7 +91,7 @@ class Settings:
     baseline: str | None
 
     @classmethod
-    def of(cls, spec: SweepSpec) -> Settings:
+    def of(cls, spec: SweepSpec) -> CaseSettings:
         """The settings of ``spec``'s workers. Raises :class:`~flyexplore.errors.UsageError` for
         an operator a worker cannot import (:func:`flyexplore.run.spec.op_ref`)."""
         return cls(op_ref(spec.plan.op), spec.order, dict(spec.timer), spec.trace, spec.seed, spec.band,
@@ -153,7 +153,7 @@ class CaseRunner:
     """Runs cases in a worker (a process or a Ray actor): resolves the operator, sets up the
     device and environment once, and answers :meth:`run` for each :class:`Task`."""
 
-    def __init__(self, settings: Settings, device: str = "cpu", env=None, threads: int | None = None,
+    def __init__(self, settings: CaseSettings, device: str = "cpu", env=None, threads: int | None = None,
                  label: str = "worker"):
         import torch
 
@@ -195,7 +195,7 @@ def _watch_parent(ppid: int) -> None:
             os._exit(3)
 
 
-def _worker_main(conn, settings: Settings, device: str, env, threads, label: str, log_path: str,
+def _worker_main(conn, settings: CaseSettings, device: str, env, threads, label: str, log_path: str,
                  ppid: int) -> None:
     """Entry point of a local worker process (spawned): its own process group (the driver
     kills the group; a terminal's Ctrl-C goes to the driver only), stderr into ``log_path``
@@ -303,7 +303,7 @@ def limits(case_timeout: float | None, max_cases: int | None) -> tuple[float, in
             MAX_CASES if max_cases is None else int(max_cases))
 
 
-def run_tasks(tasks: Sequence[Task], settings: Settings, kind: str, *, device, env, devices=None,
+def run_tasks(tasks: Sequence[Task], settings: CaseSettings, kind: str, *, device, env, devices=None,
               workers=None, case_timeout=None, max_cases=None,
               emit: Callable, should_stop: Callable | None = None,
               status: Callable[[str], Any] | None = None) -> None:

@@ -35,20 +35,18 @@ from typing import Callable
 import pandas as pd
 
 from flyexplore.errors import UsageError
+from flyexplore.measure.devstate import default_device
 from flyexplore.ops.base import RunContext
 from flyexplore.results import table as R
 from flyexplore.run._ray import run_ray
-from flyexplore.run.cases import (  # noqa: F401 (re-exported)
+from flyexplore.run.cases import (
     _base_row,
     _now,
     case_cost,
-    default_device,
-    measure_case,
-    measure_one,
     physical_device_id,
     run_case,
 )
-from flyexplore.run.engine import Settings, Task, limits, run_tasks
+from flyexplore.run.engine import CaseSettings, Task, limits, run_tasks
 from flyexplore.run.spec import SweepSpec
 from flyexplore.world import env as ENV
 
@@ -181,7 +179,7 @@ def run_sweep(spec: SweepSpec, *, progress: bool = True, on_row: Callable[[dict]
     for c, d, b in todo:
         by_case.setdefault((c.label, d), []).append(b)
     cases = {c.label: c for c, _ in plan.pairs}
-    settings = Settings.of(spec) if kind != "in-process" else None
+    settings = CaseSettings.of(spec) if kind != "in-process" else None
     try:
         if kind == "in-process":
             inproc = {"worker": "in-process", "device_id": physical_device_id(device)}

@@ -31,10 +31,11 @@ import pandas as pd
 
 from flyexplore.errors import UsageError
 from flyexplore.measure import stats as S
+from flyexplore.measure.devstate import default_device
 from flyexplore.ops import get_op, list_ops
 from flyexplore.results import table as R
 from flyexplore.run.spec import SweepSpec
-from flyexplore.run.sweep import default_device, run_sweep
+from flyexplore.run.sweep import run_sweep
 from flyexplore.ui.panel_parts import (
     SYMBOLS,
     TABLE_COLUMNS,

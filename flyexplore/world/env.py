@@ -277,7 +277,7 @@ def flydsl_version_check(torch_version: str, flydsl_version: str,
     return Check("flydsl version accepted", v.ok, v.detail, None if v.ok else v.fix)
 
 
-def _check(name: str, v: R.Verdict) -> Check:
+def _check(name: str, v: R.RuleVerdict) -> Check:
     return Check(name, v.ok, v.detail, None if v.ok else v.fix)
 
 

@@ -4,7 +4,7 @@ The environment half of every FlyDSL verdict lives here, once:
 
 - what is installed: :func:`has_module`, :func:`flydsl_version` (the metadata text torch reads,
   or :data:`NOT_INSTALLED` / :data:`NO_METADATA`), :func:`flydsl_built` (the ``_mlir`` runtime);
-- the rules torch 2.15 applies to it, as :class:`Verdict` s: :func:`flydsl_installed`,
+- the rules torch 2.15 applies to it, as :class:`RuleVerdict` s: :func:`flydsl_installed`,
   :func:`eager_flydsl_version` (``torch/_native/flydsl_utils.py::_version_is_ok``),
   :func:`compile_flydsl_runtime`
   (``torch/_inductor/codegen/flydsl/flydsl_utils.py::_flydsl_runtime_unavailable_reason``),
@@ -142,7 +142,7 @@ def env_int_is_one(environ: Mapping[str, str], name: str) -> bool:
 
 # -- the rules ------------------------------------------------------------------------------
 
-class Verdict(NamedTuple):
+class RuleVerdict(NamedTuple):
     """One environment rule, evaluated: ``ok``, why in words (``detail``) and the fix where
     there is one. :func:`eager_environment` / :func:`compile_environment` show it as a
     :class:`~flyexplore.world.conditions.Condition`, :mod:`flyexplore.world.env` as a ``Check``."""
@@ -157,23 +157,23 @@ def is_installed(v: str | None) -> bool:
     return bool(v) and v != NOT_INSTALLED
 
 
-def flydsl_installed(version: str | None) -> Verdict:
+def flydsl_installed(version: str | None) -> RuleVerdict:
     """flydsl importable (``version`` as :func:`flydsl_version` gives it; ``None`` = not
     installed): the first thing both routes ask (``find_spec("flydsl")``)."""
     if not is_installed(version):
-        return Verdict(False, "flydsl is not installed", FLYDSL_FIX)
-    return Verdict(True, "flydsl is importable" + ("" if version == NO_METADATA else f" ({version})"))
+        return RuleVerdict(False, "flydsl is not installed", FLYDSL_FIX)
+    return RuleVerdict(True, "flydsl is importable" + ("" if version == NO_METADATA else f" ({version})"))
 
 
-def _series(torch: str) -> tuple[str, Verdict | None]:
+def _series(torch: str) -> tuple[str, RuleVerdict | None]:
     series = ACCEPTED_FLYDSL_SERIES.get(torch)
     if series is None:
-        return "", Verdict(False, f"torch {torch} has no FlyDSL integration (first in torch 2.15)",
+        return "", RuleVerdict(False, f"torch {torch} has no FlyDSL integration (first in torch 2.15)",
                            "install torch >= 2.15 (a ROCm build)")
     return "%d.%d" % series, None
 
 
-def eager_flydsl_version(version: str | None, environ: Mapping[str, str], torch: str = "2.15") -> Verdict:
+def eager_flydsl_version(version: str | None, environ: Mapping[str, str], torch: str = "2.15") -> RuleVerdict:
     """The eager overrides' version check on an importable flydsl (``version`` as
     :func:`flydsl_version` gives it), by torch 2.15's
     ``torch/_native/flydsl_utils.py::_version_is_ok``: ``TORCH_NATIVE_SKIP_VERSION_CHECK=1``
@@ -186,22 +186,22 @@ def eager_flydsl_version(version: str | None, environ: Mapping[str, str], torch:
     if bad:
         return bad
     if env_int_is_one(environ, "TORCH_NATIVE_SKIP_VERSION_CHECK"):
-        return Verdict(True, f"flydsl {version}: version check skipped by TORCH_NATIVE_SKIP_VERSION_CHECK=1")
+        return RuleVerdict(True, f"flydsl {version}: version check skipped by TORCH_NATIVE_SKIP_VERSION_CHECK=1")
     p = parse_version(version)
     fix = f"pip install 'flydsl=={want}.*'"
     if p is None:
         what = "without version metadata" if version in (None, NO_METADATA) else f"with invalid version {version!r}"
-        return Verdict(False, f"flydsl is installed {what}: torch {torch} refuses missing or invalid "
+        return RuleVerdict(False, f"flydsl is installed {what}: torch {torch} refuses missing or invalid "
                        "FlyDSL version metadata", f"pip install --force-reinstall 'flydsl=={want}.*'")
     if p.release[:2] != tuple(int(x) for x in want.split(".")):
-        return Verdict(False, f"flydsl {version} installed but torch {torch} accepts {want}.x (stable releases)", fix)
+        return RuleVerdict(False, f"flydsl {version} installed but torch {torch} accepts {want}.x (stable releases)", fix)
     if p.is_prerelease:
-        return Verdict(False, f"flydsl {version} is a pre-release: torch {torch} accepts {want}.x stable "
+        return RuleVerdict(False, f"flydsl {version} is a pre-release: torch {torch} accepts {want}.x stable "
                        "releases only", fix)
-    return Verdict(True, f"flydsl {version} (torch {torch} accepts {want}.x, stable releases)")
+    return RuleVerdict(True, f"flydsl {version} (torch {torch} accepts {want}.x, stable releases)")
 
 
-def compile_flydsl_runtime(version: str | None, built: bool, torch: str = "2.15") -> Verdict:
+def compile_flydsl_runtime(version: str | None, built: bool, torch: str = "2.15") -> RuleVerdict:
     """The Inductor templates' runtime check, in torch 2.15's order
     (``torch/_inductor/codegen/flydsl/flydsl_utils.py::_flydsl_runtime_unavailable_reason``):
     flydsl importable, its ``_mlir`` runtime present (``built``, :func:`flydsl_built`), the
@@ -212,27 +212,27 @@ def compile_flydsl_runtime(version: str | None, built: bool, torch: str = "2.15"
         return bad
     fix = f"pip install 'flydsl=={want}.*'"
     if not is_installed(version):
-        return Verdict(False, "flydsl is not installed", fix)
+        return RuleVerdict(False, "flydsl is not installed", fix)
     if not built:
-        return Verdict(False, "flydsl's _mlir runtime is missing (runtime not built)", f"install a built wheel: {fix}")
+        return RuleVerdict(False, "flydsl's _mlir runtime is missing (runtime not built)", f"install a built wheel: {fix}")
     p = parse_version(version)
     if p is None:
-        return Verdict(False, "missing or invalid FlyDSL version metadata"
+        return RuleVerdict(False, "missing or invalid FlyDSL version metadata"
                        + ("" if version == NO_METADATA else f" ({version!r})"),
                        f"pip install --force-reinstall 'flydsl=={want}.*'")
     if p.release[:2] != tuple(int(x) for x in want.split(".")):
-        return Verdict(False, f"flydsl {version} refused: Inductor accepts {want}.x only "
+        return RuleVerdict(False, f"flydsl {version} refused: Inductor accepts {want}.x only "
                        "(TORCH_NATIVE_SKIP_VERSION_CHECK does not apply here)", fix)
     pre = " (a pre-release: Inductor takes it, the eager overrides do not)" if p.is_prerelease else ""
-    return Verdict(True, f"flydsl {version} runtime available{pre}")
+    return RuleVerdict(True, f"flydsl {version} runtime available{pre}")
 
 
-def native_jit(environ: Mapping[str, str]) -> Verdict:
+def native_jit(environ: Mapping[str, str]) -> RuleVerdict:
     """``TORCH_DISABLE_NATIVE_JIT=1`` keeps every eager override from registering
     (``torch/_native/common_utils.py::check_native_jit_disabled``, read with :func:`env_int_is_one`)."""
     if env_int_is_one(environ, "TORCH_DISABLE_NATIVE_JIT"):
-        return Verdict(False, "TORCH_DISABLE_NATIVE_JIT=1: no override was registered", "unset TORCH_DISABLE_NATIVE_JIT")
-    return Verdict(True, "TORCH_DISABLE_NATIVE_JIT not set to 1")
+        return RuleVerdict(False, "TORCH_DISABLE_NATIVE_JIT=1: no override was registered", "unset TORCH_DISABLE_NATIVE_JIT")
+    return RuleVerdict(True, "TORCH_DISABLE_NATIVE_JIT not set to 1")
 
 
 def torch_eager_arch(environ: Mapping[str, str], device_arch: str | None) -> tuple[str | None, str]:
@@ -262,31 +262,31 @@ def torch_eager_arch(environ: Mapping[str, str], device_arch: str | None) -> tup
     return None, "no ROCm device"
 
 
-def eager_arch(environ: Mapping[str, str], device_arch: str | None) -> Verdict:
+def eager_arch(environ: Mapping[str, str], device_arch: str | None) -> RuleVerdict:
     """The eager overrides' arch gate: :func:`torch_eager_arch` is gfx950
     (``_is_supported_arch(device, ("gfx950",))``)."""
     arch, src = torch_eager_arch(environ, device_arch)
     if arch == FLYDSL_ARCH:
-        return Verdict(True, f"arch {arch} (from {src})")
+        return RuleVerdict(True, f"arch {arch} (from {src})")
     what = (f"arch {arch} (from {src})" if arch else
             "arch unknown (no ROCm device, FLYDSL_GPU_ARCH or HSA_OVERRIDE_GFX_VERSION)")
-    return Verdict(False, what + ": FlyDSL overrides need gfx950",
+    return RuleVerdict(False, what + ": FlyDSL overrides need gfx950",
                    "FlyDSL paths in torch 2.15 need gfx950 (MI350X/MI355X); "
                    "FLYDSL_GPU_ARCH=gfx950 only helps compile-only use")
 
 
-def compile_arch(device_arch: str | None, environ: Mapping[str, str]) -> Verdict:
+def compile_arch(device_arch: str | None, environ: Mapping[str, str]) -> RuleVerdict:
     """The Inductor templates' arch gate: the device's gcnArchName (up to ``:``) is gfx950
     (``torch/_inductor/codegen/flydsl/flydsl_scheduling.py::_get_flydsl_device_arch``);
     ``FLYDSL_GPU_ARCH`` and ``HSA_OVERRIDE_GFX_VERSION`` are not consulted."""
     arch = device_arch.split(":", 1)[0] if device_arch else None
     if arch == FLYDSL_ARCH:
-        return Verdict(True, f"device arch {arch} (gcnArchName)")
+        return RuleVerdict(True, f"device arch {arch} (gcnArchName)")
     detail = (f"device arch {arch} (gcnArchName)" if arch else "no ROCm device (Inductor reads the device's "
               "gcnArchName only)") + ": FlyDSL templates need gfx950"
     if environ.get("FLYDSL_GPU_ARCH") or environ.get("HSA_OVERRIDE_GFX_VERSION"):
         detail += " (FLYDSL_GPU_ARCH / HSA_OVERRIDE_GFX_VERSION are not consulted by this gate)"
-    return Verdict(False, detail, "FlyDSL GEMM templates in torch 2.15 need a gfx950 device (MI350X/MI355X)")
+    return RuleVerdict(False, detail, "FlyDSL GEMM templates in torch 2.15 need a gfx950 device (MI350X/MI355X)")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ its X-ray is the GEMM family's (:func:`flyexplore.ops.gemm.xray.build`) with dty
 from __future__ import annotations
 
 from flyexplore.ops import get_op
-from flyexplore.ops.gemm.xray import MXFP, build  # noqa: F401  (the builder this family's kernels come from)
+from flyexplore.ops.gemm import xray as gemm_xray
+from flyexplore.ops.gemm.xray import MXFP
+from flyexplore.ops.xray_kit import XRayVerdict
 
 #: Why FP8 scaled GEMMs with other scalings have no X-ray (see flyexplore.insight.xray.NOT_COVERED).
 NOT_MX = "FlyDSL takes only the MX BlockWise1x32 recipe (mxfp8 / mxfp4)"
@@ -21,6 +23,13 @@ def request(shape: str, dtype: str) -> tuple[str, str, str] | str:
 
     p = get_op("scaled_gemm").case(str(shape).strip()).p
     return "gemm", f"{p['m']}x{p['n']}x{p['k']}", dtype
+
+
+def build(p, dtype, torch_dtype, arch, autotune=False) -> XRayVerdict:
+    """This family's X-ray builder (``FlyDSLPath.xray``): an MX scaled GEMM is built by the GEMM
+    family's builder (:func:`flyexplore.ops.gemm.xray.build`, its MXFP ``mm_flydsl`` template);
+    arguments as there."""
+    return gemm_xray.build(p, dtype, torch_dtype, arch, autotune)
 
 
 #: The family's X-ray spec (keys described in :func:`flyexplore.insight.xray.xray_spec`): no ``dtypes``
