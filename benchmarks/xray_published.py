@@ -60,7 +60,8 @@ def main(argv=None) -> int:
         why = "; ".join(c.detail for c in env.flydsl_xray.failed) if env.flydsl_xray else "torch too old"
         print(f"X-ray cannot run here: {why}")
         return 0
-    from flyexplore.insight.xray import resources_figure, xray_batch, xray_frame
+    from flyexplore.insight.xray import xray_batch, xray_frame
+    from flyexplore.views.xray import resources_figure
 
     reqs = requests(a.radix, a.grouped)
     t0 = time.perf_counter()

@@ -31,8 +31,8 @@ from flyexplore.insight.case_trace import result_text, trace_autotune, trace_cas
 from flyexplore.insight.explain import explain as _explain_call
 from flyexplore.insight.explain import explain_text
 from flyexplore.insight.trace import trace as _trace_fn
-from flyexplore.insight.xray import resources_figure, xray_dtypes, xray_shapes
 from flyexplore.insight.xray import xray as _xray
+from flyexplore.insight.xray import xray_dtypes, xray_shapes
 from flyexplore.ops import get_op, list_ops
 from flyexplore.ops.scaled_gemm import mx as _mx
 from flyexplore.results import peaks as _peaks
@@ -48,6 +48,7 @@ from flyexplore.views import export as _export
 from flyexplore.views import plots, plots_compare
 from flyexplore.views.aotriton import aotriton_ab_figure
 from flyexplore.views.report import summary_table, write_compare_report, write_report, write_vllm_report
+from flyexplore.views.xray import resources_figure
 from flyexplore.world import switches as _switches
 from flyexplore.world.env import collect  # noqa: F401 - public (fx.collect)
 from flyexplore.world.facts import facts

@@ -36,11 +36,11 @@ def run(a: argparse.Namespace) -> int:
         XRAY_DTYPES,
         XRayUnavailable,
         coverage_text,
-        resources_figure,
         xray_batch,
         xray_frame,
         xray_shapes,
     )
+    from flyexplore.views.xray import resources_figure
 
     if a.coverage:
         print(coverage_text())

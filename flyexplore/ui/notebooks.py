@@ -21,6 +21,7 @@ from typing import Any, Mapping
 from flyexplore.errors import UsageError, bad_choice
 from flyexplore.insight import xray as XR
 from flyexplore.paths import repo_dir
+from flyexplore.views.xray import resources_figure
 
 #: Walkthrough sizes: ``cpu`` (seconds on a 2-core CPU) and ``gpu`` (one GPU, a few minutes).
 SIZES = ("cpu", "gpu")
@@ -99,7 +100,7 @@ class Note:
 
 
 def xray_figure(op: str = "rmsnorm", shapes=XRAY_RMSNORM, dtype: str = "bf16", out=None):
-    """The kernel X-ray resources figure (:func:`flyexplore.insight.xray.resources_figure`) of ``op``
+    """The kernel X-ray resources figure (:func:`flyexplore.views.xray.resources_figure`) of ``op``
     at ``shapes`` in ``dtype`` for gfx950 (compile-only, one subprocess), or, where
     :mod:`flyexplore.world.env` says the X-ray cannot run on this machine (no torch >= 2.15, no flydsl
     0.3, no LLD >= 19), a :class:`Note` naming every failed check and its fix. ``out``: a folder
@@ -115,7 +116,7 @@ def xray_figure(op: str = "rmsnorm", shapes=XRAY_RMSNORM, dtype: str = "bf16", o
     if out is not None:
         Path(out).mkdir(parents=True, exist_ok=True)
         df.to_csv(Path(out) / "xray.csv", index=False)
-    return XR.resources_figure(df)
+    return resources_figure(df)
 
 
 #: Tag of the cell holding a notebook's default parameters, and of the inserted cell.

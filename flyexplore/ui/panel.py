@@ -1,5 +1,5 @@
 """The live sweep panel, :class:`SweepPanel` (``fx.SweepPanel``). UI only;
-the pieces it draws are in :mod:`flyexplore.ui.panel_parts`.
+its results table is :mod:`flyexplore.ui.tables`.
 
 Threading. A sweep runs in a background thread so that the notebook stays responsive while it
 runs (other cells execute, Stop can be clicked). The sweep thread never renders: each finished
@@ -36,16 +36,50 @@ from flyexplore.ops import get_op, list_ops
 from flyexplore.results import table as R
 from flyexplore.run.spec import SweepSpec
 from flyexplore.run.sweep import run_sweep
-from flyexplore.ui.panel_parts import (
-    SYMBOLS,
-    TABLE_COLUMNS,
-    GridTable,
-    MessageNotes,
-    PagedTable,
-    SpeedupSeries,
-)
+from flyexplore.ui.tables import TABLE_COLUMNS, GridTable, MessageNotes, PagedTable
 from flyexplore.ui.widget_base import COLORS, cell_text, fmt_seconds, html_span
 from flyexplore.views.plot_style import backend_color
+
+#: Marker symbol of each verdict label (SAME is also outlined in black, as in speedup_figure).
+SYMBOLS = {"FASTER": "triangle-up", "SAME": "circle", "SLOWER": "triangle-down", "AMBIGUOUS": "diamond"}
+
+
+class SpeedupSeries:
+    """The points of one (dtype, backend) series of the live speedup figure: x labels, speedups
+    with their 95% intervals, verdict labels and hover text, one point per case (:meth:`put`);
+    :meth:`geomean` and :meth:`counts` for the legend."""
+
+    def __init__(self, dtype: str, backend: str):
+        self.dtype, self.backend = dtype, backend
+        self.pos: dict[str, int] = {}
+        self.x: list[str] = []
+        self.y: list[float] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+        self.lab: list[str] = []
+        self.hover: list[str] = []
+
+    def put(self, x: str, sp: dict, baseline: str) -> None:
+        est, lo, hi, lab = sp["speedup"], sp["speedup_lo"], sp["speedup_hi"], sp["verdict"]
+        iv = f"[{lo:.3f}, {hi:.3f}]" if lo == lo and hi == hi else "[no interval]"
+        hov = (f"<b>{html.escape(self.backend)}</b> {html.escape(x)}<br>speedup {est:.3f}x {iv} {lab}<br>"
+               f"time {sp['time_ms'] * 1e3:.2f} µs<br>baseline {html.escape(baseline)} "
+               f"{sp['baseline_ms'] * 1e3:.2f} µs")
+        i = self.pos.get(x)
+        if i is None:  # append: the common case, one point per case
+            self.pos[x] = len(self.x)
+            for lst, v in ((self.x, x), (self.y, est), (self.lo, lo), (self.hi, hi), (self.lab, lab),
+                           (self.hover, hov)):
+                lst.append(v)
+        else:  # a case's rows arrived in several parts (block order): its point moves
+            self.y[i], self.lo[i], self.hi[i], self.lab[i], self.hover[i] = est, lo, hi, lab, hov
+
+    def geomean(self) -> tuple[float, float, float]:
+        return S.geomean_ci(self.y, self.lo, self.hi)
+
+    def counts(self) -> str:
+        return ", ".join(f"{self.lab.count(k)} {k}" for k in S.LABELS if k in self.lab)
+
 
 #: Suite dropdown entry for shapes typed into the shapes box.
 CUSTOM = "(custom shapes)"

@@ -8,8 +8,8 @@ UI only. Everything these widgets show or do is a call into the library
 :mod:`flyexplore.insight.trace`, :mod:`flyexplore.insight.xray`); the core never imports this module. Needs ipywidgets >= 8 and
 plotly's ``FigureWidget`` (plotly >= 6 builds it on anywidget): the ``notebook`` extra.
 
-Where each lives: :class:`SweepPanel` in :mod:`flyexplore.ui.panel` (the pieces it draws in
-:mod:`flyexplore.ui.panel_parts`), :class:`DispatchInspector` in :mod:`flyexplore.ui.inspector`,
+Where each lives: :class:`SweepPanel` in :mod:`flyexplore.ui.panel` (its results table in
+:mod:`flyexplore.ui.tables`), :class:`DispatchInspector` in :mod:`flyexplore.ui.inspector`,
 :class:`SwitchPanel` and :func:`environment_view` here, what they share in
 :mod:`flyexplore.ui.widget_base`. A notebook reaches all four through the public face (``fx.SweepPanel``, ``fx.SwitchPanel``,
 ``fx.DispatchInspector``, ``fx.environment_view``); code imports each from where it lives.

@@ -12,6 +12,7 @@ import pytest
 
 from flyexplore.world import env as E
 from flyexplore.insight import xray as X
+from flyexplore.views import xray as XV
 from flyexplore.cli import main
 from flyexplore.errors import UsageError
 
@@ -436,7 +437,7 @@ def test_frame_text_and_figure(batch, tmp_path):
     assert set(df.loc[~df["eligible"], "kernel"].isna()) == {True}
     assert (df["source"] == "compiled").all()
     rms = df[(df["op"] == "rmsnorm") & df["eligible"]]
-    fig = X.resources_figure(rms)
+    fig = XV.resources_figure(rms)
     assert len(fig.data) == 2 * 4                                # dtypes x panels
     bf = [t for t in fig.data if t.name == "dtype=bf16" and t.yaxis == "y"][0]
     assert list(bf.x) == sorted(bf.x) and set(bf.y) == set(rms.loc[rms["dtype"] == "bf16", "vgprs_total"])
@@ -445,7 +446,7 @@ def test_frame_text_and_figure(batch, tmp_path):
     text = res[("rmsnorm", "8192x4096", "bf16")].to_text()
     assert "ELIGIBLE" in text and "waves per SIMD" in text and "sources in flyexplore.insight.xray.GFX950" in text
     with pytest.raises(UsageError, match="no compiled kernel"):
-        X.resources_figure(df[~df["eligible"]])
+        XV.resources_figure(df[~df["eligible"]])
 
 
 @pytest.mark.slow

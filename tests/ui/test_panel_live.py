@@ -20,7 +20,8 @@ from flyexplore.views.plots import speedup_figure
 import flyexplore as fx
 from flyexplore.errors import UsageError
 from flyexplore.ui.panel import SweepPanel
-from flyexplore.ui.panel_parts import PAGE_ROWS, SYMBOLS
+from flyexplore.ui.panel import SYMBOLS
+from flyexplore.ui.tables import PAGE_ROWS
 
 from conftest import ROOT
 

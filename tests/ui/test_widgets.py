@@ -10,7 +10,7 @@ from flyexplore.errors import UsageError
 from flyexplore.ops import list_ops
 from flyexplore.views.plots import speedup_figure
 from flyexplore.ui.panel import CUSTOM, SweepPanel
-from flyexplore.ui.panel_parts import SYMBOLS
+from flyexplore.ui.panel import SYMBOLS
 from flyexplore.ui.widgets import environment_view
 
 FAST = {"rep": 3, "warmup": 1}
@@ -239,7 +239,7 @@ def test_the_measuring_core_never_imports_ui_code():
     from conftest import ROOT
     code = ("import sys, flyexplore.cli, flyexplore.run.sweep, flyexplore.results.table, flyexplore.views.plots, "
             "flyexplore.views.report, flyexplore.cli.demo, flyexplore.ui.notebooks, flyexplore.ops.gemm.operator; "
-            "bad = [m for m in ('ipywidgets', 'flyexplore.ui.widgets', 'flyexplore.ui.panel', 'flyexplore.ui.panel_parts', "
+            "bad = [m for m in ('ipywidgets', 'flyexplore.ui.widgets', 'flyexplore.ui.panel', 'flyexplore.ui.tables', "
             "'flyexplore.ui.inspector', 'flyexplore.ui.widget_base', 'anywidget', 'nbclient') "
             "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -254,7 +254,7 @@ def test_the_measuring_modules_import_no_figures_and_no_widgets():
     code = ("import sys, flyexplore.measure.timing, flyexplore.measure.interleaved, flyexplore.measure.stats, flyexplore.measure.devstate, "
             "flyexplore.run.sweep, flyexplore.results.table; "
             "bad = [m for m in sys.modules if m.split('.')[-1] in ('plots', 'plots_compare', 'plot_style', 'widgets', "
-            "'panel', 'panel_parts', 'inspector', 'widget_base') or m in ('ipywidgets', 'plotly')]; "
+            "'panel', 'tables', 'inspector', 'widget_base') or m in ('ipywidgets', 'plotly')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr

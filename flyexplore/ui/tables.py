@@ -1,15 +1,11 @@
-"""The pieces a :class:`flyexplore.ui.panel.SweepPanel` draws: the points of one series of the live
-figure (:class:`SpeedupSeries`; the speedups come from :func:`flyexplore.results.table.speedup`), long
-messages numbered once (:class:`MessageNotes`) and the results table (:class:`GridTable`,
-:class:`PagedTable`). UI only.
-
-Results table: an ``itables`` grid (:class:`itables.widget.ITable`, DataTables in the browser)
--- chosen over ipydatagrid (last release 2024, pulls bqplot and py2vega) and perspective
-(a WebAssembly engine and its own JupyterLab extension) because it is maintained, small, pure
-Python, built on anywidget like plotly's ``FigureWidget`` (no further JupyterLab extension), and
-pages, sorts and searches thousands of rows in the browser. Without itables (or anywidget) the
-table is a paged HTML view. Long messages (an ``unavailable`` reason) are numbered once in the
-notes below the table; rows show the number and the first words.
+"""The sweep panel's results table and its notes: an ``itables`` grid (:class:`GridTable`;
+:class:`itables.widget.ITable`, DataTables in the browser) -- chosen over ipydatagrid (last
+release 2024, pulls bqplot and py2vega) and perspective (a WebAssembly engine and its own
+JupyterLab extension) because it is maintained, small, pure Python, built on anywidget like
+plotly's ``FigureWidget`` (no further JupyterLab extension), and pages, sorts and searches
+thousands of rows in the browser. Without itables (or anywidget) the table is a paged HTML view
+(:class:`PagedTable`). Long messages (an ``unavailable`` reason) are numbered once in the notes
+below the table (:class:`MessageNotes`); rows show the number and the first words. UI only.
 """
 from __future__ import annotations
 
@@ -19,7 +15,6 @@ import math
 import ipywidgets as W
 import pandas as pd
 
-from flyexplore.measure import stats as S
 from flyexplore.ui.widget_base import TABLE_CSS
 
 #: Columns of the results table, in order.
@@ -30,45 +25,6 @@ TABLE_COLUMNS = ("case", "dtype", "backend", "status", "speedup", "speedup_lo", 
 PAGE_ROWS = 25
 #: Messages longer than this are numbered in the notes under the table instead of repeated.
 NOTE_CHARS = 60
-#: Marker symbol of each verdict label (SAME is also outlined in black, as in speedup_figure).
-SYMBOLS = {"FASTER": "triangle-up", "SAME": "circle", "SLOWER": "triangle-down", "AMBIGUOUS": "diamond"}
-
-
-class SpeedupSeries:
-    """The points of one (dtype, backend) series of the live speedup figure: x labels, speedups
-    with their 95% intervals, verdict labels and hover text, one point per case (:meth:`put`);
-    :meth:`geomean` and :meth:`counts` for the legend."""
-
-    def __init__(self, dtype: str, backend: str):
-        self.dtype, self.backend = dtype, backend
-        self.pos: dict[str, int] = {}
-        self.x: list[str] = []
-        self.y: list[float] = []
-        self.lo: list[float] = []
-        self.hi: list[float] = []
-        self.lab: list[str] = []
-        self.hover: list[str] = []
-
-    def put(self, x: str, sp: dict, baseline: str) -> None:
-        est, lo, hi, lab = sp["speedup"], sp["speedup_lo"], sp["speedup_hi"], sp["verdict"]
-        iv = f"[{lo:.3f}, {hi:.3f}]" if lo == lo and hi == hi else "[no interval]"
-        hov = (f"<b>{html.escape(self.backend)}</b> {html.escape(x)}<br>speedup {est:.3f}x {iv} {lab}<br>"
-               f"time {sp['time_ms'] * 1e3:.2f} µs<br>baseline {html.escape(baseline)} "
-               f"{sp['baseline_ms'] * 1e3:.2f} µs")
-        i = self.pos.get(x)
-        if i is None:  # append: the common case, one point per case
-            self.pos[x] = len(self.x)
-            for lst, v in ((self.x, x), (self.y, est), (self.lo, lo), (self.hi, hi), (self.lab, lab),
-                           (self.hover, hov)):
-                lst.append(v)
-        else:  # a case's rows arrived in several parts (block order): its point moves
-            self.y[i], self.lo[i], self.hi[i], self.lab[i], self.hover[i] = est, lo, hi, lab, hov
-
-    def geomean(self) -> tuple[float, float, float]:
-        return S.geomean_ci(self.y, self.lo, self.hi)
-
-    def counts(self) -> str:
-        return ", ".join(f"{self.lab.count(k)} {k}" for k in S.LABELS if k in self.lab)
 
 
 class MessageNotes:
