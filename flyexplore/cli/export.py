@@ -16,7 +16,7 @@ EXPORT_FIGURES = ("speedup", "sweep", "roofline", "error")
 #: Figure file formats, checked before any import (:data:`flyexplore.views.export.FIGURE_FORMATS`;
 #: a test keeps the two equal).
 FORMATS = ("png", "svg", "pdf", "html")
-EPILOG = ("figures: speedup (bars per case against --baseline, 95%% whiskers), sweep "
+EPILOG = ("figures: speedup (bars per case against --baseline, 95% whiskers), sweep "
           "(--y across case parameter --x, one line per backend), roofline (needs a known device), "
           "error (err_rel per case).\nWithout a browser for kaleido a .png/.svg/.pdf request writes "
           ".html instead and says so.\n\nexample:\n  flyexplore export flyexplore-demo/results.parquet "
