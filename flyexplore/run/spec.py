@@ -36,7 +36,6 @@ from flyexplore.measure import modes
 from flyexplore.measure.stats import BAND
 from flyexplore.ops import builtin_ops, get_op
 from flyexplore.ops.base import Case, Operator
-from flyexplore.results.table import FORMATS
 
 #: Engines of a sweep (``auto`` picks ``local`` on a GPU, ``in-process`` on the CPU; see
 #: :func:`choose_engine` and :mod:`flyexplore.run.engine`).
@@ -467,9 +466,6 @@ class SweepSpec:
             if not isinstance(self.out, (str, os.PathLike)):
                 raise UsageError(f"out must be a file path, got {type(self.out).__name__}")
             put("out", Path(self.out))
-            if self.out.suffix not in FORMATS:  # the folder is checked when the sweep opens it
-                raise UsageError(f"unknown result file extension {self.out.suffix!r} in {str(self.out)!r} "
-                                 f"(valid: {', '.join(FORMATS)})")
         if self.device is not None and not isinstance(self.device, str):
             put("device", str(self.device))  # a torch.device
         self._check(flags)
