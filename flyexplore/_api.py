@@ -7,10 +7,6 @@ FlyDSL insight (``explain``, ``trace``, ``autotune``, ``xray``, ``xray_figure``,
 ``switches``, ``mx_blocks``, ``mx_errors``, ``aotriton_ab``) and views (``figure``, ``export``,
 ``files``, ``report``, ``summary``).
 
-The environment and switch functions of the ``world`` layer are public through this module, not
-directly: their readiness model needs the catalogue's FlyDSL routes, which importing
-:mod:`flyexplore.ops` (done here) hands down, so ``fx.collect()`` works in a fresh process.
-
 This module sits at the top, beside the CLI: it may import any layer. ``import flyexplore`` stays
 light (no torch, pandas or plotly) because the root package imports this module only on first
 use of one of its names; torch itself is imported inside the layers' functions.
@@ -38,22 +34,19 @@ from flyexplore.ops.scaled_gemm import mx as _mx
 from flyexplore.results import peaks as _peaks
 from flyexplore.results import published as _published
 from flyexplore.results import table as R
-from flyexplore.results import vllm as _vllm
 from flyexplore.results.aotriton_ab import compare_files
-from flyexplore.results.compare import pair
+from flyexplore.results.compare import sides
 from flyexplore.run.spec import SweepSpec
 from flyexplore.run.sweep import run_sweep
 from flyexplore.ui import notebooks as _nb
 from flyexplore.views import export as _export
 from flyexplore.views import plots, plots_compare
 from flyexplore.views.aotriton import aotriton_ab_figure
-from flyexplore.views.report import summary_table, write_compare_report, write_report, write_vllm_report
+from flyexplore.views.report import summary_table, write_ab_report, write_report
 from flyexplore.views.xray import resources_figure
 from flyexplore.world import switches as _switches
-from flyexplore.world.env import collect  # noqa: F401 - public (fx.collect)
 from flyexplore.world.facts import facts
 from flyexplore.world.readiness import FLYDSL_ARCH, check_arch
-from flyexplore.world.switches import flydsl, sdpa, set_flydsl  # noqa: F401 - public (fx.flydsl, ...)
 
 _PathLike = (str, os.PathLike)
 
@@ -173,25 +166,14 @@ def compare(a, b, *, names: Sequence[str] | str = ("A", "B"), a_backend: str | N
     a vllm result against a flyexplore result, backends given for a vllm A/B, bad names, or
     when nothing pairs."""
 
-    nm = _two_names(names)
-    vllm = [isinstance(x, _PathLike) and _vllm.looks_like_vllm(x) for x in (a, b)]
     rep: dict[str, Any] = {"title": title, "static": static}
     if formats is not None:
         rep["formats"] = list(formats)
-    if any(vllm):
-        if not all(vllm):
-            raise UsageError(f"cannot compare a vllm bench result with a flyexplore result ({a!r}, {b!r})")
-        if a_backend is not None or b_backend is not None:
-            raise UsageError("a_backend / b_backend compare flyexplore result rows, not vllm bench results")
-        ab = _vllm.ab_table(_vllm.load_runs(a), _vllm.load_runs(b), names=nm)
-        if out is not None:
-            write_vllm_report(a, b, out, nm, **rep)
-        return ab
-    da, db = _rows(a, "compare"), _rows(b, "compare")
-    ab = pair(da, db, nm, a_backend, b_backend)
+    a, b = (x if isinstance(x, _PathLike) else _rows(x, "compare") for x in (a, b))
+    sd = sides(a, b, _two_names(names), a_backend, b_backend)
     if out is not None:
-        write_compare_report(da, db, out, nm, a_backend, b_backend, **rep)
-    return ab
+        write_ab_report(sd, out, **rep)
+    return sd.ab
 
 
 #: ``fx.published(what)`` tables other than the per-case rows.

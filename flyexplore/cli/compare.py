@@ -24,21 +24,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(a: argparse.Namespace) -> int:
     # imported here, as in every command module: `flyexplore --help` imports neither torch nor pandas
-    from flyexplore.results.vllm import looks_like_vllm
-    from flyexplore.views.report import write_compare_report, write_vllm_report
+    from flyexplore.results.compare import sides
+    from flyexplore.views.report import write_ab_report
 
     names = tuple(n.strip() for n in a.names.split(",")) if a.names else ("A", "B")
     if len(names) != 2 or not all(names):
         raise UsageError(f"--names needs two comma-separated names, got {a.names!r}")
-    va, vb = looks_like_vllm(a.a), looks_like_vllm(a.b)
     static_note(a.no_images)
-    if va != vb:
-        raise UsageError(f"cannot compare a vllm bench result with a flyexplore result file ({a.a!r}, {a.b!r})")
-    if va:
-        path = write_vllm_report(a.a, a.b, a.out, names, title=a.title, static=not a.no_images)
-    else:
-        from flyexplore.results import table as R
-        path = write_compare_report(R.load(a.a), R.load(a.b), a.out, names, a.a_backend, a.b_backend,
-                                    title=a.title, static=not a.no_images)
+    path = write_ab_report(sides(a.a, a.b, names, a.a_backend, a.b_backend), a.out, title=a.title,
+                           static=not a.no_images)
     print(f"report: {path}")
     return 0

@@ -10,6 +10,7 @@ result says so in ``warnings`` instead of mixing them silently.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -18,6 +19,7 @@ import pandas as pd
 from flyexplore.errors import UsageError
 from flyexplore.measure import stats as S
 from flyexplore.results import table as R
+from flyexplore.results import vllm as V
 
 #: Two sides' clocks differ when their median case-start SM clocks differ by more than this.
 CLOCK_DIFFERS = 0.05
@@ -171,3 +173,38 @@ def pair(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B"),
 
 def _ok(d: pd.DataFrame) -> pd.DataFrame:
     return d[d["status"].isin(["ok", "published"]) & d["time_ms"].notna()]
+
+
+@dataclass(frozen=True)
+class Sides:
+    """The two sides of an A/B, read once, and their A/B (:func:`sides`): ``kind`` ``"rows"``
+    (result rows: ``a`` / ``b`` the two frames, ``ab`` an :class:`ABResult`) or ``"vllm"``
+    (``vllm bench serve --save-result`` arms: ``a`` / ``b`` their runs,
+    :func:`flyexplore.results.vllm.load_runs`; ``ab`` the per-metric table,
+    :func:`flyexplore.results.vllm.ab_table`); ``names`` the two display names."""
+
+    kind: str
+    a: pd.DataFrame
+    b: pd.DataFrame
+    ab: object
+    names: tuple[str, str]
+
+
+def sides(a, b, names: tuple[str, str] = ("A", "B"), a_backend: str | None = None,
+          b_backend: str | None = None) -> Sides:
+    """Read the two sides of an A/B and pair them, once, whatever they are: both
+    ``vllm bench serve`` result files or folders (paths; :func:`flyexplore.results.vllm.looks_like_vllm`),
+    or result rows -- DataFrames or result file paths (:func:`flyexplore.results.table.load`),
+    paired by :func:`pair` (``a_backend`` / ``b_backend`` as there). What ``flyexplore compare``,
+    ``fx.compare`` and the A/B report share. Raises :class:`UsageError` for a vllm side against a
+    result side, backends given for a vllm A/B, a missing file, or when nothing pairs."""
+    is_vllm = [isinstance(x, (str, os.PathLike)) and V.looks_like_vllm(x) for x in (a, b)]
+    if any(is_vllm):
+        if not all(is_vllm):
+            raise UsageError(f"cannot compare a vllm bench result with a flyexplore result ({a!r}, {b!r})")
+        if a_backend is not None or b_backend is not None:
+            raise UsageError("a_backend / b_backend compare flyexplore result rows, not vllm bench results")
+        ra, rb = V.load_runs(a), V.load_runs(b)
+        return Sides("vllm", ra, rb, V.ab_table(ra, rb, names=names), names)
+    da, db = (R.normalize(x) if isinstance(x, pd.DataFrame) else R.load(x) for x in (a, b))
+    return Sides("rows", da, db, pair(da, db, names, a_backend, b_backend), names)

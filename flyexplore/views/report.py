@@ -31,7 +31,7 @@ from flyexplore.measure import stats as S
 from flyexplore.results import peaks as K
 from flyexplore.results import table as R
 from flyexplore.results import vllm as V
-from flyexplore.results.compare import pair
+from flyexplore.results.compare import Sides, pair
 from flyexplore.results.published import headlines, load, ranges, vllm_published
 from flyexplore.views import plots as F
 from flyexplore.views import plots_compare as FC
@@ -554,6 +554,17 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
     return page.write(out, static, list(formats), list(table_formats), keep)
 
 
+def write_ab_report(sd: Sides, out_dir: str | Path, title: str | None = None, static: bool = True,
+                    with_published: bool = True, formats: Iterable[str] = IMAGE_FORMATS,
+                    table_formats: Iterable[str] = ("csv", "md", "tex")) -> Path:
+    """Write the A/B report of two sides already read and paired
+    (:func:`flyexplore.results.compare.sides`) to ``out_dir/report.html`` and return its path:
+    result rows as :func:`write_compare_report` describes, ``vllm bench serve`` arms as
+    :func:`write_vllm_report` does (``with_published``: the published MI355X A/B beside them)."""
+    page = _compare_page(sd, title) if sd.kind == "rows" else _vllm_page(sd, title, with_published)
+    return page.write(Path(out_dir), static, list(formats), list(table_formats))
+
+
 def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,
                          names: tuple[str, str] = ("A", "B"), a_backend: str | None = None,
                          b_backend: str | None = None, title: str | None = None, static: bool = True,
@@ -565,7 +576,13 @@ def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,
     distribution, the paired table and the cases present in one side only. Returns the path.
     Raises ``UsageError`` when nothing pairs."""
 
-    ab = pair(R.normalize(a), R.normalize(b), names, a_backend, b_backend)
+    na, nb = R.normalize(a), R.normalize(b)
+    return write_ab_report(Sides("rows", na, nb, pair(na, nb, names, a_backend, b_backend), names), out_dir,
+                           title, static, formats=formats, table_formats=table_formats)
+
+
+def _compare_page(sd: Sides, title: str | None) -> _Page:
+    ab, names = sd.ab, sd.names
     page = _Page(title or f"A/B: {names[1]} vs {names[0]}")
     page.p(f"ratio = time {names[0]} / time {names[1]} per case (> 1: {names[1]} faster); "
            f"{len(ab.pairs)} pairs, geometric mean {S.fmt_interval(*ab.geomean_ci)} (95% interval). "
@@ -579,14 +596,14 @@ def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,
     page.fig("ab", FC.ab_figure(ab))
     page.h2("Pairs")
     page.table("pairs", ab.pairs)
-    report_section(page, ab, R.normalize(a), R.normalize(b))
+    report_section(page, ab, sd.a, sd.b)
     for side, d in ((names[0], ab.only_a), (names[1], ab.only_b)):
         page.h3(f"Only in {side} ({len(d)})")
         if len(d):
             page.table(_safe(f"only_in_{side}"), d)
         else:
             page.p("none")
-    return page.write(Path(out_dir), static, list(formats), list(table_formats))
+    return page
 
 
 def write_vllm_report(a_paths, b_paths, out_dir: str | Path, names: tuple[str, str] = ("A", "B"),
@@ -600,7 +617,12 @@ def write_vllm_report(a_paths, b_paths, out_dir: str | Path, names: tuple[str, s
     reference. Returns the path of ``report.html``."""
 
     ra, rb = V.load_runs(a_paths), V.load_runs(b_paths)
-    ab = V.ab_table(ra, rb, names=names)
+    return write_ab_report(Sides("vllm", ra, rb, V.ab_table(ra, rb, names=names), names), out_dir, title,
+                           static, with_published, formats, table_formats)
+
+
+def _vllm_page(sd: Sides, title: str | None, with_published: bool) -> _Page:
+    ab, names, ra, rb = sd.ab, sd.names, sd.a, sd.b
     page = _Page(title or f"vLLM serving A/B: {names[1]} vs {names[0]}")
     page.p(f"speedup of {names[1]} over {names[0]} per (model, concurrency, request rate) and metric: "
            f"latency {names[0]}/{names[1]}, throughput {names[1]}/{names[0]}; > 1: {names[1]} better.")
@@ -620,4 +642,4 @@ def write_vllm_report(a_paths, b_paths, out_dir: str | Path, names: tuple[str, s
         rg = ranges()
         page.p("MXFP4 is public only as ranges (no per-case values):")
         page.table("published_ranges", rg[rg["what"].str.contains("vLLM")])
-    return page.write(Path(out_dir), static, list(formats), list(table_formats))
+    return page
