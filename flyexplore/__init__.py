@@ -8,6 +8,8 @@ neither torch nor pandas nor plotly):
 - run and read: :func:`sweep` (of a :class:`SweepSpec`), :func:`load`, :func:`save`, :func:`speedup`, :func:`geomean`,
   :func:`compare` (A/B of two result sets or vLLM runs), :func:`published` (the MI355X figures),
   :func:`peaks`, :func:`data_dir`, :func:`walkthrough` (what the notebooks sweep per size);
+- whole models: :func:`capture` (every call of one forward step, no GPU, no weights) and
+  :func:`model` (each call judged, what-if advice, shares, projection, shapes to sweep);
 - FlyDSL insight: :func:`explain`, :func:`eligibility_grid`, :func:`trace`, :func:`autotune`,
   :func:`xray`, :func:`xray_figure`, :func:`kernels`, :func:`aotriton_ab`, :func:`mx_blocks`,
   :func:`mx_errors`; the switches :func:`switches`, :func:`flydsl`, :func:`set_flydsl`,
@@ -47,7 +49,7 @@ _API = {
     **dict.fromkeys(("sweep", "load", "speedup", "geomean", "compare", "published", "peaks", "walkthrough",
                      "explain", "trace", "autotune", "xray", "xray_figure", "kernels", "switches",
                      "mx_blocks", "mx_errors", "aotriton_ab", "figure", "export", "files", "summary",
-                     "report"), "_api"),
+                     "report", "capture", "model"), "_api"),
     "collect": "world.env", "flydsl": "world.switches", "set_flydsl": "world.switches", "sdpa": "world.switches",
     "data_dir": "paths",
     "get_op": "ops", "list_ops": "ops", "register_op": "ops", "unregister_op": "ops",

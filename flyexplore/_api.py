@@ -23,6 +23,8 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from flyexplore.errors import UsageError, bad_choice
+from flyexplore.insight import capture as _cap
+from flyexplore.insight import hf as _hf
 from flyexplore.insight.case_trace import result_text, trace_autotune, trace_case
 from flyexplore.insight.explain import explain as _explain_call
 from flyexplore.insight.explain import explain_text
@@ -42,6 +44,7 @@ from flyexplore.ui import notebooks as _nb
 from flyexplore.views import export as _export
 from flyexplore.views import plots, plots_compare
 from flyexplore.views.aotriton import aotriton_ab_figure
+from flyexplore.views.model import ModelCoverage, model_coverage
 from flyexplore.views.report import summary_table, write_ab_report, write_report
 from flyexplore.views.xray import resources_figure
 from flyexplore.world import switches as _switches
@@ -288,6 +291,79 @@ def explain(op: str, shape: str | None = None, dtype: str | None = None,
             env = facts(arch=arch, cu=cu, assume_rocm=arch is not None, compile_options=comp)
         return _explain_call(op, env=env, **kw)
     return explain_text(op, shape, dtype, options, **kw)
+
+
+def _model_source(model) -> dict:
+    """``hf=`` or ``config=`` of :func:`flyexplore.insight.hf.load_config` for a built-in name, a
+    config path or a config dict."""
+    if isinstance(model, Mapping):
+        return {"config": model}
+    text = str(model)
+    if isinstance(model, str) and text.strip().lower() in _hf.builtin_models():
+        return {"hf": text}
+    if text.endswith(".json") or Path(text).is_file():
+        return {"config": text}
+    raise bad_choice("model (a built-in name or a config.json path)", text, _hf.builtin_models())
+
+
+def capture(model, inputs=None, *, view: str = "eager", phase: str = "prefill", batch: int = 1, seq: int = 2048,
+            arch: str = FLYDSL_ARCH, device: str | None = None, routing: str = "uniform",
+            kwargs: Mapping[str, Any] | None = None):
+    """Record every operator call of one forward step of a model, with no GPU and no weights.
+
+    ``model``: an ``nn.Module`` run as ``model(*inputs, **kwargs)`` (``inputs`` a tensor or a
+    tuple; parameters and inputs become fake tensors on ``device``, default the module's, else
+    ``cuda:0``); or a Hugging Face model -- a built-in name (``"llama-3.1-8b"``,
+    ``"qwen3-30b-a3b"``, ``"mixtral-8x7b"``, ``"gpt-oss-20b"``), a ``config.json`` path or a config
+    dict -- with the phase spec ``phase`` (``prefill`` / ``decode``), ``batch`` and ``seq``
+    (decode: the context length) and the MoE ``routing`` assumption (``uniform``). ``view``:
+    ``eager`` (what ATen and the eager overrides see), ``compiled`` (what Inductor lowers) or
+    ``both``. ``arch``: the target the fake device stands for (gfx950).
+
+    Returns a :class:`~flyexplore.insight.capture.Capture` (a list of two for ``both``): its
+    ``calls`` (op, :class:`TensorDesc` arguments with strides and storage offset, module path,
+    FLOPs, bytes), ``distinct()`` (identical calls counted), ``layers`` (identical layers
+    detected), ``uncaptured`` (what could not be captured, with the reason) and ``assumptions``.
+    Judge them with :func:`model`. Raises :class:`~flyexplore.errors.UsageError` for bad input
+    and :class:`~flyexplore.insight.capture.CaptureError` naming the module where capture failed."""
+    views = _cap.VIEWS if view == "both" else (view,)
+    for v in views:
+        if v not in _cap.VIEWS:
+            raise bad_choice("capture view", v, (*_cap.VIEWS, "both"))
+    check_arch(arch)
+    if isinstance(model, (str, os.PathLike, Mapping)):
+        if inputs is not None or kwargs:
+            raise UsageError("a Hugging Face model takes a phase spec (phase=, batch=, seq=), not inputs")
+        caps = _hf.capture_model(**_model_source(model), phase=phase, batch=batch, seq=seq, views=views,
+                                 routing=routing, arch=arch, device=device or "cuda:0")
+    else:
+        caps = [_cap.capture(model, inputs, view=v, phase=phase if inputs is None else "", arch=arch, device=device,
+                             kwargs=kwargs) for v in views]
+    return caps[0] if len(caps) == 1 else caps
+
+
+def model(model=None, *, config=None, phases: Sequence[tuple[str, int, int]] | None = None, phase: str = "prefill",
+          batch: int = 1, seq: int = 2048, views: Sequence[str] = ("eager", "compiled"), arch: str = FLYDSL_ARCH,
+          routing: str = "uniform", device: str = "cuda:0", project: str | None = None,
+          speedups=None) -> ModelCoverage:
+    """Will this model take FlyDSL? Capture a Hugging Face model (``model``: a built-in name, a
+    ``config.json`` path or a config dict; or ``config=``), judge every distinct call for
+    ``arch`` in each of ``views``, with what-if advice (each re-judged), shares, and a projection
+    when ``project`` is ``"published"`` (MI355X per-op figures by nearest shape) or
+    ``"results"`` (``speedups``: a result file or frame measured on MI350).
+
+    ``phases``: ``[(phase, batch, seq), ...]`` (default one: ``phase``, ``batch``, ``seq``).
+    Returns a :class:`~flyexplore.views.model.ModelCoverage`: ``.table`` (one row per distinct
+    call and view), ``.shares(by)``, ``.summary()``, ``.advice``, ``.projection``, ``.text()``,
+    ``.markdown()``, ``.figure()``, ``.report(dir)``, ``.shapes()`` / ``.export_shapes(path)``
+    (sweep input), ``.to_dict()``. FLOPs and bytes are captured; time is modelled (roofline);
+    a projection is labelled as one. Raises :class:`~flyexplore.errors.UsageError` for bad input."""
+    if (model is None) == (config is None):
+        raise UsageError("give exactly one of a model (a built-in name, config path or dict) and config=")
+    src = _model_source(model) if model is not None else {"config": config}
+    ph = list(phases) if phases is not None else [(phase, batch, seq)]
+    return model_coverage(src.get("hf"), src.get("config"), phases=ph, views=views, arch=arch, routing=routing,
+                          device=device, project=project, speedups=speedups)
 
 
 class CaseTrace(dict):

@@ -21,14 +21,15 @@ import argparse
 import os
 import sys
 
-from flyexplore.cli import compare, demo, env, explain, export, published, report, suites, sweep, switches, trace, xray
+from flyexplore.cli import (compare, demo, env, explain, export, model, published, report, suites, sweep, switches,
+                            trace, xray)
 from flyexplore.cli._shared import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE, gpu_visible
 from flyexplore.errors import UsageError
 
 #: The commands, in the order ``flyexplore --help`` lists them: name -> module.
 COMMANDS = {"env": env, "suites": suites, "sweep": sweep, "explain": explain, "trace": trace,
-            "switches": switches, "demo": demo, "xray": xray, "published": published, "report": report,
-            "compare": compare, "export": export}
+            "switches": switches, "demo": demo, "xray": xray, "model": model, "published": published,
+            "report": report, "compare": compare, "export": export}
 
 
 def quiet_cpu_noise() -> None:

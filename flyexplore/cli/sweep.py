@@ -33,6 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--suite", help="a named shape set of the operator (below; flyexplore suites)")
     g.add_argument("--shapes", help="inline shapes, e.g. '4096x4096x4096;8x4096x4096:NN'")
+    g.add_argument("--shapes-from", metavar="FILE", help="the shapes of --op in a file written by flyexplore "
+                   "model --export-shapes (each with its dtype; rows keep the model's module and call count)")
     p.add_argument("--dtypes", help="comma-separated, e.g. bf16,fp16 (default: the suite's; with --shapes "
                    "the operator's first dtype on a GPU, fp32 on the CPU)")
     p.add_argument("--backends", help="comma-separated (default: all of the operator's; below)")
@@ -132,7 +134,8 @@ def run(a: argparse.Namespace) -> int:
                      device=a.device, seed=a.seed, order=a.order, timer=timer_of(a), baseline=a.baseline,
                      trace=a.trace, engine=engine_of(a), devices=a.devices, workers=a.workers,
                      case_timeout=a.case_timeout, max_cases_per_worker=a.max_cases_per_worker,
-                     ray_address=a.ray_address, out=a.out, resume=a.resume, overwrite=a.overwrite,
+                     ray_address=a.ray_address, out=a.out, shapes_from=a.shapes_from, resume=a.resume,
+                     overwrite=a.overwrite,
                      retry_failed=a.retry_failed, flags=True, **kw)
     from flyexplore.run.sweep import run_sweep
     from flyexplore.views.report import scan_table, summary_table

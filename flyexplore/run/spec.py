@@ -58,6 +58,9 @@ class Plan:
     op: Operator
     pairs: tuple[tuple[Case, str], ...]
     backends: tuple[str, ...]
+    #: per ``(case label, dtype)``: columns every row of that case gets (a model's calls:
+    #: ``model``, ``model_module``, ``model_count``, ``model_uses``; :func:`shapes_file_plan`)
+    meta: Mapping[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
 
     def items(self) -> list[tuple[Case, str, str]]:
         return [(c, d, b) for c, d in self.pairs for b in self.backends]
@@ -117,6 +120,76 @@ def make_plan(op: str | Operator, suite: str | None = None, shapes: str | Sequen
     if not bks:
         raise UsageError("no backends given")
     return Plan(op, pairs, tuple(dict.fromkeys(bks)))
+
+
+#: Columns an exported shapes file must have (``flyexplore model --export-shapes``;
+#: :func:`flyexplore.results.model.export_shapes` writes them, with ``model``, ``phase``, ``module``).
+SHAPES_FILE_COLUMNS = ("op", "shape", "dtype", "count")
+
+
+def read_shapes_file(path: str | os.PathLike, op: str) -> list[dict]:
+    """The rows of ``op`` in an exported shapes file (CSV with :data:`SHAPES_FILE_COLUMNS`, plus
+    ``model``, ``phase``, ``module`` when written by ``flyexplore model --export-shapes``).
+    Raises :class:`UsageError` naming a missing or unreadable file, a missing column, a bad count,
+    or a file without ``op`` rows (listing the operators it has). Reads with the ``csv`` module:
+    no pandas, no torch."""
+    import csv
+
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"shapes file {str(p)!r} does not exist")
+    try:
+        with open(p, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise UsageError(f"shapes file {str(p)!r} cannot be read ({type(exc).__name__})") from None
+    have = set(rows[0]) if rows else set()
+    miss = [c for c in SHAPES_FILE_COLUMNS if c not in have]
+    if miss:
+        raise UsageError(f"shapes file {str(p)!r} lacks column(s) {', '.join(miss)}: not written by "
+                         "flyexplore model --export-shapes")
+    out = []
+    for i, r in enumerate(rows, 2):
+        if r.get("op") != op:
+            continue
+        try:
+            n = int(r["count"])
+        except (TypeError, ValueError):
+            raise UsageError(f"shapes file {str(p)!r} line {i}: count {r.get('count')!r} is not an integer") from None
+        if n < 1:
+            raise UsageError(f"shapes file {str(p)!r} line {i}: count {n} must be at least 1")
+        out.append({**r, "count": n})
+    if not out:
+        ops = sorted({r.get("op") or "" for r in rows})
+        raise UsageError(f"shapes file {str(p)!r} has no {op} rows (it has: {', '.join(ops) or 'none'})")
+    return out
+
+
+def shapes_file_plan(op: Operator, path: str | os.PathLike, dtypes: Sequence[str] | None,
+                     backends: Sequence[str] | None) -> Plan:
+    """The plan of a sweep of a model's exported calls (``--shapes-from``): one ``(case, dtype)``
+    per distinct shape and dtype of ``op`` in the file (``dtypes``, when given, replace the file's:
+    e.g. fp32 on a CPU), and per pair
+    the columns its rows keep: ``model``, ``model_module`` (``;``-joined module paths),
+    ``model_count`` (calls per model step, all phases) and ``model_uses`` (JSON ``[{"phase",
+    "module", "count"}]``, what :func:`flyexplore.results.model.weighted_estimate` weights by).
+    Raises :class:`UsageError` for a bad file, shape or dtype."""
+    rows = read_shapes_file(path, op.name)
+    given = [op.check_dtype(d) for d in dtypes] if dtypes else None
+    acc: dict[tuple[str, str], dict] = {}
+    cases: dict[str, Case] = {}
+    for r in rows:
+        c = cases.get(r["shape"]) or op.case(r["shape"])
+        cases[r["shape"]] = c
+        for dt in given or [op.check_dtype(str(r["dtype"]))]:
+            e = acc.setdefault((c.label, dt), {"case": c, "model": r.get("model") or "", "uses": []})
+            e["uses"].append({"phase": r.get("phase") or "", "module": r.get("module") or "", "count": r["count"]})
+    base = make_plan(op, shapes=[e["case"] for e in acc.values()][:1], backends=backends)
+    pairs = tuple((e["case"], dt) for (_, dt), e in acc.items())
+    meta = {k: {"model": e["model"], "model_module": ";".join(dict.fromkeys(u["module"] for u in e["uses"])),
+                "model_count": sum(u["count"] for u in e["uses"]), "model_uses": json.dumps(e["uses"])}
+            for k, e in acc.items()}
+    return Plan(op, pairs, base.backends, meta)
 
 
 def resolve_op(ref: str) -> Operator:
@@ -446,6 +519,7 @@ class SweepSpec:
     max_cases_per_worker: int | None = None
     ray_address: str | None = None
     out: Path | None = None
+    shapes_from: Path | None = None
     resume: bool = False
     overwrite: bool = False
     retry_failed: bool = False
@@ -468,6 +542,10 @@ class SweepSpec:
             put("out", Path(self.out))
         if self.device is not None and not isinstance(self.device, str):
             put("device", str(self.device))  # a torch.device
+        if self.shapes_from is not None:
+            if not isinstance(self.shapes_from, (str, os.PathLike)):
+                raise UsageError(f"shapes_from must be a file path, got {type(self.shapes_from).__name__}")
+            put("shapes_from", Path(self.shapes_from))
         self._check(flags)
 
     def _check(self, flags: bool) -> None:
@@ -477,7 +555,13 @@ class SweepSpec:
             v = getattr(self, k)
             if not isinstance(v, bool):
                 raise UsageError(f"{'--' + k.replace('_', '-') if flags else k} must be True or False, got {v!r}")
-        plan = make_plan(self.op, self.suite, self.shapes, self.dtypes, self.backends)
+        if self.shapes_from is not None:
+            if self.suite is not None or self.shapes is not None:
+                raise UsageError(f"give one of {'--suite, --shapes and --shapes-from' if flags else 'suite, shapes and shapes_from'}")
+            op = resolve_op(self.op) if isinstance(self.op, str) else self.op
+            plan = shapes_file_plan(op, self.shapes_from, self.dtypes, self.backends)
+        else:
+            plan = make_plan(self.op, self.suite, self.shapes, self.dtypes, self.backends)
         put("plan", plan)
         timer = check_timer(self.timer, self.order, flags=flags)  # names and rules: no torch yet
         put("timer", types.MappingProxyType(timer))

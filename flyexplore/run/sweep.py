@@ -166,6 +166,7 @@ def run_sweep(spec: SweepSpec, *, progress: bool = True, on_row: Callable[[dict]
     def emit(case, dtype, b, cols, info):
         row = _base_row(plan.op, case, dtype, b, run_id, {**fp, **(info.get("fp") or {})})
         row.update(cols)
+        row.update(plan.meta.get((case.label, dtype), {}))
         row["worker"] = info.get("worker")
         if not row.get("device_id"):
             row["device_id"] = info.get("device_id")

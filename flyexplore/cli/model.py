@@ -1,0 +1,127 @@
+"""``flyexplore model``: will a model take FlyDSL? Capture one forward step of a Hugging Face model
+from its config (no weights, no GPU, no hub access), judge every distinct call for the target
+arch in the eager and compiled views, advise what-ifs (each re-judged), and show the shares:
+FLOPs and bytes captured from the model, the time modelled, a projection if asked, and the
+shapes to sweep on an MI350 (:mod:`flyexplore.insight.capture`, :mod:`flyexplore.insight.hf`,
+:mod:`flyexplore.insight.coverage`, :mod:`flyexplore.results.model`, :mod:`flyexplore.views.model`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from flyexplore.errors import UsageError
+
+HELP = "which of a model's calls take FlyDSL (capture a Hugging Face config, judge, project, export shapes)"
+EPILOG = ("examples:\n"
+          "  flyexplore model --hf llama-3.1-8b --phase prefill --batch 1 --seq 2048\n"
+          "  flyexplore model --config config.json --phase prefill,decode --seq 1024 --json\n"
+          "  flyexplore model --hf qwen3-30b-a3b --project published --md coverage.md\n"
+          "  flyexplore model --hf qwen3-30b-a3b --export-shapes qwen.csv && \\\n"
+          "    flyexplore sweep --op grouped_gemm --shapes-from qwen.csv --out qwen.parquet\n\n"
+          "built-in models (--hf): data/models/*.json (flyexplore model --list)\n"
+          "FLOPs and bytes are captured from the model; time shares are modelled (roofline on the target's "
+          "datasheet peaks); --project gives a projection, never a measurement.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EPILOG
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--hf", metavar="NAME", help="a built-in config: llama-3.1-8b, qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b")
+    g.add_argument("--config", metavar="FILE", help="a transformers config.json (no weights needed)")
+    g.add_argument("--list", action="store_true", help="list the built-in models and exit")
+    p.add_argument("--phase", default="prefill", help="prefill, decode, or both comma-separated (default prefill)")
+    p.add_argument("--batch", type=int, default=1, help="sequences in the step (default 1)")
+    p.add_argument("--seq", type=int, default=2048,
+                   help="prefill: tokens per sequence; decode: the context length (default 2048)")
+    p.add_argument("--view", default="both", choices=("eager", "compiled", "both"),
+                   help="eager: what ATen and the eager overrides see (RMSNorm, TopK); compiled: what Inductor "
+                        "lowers (the GEMM templates); both (default)")
+    p.add_argument("--arch", default="gfx950", help="target arch to judge for (default gfx950, as --assume-rocm)")
+    p.add_argument("--routing", default="uniform", help="MoE routing assumption (uniform)")
+    p.add_argument("--device", default="cuda:0", help="the fake device the model is built on (default cuda:0)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("--md", metavar="FILE", help="also write the coverage as Markdown")
+    p.add_argument("--report", metavar="DIR", help="also write an HTML report (figure, tables) into DIR")
+    p.add_argument("--no-images", action="store_true", help="with --report: no PNG/SVG/PDF figure files")
+    p.add_argument("--figure", metavar="FILE", help="also write the modelled-time figure (.html, .png, .svg, .pdf)")
+    p.add_argument("--project", choices=("published", "results"),
+                   help="project a whole-model speedup (Amdahl) from the published MI355X per-op figures by nearest "
+                        "shape, or from a result file measured on MI350 (--speedups)")
+    p.add_argument("--speedups", metavar="FILE", help="with --project results: the result file")
+    p.add_argument("--export-shapes", metavar="FILE",
+                   help="write the captured calls as sweep input (CSV) for flyexplore sweep --shapes-from")
+
+
+def _phases(text: str) -> list[str]:
+    from flyexplore.insight.hf import PHASES
+
+    out = [x.strip() for x in str(text).split(",") if x.strip()]
+    for ph in out:
+        if ph not in PHASES:
+            raise UsageError(f"unknown phase {ph!r} (valid: {', '.join(PHASES)})")
+    if not out:
+        raise UsageError("no phase given (valid: prefill, decode)")
+    return list(dict.fromkeys(out))
+
+
+def _check_out(path: str | None, what: str, exts: tuple[str, ...]) -> None:
+    if not path:
+        return
+    p = Path(path)
+    if exts and p.suffix.lower() not in exts:
+        raise UsageError(f"{what} {path!r} must end in {', '.join(exts)}")
+    if p.exists() and p.is_dir():
+        raise UsageError(f"{what} {path!r} is a folder")
+    if not p.parent.exists() if str(p.parent) else False:
+        raise UsageError(f"{what} {path!r}: folder {str(p.parent)!r} does not exist")
+
+
+def run(a: argparse.Namespace) -> int:
+    # imported here, as in every command module: `flyexplore --help` imports neither torch nor pandas
+    from flyexplore.views.model import model_coverage
+
+    if a.list:
+        from flyexplore.insight.hf import builtin_models, load_config
+
+        for name, title in builtin_models().items():
+            print(f"{name:16s} {title:16s} {load_config(hf=name)['source']}")
+        return 0
+    if not a.hf and not a.config:
+        raise UsageError("give a model: --hf NAME (flyexplore model --list) or --config FILE")
+    phases = _phases(a.phase)
+    views = ("eager", "compiled") if a.view == "both" else (a.view,)
+    if a.project == "results" and not a.speedups:
+        raise UsageError("--project results needs --speedups FILE (a result file with flydsl rows)")
+    if a.speedups and a.project != "results":
+        raise UsageError("--speedups is for --project results")
+    _check_out(a.md, "--md", (".md",))
+    _check_out(a.export_shapes, "--export-shapes", (".csv",))
+    _check_out(a.figure, "--figure", (".html", ".png", ".svg", ".pdf"))
+    cov = model_coverage(a.hf, a.config, phases=[(ph, a.batch, a.seq) for ph in phases], views=views,
+                     arch=a.arch, routing=a.routing, device=a.device, project=a.project, speedups=a.speedups)
+    if a.json:
+        print(json.dumps(cov.to_dict(), indent=1, default=str))
+    else:
+        print(cov.text())
+    if a.md:
+        Path(a.md).write_text(cov.markdown(), encoding="utf-8")
+        print(f"markdown written to {a.md}", file=sys.stderr)
+    if a.export_shapes:
+        n = cov.export_shapes(a.export_shapes)
+        print(f"{n} shape rows written to {a.export_shapes} (flyexplore sweep --op OP --shapes-from "
+              f"{a.export_shapes})", file=sys.stderr)
+    if a.figure:
+        from flyexplore.views.export import save_figure
+
+        save_figure(cov.figure(), a.figure)
+        print(f"figure written to {a.figure}", file=sys.stderr)
+    if a.report:
+        from flyexplore.cli._shared import static_note
+
+        static_note(a.no_images)
+        path = cov.report(a.report, static=not a.no_images)
+        print(f"report written to {path}", file=sys.stderr)
+    return 0

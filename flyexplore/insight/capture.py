@@ -1,0 +1,601 @@
+"""What a model really calls: every operator call of one forward step, with no GPU and no weights.
+
+:func:`capture` runs one forward step of an ``nn.Module`` under ``FakeTensorMode`` (tensors carry
+shape, dtype, strides and device, never data, so a "cuda:0" model needs no GPU and an 8B model
+no memory) with a ``TorchDispatchMode`` that records each ATen call: the operator, its tensor
+arguments (:class:`~flyexplore.world.conditions.TensorDesc`: shape, dtype, strides, storage
+offset), its scalar arguments, the module path that made it (forward hooks), FLOPs and bytes.
+
+Two views of the same step (``view=``):
+
+- ``eager``: what ATen and the eager overrides see, the calls an eager run dispatches. This is
+  where RMSNorm (``aten._fused_rms_norm``) and TopK (``aten.topk``) take FlyDSL or not.
+- ``compiled``: what Inductor lowers. The step is recorded after Inductor's decompositions
+  (``torch._inductor.decomposition.select_decomp_table()``, applied as ``make_fx`` applies a
+  decomposition table), before Inductor's post-grad pattern passes (``pad_mm`` may still pad a
+  GEMM). This is where the GEMM templates (``aten.mm``, ``aten._grouped_mm``) are decided.
+
+What is kept as one call (its inner ATen calls are recorded, marked ``inner``, and not judged):
+
+- ``F.scaled_dot_product_attention`` (its math decomposition is not what a GPU runs);
+- a module whose class name ends in ``RMSNorm`` and that does not call ``_fused_rms_norm``: the
+  decomposed RMSNorm of Hugging Face models (pow / mean / rsqrt / mul), which never reaches
+  the FlyDSL override.
+
+What cannot be captured is listed in :attr:`Capture.uncaptured` with the reason, never dropped:
+custom operators (``torch.library`` ops outside ``aten``/``prims``: shapes from their fake
+implementation, no FlyDSL route), and calls whose shapes depend on data (unbacked sizes from
+``nonzero``-like operators, under a ``ShapeEnv``). A forward step that cannot go on raises
+:class:`CaptureError` naming the module where it failed.
+
+On a CPU-only machine the CUDA build of torch makes fake ``cuda:0`` tensors without a device;
+code that asks the device what it is (``torch.cuda.get_device_capability``, as transformers'
+grouped-GEMM gate does) is answered for the target (gfx950: 9.5, as a ROCm torch reports it)
+while the capture runs, and the capture says so in :attr:`Capture.assumptions`.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from flyexplore.errors import UsageError, bad_choice
+from flyexplore.world.conditions import TensorDesc, short_dtype
+
+#: The two views of a forward step (module docstring).
+VIEWS = ("eager", "compiled")
+#: ``torch.cuda.get_device_capability`` as a ROCm torch reports each target arch (major, minor),
+#: answered while capturing on a machine without that GPU (gfx950 = MI350/MI355X: 9.5).
+ARCH_CAPABILITY = {"gfx950": (9, 5), "gfx942": (9, 4), "gfx90a": (9, 0), "gfx1201": (12, 0)}
+#: The ATen operators each explainable family reads (:mod:`flyexplore.insight.explain`).
+FAMILY_OF = {
+    "aten.mm.default": "gemm", "aten.addmm.default": "gemm", "aten.bmm.default": "gemm",
+    "aten.baddbmm.default": "gemm",
+    "aten._grouped_mm.default": "grouped_gemm",
+    "aten._scaled_mm.default": "scaled_gemm", "aten._scaled_mm_v2.default": "scaled_gemm",
+    "aten._scaled_grouped_mm.default": "grouped_gemm",
+    "aten._fused_rms_norm.default": "rmsnorm",
+    "aten.topk.default": "topk", "aten.topk.values": "topk",
+}
+#: The name a kept-as-one call is recorded under.
+SDPA = "F.scaled_dot_product_attention"
+DECOMPOSED_RMSNORM = "RMSNorm module (decomposed)"
+
+_LAYER = re.compile(r"\.(\d+)(?=\.|$)")
+
+
+class CaptureError(UsageError):
+    """The forward step could not be captured; the message names the module where it failed."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One recorded call.
+
+    ``op``: the ATen overload (``"aten.mm.default"``) or a kept-as-one call (:data:`SDPA`,
+    :data:`DECOMPOSED_RMSNORM`); ``family``: the flyexplore operator it belongs to (``gemm``,
+    ``grouped_gemm``, ``scaled_gemm``, ``rmsnorm``, ``topk``, ``attention``) or ``None``;
+    ``inputs``: the tensor arguments in order (``None`` for an absent optional tensor);
+    ``scalars``: the other arguments by name; ``outputs``: the output tensors; ``module``: the
+    dotted module path (``""`` = the top module) and ``module_type`` its class; ``layer``: the
+    first list index in the path (``model.layers.3.mlp`` -> 3) or ``None``; ``flops`` and
+    ``bytes``: per call (:func:`cost`); ``inner``: recorded inside a kept-as-one call (not judged,
+    not counted in shares); ``note``: why it is listed as it is."""
+
+    op: str
+    family: str | None
+    inputs: tuple
+    scalars: Mapping[str, Any]
+    outputs: tuple
+    module: str
+    module_type: str
+    layer: int | None
+    flops: float
+    bytes: float
+    inner: bool = False
+    note: str = ""
+    names: tuple = ()
+
+    def arg(self, name: str):
+        """The :class:`TensorDesc` (or ``None``) of tensor argument ``name``, else its scalar value."""
+        if name in self.names:
+            return self.inputs[self.names.index(name)]
+        return self.scalars.get(name)
+
+    @property
+    def dtype(self) -> str:
+        """The short dtype name of the first floating tensor argument (``bf16``), else of the first."""
+        ts = [t for t in self.inputs if t is not None]
+        for t in ts:
+            if t.dtype.is_floating_point:
+                return short_dtype(t.dtype)
+        return short_dtype(ts[0].dtype) if ts else ""
+
+    @property
+    def is_view(self) -> bool:
+        """A metadata-only call (view, reshape of strides, device query): no kernel runs."""
+        return self.op in _VIEW_OPS
+
+    def shapes(self) -> str:
+        """The tensor arguments' shapes, ``"[2048, 4096] x [4096, 1024]"`` (``-`` for an absent one)."""
+        return " x ".join("-" if t is None else "[" + ", ".join(map(str, t.shape)) + "]" for t in self.inputs)
+
+    def key(self) -> tuple:
+        """What makes two calls identical: op, arguments (shapes, dtypes, strides, offsets),
+        scalars and the module path with list indices replaced by ``*``."""
+        return (self.op, self.inputs, tuple(sorted((k, repr(v)) for k, v in self.scalars.items())),
+                module_pattern(self.module), self.inner)
+
+
+def module_pattern(path: str) -> str:
+    """``model.layers.3.mlp.down_proj`` -> ``model.layers.*.mlp.down_proj``."""
+    return _LAYER.sub(".*", path)
+
+
+@dataclass
+class Capture:
+    """The calls of one forward step in one view (:func:`capture`).
+
+    ``calls``: every recorded call in order (views included, ``inner`` ones included);
+    ``uncaptured``: ``{"op", "module", "reason"}`` for what could not be captured;
+    ``assumptions``: sentences saying what the capture assumed (device, routing, logits);
+    ``layers``: :func:`layer_kinds` of the step; ``label``: what was captured
+    (``"Llama-3.1-8B prefill 1x2048"``); ``phase``, ``view``, ``device``, ``arch``."""
+
+    label: str
+    phase: str
+    view: str
+    device: str
+    arch: str
+    calls: list[Call] = field(default_factory=list)
+    uncaptured: list[dict] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+    layers: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    def kernel_calls(self) -> list[Call]:
+        """The calls that run a kernel and are judged: not views, not inner."""
+        return [c for c in self.calls if not c.inner and not c.is_view]
+
+    def distinct(self) -> list[tuple[Call, int]]:
+        """Identical :meth:`kernel_calls` folded: ``(first call, count)`` in first-seen order."""
+        seen: dict[tuple, list] = {}
+        for c in self.kernel_calls():
+            k = c.key()
+            if k in seen:
+                seen[k][1] += 1
+            else:
+                seen[k] = [c, 1]
+        return [(c, n) for c, n in seen.values()]
+
+    def aten_counts(self) -> Counter:
+        """``Counter`` of ``(op, input shapes)`` over every ATen call (inner ones included, kept-as-one
+        calls left out): what a ``TorchDispatchMode`` on a real run of the same step sees."""
+        return Counter((c.op, tuple(None if t is None else t.shape for t in c.inputs))
+                       for c in self.calls if c.op.startswith(("aten.", "prims.", "prim.")) or "::" in c.op
+                       or c.op.count(".") >= 2)
+
+
+# -- FLOPs and bytes -----------------------------------------------------------------------------
+
+def _nbytes(t: TensorDesc | None) -> float:
+    if t is None:
+        return 0.0
+    isz = t.dtype.itemsize if hasattr(t.dtype, "itemsize") else 4
+    return float(math.prod(t.shape)) * isz
+
+
+def cost(op: str, inputs: Sequence, outputs: Sequence, scalars: Mapping[str, Any]) -> tuple[float, float]:
+    """FLOPs and bytes of one call (shared/reference/pytorch-flydsl.md, "FLOPs/bytes"):
+
+    - ``mm`` [M, K] x [K, N]: 2MNK FLOPs, (MK + KN + MN) x element size bytes; ``addmm`` adds MN
+      FLOPs and the bias; ``bmm`` [B, M, K] x [B, K, N]: 2BMNK;
+    - ``_grouped_mm`` A [total_M, K], B [G, K, N]: 2 x total_M x N x K (the routing does not change
+      it), bytes A + B + out;
+    - SDPA q [B, H, Sq, D], k [B, Hkv, Skv, D]: 4 x B x H x Sq x Skv x D (causal with Sq == Skv:
+      about half), bytes q + k + v + out;
+    - anything else: one FLOP per output element, bytes = tensor inputs + outputs (each read or
+      written once: a lower bound for an unfused eager op).
+
+    Views cost nothing. ``inputs`` / ``outputs``: :class:`TensorDesc` or ``None``."""
+    if op in _VIEW_OPS:
+        return 0.0, 0.0
+    ins = [t for t in inputs if t is not None]
+    outs = [t for t in outputs if t is not None]
+    io = sum(_nbytes(t) for t in ins) + sum(_nbytes(t) for t in outs)
+    if op in ("aten.mm.default", "aten.addmm.default"):
+        a, b = (ins[0], ins[1]) if op == "aten.mm.default" else (ins[1], ins[2])
+        m, k = a.shape
+        n = b.shape[1]
+        return 2.0 * m * n * k + (m * n if op == "aten.addmm.default" else 0), io
+    if op in ("aten.bmm.default", "aten.baddbmm.default"):
+        a, b = (ins[0], ins[1]) if op == "aten.bmm.default" else (ins[1], ins[2])
+        bb, m, k = a.shape
+        return 2.0 * bb * m * b.shape[2] * k, io
+    if op in ("aten._grouped_mm.default", "aten._scaled_grouped_mm.default"):
+        a, b = ins[0], ins[1]
+        if a.ndim == 2 and b.ndim == 3:
+            return 2.0 * a.shape[0] * b.shape[2] * a.shape[1], io
+        if a.ndim == 3 and b.ndim == 3:
+            return 2.0 * a.shape[0] * a.shape[1] * b.shape[2] * a.shape[2], io
+        return 2.0 * math.prod(outs[0].shape) * a.shape[-1] if outs else 0.0, io
+    if op == SDPA:
+        q, k = ins[0], ins[1]
+        b, h, sq, d = q.shape[0], q.shape[-3], q.shape[-2], q.shape[-1]
+        skv = k.shape[-2]
+        f = 4.0 * b * h * sq * skv * d
+        if scalars.get("is_causal") and sq == skv:
+            f /= 2
+        return f, io
+    return float(sum(math.prod(t.shape) for t in outs)), io
+
+
+# ATen calls that only make views or read metadata (no kernel); plus device queries.
+_VIEW_OPS = frozenset({
+    "aten.view.default", "aten._unsafe_view.default", "aten.expand.default", "aten.t.default",
+    "aten.transpose.int", "aten.permute.default", "aten.unsqueeze.default", "aten.squeeze.dim",
+    "aten.squeeze.dims", "aten.squeeze.default", "aten.slice.Tensor", "aten.select.int",
+    "aten.alias.default", "aten.detach.default", "aten.as_strided.default", "aten.split.Tensor",
+    "aten.split_with_sizes.default", "aten.unbind.int", "aten.chunk.default", "aten.narrow.default",
+    "aten.reshape.default", "aten.flatten.using_ints", "aten.unflatten.int", "aten.diagonal.default",
+    "aten.lift_fresh.default", "aten.view_as_real.default", "aten.view_as_complex.default",
+    "aten._reshape_alias.default", "aten.unfold.default", "prim.device.default", "aten.sym_size.int",
+    "aten.sym_stride.int", "aten.sym_numel.default", "aten.sym_storage_offset.default",
+    "aten.is_same_size.default", "aten.empty.memory_format", "aten.empty_strided.default",
+    "aten.empty_like.default", "aten._local_scalar_dense.default", "aten.dim.default",
+})
+
+
+# -- recording --------------------------------------------------------------------------------------
+
+def _desc(t) -> TensorDesc | None:
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        return None
+    try:
+        return TensorDesc.of(t)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _symbolic(t) -> bool:
+    import torch
+
+    return isinstance(t, torch.Tensor) and any(not isinstance(s, int) for s in (*t.shape, *t.stride()))
+
+
+class _Recorder:
+    """The shared state of one capture: the module stack, the calls, what could not be captured."""
+
+    def __init__(self):
+        self.stack: list[tuple[str, str]] = [("", "")]
+        self.calls: list[Call] = []
+        self.uncaptured: list[dict] = []
+        self.inner = 0
+        self.marks: list[int] = []
+        self.failed_at: tuple[str, str] | None = None
+
+    @property
+    def module(self) -> tuple[str, str]:
+        return self.stack[-1]
+
+    def add(self, op: str, named: Sequence[tuple[str, Any]], out, *, family=None, note="",
+            flops_bytes=None) -> Call:
+        """Record one call: ``named`` its arguments as ``(name, value)`` in schema order."""
+        import torch
+        from torch.utils._pytree import tree_leaves
+
+        path, typ = self.module
+        ins, names, scal = [], [], {}
+        keep_none = op in FAMILY_OF or family is not None
+        for name, a in named:
+            if isinstance(a, torch.Tensor):
+                ins.append(_desc(a))
+                names.append(name)
+            elif isinstance(a, (list, tuple)) and a and all(isinstance(x, torch.Tensor) for x in a):
+                for j, x in enumerate(a):
+                    ins.append(_desc(x))
+                    names.append(f"{name}[{j}]")
+            elif a is None and keep_none:
+                ins.append(None)
+                names.append(name)
+            else:
+                scal[name] = a
+        outs = tuple(_desc(o) for o in tree_leaves(out) if isinstance(o, torch.Tensor))
+        sym = [x for x in tree_leaves(([v for _, v in named], out)) if _symbolic(x)]
+        if sym:
+            self.uncaptured.append({"op": op, "module": path, "module_type": typ,
+                                    "reason": "shape depends on data (unbacked size from a data-dependent "
+                                              "operator such as nonzero): not judged"})
+        if flops_bytes is None:
+            flops_bytes = cost(op, ins, outs, scal) if not sym else (math.nan, math.nan)
+        layer = _LAYER.search(path)
+        c = Call(op, family if family is not None else FAMILY_OF.get(op), tuple(ins), scal, outs, path, typ,
+                 int(layer.group(1)) if layer else None, flops_bytes[0], flops_bytes[1],
+                 inner=self.inner > 0, note=note, names=tuple(names))
+        self.calls.append(c)
+        return c
+
+
+def _bind(func, args, kwargs) -> list[tuple[str, Any]]:
+    """``(name, value)`` of an ATen call's arguments in schema order (kwargs by their names)."""
+    try:
+        schema = func._schema.arguments
+    except AttributeError:
+        return [(f"arg{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
+    out = [(schema[i].name if i < len(schema) else f"arg{i}", a) for i, a in enumerate(args)]
+    out += list(kwargs.items())
+    return out
+
+
+def _modes(rec: _Recorder, decompose: bool):
+    """The dispatch mode (records every ATen call; in the compiled view decomposes as Inductor
+    does) and the function mode (keeps SDPA one call)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    table = {}
+    if decompose:
+        from torch._inductor.decomposition import select_decomp_table
+
+        table = select_decomp_table()
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    class Dispatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = str(func)
+            if decompose and func in table and not rec.inner:
+                mark, umark = len(rec.calls), len(rec.uncaptured)
+                with self:
+                    r = table[func](*args, **kwargs)
+                if r is not NotImplemented:
+                    return r
+                # a decomposition that declined (NotImplemented) may have run casts first
+                # (pw_cast_for_opmath): they are not part of what Inductor lowers
+                del rec.calls[mark:]
+                del rec.uncaptured[umark:]
+            out = func(*args, **kwargs)
+            ns = getattr(func, "namespace", "aten")
+            if ns not in ("aten", "prims", "prim") and not rec.inner:
+                rec.uncaptured.append({"op": name, "module": rec.module[0], "module_type": rec.module[1],
+                                       "reason": f"custom operator {name}: shapes from its fake "
+                                                 "implementation; no FlyDSL route reads it"})
+            rec.add(name, _bind(func, args, kwargs), out)
+            return out
+
+    class Function(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is sdpa and not rec.inner:
+                rec.inner += 1
+                try:
+                    out = func(*args, **kwargs)
+                finally:
+                    rec.inner -= 1
+                q, k, v = (list(args[:3]) + [kwargs.get(n) for n in ("query", "key", "value")[len(args[:3]):]])
+                mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
+                sc = {"is_causal": bool(kwargs.get("is_causal", args[5] if len(args) > 5 else False)),
+                      "attn_mask": None if mask is None else list(getattr(mask, "shape", ())),
+                      "enable_gqa": bool(kwargs.get("enable_gqa", False)),
+                      "scale": kwargs.get("scale")}
+                rec.add(SDPA, [("query", q), ("key", k), ("value", v)], out, family="attention")
+                rec.calls[-1] = replace(rec.calls[-1], scalars=sc,
+                                        flops=cost(SDPA, rec.calls[-1].inputs, rec.calls[-1].outputs, sc)[0])
+                return out
+            return func(*args, **kwargs)
+
+    return Dispatch(), Function()
+
+
+def _hooks(model, rec: _Recorder):
+    """Forward pre/post hooks on every submodule: the module stack, and decomposed RMSNorm kept
+    as one call."""
+    import torch
+
+    handles = []
+
+    def pre(path, mod):
+        def f(m, args, kwargs=None):
+            rec.stack.append((path, type(m).__name__))
+            if _is_rmsnorm_module(m):
+                rec.inner += 1
+                rec.marks.append(len(rec.calls))
+            return None
+        return f
+
+    def post(path, mod):
+        def f(m, args, out):
+            if _is_rmsnorm_module(m):
+                rec.inner -= 1
+                start = rec.marks.pop()
+                inner = rec.calls[start:]
+                fused = any(c.op == "aten._fused_rms_norm.default" for c in inner)
+                if fused:  # an F.rms_norm module: its _fused_rms_norm is the call; un-mark it
+                    rec.calls[start:] = [replace(c, inner=rec.inner > 0) for c in inner]
+                else:
+                    x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+                    w = getattr(m, "weight", None)
+                    eps = next((getattr(m, a) for a in ("variance_epsilon", "eps", "epsilon")
+                                if isinstance(getattr(m, a, None), (int, float))), None)
+                    fl = sum(c.flops for c in inner if not c.is_view)
+                    by = sum(c.bytes for c in inner if not c.is_view)
+                    ops = sorted({c.op.split(".")[1] for c in inner if not c.is_view})
+                    rec.add(DECOMPOSED_RMSNORM, [("input", x), ("weight", w), ("eps", eps), ("ops", ops)], out,
+                            family="rmsnorm",
+                            note=f"{type(m).__name__} computes RMSNorm from {', '.join(ops)}: it never "
+                                 "calls aten._fused_rms_norm", flops_bytes=(fl, by))
+            rec.stack.pop()
+            return None
+        return f
+
+    for path, mod in model.named_modules():
+        handles.append(mod.register_forward_pre_hook(pre(path, mod)))
+        handles.append(mod.register_forward_hook(post(path, mod)))
+    return handles
+
+
+def _is_rmsnorm_module(m) -> bool:
+    n = type(m).__name__
+    return n.endswith("RMSNorm") or n == "RMSNorm"
+
+
+@contextlib.contextmanager
+def target_device(arch: str, device: str):
+    """While capturing fake ``cuda`` tensors on a machine without a GPU, answer
+    ``torch.cuda.get_device_capability`` as a ROCm torch on ``arch`` would (:data:`ARCH_CAPABILITY`).
+    Yields the sentence the capture adds to its assumptions, or ``None`` when nothing was patched."""
+    import torch
+
+    if not str(device).startswith("cuda") or torch.cuda.is_available():
+        yield None
+        return
+    cap = ARCH_CAPABILITY.get(arch, (9, 5))
+    orig = torch.cuda.get_device_capability
+    torch.cuda.get_device_capability = lambda *a, **k: cap
+    try:
+        yield (f"no GPU here: fake {device} tensors; torch.cuda.get_device_capability answered {cap} "
+               f"(a ROCm torch on {arch}) while capturing")
+    finally:
+        torch.cuda.get_device_capability = orig
+
+
+def fake_mode():
+    """A ``FakeTensorMode`` for capturing (real tensors allowed as inputs; a ``ShapeEnv`` so that
+    data-dependent sizes become unbacked symbols, listed as uncaptured, instead of errors)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    return FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
+
+
+def run_step(model, step: Callable[[], Any], *, view: str = "eager", label: str = "", phase: str = "",
+             device: str = "cuda:0", arch: str = "gfx950", mode=None,
+             assumptions: Iterable[str] = ()) -> Capture:
+    """Record ``step()`` (one forward step of ``model``, which must already hold fake or real
+    tensors) in ``view`` (:data:`VIEWS`), inside ``mode`` (a ``FakeTensorMode``; default a new
+    :func:`fake_mode`). Raises :class:`CaptureError` naming the module where the step failed,
+    :class:`UsageError` for an unknown view."""
+    import torch
+
+    if view not in VIEWS:
+        raise bad_choice("capture view", view, VIEWS)
+    rec = _Recorder()
+    handles = _hooks(model, rec)
+    dispatch, function = _modes(rec, decompose=view == "compiled")
+    mode = mode or fake_mode()
+    notes = list(assumptions)
+    try:
+        with target_device(arch, device) as patched, mode, torch.no_grad(), function, dispatch:
+            step()
+        if patched and patched not in notes:
+            notes.append(patched)
+    except CaptureError:
+        raise
+    except Exception as exc:  # the model's own code failed under capture: name where
+        path, typ = rec.stack[-1] if len(rec.stack) > 1 else ("", type(model).__name__)
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise CaptureError(f"capture of {label or type(model).__name__} failed in module "
+                           f"{path or '(top)'} ({typ}): {type(exc).__name__}: {msg[:300]}") from None
+    finally:
+        for h in handles:
+            h.remove()
+    if view == "compiled":
+        notes.append("compiled view: the calls after Inductor's decompositions "
+                     "(torch._inductor.decomposition.select_decomp_table), before its post-grad passes; "
+                     "Inductor's pad_mm may still pad a GEMM")
+    cap = Capture(label or type(model).__name__, phase, view, device, arch, rec.calls, rec.uncaptured, notes)
+    cap.layers = layer_kinds(cap)
+    return cap
+
+
+def layer_kinds(cap: Capture) -> dict:
+    """Which list-indexed layers made the same calls: ``{"count": n, "kinds": [{"layers": [...],
+    "calls": k}, ...], "text": "..."}``, from each layer's sequence of (op, argument descs,
+    scalars, module pattern). One kind = every layer identical; a hybrid model (sliding and full
+    attention, dense and MoE MLPs, linear attention) has several. Layers are taken from the
+    first list index of each module path."""
+    seqs: dict[int, list] = {}
+    for c in cap.kernel_calls():
+        if c.layer is not None:
+            seqs.setdefault(c.layer, []).append(c.key())
+    kinds: list[dict] = []
+    for i in sorted(seqs):
+        sig = tuple(seqs[i])
+        for k in kinds:
+            if k["sig"] == sig:
+                k["layers"].append(i)
+                break
+        else:
+            kinds.append({"sig": sig, "layers": [i], "calls": len(sig)})
+    for k in kinds:
+        del k["sig"]
+    n = len(seqs)
+    if not n:
+        text = "no list-indexed layers"
+    elif len(kinds) == 1:
+        text = f"{n} layers captured, all identical ({kinds[0]['calls']} kernel calls each)"
+    else:
+        text = (f"{n} layers captured, {len(kinds)} kinds: "
+                + "; ".join(f"layers {_ranges(k['layers'])} ({len(k['layers'])} x {k['calls']} calls)"
+                            for k in kinds))
+    return {"count": n, "kinds": kinds, "text": text}
+
+
+def _ranges(xs: Sequence[int]) -> str:
+    xs = sorted(xs)
+    if len(xs) > 2 and all(b - a == xs[1] - xs[0] for a, b in zip(xs, xs[1:])):
+        step = xs[1] - xs[0]
+        return f"{xs[0]}-{xs[-1]}" + (f" every {step}" if step > 1 else "")
+    return ",".join(map(str, xs))
+
+
+# -- any nn.Module with example inputs -----------------------------------------------------------
+
+def capture(model, inputs=None, *, view: str = "eager", phase: str = "", label: str = "",
+            device: str | None = None, arch: str = "gfx950", kwargs: Mapping[str, Any] | None = None,
+            assumptions: Iterable[str] = ()) -> Capture:
+    """Capture one forward step of any ``nn.Module``: ``model(*inputs, **kwargs)``.
+
+    ``inputs``: a tensor or a tuple of them (real, meta or fake); ``kwargs``: keyword inputs.
+    The module's parameters and buffers are replaced by fake tensors on ``device`` for the step
+    (``torch.func.functional_call``: the module itself is not changed, no memory is taken;
+    default: the device of its first parameter, ``cuda:0`` for a meta module); real inputs become
+    fake the same way. ``view``: ``eager`` or ``compiled`` (module docstring); ``arch``: the target
+    (gfx950). Returns a :class:`Capture`. Raises :class:`CaptureError` naming the module where the
+    step failed, :class:`UsageError` for an unknown view or a non-module."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"capture needs a torch.nn.Module, got {type(model).__name__}")
+    if view not in VIEWS:
+        raise bad_choice("capture view", view, VIEWS)
+    p0 = next(iter(model.parameters()), None)
+    dev = str(device or (p0.device if p0 is not None and p0.device.type != "meta" else "cuda:0"))
+    if dev == "cuda":
+        dev = "cuda:0"
+    mode = fake_mode()
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    def fake(t):
+        if isinstance(t, FakeTensor):
+            return t
+        with mode:
+            return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=dev,
+                                       requires_grad=False)
+
+    state = {n: fake(t) for n, t in list(model.named_parameters()) + list(model.named_buffers())}
+    args = inputs if isinstance(inputs, tuple) else (() if inputs is None else (inputs,))
+    args = tuple(fake(a) if isinstance(a, torch.Tensor) else a for a in args)
+    kw = {k: fake(v) if isinstance(v, torch.Tensor) else v for k, v in (kwargs or {}).items()}
+
+    def step():
+        return torch.func.functional_call(model, state, args, kw)
+
+    return run_step(model, step, view=view, label=label or type(model).__name__, phase=phase,
+                    device=dev, arch=arch, mode=mode, assumptions=assumptions)

@@ -1,0 +1,367 @@
+"""Will the model take FlyDSL? A verdict for every distinct captured call, and what-if advice.
+
+:func:`judge_capture` gives each distinct call of a :class:`~flyexplore.insight.capture.Capture`
+the explainer's verdict (:func:`flyexplore.insight.explain.explain`, judged as on a ROCm torch
+2.15 with flydsl 0.3.x on the target arch, as ``flyexplore explain --assume-rocm`` does) in the
+capture's view:
+
+- eager view: RMSNorm (``aten._fused_rms_norm``) and TopK (``aten.topk``) by their eager
+  override rules; SDPA by AOTriton's rules (at best ``unverified`` away from the GPU); a GEMM is
+  not FlyDSL in eager (the FlyDSL GEMMs are Inductor templates); a decomposed RMSNorm module
+  never reaches the override.
+- compiled view: ``aten.mm`` and ``aten._grouped_mm`` by the Inductor template rules with FLYDSL
+  in ``max_autotune_gemm_backends`` and max-autotune (eligible means FlyDSL is a candidate:
+  autotuning may still pick another kernel); ``aten.addmm`` is a GEMM with a bias; ``aten.bmm``
+  has no FlyDSL path; TopK stays an ATen fallback (``config.triton.decompose_sort_ops`` off), so
+  the eager override judges it; ``aten._fused_rms_norm`` is decomposed by Inductor (no FlyDSL).
+
+:func:`what_if` re-judges changed calls where a small change to the model code would matter
+(expert weights stored [G, K, N], ``F.rms_norm`` instead of a decomposed RMSNorm, a GEMM without
+its bias, fp32 TopK scores, a bf16 model, ``torch.compile``) and says what the re-judged calls
+come to, eligible or not. Nothing is advised that was not re-judged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
+
+from flyexplore.insight.capture import DECOMPOSED_RMSNORM, SDPA, Call, Capture
+from flyexplore.world.conditions import TensorDesc, contiguous_strides, short_dtype
+
+#: Verdict words, best first.
+STATUSES = ("eligible", "unverified", "not eligible", "no FlyDSL path")
+#: Said of every eligible compiled GEMM (:data:`flyexplore.insight.explain.COMPILE_NOTES`).
+AUTOTUNE_NOTE = ("eligible = FlyDSL is an autotune candidate: max-autotune benchmarks it against the other "
+                 "GEMM backends and may still choose another kernel")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The judgement of one distinct call: ``status`` (:data:`STATUSES`), ``category`` (one short
+    label to group calls by: ``"eligible"`` or the first failed rule, e.g. ``"grouped_gemm: B
+    contiguous"``), ``reason`` (one line), ``kernel`` (FlyDSL kernel family when eligible),
+    ``explanation`` (the :class:`~flyexplore.world.conditions.Explanation`, ``None`` when there is no
+    FlyDSL path), ``notes``."""
+
+    status: str
+    category: str
+    reason: str
+    kernel: str | None = None
+    explanation: Any = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class Judged:
+    """A capture's distinct calls with their verdicts: ``rows`` of ``(call, count, verdict)``,
+    ``advice`` (:func:`what_if`), ``capture``."""
+
+    capture: Capture
+    rows: list[tuple[Call, int, Verdict]] = field(default_factory=list)
+    advice: list[dict] = field(default_factory=list)
+
+
+def _env(arch: str, compiled: bool):
+    from flyexplore.insight.explain import _compile_options_for
+    from flyexplore.world.facts import facts
+
+    opts = _compile_options_for("gemm", None) if compiled else None
+    return facts(arch=arch, assume_rocm=True, compile_options=opts)
+
+
+class Envs:
+    """The two judging environments of one arch, made once."""
+
+    def __init__(self, arch: str):
+        self.arch = arch
+        self._e: dict[bool, Any] = {}
+
+    def __call__(self, compiled: bool):
+        if compiled not in self._e:
+            self._e[compiled] = _env(self.arch, compiled)
+        return self._e[compiled]
+
+
+def _category(family: str, ex) -> str:
+    if ex.taken:
+        return "eligible"
+    failed = ex.failed
+    return f"{family}: {failed[0].name}" if failed else f"{family}: unverified"
+
+
+def _from_explanation(family: str, ex, extra_notes: Sequence[str] = ()) -> Verdict:
+    notes = tuple(extra_notes)
+    verdict = getattr(ex, "verdict", None)
+    if verdict is not None:  # attention: eligible / not eligible / unverified
+        st = {"eligible": "eligible", "not eligible": "not eligible"}.get(verdict, "unverified")
+        cat = "eligible" if st == "eligible" else (_category(family, ex) if st == "not eligible"
+                                                   else "attention: unverified (needs the GPU)")
+        return Verdict(st, cat, ex.reason, ex.kernel, ex, notes)
+    compiled = family in ("gemm", "grouped_gemm")
+    if ex.taken:
+        reason = (f"eligible: {ex.kernel} is an autotune candidate" if compiled
+                  else f"eligible: FlyDSL {ex.kernel} runs it")
+        return Verdict("eligible", "eligible", reason, ex.kernel, ex, notes)
+    reason = "not eligible: " + "; ".join(c.detail for c in ex.failed)
+    return Verdict("not eligible", _category(family, ex), reason, ex.kernel, ex, notes)
+
+
+def _gemm(a: TensorDesc, b: TensorDesc, bias: bool, envs: Envs):
+    from flyexplore.insight.explain import explain
+
+    return explain("gemm", env=envs(True), a=a, b=b, bias=bias)
+
+
+def _grouped(a, b, offs, bias, envs: Envs):
+    from flyexplore.insight.explain import explain
+
+    return explain("grouped_gemm", env=envs(True), a=a, b=b, offs=offs if offs is not None else None,
+                   bias=bias is not None)
+
+
+def _rms(x, w, eps, envs: Envs, ns=None):
+    from flyexplore.insight.explain import explain
+
+    return explain("rmsnorm", env=envs(False), x=x, normalized_shape=tuple(ns) if ns else (x.shape[-1],),
+                   weight=w, eps=eps)
+
+
+def _topk(c: Call, envs: Envs, x=None):
+    from flyexplore.insight.explain import explain
+
+    g = c.scalars
+    return explain("topk", env=envs(False), x=x or c.arg("self"), k=int(g.get("k")), dim=int(g.get("dim", -1)),
+                   largest=bool(g.get("largest", True)), sorted=bool(g.get("sorted", True)))
+
+
+def attention_shape(c: Call) -> str:
+    """The attention catalogue's shape text of a captured SDPA call,
+    ``BxHxSQxSKVxD[:hkv=N,causal=1]`` (leading dims folded into B)."""
+    q, k = c.inputs[0], c.inputs[1]
+    b = 1
+    for s in q.shape[:-3]:
+        b *= s
+    h, sq, d = q.shape[-3], q.shape[-2], q.shape[-1]
+    hkv, skv = k.shape[-3], k.shape[-2]
+    opts = []
+    if hkv != h:
+        opts.append(f"hkv={hkv}")
+    if c.scalars.get("is_causal"):
+        opts.append("causal=1")
+    return f"{b}x{h}x{sq}x{skv}x{d}" + (":" + ",".join(opts) if opts else "")
+
+
+def _attention(c: Call, arch: str):
+    from flyexplore.insight.explain import explain_text
+
+    dt = short_dtype(c.inputs[0].dtype)
+    ex = explain_text("attention", attention_shape(c), dt if dt in ("bf16", "fp16", "fp32") else "bf16", arch=arch)
+    notes = []
+    if c.scalars.get("attn_mask") is not None:
+        notes.append(f"called with an explicit attn_mask {c.scalars['attn_mask']}: the rules above judge "
+                     "the shapes; a mask can change SDPA's backend choice on the device")
+    return ex, notes
+
+
+def judge_call(c: Call, view: str, envs: Envs) -> Verdict:
+    """The verdict for one captured call in ``view`` (module docstring)."""
+    import torch
+
+    op, fam = c.op, c.family
+    compiled = view == "compiled"
+    if op == SDPA:
+        ex, notes = _attention(c, envs.arch)
+        return _from_explanation("attention", ex, notes)
+    if op == DECOMPOSED_RMSNORM:
+        return Verdict("not eligible", "rmsnorm: decomposed module",
+                       f"not eligible: {c.note}" + (" (and Inductor fuses the pieces into its own kernel)"
+                                                    if compiled else ""))
+    if fam == "gemm":
+        if op == "aten.bmm.default" or op == "aten.baddbmm.default":
+            return Verdict("no FlyDSL path", "no FlyDSL path: bmm",
+                           "no FlyDSL path: FlyDSL's dense template is for aten.mm; bmm/baddbmm have none "
+                           "(shared/reference/pytorch-flydsl.md)")
+        if not compiled:
+            return Verdict("not eligible", "gemm: eager (FlyDSL GEMMs need torch.compile)",
+                           "not eligible in eager: FlyDSL's GEMM is an Inductor template, a candidate only under "
+                           "torch.compile with max-autotune and FLYDSL in max_autotune_gemm_backends "
+                           "(the compiled view judges it)")
+        if op == "aten.addmm.default":
+            ex = _gemm(c.arg("mat1"), c.arg("mat2"), True, envs)
+        else:
+            ex = _gemm(c.arg("self"), c.arg("mat2"), False, envs)
+        return _from_explanation("gemm", ex, (AUTOTUNE_NOTE,) if ex.taken else ())
+    if fam == "grouped_gemm":
+        if op != "aten._grouped_mm.default":
+            return Verdict("no FlyDSL path", "no FlyDSL path: scaled grouped mm",
+                           "no FlyDSL path: scaled grouped mm has no FlyDSL template")
+        if not compiled:
+            return Verdict("not eligible", "grouped_gemm: eager (FlyDSL GEMMs need torch.compile)",
+                           "not eligible in eager: FlyDSL's grouped GEMM is an Inductor template "
+                           "(the compiled view judges it)")
+        ex = _grouped(c.arg("self"), c.arg("mat2"), c.arg("offs"), c.arg("bias"), envs)
+        return _from_explanation("grouped_gemm", ex, (AUTOTUNE_NOTE,) if ex.taken else ())
+    if fam == "rmsnorm":
+        if compiled:
+            return Verdict("not eligible", "rmsnorm: decomposed by Inductor",
+                           "not eligible under torch.compile: Inductor decomposes aten._fused_rms_norm "
+                           "(torch/_decomp/decompositions.py) and generates its own kernel; the FlyDSL RMSNorm "
+                           "is an eager override")
+        ns = c.scalars.get("normalized_shape")
+        ex = _rms(c.arg("input"), c.arg("weight"), c.scalars.get("eps"), envs, ns)
+        return _from_explanation("rmsnorm", ex)
+    if fam == "topk":
+        from torch._inductor import config as ic
+
+        if compiled and ic.triton.decompose_sort_ops:
+            return Verdict("not eligible", "topk: decomposed by Inductor",
+                           "not eligible: config.triton.decompose_sort_ops makes Inductor lower topk as a sort")
+        ex = _topk(c, envs)
+        notes = ("under torch.compile Inductor calls aten.topk as a fallback kernel, so the eager override "
+                 "decides",) if compiled else ()
+        return _from_explanation("topk", ex, notes)
+    if fam == "scaled_gemm":
+        return Verdict("unverified", "scaled_gemm: not judged from a capture",
+                       "listed, not judged: a captured scaled GEMM needs its recipe and scales "
+                       "(flyexplore explain --op scaled_gemm judges one call)")
+    del torch
+    return Verdict("no FlyDSL path", f"no FlyDSL path: {_kind(op)}", f"no FlyDSL path for {op}")
+
+
+def _kind(op: str) -> str:
+    """A short group for ops without a FlyDSL path: the ATen name without overload."""
+    parts = op.split(".")
+    return parts[1] if len(parts) >= 2 else op
+
+
+def judge_capture(cap: Capture, envs: Envs | None = None, advice: bool = True) -> Judged:
+    """Every distinct kernel call of ``cap`` (:meth:`Capture.distinct`) with its :class:`Verdict`,
+    and the :func:`what_if` advice. ``envs``: judging environments to share between captures."""
+    envs = envs or Envs(cap.arch)
+    j = Judged(cap)
+    for c, n in cap.distinct():
+        j.rows.append((c, n, judge_call(c, cap.view, envs)))
+    if advice:
+        j.advice = what_if(j, envs)
+    return j
+
+
+# -- what-if ---------------------------------------------------------------------------------
+
+def nt_expert_weight(b: TensorDesc) -> bool:
+    """B of ``_grouped_mm`` passed as ``w.transpose(-2, -1)`` of a contiguous [G, N, K] ``w``."""
+    if b is None or b.ndim != 3:
+        return False
+    g, k, n = b.shape
+    return b.stride == (k * n, 1, k)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One what-if: ``applies(call, verdict, view)``, ``change(call)`` -> a function that
+    re-judges the changed call (returns an Explanation), ``text`` (what to change in the model
+    code), ``what`` (the calls it is about)."""
+
+    name: str
+    text: str
+    what: str
+    views: tuple[str, ...]
+    applies: Callable[[Call, Verdict], bool]
+    rejudge: Callable[[Call, Envs], Any]
+
+
+def _contig(t: TensorDesc) -> TensorDesc:
+    return replace(t, stride=contiguous_strides(t.shape), storage_offset=0)
+
+
+def _rms_rows(c: Call):
+    x = c.arg("input")
+    n = x.shape[-1]
+    m = 1
+    for s in x.shape[:-1]:
+        m *= s
+    return m, n
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("expert_weights_gkn",
+         "store the expert weights as [G, K, N] (transformers experts with is_transposed=True, as gpt-oss does), "
+         "so _grouped_mm gets a contiguous B",
+         "expert grouped GEMM calls", ("compiled",),
+         lambda c, v: c.op == "aten._grouped_mm.default" and v.status != "eligible" and nt_expert_weight(c.arg("mat2")),
+         lambda c, e: _grouped(c.arg("self"), _contig(c.arg("mat2")), c.arg("offs"), c.arg("bias"), e)),
+    Rule("fused_rms_norm",
+         "compute RMSNorm with F.rms_norm (torch.nn.RMSNorm) instead of pow/mean/rsqrt, so it reaches "
+         "aten._fused_rms_norm",
+         "RMSNorm calls", ("eager",),
+         lambda c, v: c.op == DECOMPOSED_RMSNORM and c.arg("input") is not None,
+         lambda c, e: _rms(_contig(c.arg("input")), c.arg("weight"), c.scalars.get("eps") or 1e-6, e)),
+    Rule("no_gemm_bias",
+         "keep the bias out of the GEMM (Linear(bias=False) plus a separate add)",
+         "GEMM calls with a bias", ("compiled",),
+         lambda c, v: c.op == "aten.addmm.default" and v.status != "eligible",
+         lambda c, e: _gemm(c.arg("mat1"), c.arg("mat2"), False, e)),
+    Rule("bf16_gemm",
+         "run the model in bf16 (FlyDSL's GEMM templates take fp16/bf16)",
+         "fp32 GEMM calls", ("compiled",),
+         lambda c, v: c.op == "aten.mm.default" and v.status != "eligible" and c.dtype == "fp32",
+         lambda c, e: _gemm(replace(c.arg("self"), dtype=_bf16()), replace(c.arg("mat2"), dtype=_bf16()), False, e)),
+    Rule("fp32_topk",
+         "take the TopK of fp32 scores (the FlyDSL TopK takes fp32 only)",
+         "TopK calls", ("eager", "compiled"),
+         lambda c, v: c.family == "topk" and v.status != "eligible" and c.arg("self") is not None
+         and c.arg("self").dtype.is_floating_point and c.dtype != "fp32",
+         lambda c, e: _topk(c, e, x=replace(c.arg("self"), dtype=_fp32()))),
+    Rule("torch_compile",
+         "run the model under torch.compile(mode='max-autotune') with FLYDSL in max_autotune_gemm_backends",
+         "GEMM calls (eager)", ("eager",),
+         lambda c, v: c.op in ("aten.mm.default", "aten._grouped_mm.default") and v.category.endswith("need torch.compile)"),
+         lambda c, e: (_gemm(c.arg("self"), c.arg("mat2"), False, e) if c.op == "aten.mm.default"
+                       else _grouped(c.arg("self"), c.arg("mat2"), c.arg("offs"), c.arg("bias"), e))),
+)
+
+
+def _bf16():
+    import torch
+    return torch.bfloat16
+
+
+def _fp32():
+    import torch
+    return torch.float32
+
+
+def what_if(j: Judged, envs: Envs) -> list[dict]:
+    """For each :data:`RULES` entry that applies to calls of ``j``: re-judge every such call
+    changed, and say what they come to. Each item: ``rule``, ``change`` (what to change),
+    ``calls`` (how many calls it touches, counts included), ``eligible_after`` (how many of them
+    the re-judged rules make eligible), ``examples`` (up to three ``{module, before, after}``),
+    ``text`` (one line, e.g. ``store the expert weights as [G, K, N] ...: 96 of 96 expert grouped
+    GEMM calls eligible``; or ``... still not eligible: <first reason>``)."""
+    out = []
+    for rule in RULES:
+        if j.capture.view not in rule.views:
+            continue
+        hits = [(c, n, v) for c, n, v in j.rows if rule.applies(c, v)]
+        if not hits:
+            continue
+        total = sum(n for _, n, _ in hits)
+        ok, ex = 0, []
+        reasons: dict[str, int] = {}
+        for c, n, v in hits:
+            after = rule.rejudge(c, envs)
+            good = bool(getattr(after, "taken", False))
+            ok += n if good else 0
+            if not good:
+                r = after.reason.replace("not taken: ", "")
+                reasons[r] = reasons.get(r, 0) + n
+            if len(ex) < 3:
+                ex.append({"module": c.module, "shapes": c.shapes(), "before": v.reason, "after": after.reason})
+        text = f"{rule.text}: {ok} of {total} {rule.what} eligible"
+        if ok < total:
+            worst = max(reasons, key=reasons.get)
+            text += f"; still not eligible: {worst}" if ok == 0 else f"; the others still not: {worst}"
+        out.append({"rule": rule.name, "change": rule.text, "view": j.capture.view, "phase": j.capture.phase,
+                    "model": j.capture.meta.get("model", j.capture.label), "calls": total,
+                    "eligible_after": ok, "examples": ex, "text": text})
+    return out

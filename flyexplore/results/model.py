@@ -1,0 +1,429 @@
+"""A model's coverage as tables: shares, a modelled time, a projection, shapes to sweep, measured weights.
+
+Every number here says what it is (the ``kind`` column and the table's ``attrs["kind"]``):
+
+- **measured from the model** (``kind="captured"``): FLOPs and bytes of each captured call
+  (:func:`flyexplore.insight.capture.cost`), and their shares per call, module and category.
+- **modelled** (``kind="modelled"``): a roofline time per call on the target, ``max(FLOPs /
+  peak FLOP/s, bytes / peak bandwidth)``, with the datasheet peaks of
+  :mod:`flyexplore.results.peaks` (gfx950: MI355X; sources named there). GEMM-like calls (mm,
+  grouped mm, attention) use the matrix peak of their dtype, the rest the FP32 vector peak.
+- **projection** (``kind="projection"``): a whole-model speedup by Amdahl's law over the modelled
+  time, if every eligible call ran at a per-operator FlyDSL speedup taken from a source the user
+  picks (:data:`PROJECTION_SOURCES`), with an interval carried from the per-operator intervals.
+  It is never a measurement.
+- **measured** (``kind="measured"``): :func:`weighted_estimate` weights a sweep of the exported
+  shapes (``flyexplore sweep --shapes-from``) by the model's call counts: the measured
+  whole-model kernel-time estimate over the calls that were measured.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from flyexplore.errors import UsageError, bad_choice
+from flyexplore.insight.capture import DECOMPOSED_RMSNORM, SDPA, Call, module_pattern
+from flyexplore.insight.coverage import Judged, nt_expert_weight, attention_shape
+from flyexplore.results import peaks as PK
+from flyexplore.results import table as R
+
+#: The device whose peaks model the time on each target arch.
+TARGET_DEVICE = {"gfx950": "MI355X", "gfx942": "MI300X"}
+#: Where a projection's per-operator speedups come from.
+PROJECTION_SOURCES = ("published", "results")
+#: Calls judged in the view that decides them, when exporting shapes to sweep.
+DECIDING_VIEW = {"gemm": "compiled", "grouped_gemm": "compiled", "rmsnorm": "eager", "topk": "eager",
+                 "attention": "eager"}
+#: Columns of :func:`coverage_table`.
+COLUMNS = ("model", "phase", "batch", "seq", "view", "op", "family", "module", "module_type", "count", "shapes",
+           "args", "dtype", "status", "category", "reason", "kernel", "flops", "bytes", "total_flops", "total_bytes",
+           "flops_share", "bytes_share", "modelled_us", "modelled_total_us", "modelled_share", "notes")
+_MATRIX = {"gemm", "grouped_gemm", "scaled_gemm", "attention"}
+
+
+def _peaks(arch: str):
+    dev = PK.find_device(TARGET_DEVICE.get(arch, "MI355X"), required=True)
+    return dev
+
+
+def modelled_us(c: Call, arch: str = "gfx950") -> float:
+    """The roofline time of one call on ``arch``'s device, µs (module docstring): ``max(FLOPs /
+    peak, bytes / bandwidth)``. NaN when the call's cost is unknown."""
+    dev = _peaks(arch)
+    dt = c.dtype
+    cls_dtype = dt if (c.family in _MATRIX and dt in PK.DTYPE_CLASS) else "fp32"
+    tf, bw = dev.peak(cls_dtype)
+    if not (c.flops == c.flops and c.bytes == c.bytes):
+        return math.nan
+    return max(c.flops / (tf * 1e12), c.bytes / (bw * 1e9)) * 1e6
+
+
+def _args_text(c: Call) -> str:
+    """The call's arguments as the explainer prints them: ``self=bf16[2048, 4096], mat2=bf16[4096, 1024]
+    stride (1, 4096)``, then its scalars."""
+    parts = [f"{n}={'None' if t is None else t.text()}" for n, t in zip(c.names, c.inputs)] if c.names else \
+        [("None" if t is None else t.text()) for t in c.inputs]
+    parts += [f"{k}={v!r}" for k, v in c.scalars.items() if k != "ops"]
+    return ", ".join(parts)
+
+
+def coverage_table(judged: Iterable[Judged]) -> pd.DataFrame:
+    """One row per distinct call and view (:data:`COLUMNS`): where it was made (``module`` with
+    list indices as ``*``), ``count``, shapes, the verdict (``status``, ``category``, ``reason``,
+    ``kernel``), FLOPs and bytes per call and in total (``kind`` captured), their shares within
+    the capture (phase and view), and the modelled roofline time (µs, per call and in total) and
+    its share (``kind`` modelled). ``attrs``: ``kind`` per column group, ``peaks`` (the device and
+    source of the modelled time), ``assumptions`` and ``layers`` per capture, ``uncaptured``."""
+    rows, assumptions, layers, uncaptured = [], {}, {}, []
+    peaks_src = None
+    for j in judged:
+        cap = j.capture
+        m = cap.meta
+        key = f"{m.get('model', cap.label)} {cap.phase} {cap.view}"
+        assumptions[key] = list(dict.fromkeys(cap.assumptions))
+        layers[key] = cap.layers.get("text", "")
+        uncaptured += [{**u, "view": cap.view, "phase": cap.phase} for u in cap.uncaptured]
+        dev = _peaks(cap.arch)
+        peaks_src = f"{dev.name}: {dev.source}"
+        for c, n, v in j.rows:
+            t = modelled_us(c, cap.arch)
+            rows.append({"model": m.get("model", cap.label), "phase": cap.phase, "batch": m.get("batch"),
+                         "seq": m.get("seq"), "view": cap.view, "op": c.op, "family": c.family,
+                         "module": module_pattern(c.module), "module_type": c.module_type, "count": n,
+                         "shapes": c.shapes(), "args": _args_text(c), "dtype": c.dtype, "status": v.status, "category": v.category,
+                         "reason": v.reason, "kernel": v.kernel, "flops": c.flops, "bytes": c.bytes,
+                         "total_flops": c.flops * n, "total_bytes": c.bytes * n, "modelled_us": t,
+                         "modelled_total_us": t * n, "notes": "; ".join(v.notes)})
+    df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("flops_share", "bytes_share", "modelled_share")])
+    if len(df):
+        g = df.groupby(["model", "phase", "view"], sort=False)
+        df["flops_share"] = df["total_flops"] / g["total_flops"].transform("sum")
+        df["bytes_share"] = df["total_bytes"] / g["total_bytes"].transform("sum")
+        df["modelled_share"] = df["modelled_total_us"] / g["modelled_total_us"].transform("sum")
+    else:
+        for c in ("flops_share", "bytes_share", "modelled_share"):
+            df[c] = pd.Series(dtype="float64")
+    df = df[list(COLUMNS)]
+    df.attrs.update({"kind": {"flops": "captured", "bytes": "captured", "flops_share": "captured",
+                              "bytes_share": "captured", "modelled_us": "modelled", "modelled_share": "modelled"},
+                     "peaks": peaks_src, "assumptions": assumptions, "layers": layers, "uncaptured": uncaptured})
+    return df
+
+
+def shares(table: pd.DataFrame, by: str = "category") -> pd.DataFrame:
+    """FLOP, byte and modelled-time shares of ``table`` (:func:`coverage_table`) per ``by``
+    (``category``, ``status``, ``module``, ``family``, ``op``) within each model, phase and view:
+    columns ``model, phase, view, <by>, calls, flops_share, bytes_share, modelled_share,
+    modelled_us`` (the total, µs), largest modelled share first."""
+    if by not in table.columns:
+        raise bad_choice("share grouping", by, ("category", "status", "module", "family", "op"))
+    keys = ["model", "phase", "view", by]
+    g = table.groupby(keys, sort=False, dropna=False).agg(
+        calls=("count", "sum"), flops=("total_flops", "sum"), bytes=("total_bytes", "sum"),
+        modelled_us=("modelled_total_us", "sum")).reset_index()
+    tot = g.groupby(["model", "phase", "view"], sort=False)
+    g["flops_share"] = g["flops"] / tot["flops"].transform("sum")
+    g["bytes_share"] = g["bytes"] / tot["bytes"].transform("sum")
+    g["modelled_share"] = g["modelled_us"] / tot["modelled_us"].transform("sum")
+    g = g.sort_values(["model", "phase", "view", "modelled_share"], ascending=[True, True, True, False],
+                      kind="stable")
+    out = g[[*keys, "calls", "flops_share", "bytes_share", "modelled_share", "modelled_us"]].reset_index(drop=True)
+    out.attrs["kind"] = {"flops_share": "captured", "bytes_share": "captured", "modelled_share": "modelled",
+                         "modelled_us": "modelled"}
+    return out
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per model, phase and view: calls, eligible calls, and the eligible share of FLOPs, bytes and
+    modelled time (``eligible_*``)."""
+    el = table["status"] == "eligible"
+    t = table.assign(_ef=np.where(el, table["total_flops"], 0.0), _eb=np.where(el, table["total_bytes"], 0.0),
+                     _et=np.where(el, table["modelled_total_us"], 0.0), _ec=np.where(el, table["count"], 0))
+    g = t.groupby(["model", "phase", "view"], sort=False).agg(
+        calls=("count", "sum"), eligible_calls=("_ec", "sum"), flops=("total_flops", "sum"),
+        ef=("_ef", "sum"), bytes=("total_bytes", "sum"), eb=("_eb", "sum"), modelled_us=("modelled_total_us", "sum"),
+        et=("_et", "sum")).reset_index()
+    g["eligible_flops_share"] = g["ef"] / g["flops"]
+    g["eligible_bytes_share"] = g["eb"] / g["bytes"]
+    g["eligible_modelled_share"] = g["et"] / g["modelled_us"]
+    return g[["model", "phase", "view", "calls", "eligible_calls", "eligible_flops_share", "eligible_bytes_share",
+              "eligible_modelled_share", "modelled_us"]]
+
+
+# -- per-operator speedups and the projection ------------------------------------------------------
+
+def call_dims(family: str, c: Call) -> dict | None:
+    """The catalogue dims of a captured call (gemm m,n,k; grouped_gemm g,m,n,k with M per group
+    under uniform routing; rmsnorm m,n; topk m,n,k), ``None`` when it has none."""
+    try:
+        if family == "gemm" and c.op == "aten.mm.default":
+            a, b = c.arg("self"), c.arg("mat2")
+            return {"m": a.shape[0], "n": b.shape[1], "k": a.shape[1]}
+        if family == "gemm" and c.op == "aten.addmm.default":
+            a, b = c.arg("mat1"), c.arg("mat2")
+            return {"m": a.shape[0], "n": b.shape[1], "k": a.shape[1]}
+        if family == "grouped_gemm" and c.op == "aten._grouped_mm.default":
+            a, b = c.arg("self"), c.arg("mat2")
+            g = b.shape[0]
+            return {"g": g, "m": max(1, round(a.shape[0] / g)), "n": b.shape[2], "k": b.shape[1]}
+        if family == "rmsnorm":
+            x = c.arg("input")
+            n = x.shape[-1]
+            return {"m": int(np.prod(x.shape[:-1])), "n": n}
+        if family == "topk":
+            x = c.arg("self")
+            return {"m": int(np.prod(x.shape[:-1])), "n": x.shape[-1], "k": int(c.scalars.get("k"))}
+    except (AttributeError, IndexError, TypeError):
+        return None
+    return None
+
+
+def _speedup_table(source: str, results: pd.DataFrame | None, baseline: str | Sequence[str]) -> pd.DataFrame:
+    from flyexplore.ops import get_op
+    from flyexplore.results import published as P
+
+    if source == "published":
+        df, label = P.load(), "published MI355X"
+    else:
+        if results is None:
+            raise UsageError("a projection from results needs a result file measured with flydsl rows "
+                             "(--speedups FILE)")
+        df, label = results, "measured"
+    s = R.speedup(df, baseline=baseline)
+    s = s[s["backend"] == "flydsl"].copy()
+    if s.empty:
+        raise UsageError(f"the {label} rows hold no flydsl speedup against {baseline}")
+    dims = []
+    for op, case in zip(s["op"], s["case"]):
+        try:
+            p = get_op(op).case(case).p
+        except (UsageError, KeyError):
+            p = {}
+        dims.append(p)
+    s["dims"] = dims
+    s["label"] = label
+    return s
+
+
+def _nearest(s: pd.DataFrame, family: str, dims: Mapping, dtype: str, k: int = 3) -> list[dict]:
+    """The ``k`` nearest measured/published cases of ``family`` by log-distance over the dims."""
+    cand = s[(s["op"] == family)]
+    same = cand[cand["dtype"] == dtype]
+    cand = same if len(same) else cand
+    out = []
+    for _, r in cand.iterrows():
+        p = r["dims"]
+        if not all(d in p for d in dims):
+            continue
+        dist = sum(abs(math.log(max(dims[d], 1) / max(p[d], 1))) for d in dims if isinstance(p[d], (int, float)))
+        out.append({"case": r["case"], "dtype": r["dtype"], "speedup": float(r["speedup"]),
+                    "lo": float(r["speedup_lo"]) if r["speedup_lo"] == r["speedup_lo"] else math.nan,
+                    "hi": float(r["speedup_hi"]) if r["speedup_hi"] == r["speedup_hi"] else math.nan,
+                    "distance": dist, "label": r["label"]})
+    out.sort(key=lambda x: x["distance"])
+    return out[:k]
+
+
+def projection(judged: Iterable[Judged], source: str = "published", *, results: pd.DataFrame | None = None,
+               baseline: str | Sequence[str] = "aten") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A whole-model speedup by Amdahl's law, per model, phase and view (module docstring).
+
+    ``source``: ``published`` (the MI355X per-case figures, flydsl against ``baseline``, by nearest
+    shape: the nearest case's speedup, its interval the range of the three nearest cases) or
+    ``results`` (``results``, a result frame measured on MI350: an exact case match where one
+    exists with its 95% interval, else the nearest as above). Only ``eligible`` calls get a
+    speedup; everything else keeps its modelled time (speedup 1). Returns ``(calls, summary)``:
+    per eligible call its ``speedup``, ``speedup_lo``, ``speedup_hi``, ``matched`` case,
+    ``distance``; per capture ``speedup`` with ``speedup_lo`` / ``speedup_hi`` (the Amdahl sum
+    at every per-op bound at once), ``covered_share`` (the modelled time share that got a
+    speedup), ``kind="projection"`` and ``assumptions``. Raises :class:`UsageError` for an
+    unknown source or a source without flydsl rows."""
+    if source not in PROJECTION_SOURCES:
+        raise bad_choice("projection source", source, PROJECTION_SOURCES)
+    s = _speedup_table(source, results, baseline)
+    per, summ = [], []
+    for j in judged:
+        cap = j.capture
+        total = lo_t = hi_t = base = covered = 0.0
+        for c, n, v in j.rows:
+            t = modelled_us(c, cap.arch) * n
+            if not t == t:
+                continue
+            base += t
+            sp = None
+            fam = c.family if c.op != DECOMPOSED_RMSNORM else None
+            if v.status == "eligible" and fam:
+                dims = call_dims(fam, c)
+                near = _nearest(s, fam, dims, c.dtype) if dims else []
+                if near:
+                    exact = [x for x in near if x["distance"] == 0]
+                    best = exact[0] if exact else near[0]
+                    sp = best["speedup"]
+                    if exact and best["lo"] == best["lo"]:
+                        lo, hi = best["lo"], best["hi"]
+                    else:
+                        lo, hi = min(x["speedup"] for x in near), max(x["speedup"] for x in near)
+                    per.append({"model": cap.meta.get("model", cap.label), "phase": cap.phase, "view": cap.view,
+                                "op": c.op, "module": module_pattern(c.module), "count": n, "shapes": c.shapes(),
+                                "modelled_total_us": t, "speedup": sp, "speedup_lo": lo, "speedup_hi": hi,
+                                "matched": best["case"], "distance": best["distance"], "source": best["label"]})
+                    covered += t
+                    total += t / sp
+                    lo_t += t / hi   # fastest bound
+                    hi_t += t / lo   # slowest bound
+                    continue
+            total += t
+            lo_t += t
+            hi_t += t
+        if base:
+            summ.append({"model": cap.meta.get("model", cap.label), "phase": cap.phase, "view": cap.view,
+                         "speedup": base / total, "speedup_lo": base / hi_t, "speedup_hi": base / lo_t,
+                         "covered_share": covered / base, "modelled_us": base, "projected_us": total,
+                         "source": s["label"].iloc[0], "kind": "projection"})
+    calls = pd.DataFrame(per)
+    out = pd.DataFrame(summ)
+    note = ("projection, not a measurement: Amdahl's law over the modelled roofline time; eligible calls at the "
+            f"{s['label'].iloc[0]} flydsl speedup against {baseline} of the nearest case (interval: the range "
+            "of the three nearest, or a measured case's 95% interval where the case matches exactly); other "
+            "calls unchanged; eligible means FlyDSL is a candidate, and autotuning may choose another kernel")
+    out.attrs.update({"kind": "projection", "assumptions": note})
+    calls.attrs["kind"] = "projection"
+    return calls, out
+
+
+# -- from capture to measurement ------------------------------------------------------------------------
+
+#: Columns of an exported shapes file (``flyexplore model --export-shapes``).
+SHAPE_COLUMNS = ("op", "shape", "dtype", "model", "phase", "view", "module", "count", "status", "note")
+
+
+def _gemm_layout(a, b) -> str | None:
+    la = "N" if a.stride[-1] == 1 else ("T" if a.stride[0] == 1 else None)
+    lb = "N" if b.stride[-1] == 1 else ("T" if b.stride[0] == 1 else None)
+    return la + lb if la and lb else None
+
+
+def _even_split(total: int, g: int) -> list[int]:
+    base, extra = divmod(total, g)
+    return [base + (1 if i < extra else 0) for i in range(g)]
+
+
+def call_shape(c: Call, routing: str = "uniform") -> tuple[str, str, str] | None:
+    """``(op, shape text, note)`` of a captured call in the operator catalogue's syntax, or
+    ``None`` when flyexplore has no operator for it (bmm, pointwise). gemm ``MxNxK:<layout>``
+    (layout from the strides: ``x @ w.T`` is ``NT``); grouped_gemm ``GxMxNxK[:layout=NT]`` with M
+    per expert under uniform routing, or ``ms=`` when the rows do not split evenly; rmsnorm
+    ``MxN:eps=..``; topk ``MxNxK``; attention ``BxHxSQxSKVxD[:hkv=..,causal=1]``."""
+    fam = c.family
+    if fam == "gemm" and c.op in ("aten.mm.default", "aten.addmm.default"):
+        a, b = (c.arg("self"), c.arg("mat2")) if c.op == "aten.mm.default" else (c.arg("mat1"), c.arg("mat2"))
+        lay = _gemm_layout(a, b)
+        if lay is None:
+            return None
+        d = call_dims("gemm", c)
+        note = "the bias add of addmm is not measured" if c.op == "aten.addmm.default" else ""
+        return "gemm", f"{d['m']}x{d['n']}x{d['k']}:{lay}", note
+    if fam == "grouped_gemm" and c.op == "aten._grouped_mm.default":
+        a, b = c.arg("self"), c.arg("mat2")
+        if a is None or b is None or a.ndim != 2 or b.ndim != 3:
+            return None
+        g, k, n = b.shape
+        rows = a.shape[0]
+        opts = ["layout=NT"] if nt_expert_weight(b) else []
+        ms = _even_split(rows, g)
+        m = max(ms)
+        if len(set(ms)) > 1:
+            opts.append("ms=" + "/".join(map(str, ms)))
+        return ("grouped_gemm", f"{g}x{m}x{n}x{k}" + (":" + ",".join(opts) if opts else ""),
+                f"{routing} routing: {rows} routed rows over {g} experts")
+    if fam == "rmsnorm":
+        x = c.arg("input")
+        if x is None:
+            return None
+        d = call_dims("rmsnorm", c)
+        eps = c.scalars.get("eps")
+        note = "a decomposed RMSNorm module, measured as F.rms_norm" if c.op == DECOMPOSED_RMSNORM else ""
+        return "rmsnorm", f"{d['m']}x{d['n']}" + (f":eps={eps:g}" if isinstance(eps, float) else ""), note
+    if fam == "topk":
+        d = call_dims("topk", c)
+        return ("topk", f"{d['m']}x{d['n']}x{d['k']}", "") if d else None
+    if c.op == SDPA:
+        return "attention", attention_shape(c), ""
+    return None
+
+
+def export_shapes(judged: Iterable[Judged], routing: str = "uniform") -> pd.DataFrame:
+    """The captured calls as sweep input (:data:`SHAPE_COLUMNS`): one row per model, phase,
+    operator, shape, dtype and module, with the call ``count``. Each family is taken from the
+    view that decides it (:data:`DECIDING_VIEW`; the other view when only one was captured).
+    Calls flyexplore has no operator for are left out of the file (they are in the coverage
+    table)."""
+    js = list(judged)
+    views = {(j.capture.meta.get("model"), j.capture.phase): set() for j in js}
+    for j in js:
+        views[(j.capture.meta.get("model"), j.capture.phase)].add(j.capture.view)
+    rows: dict[tuple, dict] = {}
+    for j in js:
+        cap = j.capture
+        have = views[(cap.meta.get("model"), cap.phase)]
+        for c, n, v in j.rows:
+            got = call_shape(c, routing)
+            if got is None:
+                continue
+            op, shape, note = got
+            want = DECIDING_VIEW.get(op, "eager")
+            if cap.view != want and want in have:
+                continue
+            dt = c.dtype if c.dtype in ("bf16", "fp16", "fp32") else "bf16"
+            key = (cap.meta.get("model"), cap.phase, op, shape, dt, module_pattern(c.module))
+            if key in rows:
+                rows[key]["count"] += n
+                continue
+            rows[key] = {"op": op, "shape": shape, "dtype": dt, "model": cap.meta.get("model", cap.label),
+                         "phase": cap.phase, "view": cap.view, "module": module_pattern(c.module), "count": n,
+                         "status": v.status, "note": note}
+    return pd.DataFrame(list(rows.values()), columns=list(SHAPE_COLUMNS))
+
+
+def weighted_estimate(df: pd.DataFrame, baseline: str = "aten", backend: str = "flydsl") -> pd.DataFrame:
+    """The measured whole-model kernel-time estimate from a sweep of exported shapes: per model
+    and phase, the sum over measured cases of ``count x time`` for ``baseline`` and ``backend``
+    (ms), their ratio ``speedup`` and an interval (every case at its 95% bound at once),
+    ``cases`` (measured cases of the phase), ``kind="measured"``. Only cases with both backends
+    measured count; the others are listed in ``missing``. Raises :class:`UsageError` when the
+    rows carry no ``model_uses`` (not a sweep of exported shapes)."""
+    if "model_uses" not in df.columns:
+        raise UsageError("these rows carry no model_uses column: sweep the shapes exported by "
+                         "flyexplore model --export-shapes with --shapes-from")
+    s = R.speedup(df, baseline=baseline)
+    s = s[s["backend"] == backend]
+    uses = df.dropna(subset=["model_uses"]).drop_duplicates(["op", "case", "dtype"]).set_index(["op", "case", "dtype"])
+    acc: dict[tuple, dict] = {}
+    for r in s.itertuples(index=False):
+        key = (r.op, r.case, r.dtype)
+        if key not in uses.index:
+            continue
+        u = uses.loc[key]
+        model = u["model"] if "model" in uses.columns else ""
+        for use in json.loads(u["model_uses"]):
+            a = acc.setdefault((model, use["phase"]), {"base": 0.0, "new": 0.0, "lo": 0.0, "hi": 0.0, "cases": 0})
+            n = use["count"]
+            a["base"] += n * r.baseline_ms
+            a["new"] += n * r.time_ms
+            lo = r.speedup_lo if r.speedup_lo == r.speedup_lo else r.speedup
+            hi = r.speedup_hi if r.speedup_hi == r.speedup_hi else r.speedup
+            a["lo"] += n * r.baseline_ms / lo
+            a["hi"] += n * r.baseline_ms / hi
+            a["cases"] += 1
+    rows = [{"model": m, "phase": p, "cases": a["cases"], "baseline_ms": a["base"], "time_ms": a["new"],
+             "speedup": a["base"] / a["new"], "speedup_lo": a["base"] / a["lo"], "speedup_hi": a["base"] / a["hi"],
+             "baseline": baseline, "backend": backend, "kind": "measured"} for (m, p), a in acc.items()]
+    out = pd.DataFrame(rows)
+    out.attrs["kind"] = "measured"
+    out.attrs["note"] = ("measured kernel time of the model's captured calls that were swept, each weighted by its "
+                         "call count; calls not swept are not in it")
+    return out

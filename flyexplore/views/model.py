@@ -1,0 +1,342 @@
+"""A model's coverage shown: the modelled-time figure, a report section, terminal and Markdown text.
+
+:func:`coverage_figure` stacks the model's modelled time (µs, the roofline of
+:mod:`flyexplore.results.model`) per phase and view, one bar segment per category: eligible
+first, then each reason a call is not. :func:`model_section` adds the coverage to a report page
+(:func:`flyexplore.views.report.write_report`'s ``sections``); :func:`write_model_report` writes
+a report of the coverage alone; :func:`coverage_text` and :func:`coverage_markdown` are what
+``flyexplore model`` prints and writes with ``--md``. Every table says what its numbers are:
+captured from the model, modelled, projected, or measured.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import pandas as pd
+
+from flyexplore.results import model as RM
+from flyexplore.views.plot_style import SERIES_COLORS, style_figure
+
+_ELIGIBLE = "#2CA02C"
+
+
+def _category_colors(cats: Sequence[str]) -> dict[str, str]:
+    others = [c for c in cats if c != "eligible"]
+    out = {"eligible": _ELIGIBLE}
+    pal = [c for c in SERIES_COLORS if c != "#2CA02C"] + ["#AEC7E8", "#FFBB78", "#98DF8A", "#FF9896", "#C5B0D5"]
+    for i, c in enumerate(others):
+        out[c] = pal[i % len(pal)]
+    return out
+
+
+def coverage_figure(table: pd.DataFrame, title: str | None = None):
+    """Stacked bars of the modelled time (µs) per ``model phase (view)``, one segment per
+    category of :func:`flyexplore.results.model.coverage_table` (``eligible`` green at the
+    bottom, then the reasons, largest first). The title says the time is modelled (roofline on the
+    target's datasheet peaks), not measured. Raises :class:`~flyexplore.errors.UsageError` for an
+    empty table."""
+    import plotly.graph_objects as go
+
+    from flyexplore.errors import UsageError
+
+    if table is None or table.empty:
+        raise UsageError("no captured calls to plot")
+    t = table.assign(bar=table["model"].astype(str) + " " + table["phase"].astype(str) + " (" + table["view"] + ")")
+    g = t.groupby(["bar", "category"], sort=False)["modelled_total_us"].sum().reset_index()
+    order = g.groupby("category")["modelled_total_us"].sum().sort_values(ascending=False).index.tolist()
+    if "eligible" in order:
+        order.remove("eligible")
+        order.insert(0, "eligible")
+    colors = _category_colors(order)
+    bars = list(dict.fromkeys(t["bar"]))
+    fig = go.Figure()
+    for cat in order:
+        d = g[g["category"] == cat].set_index("bar").reindex(bars)
+        fig.add_bar(x=bars, y=d["modelled_total_us"].fillna(0.0), name=cat, marker_color=colors[cat],
+                    hovertemplate="%{x}<br>" + cat.replace("%", "%%") + ": %{y:.1f} µs<extra></extra>")
+    fig.update_layout(barmode="stack")
+    peaks = table.attrs.get("peaks") or "datasheet peaks"
+    dev = peaks.split(":", 1)[0]
+    style_figure(fig, title or f"Modelled time by FlyDSL verdict (roofline on {dev} datasheet peaks; "
+                 "modelled, not measured)", "", "modelled time per step (µs)", legend_title="category")
+    return fig
+
+
+def _pct(v) -> str:
+    return "" if v != v else f"{v:.1%}"
+
+
+def coverage_text(table: pd.DataFrame, advice: Iterable[dict] = (), projection: pd.DataFrame | None = None,
+                  width: int = 70) -> str:
+    """The terminal view: per capture the layers line, the eligible shares, a table of the
+    judged calls (GEMMs, grouped GEMMs, RMSNorm, TopK, attention, largest modelled share first;
+    other calls summed on one line), the what-if lines, the projection and the assumptions."""
+    lines: list[str] = []
+    summ = RM.summary(table)
+    layers = table.attrs.get("layers", {})
+    assumptions = table.attrs.get("assumptions", {})
+    for (model, phase, view), d in table.groupby(["model", "phase", "view"], sort=False):
+        key = f"{model} {phase} {view}"
+        s = summ[(summ["model"] == model) & (summ["phase"] == phase) & (summ["view"] == view)].iloc[0]
+        lines.append(f"== {model} {phase} ({view} view): {layers.get(key, '')}")
+        lines.append(f"   eligible: {int(s['eligible_calls'])} of {int(s['calls'])} kernel calls, "
+                     f"{_pct(s['eligible_flops_share'])} of FLOPs (captured), {_pct(s['eligible_modelled_share'])} "
+                     f"of modelled time ({s['modelled_us']:.0f} µs per step, modelled)")
+        judged = d[d["family"].notna()].sort_values("modelled_share", ascending=False, kind="stable")
+        rest = d[d["family"].isna()]
+        cols = ["count", "op", "shapes", "module", "status", "flops_share", "modelled_share", "reason"]
+        show = judged[cols].copy()
+        show["op"] = show["op"].str.replace("aten.", "", regex=False).str.replace(".default", "", regex=False)
+        show["flops_share"] = show["flops_share"].map(_pct)
+        show["modelled_share"] = show["modelled_share"].map(_pct)
+        show["reason"] = show["reason"].str.slice(0, width)
+        show = show.rename(columns={"flops_share": "FLOPs", "modelled_share": "modelled"})
+        if len(show):
+            lines.append("   " + show.to_string(index=False).replace("\n", "\n   "))
+        if len(rest):
+            lines.append(f"   + {int(rest['count'].sum())} other calls ({rest['op'].nunique()} ATen ops, no FlyDSL "
+                         f"path): {_pct(rest['flops_share'].sum())} of FLOPs, "
+                         f"{_pct(rest['modelled_share'].sum())} of modelled time")
+        for a in advice:
+            if a.get("view") == view and a.get("phase", phase) == phase and a.get("model", model) == model:
+                lines.append(f"   what-if (re-judged): {a['text']}")
+        lines.append("")
+    if projection is not None and len(projection):
+        lines.append("projection (not a measurement): " + projection.attrs.get("assumptions", ""))
+        for r in projection.itertuples(index=False):
+            lines.append(f"   {r.model} {r.phase} ({r.view}): whole-model kernel time x{r.speedup:.3f} "
+                         f"[{r.speedup_lo:.3f}, {r.speedup_hi:.3f}] from {r.source} speedups; "
+                         f"{r.covered_share:.1%} of modelled time covered")
+        lines.append("")
+    unc = table.attrs.get("uncaptured") or []
+    if unc:
+        lines.append(f"not captured ({len(unc)}):")
+        for u in unc[:20]:
+            lines.append(f"   {u['op']} in {u['module'] or '(top)'} ({u.get('module_type', '')}): {u['reason']}")
+    else:
+        lines.append("not captured: none (every call of the step was recorded)")
+    seen = []
+    for v in assumptions.values():
+        seen += [x for x in v if x not in seen]
+    lines.append("assumptions:")
+    lines += [f"   - {x}" for x in seen]
+    if table.attrs.get("peaks"):
+        lines.append(f"   - modelled time: roofline on {table.attrs['peaks']}")
+    return "\n".join(lines)
+
+
+def coverage_markdown(table: pd.DataFrame, advice: Iterable[dict] = (), projection: pd.DataFrame | None = None) -> str:
+    """The coverage as Markdown: a summary table, the judged calls, the what-if lines, the
+    projection (labelled as one) and the assumptions."""
+    out = ["# Model coverage", ""]
+    summ = RM.summary(table)
+    out.append("Eligible shares (FLOPs and bytes: captured from the model; time: modelled).")
+    out.append("")
+    out.append(summ.assign(**{c: summ[c].map(_pct) for c in ("eligible_flops_share", "eligible_bytes_share",
+                                                                "eligible_modelled_share")}).to_markdown(index=False))
+    out.append("")
+    judged = table[table["family"].notna()]
+    cols = ["model", "phase", "view", "count", "op", "shapes", "module", "status", "category", "flops_share",
+            "modelled_share", "reason"]
+    out.append("## Calls with a FlyDSL route")
+    out.append("")
+    out.append(judged[cols].assign(flops_share=judged["flops_share"].map(_pct),
+                                   modelled_share=judged["modelled_share"].map(_pct)).to_markdown(index=False))
+    adv = list(advice)
+    if adv:
+        out += ["", "## What-if (each re-judged)", ""]
+        out += [f"- {a['phase'] if 'phase' in a else ''} {a['view']}: {a['text']}" for a in adv]
+    if projection is not None and len(projection):
+        out += ["", "## Projection (not a measurement)", "", projection.attrs.get("assumptions", ""), "",
+                projection.to_markdown(index=False)]
+    out += ["", "## Assumptions", ""]
+    seen = []
+    for v in table.attrs.get("assumptions", {}).values():
+        seen += [x for x in v if x not in seen]
+    out += [f"- {x}" for x in seen]
+    if table.attrs.get("peaks"):
+        out.append(f"- modelled time: roofline on {table.attrs['peaks']}")
+    return "\n".join(out) + "\n"
+
+
+def model_section(table: pd.DataFrame, advice: Iterable[dict] = (), projection: pd.DataFrame | None = None):
+    """A report section (``f(page)`` for :func:`flyexplore.views.report.write_report`'s
+    ``sections``): the figure, the shares per category, the judged calls, what-if, projection and
+    assumptions."""
+    adv = list(advice)
+
+    def add(page):
+        page.h2("Model coverage")
+        page.p("FLOPs and bytes are captured from the model's calls; the time is modelled (roofline on "
+               f"{table.attrs.get('peaks', 'datasheet peaks')}), not measured.", cls="note")
+        page.fig("model_coverage", coverage_figure(table))
+        page.table("model_summary", RM.summary(table))
+        page.h3("Shares per category")
+        page.table("model_shares", RM.shares(table, "category"))
+        page.h3("Calls with a FlyDSL route")
+        page.table("model_calls", table[table["family"].notna()].drop(columns=["notes"]))
+        if adv:
+            page.h3("What-if (each re-judged)")
+            for a in adv:
+                page.p(f"{a.get('phase', '')} {a['view']}: {a['text']}")
+        if projection is not None and len(projection):
+            page.h3("Projection (not a measurement)")
+            page.p(projection.attrs.get("assumptions", ""), cls="note")
+            page.table("model_projection", projection)
+        page.h3("Assumptions")
+        seen = []
+        for v in table.attrs.get("assumptions", {}).values():
+            seen += [x for x in v if x not in seen]
+        page.pre("\n".join(f"- {x}" for x in seen))
+    return add
+
+
+def weighted_section(df: pd.DataFrame, baseline: str = "aten"):
+    """A report section for a sweep of exported model shapes: the measured whole-model
+    kernel-time estimate (:func:`flyexplore.results.model.weighted_estimate`)."""
+    def add(page):
+        page.h2("Model-weighted estimate (measured)")
+        try:
+            w = RM.weighted_estimate(df, baseline=baseline)
+        except Exception as exc:  # noqa: BLE001 - a report section never stops the report
+            page.p(f"No estimate: {exc}")
+            return
+        if w.empty:
+            page.p("No case of the model's calls was measured with both flydsl and the baseline.")
+            return
+        page.p(w.attrs.get("note", ""), cls="note")
+        page.table("model_weighted", w)
+    return add
+
+
+def write_model_report(table: pd.DataFrame, out_dir: str | Path, advice: Iterable[dict] = (),
+                       projection: pd.DataFrame | None = None, title: str = "flyexplore model coverage",
+                       static: bool = True) -> Path:
+    """Write ``report.html`` (and tables, and the figure as images when ``static``) of a model's
+    coverage into ``out_dir`` (the rules of :func:`flyexplore.views.report.check_report_dir`).
+    Returns its path."""
+    from flyexplore.views.report import IMAGE_FORMATS, _Page
+
+    page = _Page(title)
+    model_section(table, advice, projection)(page)
+    return page.write(Path(out_dir), static, list(IMAGE_FORMATS), ["csv", "md"])
+
+
+class ModelCoverage:
+    """A model's captured steps judged, with every view of them (what ``fx.model`` returns and
+    ``flyexplore model`` prints).
+
+    ``judged``: :class:`~flyexplore.insight.coverage.Judged` per captured phase and view;
+    ``table``: :func:`flyexplore.results.model.coverage_table`; ``advice``: the what-if lines;
+    ``projection``: ``(calls, summary)`` of :func:`flyexplore.results.model.projection` or ``None``;
+    ``routing``: the MoE routing assumption."""
+
+    def __init__(self, judged, projection=None, routing: str = "uniform"):
+        self.judged = list(judged)
+        self.table = RM.coverage_table(self.judged)
+        self.advice = [a for j in self.judged for a in j.advice]
+        self.projection = projection
+        self.routing = routing
+
+    @property
+    def captures(self):
+        return [j.capture for j in self.judged]
+
+    def shares(self, by: str = "category") -> pd.DataFrame:
+        """:func:`flyexplore.results.model.shares` of the table."""
+        return RM.shares(self.table, by)
+
+    def summary(self) -> pd.DataFrame:
+        """:func:`flyexplore.results.model.summary` of the table."""
+        return RM.summary(self.table)
+
+    def shapes(self) -> pd.DataFrame:
+        """:func:`flyexplore.results.model.export_shapes`: the calls as sweep input."""
+        return RM.export_shapes(self.judged, self.routing)
+
+    def export_shapes(self, path) -> int:
+        """Write :meth:`shapes` as CSV to ``path``; returns the number of rows."""
+        s = self.shapes()
+        s.to_csv(path, index=False)
+        return len(s)
+
+    def _proj(self):
+        return self.projection[1] if self.projection is not None else None
+
+    def text(self) -> str:
+        """:func:`coverage_text`."""
+        return coverage_text(self.table, self.advice, self._proj())
+
+    def markdown(self) -> str:
+        """:func:`coverage_markdown`."""
+        return coverage_markdown(self.table, self.advice, self._proj())
+
+    def figure(self, title: str | None = None):
+        """:func:`coverage_figure`."""
+        return coverage_figure(self.table, title)
+
+    def section(self):
+        """:func:`model_section` for a report."""
+        return model_section(self.table, self.advice, self._proj())
+
+    def report(self, out_dir, static: bool = True) -> Path:
+        """:func:`write_model_report` into ``out_dir``."""
+        return write_model_report(self.table, out_dir, self.advice, self._proj(), static=static)
+
+    def to_dict(self) -> dict:
+        """Everything as plain data (``flyexplore model --json``): per capture its label, phase,
+        view, layers, assumptions, uncaptured calls, and every distinct call with shapes,
+        arguments (strides and offsets where not contiguous), count, verdict, reason, kernel,
+        FLOPs, bytes, shares and modelled time; the what-if advice; the projection if any."""
+        caps = []
+        for j in self.judged:
+            c = j.capture
+            key = (c.meta.get("model", c.label), c.phase, c.view)
+            rows = self.table[(self.table["model"] == key[0]) & (self.table["phase"] == key[1])
+                              & (self.table["view"] == key[2])]
+            caps.append({"label": c.label, "model": key[0], "phase": c.phase, "view": c.view, "arch": c.arch,
+                         "meta": {k: v for k, v in c.meta.items() if k not in ("model",)},
+                         "layers": c.layers.get("text"), "layer_kinds": c.layers.get("kinds"),
+                         "assumptions": list(dict.fromkeys(c.assumptions)), "uncaptured": c.uncaptured,
+                         "calls": rows.drop(columns=["model", "phase", "view"]).to_dict(orient="records")})
+        out = {"kinds": {"flops": "captured from the model", "bytes": "captured from the model",
+                         "modelled_us": f"modelled (roofline on {self.table.attrs.get('peaks')})"},
+               "captures": caps, "advice": self.advice}
+        if self.projection is not None:
+            calls, summ = self.projection
+            out["projection"] = {"kind": "projection (not a measurement)",
+                                 "assumptions": summ.attrs.get("assumptions"),
+                                 "summary": summ.to_dict(orient="records"), "calls": calls.to_dict(orient="records")}
+        return out
+
+
+def model_coverage(hf: str | None = None, config=None, *, phases=(("prefill", 1, 2048),), views=("eager", "compiled"),
+                   arch: str = "gfx950", routing: str = "uniform", device: str = "cuda:0",
+                   project: str | None = None, speedups=None) -> ModelCoverage:
+    """Capture, judge and tabulate a Hugging Face model (what ``fx.model`` and ``flyexplore
+    model`` run): :func:`flyexplore.insight.hf.capture_phases` for each ``(phase, batch, seq)``
+    in ``views``, :func:`flyexplore.insight.coverage.judge_capture` for ``arch``, and with
+    ``project`` (``published`` / ``results``) :func:`flyexplore.results.model.projection`
+    (``speedups``: a result file or frame for ``results``). Raises
+    :class:`~flyexplore.errors.UsageError` for bad input (unknown model, phase, view, arch,
+    routing; a config transformers cannot build) and
+    :class:`~flyexplore.insight.capture.CaptureError` naming the module where a capture failed."""
+    from flyexplore.insight import coverage as CV
+    from flyexplore.insight import hf as HF
+    from flyexplore.world.readiness import check_arch
+
+    check_arch(arch)
+    phases = [tuple(p) for p in phases]
+    caps = HF.capture_phases(hf, config, phases=phases, views=tuple(views), routing=routing, arch=arch, device=device)
+    envs = CV.Envs(arch)
+    judged = [CV.judge_capture(c, envs) for c in caps]
+    proj = None
+    if project:
+        res = None
+        if project == "results":
+            from flyexplore.results import table as R
+
+            res = speedups if isinstance(speedups, pd.DataFrame) else R.load(speedups)
+        proj = RM.projection(judged, project, results=res)
+    return ModelCoverage(judged, proj, routing)
