@@ -16,7 +16,7 @@ neither torch nor pandas nor plotly):
   :func:`sdpa`; the environment :func:`collect`;
 - views: :func:`figure`, :func:`export`, :func:`files`, :func:`summary`, :func:`report`;
 - notebook widgets (need the ``notebook`` extra): :class:`SweepPanel`, :class:`SwitchPanel`,
-  :class:`DispatchInspector`, :func:`environment_view`;
+  :class:`DispatchInspector`, :class:`ModelPanel`, :func:`environment_view`;
 - the catalogue: :func:`get_op`, :func:`list_ops`, :func:`register_op`, :func:`unregister_op`,
   :class:`Operator`, :class:`FlyDSLPath`, :class:`KernelPattern`, :class:`PublishedSuite`
   (``docs/adding-an-operator.md``), :class:`Explanation`, :class:`TensorDesc`;
@@ -59,7 +59,7 @@ _API = {
     "eligibility_grid": "insight.explain",
     "Explanation": "world.conditions", "TensorDesc": "world.conditions",
     "SweepPanel": "ui.panel", "SwitchPanel": "ui.widgets", "DispatchInspector": "ui.inspector",
-    "environment_view": "ui.widgets",
+    "ModelPanel": "ui.model", "environment_view": "ui.widgets",
 }
 
 __all__ = sorted(_API)

@@ -342,8 +342,9 @@ def capture(model, inputs=None, *, view: str = "eager", phase: str = "prefill", 
     return caps[0] if len(caps) == 1 else caps
 
 
-def model(model=None, *, config=None, phases: Sequence[tuple[str, int, int]] | None = None, phase: str = "prefill",
-          batch: int = 1, seq: int = 2048, views: Sequence[str] = ("eager", "compiled"), arch: str = FLYDSL_ARCH,
+def model(model=None, *, config=None, phases: Sequence[tuple[str, int, int]] | None = None, phase: str | None = None,
+          batch: int | None = None, seq: int | None = None, views: str | Sequence[str] = ("eager", "compiled"),
+          arch: str = FLYDSL_ARCH,
           routing: str = "uniform", device: str = "cuda:0", project: str | None = None,
           speedups=None) -> ModelCoverage:
     """Will this model take FlyDSL? Capture a Hugging Face model (``model``: a built-in name, a
@@ -352,7 +353,9 @@ def model(model=None, *, config=None, phases: Sequence[tuple[str, int, int]] | N
     when ``project`` is ``"published"`` (MI355X per-op figures by nearest shape) or
     ``"results"`` (``speedups``: a result file or frame measured on MI350).
 
-    ``phases``: ``[(phase, batch, seq), ...]`` (default one: ``phase``, ``batch``, ``seq``).
+    ``phases``: ``[(phase, batch, seq), ...]``, or one step as ``phase`` (default prefill), ``batch``
+    (1) and ``seq`` (2048; decode: the context), not both; ``views``: ``"eager"``, ``"compiled"``,
+    ``"both"`` or a list.
     Returns a :class:`~flyexplore.views.model.ModelCoverage`: ``.table`` (one row per distinct
     call and view), ``.shares(by)``, ``.summary()``, ``.advice``, ``.projection``, ``.text()``,
     ``.markdown()``, ``.figure()``, ``.report(dir)``, ``.shapes()`` / ``.export_shapes(path)``
@@ -361,7 +364,10 @@ def model(model=None, *, config=None, phases: Sequence[tuple[str, int, int]] | N
     if (model is None) == (config is None):
         raise UsageError("give exactly one of a model (a built-in name, config path or dict) and config=")
     src = _model_source(model) if model is not None else {"config": config}
-    ph = list(phases) if phases is not None else [(phase, batch, seq)]
+    if phases is not None and (phase, batch, seq) != (None, None, None):
+        raise UsageError("give phases=[(phase, batch, seq), ...] or phase=/batch=/seq=, not both")
+    ph = list(phases) if phases is not None else [(phase or "prefill", 1 if batch is None else batch,
+                                                   2048 if seq is None else seq)]
     return model_coverage(src.get("hf"), src.get("config"), phases=ph, views=views, arch=arch, routing=routing,
                           device=device, project=project, speedups=speedups)
 

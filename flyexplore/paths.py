@@ -22,3 +22,9 @@ def data_dir() -> Path:
 def published_dir() -> Path:
     """``data/published``: the per-case MI355X figures and their ``SOURCES.md``."""
     return data_dir() / "published"
+
+
+def model_shapes_dir() -> Path:
+    """``data/models/shapes``: the calls of the built-in models exported by ``fx.model(...).shapes()``
+    (``flyexplore model --export-shapes``), read by the ``hf-*`` suites."""
+    return data_dir() / "models" / "shapes"

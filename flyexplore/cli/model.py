@@ -17,7 +17,7 @@ from flyexplore.errors import UsageError
 HELP = "which of a model's calls take FlyDSL (capture a Hugging Face config, judge, project, export shapes)"
 EPILOG = ("examples:\n"
           "  flyexplore model --hf llama-3.1-8b --phase prefill --batch 1 --seq 2048\n"
-          "  flyexplore model --config config.json --phase prefill,decode --seq 1024 --json\n"
+          "  flyexplore model --config config.json --phase prefill:1x2048,decode:32x2048 --json\n"
           "  flyexplore model --hf qwen3-30b-a3b --project published --md coverage.md\n"
           "  flyexplore model --hf qwen3-30b-a3b --export-shapes qwen.csv && \\\n"
           "    flyexplore sweep --op grouped_gemm --shapes-from qwen.csv --out qwen.parquet\n\n"
@@ -32,7 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hf", metavar="NAME", help="a built-in config: llama-3.1-8b, qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b")
     g.add_argument("--config", metavar="FILE", help="a transformers config.json (no weights needed)")
     g.add_argument("--list", action="store_true", help="list the built-in models and exit")
-    p.add_argument("--phase", default="prefill", help="prefill, decode, or both comma-separated (default prefill)")
+    p.add_argument("--phase", default="prefill", help="prefill, decode, or both comma-separated, each optionally "
+                   "with its own BATCHxSEQ: prefill:1x2048,decode:32x2048 (default prefill at --batch x --seq)")
     p.add_argument("--batch", type=int, default=1, help="sequences in the step (default 1)")
     p.add_argument("--seq", type=int, default=2048,
                    help="prefill: tokens per sequence; decode: the context length (default 2048)")
@@ -55,13 +56,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write the captured calls as sweep input (CSV) for flyexplore sweep --shapes-from")
 
 
-def _phases(text: str) -> list[str]:
+def _phases(text: str, batch: int, seq: int) -> list[tuple[str, int, int]]:
+    """``--phase`` as ``[(phase, batch, seq)]``: ``prefill``, ``decode``, or several comma-separated,
+    each optionally with its own ``:BATCHxSEQ`` (``prefill:1x2048,decode:32x2048``; default
+    ``--batch`` x ``--seq``). Raises :class:`UsageError` naming a bad item."""
     from flyexplore.insight.hf import PHASES
 
-    out = [x.strip() for x in str(text).split(",") if x.strip()]
-    for ph in out:
+    out = []
+    for item in (x.strip() for x in str(text).split(",")):
+        if not item:
+            continue
+        ph, _, dims = item.partition(":")
         if ph not in PHASES:
-            raise UsageError(f"unknown phase {ph!r} (valid: {', '.join(PHASES)})")
+            raise UsageError(f"unknown phase {ph!r} (valid: {', '.join(PHASES)}; e.g. prefill:1x2048,decode:32x2048)")
+        b, sq = batch, seq
+        if dims:
+            parts = dims.lower().split("x")
+            if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+                raise UsageError(f"phase {item!r}: give BATCHxSEQ after the colon, e.g. decode:32x2048")
+            b, sq = int(parts[0]), int(parts[1])
+        out.append((ph, b, sq))
     if not out:
         raise UsageError("no phase given (valid: prefill, decode)")
     return list(dict.fromkeys(out))
@@ -91,7 +105,7 @@ def run(a: argparse.Namespace) -> int:
         return 0
     if not a.hf and not a.config:
         raise UsageError("give a model: --hf NAME (flyexplore model --list) or --config FILE")
-    phases = _phases(a.phase)
+    phases = _phases(a.phase, a.batch, a.seq)
     views = ("eager", "compiled") if a.view == "both" else (a.view,)
     if a.project == "results" and not a.speedups:
         raise UsageError("--project results needs --speedups FILE (a result file with flydsl rows)")
@@ -100,7 +114,7 @@ def run(a: argparse.Namespace) -> int:
     _check_out(a.md, "--md", (".md",))
     _check_out(a.export_shapes, "--export-shapes", (".csv",))
     _check_out(a.figure, "--figure", (".html", ".png", ".svg", ".pdf"))
-    cov = model_coverage(a.hf, a.config, phases=[(ph, a.batch, a.seq) for ph in phases], views=views,
+    cov = model_coverage(a.hf, a.config, phases=phases, views=views,
                      arch=a.arch, routing=a.routing, device=a.device, project=a.project, speedups=a.speedups)
     if a.json:
         print(json.dumps(cov.to_dict(), indent=1, default=str))

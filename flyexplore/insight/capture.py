@@ -64,6 +64,9 @@ FAMILY_OF = {
 SDPA = "F.scaled_dot_product_attention"
 DECOMPOSED_RMSNORM = "RMSNorm module (decomposed)"
 
+#: Calls a FakeTensor makes that a real tensor does not (``tensor.device`` goes through dispatch).
+_FAKE_ONLY = frozenset({"prim.device.default"})
+
 _LAYER = re.compile(r"\.(\d+)(?=\.|$)")
 
 
@@ -156,6 +159,15 @@ class Capture:
     layers: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
 
+    @property
+    def step(self) -> str:
+        """The captured step in words: ``prefill 1x2048`` (batch x tokens), ``decode 32x2048``
+        (batch x context), or the phase (or label) alone for a module run on given inputs."""
+        b, s = self.meta.get("batch"), self.meta.get("seq")
+        if self.phase and b and s:
+            return f"{self.phase} {b}x{s}"
+        return self.phase or self.label
+
     def kernel_calls(self) -> list[Call]:
         """The calls that run a kernel and are judged: not views, not inner."""
         return [c for c in self.calls if not c.inner and not c.is_view]
@@ -174,9 +186,8 @@ class Capture:
     def aten_counts(self) -> Counter:
         """``Counter`` of ``(op, input shapes)`` over every ATen call (inner ones included, kept-as-one
         calls left out): what a ``TorchDispatchMode`` on a real run of the same step sees."""
-        return Counter((c.op, tuple(None if t is None else t.shape for t in c.inputs))
-                       for c in self.calls if c.op.startswith(("aten.", "prims.", "prim.")) or "::" in c.op
-                       or c.op.count(".") >= 2)
+        return Counter((c.op, tuple(t.shape for t in c.inputs if t is not None))
+                       for c in self.calls if c.op not in (SDPA, DECOMPOSED_RMSNORM) and c.op not in _FAKE_ONLY)
 
 
 # -- FLOPs and bytes -----------------------------------------------------------------------------
@@ -277,6 +288,8 @@ class _Recorder:
         self.uncaptured: list[dict] = []
         self.inner = 0
         self.marks: list[int] = []
+        self.host_answers: list[tuple] = []
+        self.assumed: list[str] = []
         self.failed_at: tuple[str, str] | None = None
 
     @property
@@ -284,7 +297,7 @@ class _Recorder:
         return self.stack[-1]
 
     def add(self, op: str, named: Sequence[tuple[str, Any]], out, *, family=None, note="",
-            flops_bytes=None) -> Call:
+            flops_bytes=None, why_uncaptured: str | None = None) -> Call:
         """Record one call: ``named`` its arguments as ``(name, value)`` in schema order."""
         import torch
         from torch.utils._pytree import tree_leaves
@@ -307,10 +320,12 @@ class _Recorder:
                 scal[name] = a
         outs = tuple(_desc(o) for o in tree_leaves(out) if isinstance(o, torch.Tensor))
         sym = [x for x in tree_leaves(([v for _, v in named], out)) if _symbolic(x)]
+        why = [why_uncaptured] if why_uncaptured else []
         if sym:
-            self.uncaptured.append({"op": op, "module": path, "module_type": typ,
-                                    "reason": "shape depends on data (unbacked size from a data-dependent "
-                                              "operator such as nonzero): not judged"})
+            why.append("shape depends on data (unbacked size from a data-dependent operator such as nonzero): "
+                       "not judged")
+        if why and not self.inner:
+            self.uncaptured.append({"op": op, "module": path, "module_type": typ, "reason": "; ".join(why)})
         if flops_bytes is None:
             flops_bytes = cost(op, ins, outs, scal) if not sym else (math.nan, math.nan)
         layer = _LAYER.search(path)
@@ -360,13 +375,17 @@ def _modes(rec: _Recorder, decompose: bool):
                 # (pw_cast_for_opmath): they are not part of what Inductor lowers
                 del rec.calls[mark:]
                 del rec.uncaptured[umark:]
+            if func is torch.ops.aten._local_scalar_dense.default and rec.host_answers:
+                answer, why = rec.host_answers[-1]
+                if why not in rec.assumed:
+                    rec.assumed.append(why)
+                rec.add(name, _bind(func, args, kwargs), None, note=why)
+                return answer
             out = func(*args, **kwargs)
             ns = getattr(func, "namespace", "aten")
-            if ns not in ("aten", "prims", "prim") and not rec.inner:
-                rec.uncaptured.append({"op": name, "module": rec.module[0], "module_type": rec.module[1],
-                                       "reason": f"custom operator {name}: shapes from its fake "
-                                                 "implementation; no FlyDSL route reads it"})
-            rec.add(name, _bind(func, args, kwargs), out)
+            custom = (f"custom operator {name}: shapes from its fake implementation; no FlyDSL route reads it"
+                      if ns not in ("aten", "prims", "prim") else None)
+            rec.add(name, _bind(func, args, kwargs), out, why_uncaptured=custom)
             return out
 
     class Function(TorchFunctionMode):
@@ -465,6 +484,56 @@ def target_device(arch: str, device: str):
         torch.cuda.get_device_capability = orig
 
 
+#: Host reads (``bool(t)``, ``t.item()``) inside these transformers functions are answered as a
+#: real run of plain sequences answers them: ``{module.function: (answer, what it means)}``.
+HOST_READ_ANSWERS = {
+    "transformers.masking_utils.find_packed_sequence_indices":
+        (True, "transformers' packed-sequence check (masking_utils.find_packed_sequence_indices) reads "
+               "position_ids on the host: answered as for plain, unpacked sequences"),
+}
+
+
+@contextlib.contextmanager
+def real_run_branches(rec: "_Recorder"):
+    """While capturing, let transformers take the branches of a real run.
+
+    Its ``is_tracing`` counts a FakeTensor as tracing (``transformers.utils.import_utils.
+    is_fake_tensor``) and then builds explicit attention masks as for ``torch.export``, where a
+    real eager run passes ``is_causal=True`` to SDPA: answered ``False`` while capturing. The
+    host reads of :data:`HOST_READ_ANSWERS` are answered as stated there (the dispatch mode
+    records the read and returns the answer; the capture lists the assumption). Nothing is
+    patched when transformers is not imported."""
+    import importlib
+    import sys
+
+    iu = sys.modules.get("transformers.utils.import_utils")
+    if iu is None or not hasattr(iu, "is_fake_tensor"):
+        yield
+        return
+    undo = [(iu, "is_fake_tensor", iu.is_fake_tensor)]
+    iu.is_fake_tensor = lambda t: False
+    for name, (answer, why) in HOST_READ_ANSWERS.items():
+        mod_name, _, fn = name.rpartition(".")
+        mod = sys.modules.get(mod_name) or importlib.import_module(mod_name)
+        orig = getattr(mod, fn, None)
+        if orig is None:
+            continue
+
+        def wrapped(*a, _orig=orig, _answer=answer, _why=why, **k):
+            rec.host_answers.append((_answer, _why))
+            try:
+                return _orig(*a, **k)
+            finally:
+                rec.host_answers.pop()
+        undo.append((mod, fn, orig))
+        setattr(mod, fn, wrapped)
+    try:
+        yield
+    finally:
+        for mod, fn, orig in reversed(undo):
+            setattr(mod, fn, orig)
+
+
 def fake_mode():
     """A ``FakeTensorMode`` for capturing (real tensors allowed as inputs; a ``ShapeEnv`` so that
     data-dependent sizes become unbacked symbols, listed as uncaptured, instead of errors)."""
@@ -491,7 +560,7 @@ def run_step(model, step: Callable[[], Any], *, view: str = "eager", label: str 
     mode = mode or fake_mode()
     notes = list(assumptions)
     try:
-        with target_device(arch, device) as patched, mode, torch.no_grad(), function, dispatch:
+        with target_device(arch, device) as patched, real_run_branches(rec), mode, torch.no_grad(), function, dispatch:
             step()
         if patched and patched not in notes:
             notes.append(patched)
@@ -509,17 +578,20 @@ def run_step(model, step: Callable[[], Any], *, view: str = "eager", label: str 
         notes.append("compiled view: the calls after Inductor's decompositions "
                      "(torch._inductor.decomposition.select_decomp_table), before its post-grad passes; "
                      "Inductor's pad_mm may still pad a GEMM")
+    notes += [a for a in rec.assumed if a not in notes]
     cap = Capture(label or type(model).__name__, phase, view, device, arch, rec.calls, rec.uncaptured, notes)
     cap.layers = layer_kinds(cap)
     return cap
 
 
-def layer_kinds(cap: Capture) -> dict:
+def layer_kinds(cap: Capture, layer_types: Sequence[str] | None = None) -> dict:
     """Which list-indexed layers made the same calls: ``{"count": n, "kinds": [{"layers": [...],
     "calls": k}, ...], "text": "..."}``, from each layer's sequence of (op, argument descs,
     scalars, module pattern). One kind = every layer identical; a hybrid model (sliding and full
     attention, dense and MoE MLPs, linear attention) has several. Layers are taken from the
-    first list index of each module path."""
+    first list index of each module path. ``layer_types``: the config's name per layer
+    (``layer_types`` of a hybrid config: ``sliding_attention``, ``full_attention``,
+    ``linear_attention``), added to each kind (``types``) and to the text."""
     seqs: dict[int, list] = {}
     for c in cap.kernel_calls():
         if c.layer is not None:
@@ -535,6 +607,8 @@ def layer_kinds(cap: Capture) -> dict:
             kinds.append({"sig": sig, "layers": [i], "calls": len(sig)})
     for k in kinds:
         del k["sig"]
+        if layer_types:
+            k["types"] = sorted({str(layer_types[i]) for i in k["layers"] if i < len(layer_types)})
     n = len(seqs)
     if not n:
         text = "no list-indexed layers"
@@ -542,8 +616,12 @@ def layer_kinds(cap: Capture) -> dict:
         text = f"{n} layers captured, all identical ({kinds[0]['calls']} kernel calls each)"
     else:
         text = (f"{n} layers captured, {len(kinds)} kinds: "
-                + "; ".join(f"layers {_ranges(k['layers'])} ({len(k['layers'])} x {k['calls']} calls)"
+                + "; ".join(f"layers {_ranges(k['layers'])} ({len(k['layers'])} x {k['calls']} calls"
+                            + (f", {'/'.join(k['types'])}" if k.get("types") else "") + ")"
                             for k in kinds))
+    if layer_types and len(kinds) == 1 and len(set(layer_types)) > 1:
+        text += (f" (the config's layer kinds {', '.join(sorted(set(map(str, layer_types))))} make the same calls "
+                 "in this step)")
     return {"count": n, "kinds": kinds, "text": text}
 
 

@@ -26,7 +26,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from flyexplore.insight.capture import DECOMPOSED_RMSNORM, SDPA, Call, Capture
+from flyexplore.insight.explain import compile_options_for, explain, explain_text
 from flyexplore.world.conditions import TensorDesc, contiguous_strides, short_dtype
+from flyexplore.world.facts import facts
 
 #: Verdict words, best first.
 STATUSES = ("eligible", "unverified", "not eligible", "no FlyDSL path")
@@ -62,10 +64,7 @@ class Judged:
 
 
 def _env(arch: str, compiled: bool):
-    from flyexplore.insight.explain import _compile_options_for
-    from flyexplore.world.facts import facts
-
-    opts = _compile_options_for("gemm", None) if compiled else None
+    opts = compile_options_for("gemm", None) if compiled else None
     return facts(arch=arch, assume_rocm=True, compile_options=opts)
 
 
@@ -107,27 +106,23 @@ def _from_explanation(family: str, ex, extra_notes: Sequence[str] = ()) -> Verdi
 
 
 def _gemm(a: TensorDesc, b: TensorDesc, bias: bool, envs: Envs):
-    from flyexplore.insight.explain import explain
 
     return explain("gemm", env=envs(True), a=a, b=b, bias=bias)
 
 
 def _grouped(a, b, offs, bias, envs: Envs):
-    from flyexplore.insight.explain import explain
 
     return explain("grouped_gemm", env=envs(True), a=a, b=b, offs=offs if offs is not None else None,
                    bias=bias is not None)
 
 
 def _rms(x, w, eps, envs: Envs, ns=None):
-    from flyexplore.insight.explain import explain
 
     return explain("rmsnorm", env=envs(False), x=x, normalized_shape=tuple(ns) if ns else (x.shape[-1],),
                    weight=w, eps=eps)
 
 
 def _topk(c: Call, envs: Envs, x=None):
-    from flyexplore.insight.explain import explain
 
     g = c.scalars
     return explain("topk", env=envs(False), x=x or c.arg("self"), k=int(g.get("k")), dim=int(g.get("dim", -1)),
@@ -152,7 +147,6 @@ def attention_shape(c: Call) -> str:
 
 
 def _attention(c: Call, arch: str):
-    from flyexplore.insight.explain import explain_text
 
     dt = short_dtype(c.inputs[0].dtype)
     ex = explain_text("attention", attention_shape(c), dt if dt in ("bf16", "fp16", "fp32") else "bf16", arch=arch)
@@ -213,7 +207,7 @@ def judge_call(c: Call, view: str, envs: Envs) -> Verdict:
     if fam == "topk":
         from torch._inductor import config as ic
 
-        if compiled and ic.triton.decompose_sort_ops:
+        if compiled and getattr(ic.triton, "decompose_sort_ops", False):
             return Verdict("not eligible", "topk: decomposed by Inductor",
                            "not eligible: config.triton.decompose_sort_ops makes Inductor lower topk as a sort")
         ex = _topk(c, envs)
@@ -351,17 +345,20 @@ def what_if(j: Judged, envs: Envs) -> list[dict]:
         for c, n, v in hits:
             after = rule.rejudge(c, envs)
             good = bool(getattr(after, "taken", False))
+            fam = "gemm" if c.op in ("aten.mm.default", "aten.addmm.default") else c.family or ""
+            after_v = _from_explanation("grouped_gemm" if c.op == "aten._grouped_mm.default" else fam, after)
             ok += n if good else 0
             if not good:
-                r = after.reason.replace("not taken: ", "")
+                r = after_v.reason.replace("not eligible: ", "")
                 reasons[r] = reasons.get(r, 0) + n
             if len(ex) < 3:
-                ex.append({"module": c.module, "shapes": c.shapes(), "before": v.reason, "after": after.reason})
+                ex.append({"module": c.module, "shapes": c.shapes(), "before": v.reason, "after": after_v.reason})
         text = f"{rule.text}: {ok} of {total} {rule.what} eligible"
         if ok < total:
             worst = max(reasons, key=reasons.get)
             text += f"; still not eligible: {worst}" if ok == 0 else f"; the others still not: {worst}"
         out.append({"rule": rule.name, "change": rule.text, "view": j.capture.view, "phase": j.capture.phase,
+                    "step": j.capture.step,
                     "model": j.capture.meta.get("model", j.capture.label), "calls": total,
                     "eligible_after": ok, "examples": ex, "text": text})
     return out

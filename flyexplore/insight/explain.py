@@ -247,13 +247,13 @@ def explain_text(op: str, shape: str, dtype: str | None = None,
     if kw:
         raise UsageError(f"unknown argument(s) for explain {op}: {', '.join(sorted(kw))}")
     notes = tuple(path.case_notes(_case_and_options(op, shape, opts)[0])) if path.case_notes else ()
-    comp = _compile_options_for(op, compile_options)
+    comp = compile_options_for(op, compile_options)
     ex = explain_shape(op, str(shape), dtype, opts, arch=arch, cu=cu, assume_rocm=arch is not None,
                        compile_options=comp)
     return replace(ex, notes=ex.notes + notes) if notes else ex
 
 
-def _compile_options_for(op: str, compile_options: Mapping[str, Any] | None):
+def compile_options_for(op: str, compile_options: Mapping[str, Any] | None):
     """Inductor options to judge a compiled op with: the given ones, else this process's GEMM
     backends with FLYDSL added (``switches.compile_options``); None for eager ops."""
     if _path(op).route != "compile":
@@ -318,7 +318,7 @@ def eligibility_grid(op: str, ms: Sequence[int] | int | None = None, ns: Sequenc
         axes.append(vals)
     opts = parse_options(options)
     check_arch(arch)
-    comp = _compile_options_for(op, compile_options)
+    comp = compile_options_for(op, compile_options)
     f = facts(arch=arch, cu=cu, assume_rocm=arch is not None, compile_options=comp)
     dt = dtype or dtypes_for(op)[0]
     rows = []

@@ -19,6 +19,7 @@ transformers is an optional dependency (``pip install 'flyexplore[models]'``).
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import logging
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from flyexplore.errors import UsageError, bad_choice
-from flyexplore.insight.capture import VIEWS, Capture, CaptureError, fake_mode, run_step, target_device
+from flyexplore.insight.capture import VIEWS, Capture, CaptureError, fake_mode, layer_kinds, run_step, target_device
 from flyexplore.paths import data_dir
 
 #: Phases of :func:`capture_model`.
@@ -105,9 +106,11 @@ def make_config(desc: Mapping):
         cfg.pop(k, None)
     try:
         return tr.AutoConfig.for_model(mt, **cfg)
-    except (ValueError, KeyError, TypeError) as exc:
+    except Exception as exc:  # transformers' and huggingface_hub's validators raise their own types
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        why = lines[-1] if lines else ""
         raise UsageError(f"transformers {tr.__version__} cannot build a config of model_type {mt!r} "
-                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:160]})") from None
+                         f"({type(exc).__name__}: {why[:200]})") from None
 
 
 def check_phase(phase: str, batch: int, seq: int, max_positions: int | None = None) -> None:
@@ -141,19 +144,21 @@ def build(desc: Mapping, *, mode=None, device: str = "cuda:0", arch: str = "gfx9
         raise UsageError(f"unknown model dtype {dt_name!r} (valid: bf16, fp16, fp32)")
     notes = []
     with target_device(arch, device) as patched, mode, torch.device(device):
-        try:
-            model = tr.AutoModelForCausalLM.from_config(cfg, dtype=dt, attn_implementation="sdpa")
-            attn = "sdpa"
-        except (ValueError, ImportError):
+        model, attn, err = None, None, None
+        for attn in ("sdpa", "eager"):  # SDPA where the model supports it (gpt-oss does not)
             try:
-                model = tr.AutoModelForCausalLM.from_config(cfg, dtype=dt)
-            except Exception as exc:
-                raise UsageError(f"transformers cannot build {desc['title']} ({type(exc).__name__}: "
-                                 f"{str(exc).splitlines()[0][:200]})") from None
-            attn = model.config._attn_implementation
-        except Exception as exc:
-            raise UsageError(f"transformers cannot build {desc['title']} ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0][:200]})") from None
+                model = tr.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), dtype=dt, attn_implementation=attn)
+                break
+            except ValueError as exc:
+                err = exc
+                if "attention" not in str(exc).lower():
+                    break
+            except Exception as exc:  # transformers' own code failed on this config
+                err = exc
+                break
+        if model is None:
+            raise UsageError(f"transformers cannot build {desc['title']} ({type(err).__name__}: "
+                             f"{str(err).splitlines()[0][:200] if str(err) else ''})") from None
     model.eval()
     notes.append(f"transformers {tr.__version__} {type(model).__name__}, parameters fake {str(dt).replace('torch.', '')} "
                  f"on {device} (no weights), attention implementation {attn!r}"
@@ -259,6 +264,9 @@ def capture_model(hf: str | None = None, config: str | Path | Mapping | None = N
                                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
         cap = run_step(model, step, view=v, label=label, phase=phase, device=device, arch=arch, mode=mode,
                        assumptions=notes)
+        lt = getattr(model.config, "layer_types", None)
+        if lt:
+            cap.layers = layer_kinds(cap, list(lt))
         cap.meta.update({"model": desc["name"], "title": desc["title"], "source": desc["source"],
                          "phase": phase, "batch": batch, "seq": seq, "routing": routing,
                          "experts": experts_info(model), "tokens": batch * (seq if phase == "prefill" else 1)})

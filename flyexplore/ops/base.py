@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from flyexplore.errors import UsageError, bad_choice
 from flyexplore.parsing import DTYPE_NAMES, FALSE_WORDS, TRUE_WORDS
+from flyexplore.paths import model_shapes_dir
 
 #: Bytes per element for byte counts (MXFP4 is 0.5; e8m0 scales are counted separately).
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8, "fp8_e4m3": 1, "fp8_e5m2": 1,
@@ -363,6 +364,17 @@ class Operator:
         if dtype not in self.dtypes:
             raise bad_choice(f"dtype for {self.name}", dtype, self.dtypes)
         return dtype
+
+
+def exported_shapes(model: str, op: str) -> list[tuple[str, str]]:
+    """``(shape, dtype)`` of ``op`` in a built-in model's exported calls
+    (``data/models/shapes/<model>.csv``, written by ``fx.model(...).shapes()``), each once, in file
+    order: the cases of the ``hf-<model>`` suites."""
+    import csv
+
+    with open(model_shapes_dir() / f"{model}.csv", newline="", encoding="utf-8") as f:
+        rows = [(r["shape"], r["dtype"]) for r in csv.DictReader(f) if r["op"] == op]
+    return list(dict.fromkeys(rows))
 
 
 def _coerce(default, text: str, op: str, key: str):

@@ -2,7 +2,7 @@
 
 Every number here says what it is (the ``kind`` column and the table's ``attrs["kind"]``):
 
-- **measured from the model** (``kind="captured"``): FLOPs and bytes of each captured call
+- **captured from the model** (``kind="captured"``): FLOPs and bytes of each captured call
   (:func:`flyexplore.insight.capture.cost`), and their shares per call, module and category.
 - **modelled** (``kind="modelled"``): a roofline time per call on the target, ``max(FLOPs /
   peak FLOP/s, bytes / peak bandwidth)``, with the datasheet peaks of
@@ -27,7 +27,9 @@ import pandas as pd
 
 from flyexplore.errors import UsageError, bad_choice
 from flyexplore.insight.capture import DECOMPOSED_RMSNORM, SDPA, Call, module_pattern
-from flyexplore.insight.coverage import Judged, nt_expert_weight, attention_shape
+from flyexplore.insight.coverage import Judged, attention_shape, nt_expert_weight
+from flyexplore.ops import get_op
+from flyexplore.results import published as P
 from flyexplore.results import peaks as PK
 from flyexplore.results import table as R
 
@@ -39,7 +41,7 @@ PROJECTION_SOURCES = ("published", "results")
 DECIDING_VIEW = {"gemm": "compiled", "grouped_gemm": "compiled", "rmsnorm": "eager", "topk": "eager",
                  "attention": "eager"}
 #: Columns of :func:`coverage_table`.
-COLUMNS = ("model", "phase", "batch", "seq", "view", "op", "family", "module", "module_type", "count", "shapes",
+COLUMNS = ("model", "step", "phase", "batch", "seq", "view", "op", "family", "module", "module_type", "count", "shapes",
            "args", "dtype", "status", "category", "reason", "kernel", "flops", "bytes", "total_flops", "total_bytes",
            "flops_share", "bytes_share", "modelled_us", "modelled_total_us", "modelled_share", "notes")
 _MATRIX = {"gemm", "grouped_gemm", "scaled_gemm", "attention"}
@@ -83,15 +85,16 @@ def coverage_table(judged: Iterable[Judged]) -> pd.DataFrame:
     for j in judged:
         cap = j.capture
         m = cap.meta
-        key = f"{m.get('model', cap.label)} {cap.phase} {cap.view}"
+        key = f"{m.get('model', cap.label)} {cap.step} {cap.view}"
         assumptions[key] = list(dict.fromkeys(cap.assumptions))
         layers[key] = cap.layers.get("text", "")
-        uncaptured += [{**u, "view": cap.view, "phase": cap.phase} for u in cap.uncaptured]
+        uncaptured += [{**u, "view": cap.view, "step": cap.step} for u in cap.uncaptured]
         dev = _peaks(cap.arch)
         peaks_src = f"{dev.name}: {dev.source}"
         for c, n, v in j.rows:
             t = modelled_us(c, cap.arch)
-            rows.append({"model": m.get("model", cap.label), "phase": cap.phase, "batch": m.get("batch"),
+            rows.append({"model": m.get("model", cap.label), "step": cap.step, "phase": cap.phase,
+                         "batch": m.get("batch"),
                          "seq": m.get("seq"), "view": cap.view, "op": c.op, "family": c.family,
                          "module": module_pattern(c.module), "module_type": c.module_type, "count": n,
                          "shapes": c.shapes(), "args": _args_text(c), "dtype": c.dtype, "status": v.status, "category": v.category,
@@ -100,7 +103,7 @@ def coverage_table(judged: Iterable[Judged]) -> pd.DataFrame:
                          "modelled_total_us": t * n, "notes": "; ".join(v.notes)})
     df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("flops_share", "bytes_share", "modelled_share")])
     if len(df):
-        g = df.groupby(["model", "phase", "view"], sort=False)
+        g = df.groupby(["model", "step", "view"], sort=False)
         df["flops_share"] = df["total_flops"] / g["total_flops"].transform("sum")
         df["bytes_share"] = df["total_bytes"] / g["total_bytes"].transform("sum")
         df["modelled_share"] = df["modelled_total_us"] / g["modelled_total_us"].transform("sum")
@@ -116,21 +119,23 @@ def coverage_table(judged: Iterable[Judged]) -> pd.DataFrame:
 
 def shares(table: pd.DataFrame, by: str = "category") -> pd.DataFrame:
     """FLOP, byte and modelled-time shares of ``table`` (:func:`coverage_table`) per ``by``
-    (``category``, ``status``, ``module``, ``family``, ``op``) within each model, phase and view:
-    columns ``model, phase, view, <by>, calls, flops_share, bytes_share, modelled_share,
+    (``category``, ``status``, ``module``, ``family``, ``op``) within each model, step and view:
+    columns ``model, step, view, <by>, calls, flops_share, bytes_share, modelled_share,
     modelled_us`` (the total, µs), largest modelled share first."""
     if by not in table.columns:
         raise bad_choice("share grouping", by, ("category", "status", "module", "family", "op"))
-    keys = ["model", "phase", "view", by]
+    keys = ["model", "step", "view", by]
+    table = table.assign(**{by: table[by].astype(object).where(table[by].notna(), "none")})
     g = table.groupby(keys, sort=False, dropna=False).agg(
         calls=("count", "sum"), flops=("total_flops", "sum"), bytes=("total_bytes", "sum"),
         modelled_us=("modelled_total_us", "sum")).reset_index()
-    tot = g.groupby(["model", "phase", "view"], sort=False)
+    tot = g.groupby(["model", "step", "view"], sort=False)
     g["flops_share"] = g["flops"] / tot["flops"].transform("sum")
     g["bytes_share"] = g["bytes"] / tot["bytes"].transform("sum")
     g["modelled_share"] = g["modelled_us"] / tot["modelled_us"].transform("sum")
-    g = g.sort_values(["model", "phase", "view", "modelled_share"], ascending=[True, True, True, False],
-                      kind="stable")
+    g["_order"] = range(len(g))
+    first = g.groupby(["model", "step", "view"], sort=False)["_order"].transform("min")
+    g = g.assign(_first=first).sort_values(["_first", "modelled_share"], ascending=[True, False], kind="stable")
     out = g[[*keys, "calls", "flops_share", "bytes_share", "modelled_share", "modelled_us"]].reset_index(drop=True)
     out.attrs["kind"] = {"flops_share": "captured", "bytes_share": "captured", "modelled_share": "modelled",
                          "modelled_us": "modelled"}
@@ -143,14 +148,14 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     el = table["status"] == "eligible"
     t = table.assign(_ef=np.where(el, table["total_flops"], 0.0), _eb=np.where(el, table["total_bytes"], 0.0),
                      _et=np.where(el, table["modelled_total_us"], 0.0), _ec=np.where(el, table["count"], 0))
-    g = t.groupby(["model", "phase", "view"], sort=False).agg(
+    g = t.groupby(["model", "step", "view"], sort=False).agg(
         calls=("count", "sum"), eligible_calls=("_ec", "sum"), flops=("total_flops", "sum"),
         ef=("_ef", "sum"), bytes=("total_bytes", "sum"), eb=("_eb", "sum"), modelled_us=("modelled_total_us", "sum"),
         et=("_et", "sum")).reset_index()
     g["eligible_flops_share"] = g["ef"] / g["flops"]
     g["eligible_bytes_share"] = g["eb"] / g["bytes"]
     g["eligible_modelled_share"] = g["et"] / g["modelled_us"]
-    return g[["model", "phase", "view", "calls", "eligible_calls", "eligible_flops_share", "eligible_bytes_share",
+    return g[["model", "step", "view", "calls", "eligible_calls", "eligible_flops_share", "eligible_bytes_share",
               "eligible_modelled_share", "modelled_us"]]
 
 
@@ -183,9 +188,6 @@ def call_dims(family: str, c: Call) -> dict | None:
 
 
 def _speedup_table(source: str, results: pd.DataFrame | None, baseline: str | Sequence[str]) -> pd.DataFrame:
-    from flyexplore.ops import get_op
-    from flyexplore.results import published as P
-
     if source == "published":
         df, label = P.load(), "published MI355X"
     else:
@@ -267,7 +269,7 @@ def projection(judged: Iterable[Judged], source: str = "published", *, results: 
                         lo, hi = best["lo"], best["hi"]
                     else:
                         lo, hi = min(x["speedup"] for x in near), max(x["speedup"] for x in near)
-                    per.append({"model": cap.meta.get("model", cap.label), "phase": cap.phase, "view": cap.view,
+                    per.append({"model": cap.meta.get("model", cap.label), "step": cap.step, "view": cap.view,
                                 "op": c.op, "module": module_pattern(c.module), "count": n, "shapes": c.shapes(),
                                 "modelled_total_us": t, "speedup": sp, "speedup_lo": lo, "speedup_hi": hi,
                                 "matched": best["case"], "distance": best["distance"], "source": best["label"]})
@@ -280,13 +282,13 @@ def projection(judged: Iterable[Judged], source: str = "published", *, results: 
             lo_t += t
             hi_t += t
         if base:
-            summ.append({"model": cap.meta.get("model", cap.label), "phase": cap.phase, "view": cap.view,
+            summ.append({"model": cap.meta.get("model", cap.label), "step": cap.step, "view": cap.view,
                          "speedup": base / total, "speedup_lo": base / hi_t, "speedup_hi": base / lo_t,
                          "covered_share": covered / base, "modelled_us": base, "projected_us": total,
                          "source": s["label"].iloc[0], "kind": "projection"})
     calls = pd.DataFrame(per)
     out = pd.DataFrame(summ)
-    note = ("projection, not a measurement: Amdahl's law over the modelled roofline time; eligible calls at the "
+    note = ("a projection, not a measurement: Amdahl's law over the modelled roofline time; eligible calls at the "
             f"{s['label'].iloc[0]} flydsl speedup against {baseline} of the nearest case (interval: the range "
             "of the three nearest, or a measured case's 95% interval where the case matches exactly); other "
             "calls unchanged; eligible means FlyDSL is a candidate, and autotuning may choose another kernel")
@@ -298,7 +300,7 @@ def projection(judged: Iterable[Judged], source: str = "published", *, results: 
 # -- from capture to measurement ------------------------------------------------------------------------
 
 #: Columns of an exported shapes file (``flyexplore model --export-shapes``).
-SHAPE_COLUMNS = ("op", "shape", "dtype", "model", "phase", "view", "module", "count", "status", "note")
+SHAPE_COLUMNS = ("op", "shape", "dtype", "model", "phase", "step", "view", "module", "count", "status", "note")
 
 
 def _gemm_layout(a, b) -> str | None:
@@ -363,13 +365,13 @@ def export_shapes(judged: Iterable[Judged], routing: str = "uniform") -> pd.Data
     Calls flyexplore has no operator for are left out of the file (they are in the coverage
     table)."""
     js = list(judged)
-    views = {(j.capture.meta.get("model"), j.capture.phase): set() for j in js}
+    views = {(j.capture.meta.get("model"), j.capture.step): set() for j in js}
     for j in js:
-        views[(j.capture.meta.get("model"), j.capture.phase)].add(j.capture.view)
+        views[(j.capture.meta.get("model"), j.capture.step)].add(j.capture.view)
     rows: dict[tuple, dict] = {}
     for j in js:
         cap = j.capture
-        have = views[(cap.meta.get("model"), cap.phase)]
+        have = views[(cap.meta.get("model"), cap.step)]
         for c, n, v in j.rows:
             got = call_shape(c, routing)
             if got is None:
@@ -379,28 +381,32 @@ def export_shapes(judged: Iterable[Judged], routing: str = "uniform") -> pd.Data
             if cap.view != want and want in have:
                 continue
             dt = c.dtype if c.dtype in ("bf16", "fp16", "fp32") else "bf16"
-            key = (cap.meta.get("model"), cap.phase, op, shape, dt, module_pattern(c.module))
+            key = (cap.meta.get("model"), cap.step, op, shape, dt, module_pattern(c.module))
             if key in rows:
                 rows[key]["count"] += n
                 continue
             rows[key] = {"op": op, "shape": shape, "dtype": dt, "model": cap.meta.get("model", cap.label),
-                         "phase": cap.phase, "view": cap.view, "module": module_pattern(c.module), "count": n,
+                         "phase": cap.phase, "step": cap.step, "view": cap.view, "module": module_pattern(c.module),
+                         "count": n,
                          "status": v.status, "note": note}
     return pd.DataFrame(list(rows.values()), columns=list(SHAPE_COLUMNS))
 
 
-def weighted_estimate(df: pd.DataFrame, baseline: str = "aten", backend: str = "flydsl") -> pd.DataFrame:
-    """The measured whole-model kernel-time estimate from a sweep of exported shapes: per model
-    and phase, the sum over measured cases of ``count x time`` for ``baseline`` and ``backend``
-    (ms), their ratio ``speedup`` and an interval (every case at its 95% bound at once),
-    ``cases`` (measured cases of the phase), ``kind="measured"``. Only cases with both backends
-    measured count; the others are listed in ``missing``. Raises :class:`UsageError` when the
-    rows carry no ``model_uses`` (not a sweep of exported shapes)."""
+def weighted_estimate(df: pd.DataFrame, baseline: str = "aten", backend: str | None = None) -> pd.DataFrame:
+    """The measured whole-model kernel-time estimate from a sweep of exported shapes: per model,
+    step (``prefill 1x2048``: the phase with its batch and tokens) and backend (``backend``, default every one but ``baseline``; on an MI350 ``flydsl``),
+    the sum over measured cases of ``count x time`` for ``baseline`` (``baseline_ms``) and for the
+    backend (``time_ms``: each case's baseline time over its measured speedup, so that paired
+    speedups count as measured), their ratio ``speedup`` and an interval (every case at its 95%
+    bound at once), ``cases`` (cases measured with both), ``kind="measured"``. Cases not
+    measured with both are not in it. Raises :class:`UsageError` when the rows carry no
+    ``model_uses`` (not a sweep of exported shapes)."""
     if "model_uses" not in df.columns:
         raise UsageError("these rows carry no model_uses column: sweep the shapes exported by "
                          "flyexplore model --export-shapes with --shapes-from")
     s = R.speedup(df, baseline=baseline)
-    s = s[s["backend"] == backend]
+    if backend is not None:
+        s = s[s["backend"] == backend]
     uses = df.dropna(subset=["model_uses"]).drop_duplicates(["op", "case", "dtype"]).set_index(["op", "case", "dtype"])
     acc: dict[tuple, dict] = {}
     for r in s.itertuples(index=False):
@@ -410,18 +416,20 @@ def weighted_estimate(df: pd.DataFrame, baseline: str = "aten", backend: str = "
         u = uses.loc[key]
         model = u["model"] if "model" in uses.columns else ""
         for use in json.loads(u["model_uses"]):
-            a = acc.setdefault((model, use["phase"]), {"base": 0.0, "new": 0.0, "lo": 0.0, "hi": 0.0, "cases": 0})
+            a = acc.setdefault((model, use.get("step") or use["phase"], r.backend),
+                               {"base": 0.0, "new": 0.0, "lo": 0.0, "hi": 0.0, "cases": set()})
             n = use["count"]
             a["base"] += n * r.baseline_ms
-            a["new"] += n * r.time_ms
+            a["new"] += n * r.baseline_ms / r.speedup
             lo = r.speedup_lo if r.speedup_lo == r.speedup_lo else r.speedup
             hi = r.speedup_hi if r.speedup_hi == r.speedup_hi else r.speedup
             a["lo"] += n * r.baseline_ms / lo
             a["hi"] += n * r.baseline_ms / hi
-            a["cases"] += 1
-    rows = [{"model": m, "phase": p, "cases": a["cases"], "baseline_ms": a["base"], "time_ms": a["new"],
-             "speedup": a["base"] / a["new"], "speedup_lo": a["base"] / a["lo"], "speedup_hi": a["base"] / a["hi"],
-             "baseline": baseline, "backend": backend, "kind": "measured"} for (m, p), a in acc.items()]
+            a["cases"].add(key)
+    rows = [{"model": m, "step": p, "backend": b, "baseline": baseline, "cases": len(a["cases"]),
+             "baseline_ms": a["base"], "time_ms": a["new"], "speedup": a["base"] / a["new"],
+             "speedup_lo": a["base"] / a["lo"], "speedup_hi": a["base"] / a["hi"], "kind": "measured"}
+            for (m, p, b), a in acc.items()]
     out = pd.DataFrame(rows)
     out.attrs["kind"] = "measured"
     out.attrs["note"] = ("measured kernel time of the model's captured calls that were swept, each weighted by its "

@@ -11,19 +11,29 @@ captured from the model, modelled, projected, or measured.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 import pandas as pd
 
+from flyexplore.errors import UsageError
+from flyexplore.insight import coverage as CV
+from flyexplore.insight import hf as HF
 from flyexplore.results import model as RM
+from flyexplore.results import table as R
 from flyexplore.views.plot_style import SERIES_COLORS, style_figure
+from flyexplore.views.report import write_sections
+from flyexplore.world.readiness import check_arch
 
 _ELIGIBLE = "#2CA02C"
+#: What the modelled time is, said wherever it is shown.
+MODELLED_NOTE = ("a roofline per call on the target's datasheet peaks, max(FLOPs / peak, bytes / bandwidth); every "
+                 "call is its own pass over memory, so the pointwise calls of the compiled view count unfused "
+                 "(Inductor fuses them): their share is an upper bound")
 
 
 def _category_colors(cats: Sequence[str]) -> dict[str, str]:
-    others = [c for c in cats if c != "eligible"]
-    out = {"eligible": _ELIGIBLE}
+    others = [c for c in cats if c not in ("eligible", "no FlyDSL path (other ops)")]
+    out = {"eligible": _ELIGIBLE, "no FlyDSL path (other ops)": "#C7C7C7"}
     pal = [c for c in SERIES_COLORS if c != "#2CA02C"] + ["#AEC7E8", "#FFBB78", "#98DF8A", "#FF9896", "#C5B0D5"]
     for i, c in enumerate(others):
         out[c] = pal[i % len(pal)]
@@ -33,16 +43,17 @@ def _category_colors(cats: Sequence[str]) -> dict[str, str]:
 def coverage_figure(table: pd.DataFrame, title: str | None = None):
     """Stacked bars of the modelled time (µs) per ``model phase (view)``, one segment per
     category of :func:`flyexplore.results.model.coverage_table` (``eligible`` green at the
-    bottom, then the reasons, largest first). The title says the time is modelled (roofline on the
+    bottom, then the reasons, largest first; every call without a FlyDSL path is one grey segment,
+    "no FlyDSL path (other ops)"). The title says the time is modelled (roofline on the
     target's datasheet peaks), not measured. Raises :class:`~flyexplore.errors.UsageError` for an
     empty table."""
     import plotly.graph_objects as go
 
-    from flyexplore.errors import UsageError
-
     if table is None or table.empty:
         raise UsageError("no captured calls to plot")
-    t = table.assign(bar=table["model"].astype(str) + " " + table["phase"].astype(str) + " (" + table["view"] + ")")
+    cat = table["category"].where(~table["category"].str.startswith("no FlyDSL path"), "no FlyDSL path (other ops)")
+    t = table.assign(bar=table["model"].astype(str) + " " + table["step"].astype(str) + " (" + table["view"] + ")",
+                     category=cat)
     g = t.groupby(["bar", "category"], sort=False)["modelled_total_us"].sum().reset_index()
     order = g.groupby("category")["modelled_total_us"].sum().sort_values(ascending=False).index.tolist()
     if "eligible" in order:
@@ -76,10 +87,10 @@ def coverage_text(table: pd.DataFrame, advice: Iterable[dict] = (), projection: 
     summ = RM.summary(table)
     layers = table.attrs.get("layers", {})
     assumptions = table.attrs.get("assumptions", {})
-    for (model, phase, view), d in table.groupby(["model", "phase", "view"], sort=False):
-        key = f"{model} {phase} {view}"
-        s = summ[(summ["model"] == model) & (summ["phase"] == phase) & (summ["view"] == view)].iloc[0]
-        lines.append(f"== {model} {phase} ({view} view): {layers.get(key, '')}")
+    for (model, step, view), d in table.groupby(["model", "step", "view"], sort=False):
+        key = f"{model} {step} {view}"
+        s = summ[(summ["model"] == model) & (summ["step"] == step) & (summ["view"] == view)].iloc[0]
+        lines.append(f"== {model} {step} ({view} view): {layers.get(key, '')}")
         lines.append(f"   eligible: {int(s['eligible_calls'])} of {int(s['calls'])} kernel calls, "
                      f"{_pct(s['eligible_flops_share'])} of FLOPs (captured), {_pct(s['eligible_modelled_share'])} "
                      f"of modelled time ({s['modelled_us']:.0f} µs per step, modelled)")
@@ -99,13 +110,13 @@ def coverage_text(table: pd.DataFrame, advice: Iterable[dict] = (), projection: 
                          f"path): {_pct(rest['flops_share'].sum())} of FLOPs, "
                          f"{_pct(rest['modelled_share'].sum())} of modelled time")
         for a in advice:
-            if a.get("view") == view and a.get("phase", phase) == phase and a.get("model", model) == model:
+            if a.get("view") == view and a.get("step", step) == step and a.get("model", model) == model:
                 lines.append(f"   what-if (re-judged): {a['text']}")
         lines.append("")
     if projection is not None and len(projection):
-        lines.append("projection (not a measurement): " + projection.attrs.get("assumptions", ""))
+        lines.append("projection: " + projection.attrs.get("assumptions", ""))
         for r in projection.itertuples(index=False):
-            lines.append(f"   {r.model} {r.phase} ({r.view}): whole-model kernel time x{r.speedup:.3f} "
+            lines.append(f"   {r.model} {r.step} ({r.view}): whole-model kernel time x{r.speedup:.3f} "
                          f"[{r.speedup_lo:.3f}, {r.speedup_hi:.3f}] from {r.source} speedups; "
                          f"{r.covered_share:.1%} of modelled time covered")
         lines.append("")
@@ -122,7 +133,7 @@ def coverage_text(table: pd.DataFrame, advice: Iterable[dict] = (), projection: 
     lines.append("assumptions:")
     lines += [f"   - {x}" for x in seen]
     if table.attrs.get("peaks"):
-        lines.append(f"   - modelled time: roofline on {table.attrs['peaks']}")
+        lines.append(f"   - modelled time: {MODELLED_NOTE} ({table.attrs['peaks']})")
     return "\n".join(lines)
 
 
@@ -137,7 +148,7 @@ def coverage_markdown(table: pd.DataFrame, advice: Iterable[dict] = (), projecti
                                                                 "eligible_modelled_share")}).to_markdown(index=False))
     out.append("")
     judged = table[table["family"].notna()]
-    cols = ["model", "phase", "view", "count", "op", "shapes", "module", "status", "category", "flops_share",
+    cols = ["model", "step", "view", "count", "op", "shapes", "module", "status", "category", "flops_share",
             "modelled_share", "reason"]
     out.append("## Calls with a FlyDSL route")
     out.append("")
@@ -146,7 +157,7 @@ def coverage_markdown(table: pd.DataFrame, advice: Iterable[dict] = (), projecti
     adv = list(advice)
     if adv:
         out += ["", "## What-if (each re-judged)", ""]
-        out += [f"- {a['phase'] if 'phase' in a else ''} {a['view']}: {a['text']}" for a in adv]
+        out += [f"- {a.get('model', '')} {a.get('step', '')} ({a['view']}): {a['text']}" for a in adv]
     if projection is not None and len(projection):
         out += ["", "## Projection (not a measurement)", "", projection.attrs.get("assumptions", ""), "",
                 projection.to_markdown(index=False)]
@@ -156,7 +167,7 @@ def coverage_markdown(table: pd.DataFrame, advice: Iterable[dict] = (), projecti
         seen += [x for x in v if x not in seen]
     out += [f"- {x}" for x in seen]
     if table.attrs.get("peaks"):
-        out.append(f"- modelled time: roofline on {table.attrs['peaks']}")
+        out.append(f"- modelled time: {MODELLED_NOTE} ({table.attrs['peaks']})")
     return "\n".join(out) + "\n"
 
 
@@ -179,7 +190,7 @@ def model_section(table: pd.DataFrame, advice: Iterable[dict] = (), projection: 
         if adv:
             page.h3("What-if (each re-judged)")
             for a in adv:
-                page.p(f"{a.get('phase', '')} {a['view']}: {a['text']}")
+                page.p(f"{a.get('model', '')} {a.get('step', '')} ({a['view']}): {a['text']}")
         if projection is not None and len(projection):
             page.h3("Projection (not a measurement)")
             page.p(projection.attrs.get("assumptions", ""), cls="note")
@@ -188,25 +199,7 @@ def model_section(table: pd.DataFrame, advice: Iterable[dict] = (), projection: 
         seen = []
         for v in table.attrs.get("assumptions", {}).values():
             seen += [x for x in v if x not in seen]
-        page.pre("\n".join(f"- {x}" for x in seen))
-    return add
-
-
-def weighted_section(df: pd.DataFrame, baseline: str = "aten"):
-    """A report section for a sweep of exported model shapes: the measured whole-model
-    kernel-time estimate (:func:`flyexplore.results.model.weighted_estimate`)."""
-    def add(page):
-        page.h2("Model-weighted estimate (measured)")
-        try:
-            w = RM.weighted_estimate(df, baseline=baseline)
-        except Exception as exc:  # noqa: BLE001 - a report section never stops the report
-            page.p(f"No estimate: {exc}")
-            return
-        if w.empty:
-            page.p("No case of the model's calls was measured with both flydsl and the baseline.")
-            return
-        page.p(w.attrs.get("note", ""), cls="note")
-        page.table("model_weighted", w)
+        page.pre("\n".join(f"- {x}" for x in seen + [f"modelled time: {MODELLED_NOTE}"]))
     return add
 
 
@@ -216,11 +209,16 @@ def write_model_report(table: pd.DataFrame, out_dir: str | Path, advice: Iterabl
     """Write ``report.html`` (and tables, and the figure as images when ``static``) of a model's
     coverage into ``out_dir`` (the rules of :func:`flyexplore.views.report.check_report_dir`).
     Returns its path."""
-    from flyexplore.views.report import IMAGE_FORMATS, _Page
+    return write_sections([model_section(table, advice, projection)], out_dir, title, static=static)
 
-    page = _Page(title)
-    model_section(table, advice, projection)(page)
-    return page.write(Path(out_dir), static, list(IMAGE_FORMATS), ["csv", "md"])
+
+class Projection(NamedTuple):
+    """A projection (:func:`flyexplore.results.model.projection`): ``calls`` (per eligible call its
+    speedup and matched case) and ``summary`` (per step and view, the whole-model speedup with its
+    interval). A projection, never a measurement."""
+
+    calls: pd.DataFrame
+    summary: pd.DataFrame
 
 
 class ModelCoverage:
@@ -236,8 +234,19 @@ class ModelCoverage:
         self.judged = list(judged)
         self.table = RM.coverage_table(self.judged)
         self.advice = [a for j in self.judged for a in j.advice]
-        self.projection = projection
+        self.projection = Projection(*projection) if projection is not None else None
         self.routing = routing
+
+    def __repr__(self) -> str:
+        s = self.summary()
+        parts = [f"{r.model} {r.step} ({r.view}): {int(r.eligible_calls)}/{int(r.calls)} calls eligible, "
+                 f"{r.eligible_flops_share:.0%} of FLOPs" for r in s.itertuples()]
+        return "ModelCoverage(" + "; ".join(parts) + ") -- .text() for the whole answer"
+
+    def advice_table(self) -> pd.DataFrame:
+        """The what-if advice as a table: ``model, step, view, rule, calls, eligible_after, text``."""
+        cols = ["model", "step", "view", "rule", "calls", "eligible_after", "text"]
+        return pd.DataFrame([{k: a.get(k) for k in cols} for a in self.advice], columns=cols)
 
     @property
     def captures(self):
@@ -292,14 +301,15 @@ class ModelCoverage:
         caps = []
         for j in self.judged:
             c = j.capture
-            key = (c.meta.get("model", c.label), c.phase, c.view)
-            rows = self.table[(self.table["model"] == key[0]) & (self.table["phase"] == key[1])
+            key = (c.meta.get("model", c.label), c.step, c.view)
+            rows = self.table[(self.table["model"] == key[0]) & (self.table["step"] == key[1])
                               & (self.table["view"] == key[2])]
-            caps.append({"label": c.label, "model": key[0], "phase": c.phase, "view": c.view, "arch": c.arch,
+            caps.append({"label": c.label, "model": key[0], "step": c.step, "phase": c.phase, "view": c.view,
+                         "arch": c.arch,
                          "meta": {k: v for k, v in c.meta.items() if k not in ("model",)},
                          "layers": c.layers.get("text"), "layer_kinds": c.layers.get("kinds"),
                          "assumptions": list(dict.fromkeys(c.assumptions)), "uncaptured": c.uncaptured,
-                         "calls": rows.drop(columns=["model", "phase", "view"]).to_dict(orient="records")})
+                         "calls": rows.drop(columns=["model", "step", "phase", "view"]).to_dict(orient="records")})
         out = {"kinds": {"flops": "captured from the model", "bytes": "captured from the model",
                          "modelled_us": f"modelled (roofline on {self.table.attrs.get('peaks')})"},
                "captures": caps, "advice": self.advice}
@@ -311,7 +321,8 @@ class ModelCoverage:
         return out
 
 
-def model_coverage(hf: str | None = None, config=None, *, phases=(("prefill", 1, 2048),), views=("eager", "compiled"),
+def model_coverage(hf: str | None = None, config=None, *, phases=(("prefill", 1, 2048),),
+                   views: str | Sequence[str] = ("eager", "compiled"),
                    arch: str = "gfx950", routing: str = "uniform", device: str = "cuda:0",
                    project: str | None = None, speedups=None) -> ModelCoverage:
     """Capture, judge and tabulate a Hugging Face model (what ``fx.model`` and ``flyexplore
@@ -322,12 +333,17 @@ def model_coverage(hf: str | None = None, config=None, *, phases=(("prefill", 1,
     :class:`~flyexplore.errors.UsageError` for bad input (unknown model, phase, view, arch,
     routing; a config transformers cannot build) and
     :class:`~flyexplore.insight.capture.CaptureError` naming the module where a capture failed."""
-    from flyexplore.insight import coverage as CV
-    from flyexplore.insight import hf as HF
-    from flyexplore.world.readiness import check_arch
-
     check_arch(arch)
+    if isinstance(views, str):
+        views = ("eager", "compiled") if views == "both" else (views,)
+    for v in views:
+        if v not in ("eager", "compiled"):
+            raise UsageError(f"unknown capture view {v!r} (valid: eager, compiled, both)")
     phases = [tuple(p) for p in phases]
+    for p in phases:
+        if len(p) != 3:
+            raise UsageError(f"a phase is (phase, batch, seq), got {p!r}")
+        HF.check_phase(*p)
     caps = HF.capture_phases(hf, config, phases=phases, views=tuple(views), routing=routing, arch=arch, device=device)
     envs = CV.Envs(arch)
     judged = [CV.judge_capture(c, envs) for c in caps]
@@ -335,8 +351,6 @@ def model_coverage(hf: str | None = None, config=None, *, phases=(("prefill", 1,
     if project:
         res = None
         if project == "results":
-            from flyexplore.results import table as R
-
             res = speedups if isinstance(speedups, pd.DataFrame) else R.load(speedups)
         proj = RM.projection(judged, project, results=res)
     return ModelCoverage(judged, proj, routing)

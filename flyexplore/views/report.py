@@ -28,6 +28,7 @@ import pandas as pd
 from flyexplore._version import __version__
 from flyexplore.errors import UsageError
 from flyexplore.measure import stats as S
+from flyexplore.results import model as RM
 from flyexplore.results import peaks as K
 from flyexplore.results import table as R
 from flyexplore.results import vllm as V
@@ -508,6 +509,8 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
     page.table("environments", env_summary(df))
     for add in sections:
         add(page)
+    if "model_uses" in df.columns and df["model_uses"].notna().any():  # a sweep of a model's exported calls
+        weighted_section(df, baseline if isinstance(baseline, str) else baseline[0])(page)
     # one section per operator and device: speedups never mix rows of different devices
     groups = list(df.assign(_dev=df["device"].astype(object).where(df["device"].notna(), "unknown device"))
                   .groupby(["op", "_dev"], sort=False))
@@ -552,6 +555,35 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
            "round). Speedup: baseline time / backend time, est [95% interval], with its verdict.")
     page.table("results", summary_table(df), scan=True)
     return page.write(out, static, list(formats), list(table_formats), keep)
+
+
+def weighted_section(df: pd.DataFrame, baseline: str = "aten"):
+    """A report section for a sweep of exported model shapes: the measured whole-model
+    kernel-time estimate (:func:`flyexplore.results.model.weighted_estimate`)."""
+    def add(page):
+        page.h2("Model-weighted estimate (measured)")
+        try:
+            w = RM.weighted_estimate(df, baseline=baseline)
+        except Exception as exc:  # noqa: BLE001 - a report section never stops the report
+            page.p(f"No estimate: {exc}")
+            return
+        if w.empty:
+            page.p("No case of the model's calls was measured with both the baseline and another backend.")
+            return
+        page.p(w.attrs.get("note", ""), cls="note")
+        page.table("model_weighted", w)
+    return add
+
+
+def write_sections(sections: Sequence, out_dir: str | Path, title: str, static: bool = True,
+                   formats: Iterable[str] = IMAGE_FORMATS, table_formats: Iterable[str] = ("csv", "md")) -> Path:
+    """Write a report made only of ``sections`` (callables ``f(page)``, as :func:`write_report`
+    takes) into ``out_dir`` under the same folder rules (:func:`check_report_dir`). Returns the
+    path of ``report.html``."""
+    page = _Page(title)
+    for add in sections:
+        add(page)
+    return page.write(Path(out_dir), static, list(formats), list(table_formats))
 
 
 def write_ab_report(sd: Sides, out_dir: str | Path, title: str | None = None, static: bool = True,

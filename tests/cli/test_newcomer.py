@@ -82,7 +82,7 @@ def test_help_and_usage_errors_need_no_torch():
     assert "event-gated" in h and "graph" in h and "fp32 on the CPU" in h
     err = p.stderr.strip().splitlines()
     assert err == ["flyexplore: error: unknown backend for gemm 'cublas' (valid: aten, triton, inductor, flydsl)",
-                   "flyexplore: error: unknown suite for gemm 'huge' (valid: published-bf16, llama3.1-8b, cpu-small)",
+                   "flyexplore: error: unknown suite for gemm 'huge' (valid: published-bf16, llama3.1-8b, hf-llama-3.1-8b, cpu-small)",
                    "flyexplore: error: unknown operator for explain 'conv' (valid: gemm, rmsnorm, topk, grouped_gemm, "
                    "scaled_gemm, attention)"]
 

@@ -419,11 +419,40 @@ def _check_rmsnorm_topk(executed):
     assert "radix K 832-1024, N 32768-262144" in _text(nb)  # the family per (N, K) table
 
 
+def _check_model_coverage(executed):
+    import pandas as pd
+
+    nb, out = _nb(executed, "model_coverage")
+    text = _text(nb)
+    # every call judged per view, FLOPs captured and time modelled, said as such
+    assert "== llama-3.1-8b prefill" in text and "(eager view)" in text and "(compiled view)" in text
+    assert "of FLOPs (captured)" in text and "of modelled time" in text
+    # the Qwen3 MoE finding: the experts' B is NT, the template needs [G, K, N]; the what-if re-judges it
+    assert "== qwen3-30b-a3b prefill" in text and "row-major [G, K, N]" in text
+    assert "what-if (re-judged): store the expert weights as [G, K, N]" in text
+    assert "65 of 65 RMSNorm calls eligible" in text  # prefill at M = 8192 reaches the tuned region
+    assert "projection (not a measurement)" in text
+    (fig,) = _figures(nb)  # the panel's figure is in its Output widget, not a cell output
+    assert "modelled, not measured" in _title(fig)
+    assert {"eligible", "grouped_gemm: B contiguous"} <= {t["name"] for t in fig["data"]}
+    shapes = pd.read_csv(out / "qwen3_shapes.csv")
+    grouped = shapes[shapes.op == "grouped_gemm"]
+    assert len(grouped) == 2 and grouped["shape"].str.contains("layout=NT").all() and (grouped["count"] == 48).all()
+    # the panel: a bad sequence was one line of error text, then gpt-oss-20b ran and filled it
+    assert "seq must be a positive integer, got 0" in text
+    states = _widget_states(nb)
+    html = " ".join(str(m["state"].get("value", "")) for m in states if m["model_name"] == "HTMLModel")
+    assert "gpt-oss-20b prefill, batch 1, seq 256, compiled view: captured and judged" in html
+    assert "judged for gfx950" in html and "grouped_gemm_flydsl" in html and "eligible time (modelled)" in html
+    outs = [o for m in states if m["model_name"] == "OutputModel" for o in m["state"].get("outputs", [])]
+    assert any("application/vnd.plotly.v1+json" in o.get("data", {}) for o in outs)
+
+
 #: What each notebook must show once it ran (the checks above), by notebook name.
 CHECKS = {"quickstart": _check_quickstart, "gemm_sweeps": _check_gemm_sweeps, "mxfp_fp8": _check_mxfp_fp8,
           "attention_aotriton": _check_attention_aotriton, "published_mi355x": _check_published_mi355x,
           "export_report": _check_export_report, "dispatch_switches": _check_dispatch_switches,
-          "rmsnorm_topk": _check_rmsnorm_topk}
+          "rmsnorm_topk": _check_rmsnorm_topk, "model_coverage": _check_model_coverage}
 
 
 @pytest.mark.slow

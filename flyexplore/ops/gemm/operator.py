@@ -20,7 +20,8 @@ from __future__ import annotations
 import csv
 
 from flyexplore.ops import checks
-from flyexplore.ops.base import DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, compile_context, torch_dtype
+from flyexplore.ops.base import (DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, compile_context, exported_shapes,
+                                 torch_dtype)
 from flyexplore.ops.gemm.flydsl import FLYDSL as GEMM_FLYDSL
 from flyexplore.paths import published_dir
 
@@ -154,8 +155,16 @@ GEMM.add_suite("published-bf16", _published_shapes(), ["bf16"],
 # intermediate 14336 -> gate_up 28672), at a decode batch (M=16) and a prefill chunk (M=2048).
 _LLAMA8B = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]
 GEMM.add_suite("llama3.1-8b", [f"{m}x{n}x{k}:NT" for m in (16, 2048) for n, k in _LLAMA8B],
-               ["bf16"], "Llama-3.1-8B linear layers (qkv, o, gate_up, down) at M=16 and M=2048",
-               "Llama-3.1-8B config: hidden 4096, intermediate 14336, 32 heads, 8 KV heads")
+               ["bf16"], "Llama-3.1-8B linear layers as vLLM fuses them (qkv N=6144, o, gate_up N=28672, "
+               "down), NT, at M=16 and M=2048; Hugging Face transformers calls q/k/v and gate/up unfused: "
+               "see hf-llama-3.1-8b",
+               "Llama-3.1-8B config (hidden 4096, intermediate 14336, 32 heads, 8 KV heads) with vLLM's fused "
+               "QKVParallelLinear / MergedColumnParallelLinear widths")
+GEMM.add_suite("hf-llama-3.1-8b", exported_shapes("llama-3.1-8b", "gemm"), ["bf16"],
+               "Llama-3.1-8B's GEMMs as Hugging Face transformers 5.23 calls them under torch.compile "
+               "(unfused q/k/v, gate/up; lm_head on the last position), prefill 1x2048 and decode 32 at "
+               "2048 context",
+               "captured by flyexplore model (data/models/shapes/llama-3.1-8b.csv)")
 GEMM.add_suite("cpu-small", ["128x128x128", "256x256x256", "384x256x512"], ["fp32"],
                "small NT GEMMs that finish in seconds on a 2-core CPU", "flyexplore")
 

@@ -33,7 +33,8 @@ import re
 
 from flyexplore.errors import UsageError
 from flyexplore.ops import checks
-from flyexplore.ops.base import DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, compile_context, torch_dtype
+from flyexplore.ops.base import (DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, compile_context, exported_shapes,
+                                 torch_dtype)
 from flyexplore.ops.grouped_gemm.flydsl import FLYDSL as GROUPED_GEMM_FLYDSL
 from flyexplore.paths import published_dir
 
@@ -320,7 +321,9 @@ GROUPED_GEMM.add_suite(
     + [f"8x2048x{n}x{k}:ms={_MIX_SKEW}" for n, k in ((28672, 4096), (4096, 14336))],
     ["bf16"],
     "Mixtral-8x7B expert FFN (gate_up N=28672 K=4096, down N=4096 K=14336), 512 and 4096 "
-    "tokens x top-2 routed evenly, and 4096 tokens routed unevenly",
+    "tokens x top-2 routed evenly, and 4096 tokens routed unevenly; expert weights stored [G, K, N] "
+    "(NN, the layout FlyDSL's template takes): Hugging Face transformers stores them [G, N, K] and passes "
+    "B transposed (NT), see hf-mixtral-8x7b",
     "Mixtral-8x7B config: hidden_size 4096, intermediate_size 14336, num_local_experts 8, "
     "num_experts_per_tok 2")
 # Qwen3-30B-A3B experts: hidden 2048, moe_intermediate_size 768, 128 experts, top-8.
@@ -329,9 +332,18 @@ GROUPED_GEMM.add_suite(
     [f"128x{m}x{n}x{k}" for m in (32, 256) for n, k in ((1536, 2048), (2048, 768))],
     ["bf16"],
     "Qwen3-30B-A3B expert FFN (gate_up N=1536 K=2048, down N=2048 K=768), 512 and 4096 "
-    "tokens x top-8 over 128 experts, routed evenly (32 and 256 rows per expert)",
+    "tokens x top-8 over 128 experts, routed evenly (32 and 256 rows per expert); expert weights stored "
+    "[G, K, N] (NN): Hugging Face transformers passes them NT, see hf-qwen3-30b-a3b",
     "Qwen3-30B-A3B config: hidden_size 2048, moe_intermediate_size 768, num_experts 128, "
     "num_experts_per_tok 8")
+for _model, _title in (("qwen3-30b-a3b", "Qwen3-30B-A3B"), ("mixtral-8x7b", "Mixtral-8x7B"),
+                       ("gpt-oss-20b", "gpt-oss-20b")):
+    GROUPED_GEMM.add_suite(
+        f"hf-{_model}", exported_shapes(_model, "grouped_gemm"), ["bf16"],
+        f"{_title}'s expert GEMMs as Hugging Face transformers 5.23 calls torch._grouped_mm (weights as it "
+        "stores them: layout=NT where B is passed transposed), prefill 1x2048 and decode 32 at 2048 context, "
+        "routed uniformly",
+        f"captured by flyexplore model (data/models/shapes/{_model}.csv)")
 GROUPED_GEMM.add_suite(
     "cpu-small",
     [("4x64x128x128", "fp32"), ("4x96x128x256:ms=0/96/32/64", "fp32"),
