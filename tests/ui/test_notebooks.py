@@ -431,7 +431,7 @@ def _check_model_coverage(executed):
     assert "== qwen3-30b-a3b prefill" in text and "row-major [G, K, N]" in text
     assert "what-if (re-judged): store the expert weights as [G, K, N]" in text
     assert "65 of 65 RMSNorm calls eligible" in text  # prefill at M = 8192 reaches the tuned region
-    assert "projection (not a measurement)" in text
+    assert "projection: a projection, not a measurement" in text
     (fig,) = _figures(nb)  # the panel's figure is in its Output widget, not a cell output
     assert "modelled, not measured" in _title(fig)
     assert {"eligible", "grouped_gemm: B contiguous"} <= {t["name"] for t in fig["data"]}
