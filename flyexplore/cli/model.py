@@ -41,7 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="eager: what ATen and the eager overrides see (RMSNorm, TopK); compiled: what Inductor "
                         "lowers (the GEMM templates); both (default)")
     p.add_argument("--arch", default="gfx950", help="target arch to judge for (default gfx950, as --assume-rocm)")
-    p.add_argument("--routing", default="uniform", help="MoE routing assumption (uniform)")
+    p.add_argument("--routing", default="uniform", help="MoE routing assumption: uniform (default), or zipf:S "
+                   "(expert i by load gets a share proportional to 1/(i+1)**S); sets the per-expert M of "
+                   "--export-shapes")
     p.add_argument("--device", default="cuda:0", help="the fake device the model is built on (default cuda:0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--md", metavar="FILE", help="also write the coverage as Markdown")

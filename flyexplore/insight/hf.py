@@ -32,8 +32,28 @@ from flyexplore.paths import data_dir
 
 #: Phases of :func:`capture_model`.
 PHASES = ("prefill", "decode")
-#: MoE routing assumptions: ``uniform`` (every expert gets the same share of the routed rows).
-ROUTINGS = ("uniform",)
+#: MoE routing assumptions: ``uniform`` (every expert gets the same share of the routed rows) or
+#: ``zipf:S`` (expert i, by load rank, gets a share proportional to 1 / (i + 1) ** S; S > 0).
+ROUTINGS = ("uniform", "zipf:S")
+
+
+def routing_shares(routing: str, experts: int) -> list[float]:
+    """Each expert's share of the routed rows under ``routing`` (:data:`ROUTINGS`), summing to 1.
+    Raises :class:`UsageError` for an unknown routing or a bad exponent."""
+    r = str(routing).strip()
+    if r == "uniform":
+        return [1.0 / experts] * experts
+    if r.startswith("zipf:"):
+        try:
+            s = float(r.split(":", 1)[1])
+        except ValueError:
+            s = float("nan")
+        if not s > 0 or s > 10:
+            raise UsageError(f"routing {routing!r}: the zipf exponent must be a number in (0, 10], e.g. zipf:1.1")
+        w = [1.0 / (i + 1) ** s for i in range(experts)]
+        t = sum(w)
+        return [x / t for x in w]
+    raise bad_choice("MoE routing", routing, ROUTINGS)
 
 
 def models_dir() -> Path:
@@ -196,8 +216,11 @@ def routing_note(model, routing: str) -> str | None:
     if not info:
         return None
     e = info[0]
-    return (f"MoE routing: {routing} -- each of the {e['experts']} experts gets 1/{e['experts']} of the "
-            f"tokens x top-{e['top_k']} routed rows; the captured shapes do not depend on it (torch._grouped_mm "
+    how = (f"each of the {e['experts']} experts gets 1/{e['experts']} of the tokens x top-{e['top_k']} routed rows"
+           if routing == "uniform" else
+           f"expert i (by load) gets a share of the tokens x top-{e['top_k']} routed rows proportional to "
+           f"1 / (i + 1) ** {routing.split(':', 1)[1]}")
+    return (f"MoE routing: {routing} -- {how}; the captured shapes do not depend on it (torch._grouped_mm "
             "takes all rows and cumulative offsets), the per-expert M of exported shapes does")
 
 
@@ -238,8 +261,7 @@ def capture_model(hf: str | None = None, config: str | Path | Mapping | None = N
     for v in views:
         if v not in VIEWS:
             raise bad_choice("capture view", v, VIEWS)
-    if routing not in ROUTINGS:
-        raise bad_choice("MoE routing", routing, ROUTINGS)
+    routing_shares(routing, 8)  # checks the routing text
     if built is None:
         desc = load_config(hf, config)
         mp = desc["config"].get("max_position_embeddings")

@@ -28,6 +28,7 @@ import pandas as pd
 from flyexplore.errors import UsageError, bad_choice
 from flyexplore.insight.capture import DECOMPOSED_RMSNORM, SDPA, Call, module_pattern
 from flyexplore.insight.coverage import Judged, attention_shape, nt_expert_weight
+from flyexplore.insight.hf import routing_shares
 from flyexplore.ops import get_op
 from flyexplore.results import published as P
 from flyexplore.results import peaks as PK
@@ -309,16 +310,24 @@ def _gemm_layout(a, b) -> str | None:
     return la + lb if la and lb else None
 
 
-def _even_split(total: int, g: int) -> list[int]:
-    base, extra = divmod(total, g)
-    return [base + (1 if i < extra else 0) for i in range(g)]
+def split_rows(total: int, g: int, routing: str = "uniform") -> list[int]:
+    """``total`` routed rows over ``g`` experts under ``routing``
+    (:func:`flyexplore.insight.hf.routing_shares`), as integers summing to ``total`` (largest
+    remainders)."""
+    shares = routing_shares(routing, g)
+    raw = [total * x for x in shares]
+    out = [int(v) for v in raw]
+    for i in sorted(range(g), key=lambda i: raw[i] - out[i], reverse=True)[:total - sum(out)]:
+        out[i] += 1
+    return out
 
 
 def call_shape(c: Call, routing: str = "uniform") -> tuple[str, str, str] | None:
     """``(op, shape text, note)`` of a captured call in the operator catalogue's syntax, or
     ``None`` when flyexplore has no operator for it (bmm, pointwise). gemm ``MxNxK:<layout>``
     (layout from the strides: ``x @ w.T`` is ``NT``); grouped_gemm ``GxMxNxK[:layout=NT]`` with M
-    per expert under uniform routing, or ``ms=`` when the rows do not split evenly; rmsnorm
+    per expert (``ms=`` with the rows per expert when ``routing`` or the row count makes them
+    uneven; :func:`split_rows`); rmsnorm
     ``MxN:eps=..``; topk ``MxNxK``; attention ``BxHxSQxSKVxD[:hkv=..,causal=1]``."""
     fam = c.family
     if fam == "gemm" and c.op in ("aten.mm.default", "aten.addmm.default"):
@@ -336,7 +345,7 @@ def call_shape(c: Call, routing: str = "uniform") -> tuple[str, str, str] | None
         g, k, n = b.shape
         rows = a.shape[0]
         opts = ["layout=NT"] if nt_expert_weight(b) else []
-        ms = _even_split(rows, g)
+        ms = split_rows(rows, g, routing)
         m = max(ms)
         if len(set(ms)) > 1:
             opts.append("ms=" + "/".join(map(str, ms)))

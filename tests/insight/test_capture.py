@@ -265,7 +265,8 @@ def test_decode_reads_the_context_and_hybrid_layers_come_out_right():
     ({"hf": "llama-3.1-8b", "phase": "train"}, "unknown phase 'train'"),
     ({"hf": "llama-3.1-8b", "seq": 0}, "seq must be a positive integer"),
     ({"hf": "llama-3.1-8b", "phase": "decode", "seq": 131072}, "past the model's max_position_embeddings"),
-    ({"hf": "llama-3.1-8b", "routing": "zipf"}, "unknown MoE routing 'zipf'"),
+    ({"hf": "llama-3.1-8b", "routing": "zipf"}, "unknown MoE routing .zipf."),
+    ({"hf": "llama-3.1-8b", "routing": "zipf:0"}, "zipf exponent must be a number"),
 ])
 def test_bad_model_input_is_one_line(kw, msg):
     with pytest.raises(UsageError, match=msg) as e:

@@ -153,3 +153,14 @@ def test_llama_shares_match_the_prototype():
     mm = t[(t["view"] == "compiled") & (t["op"] == "aten.mm.default")]
     assert mm["count"].sum() == 32 * 7 + 1 and (mm["status"] == "eligible").all()
     assert not math.isnan(t["modelled_total_us"].sum())
+
+
+def test_a_skewed_routing_gives_ragged_expert_shapes(judged):
+    s = RM.export_shapes(judged, routing="zipf:1.0")
+    g = s[(s["op"] == "grouped_gemm") & (s["step"] == "prefill 1x128")]
+    for shape in g["shape"]:
+        case = get_op("grouped_gemm").case(shape)
+        ms = [int(x) for x in case["ms"].split("/")]
+        assert sum(ms) == 128 * 2 and ms == sorted(ms, reverse=True) and ms[0] > ms[-1]
+        assert case["layout"] == "NT" and case["m"] == ms[0]
+    assert RM.split_rows(10, 4) == [3, 3, 2, 2] and sum(RM.split_rows(1000, 7, "zipf:1.3")) == 1000
