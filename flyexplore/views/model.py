@@ -66,7 +66,7 @@ def coverage_figure(table: pd.DataFrame, title: str | None = None):
         d = g[g["category"] == cat].set_index("bar").reindex(bars)
         fig.add_bar(x=bars, y=d["modelled_total_us"].fillna(0.0), name=cat, marker_color=colors[cat],
                     hovertemplate="%{x}<br>" + cat.replace("%", "%%") + ": %{y:.1f} µs<extra></extra>")
-    fig.update_layout(barmode="stack")
+    fig.update_layout(barmode="stack", legend_traceorder="reversed")  # the legend reads as the stack, top down
     peaks = table.attrs.get("peaks") or "datasheet peaks"
     dev = peaks.split(":", 1)[0]
     style_figure(fig, title or f"Modelled time by FlyDSL verdict (roofline on {dev} datasheet peaks; "

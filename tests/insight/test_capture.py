@@ -53,9 +53,10 @@ class _Count(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-@pytest.mark.parametrize("batch,seq", [(2, 16), (1, 33)])
-def test_capture_equals_a_real_eager_run(batch, seq):
-    cfg = transformers.AutoConfig.for_model(**{**TINY_LLAMA})
+@pytest.mark.parametrize("config,batch,seq", [(TINY_LLAMA, 2, 16), (TINY_LLAMA, 1, 33), (TINY_QWEN_MOE, 2, 24)],
+                         ids=["llama-2x16", "llama-1x33", "qwen3moe-2x24"])
+def test_capture_equals_a_real_eager_run(config, batch, seq):
+    cfg = transformers.AutoConfig.for_model(**{**config})
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").eval()
     ids = torch.randint(0, 100, (batch, seq))

@@ -141,6 +141,7 @@ def test_weighted_estimate_needs_model_rows():
         RM.weighted_estimate(pd.DataFrame({"op": ["gemm"]}))
 
 
+@pytest.mark.slow
 def test_llama_shares_match_the_prototype():
     """Full-depth Llama-3.1-8B prefill 1x2048: the compiled view's eligible GEMMs carry ~93% of
     FLOPs (attention the rest, unverified away from the GPU); eager: none."""
