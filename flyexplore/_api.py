@@ -44,7 +44,7 @@ from flyexplore.ui import notebooks as _nb
 from flyexplore.views import export as _export
 from flyexplore.views import plots, plots_compare
 from flyexplore.views.aotriton import aotriton_ab_figure
-from flyexplore.views.model import ModelCoverage, model_coverage
+from flyexplore.views.model import ModelCoverage, judge_captures, model_coverage
 from flyexplore.views.report import summary_table, write_ab_report, write_report
 from flyexplore.views.xray import resources_figure
 from flyexplore.world import switches as _switches
@@ -293,6 +293,12 @@ def explain(op: str, shape: str | None = None, dtype: str | None = None,
     return explain_text(op, shape, dtype, options, **kw)
 
 
+def _is_module(obj) -> bool:
+    import torch
+
+    return isinstance(obj, torch.nn.Module)
+
+
 def _model_source(model) -> dict:
     """``hf=`` or ``config=`` of :func:`flyexplore.insight.hf.load_config` for a built-in name, a
     config path or a config dict."""
@@ -303,6 +309,9 @@ def _model_source(model) -> dict:
         return {"hf": text}
     if text.endswith(".json") or Path(text).is_file():
         return {"config": text}
+    if len(text) > 200 or "\n" in text:
+        raise UsageError(f"model must be a built-in name ({', '.join(_hf.builtin_models())}), a config.json path or "
+                         f"dict, an nn.Module or fx.capture's result; got a {type(model).__name__}")
     raise bad_choice("model (a built-in name or a config.json path)", text, _hf.builtin_models())
 
 
@@ -324,7 +333,8 @@ def capture(model, inputs=None, *, view: str = "eager", phase: str = "prefill", 
     ``calls`` (op, :class:`TensorDesc` arguments with strides and storage offset, module path,
     FLOPs, bytes), ``distinct()`` (identical calls counted), ``layers`` (identical layers
     detected), ``uncaptured`` (what could not be captured, with the reason) and ``assumptions``.
-    Judge them with :func:`model`. Raises :class:`~flyexplore.errors.UsageError` for bad input
+    Judge them with ``fx.model(capture)`` (or ``fx.model(module, inputs)`` to capture and judge in
+    one call). Raises :class:`~flyexplore.errors.UsageError` for bad input
     and :class:`~flyexplore.insight.capture.CaptureError` naming the module where capture failed."""
     views = _cap.VIEWS if view == "both" else (view,)
     for v in views:
@@ -342,13 +352,15 @@ def capture(model, inputs=None, *, view: str = "eager", phase: str = "prefill", 
     return caps[0] if len(caps) == 1 else caps
 
 
-def model(model=None, *, config=None, phases: Sequence[tuple[str, int, int]] | None = None, phase: str | None = None,
+def model(model=None, inputs=None, *, config=None, kwargs: Mapping[str, Any] | None = None,
+          phases: Sequence[tuple[str, int, int]] | None = None, phase: str | None = None,
           batch: int | None = None, seq: int | None = None, views: str | Sequence[str] = ("eager", "compiled"),
           arch: str = FLYDSL_ARCH,
           routing: str = "uniform", device: str = "cuda:0", project: str | None = None,
           speedups=None) -> ModelCoverage:
     """Will this model take FlyDSL? Capture a Hugging Face model (``model``: a built-in name, a
-    ``config.json`` path or a config dict; or ``config=``), judge every distinct call for
+    ``config.json`` path or a config dict; or ``config=``) -- or any ``nn.Module`` run on ``inputs``
+    (and ``kwargs``), or captures already made (``fx.capture``'s result) -- and judge every distinct call for
     ``arch`` in each of ``views``, with what-if advice (each re-judged), shares, and a projection
     when ``project`` is ``"published"`` (MI355X per-op figures by nearest shape) or
     ``"results"`` (``speedups``: a result file or frame measured on MI350).
@@ -361,8 +373,20 @@ def model(model=None, *, config=None, phases: Sequence[tuple[str, int, int]] | N
     ``.markdown()``, ``.figure()``, ``.report(dir)``, ``.shapes()`` / ``.export_shapes(path)``
     (sweep input), ``.to_dict()``. FLOPs and bytes are captured; time is modelled (roofline);
     a projection is labelled as one. Raises :class:`~flyexplore.errors.UsageError` for bad input."""
+    if isinstance(model, _cap.Capture) or (isinstance(model, (list, tuple)) and model
+                                            and all(isinstance(c, _cap.Capture) for c in model)):
+        return judge_captures(model, arch=arch, project=project, speedups=speedups, routing=routing)
+    if _is_module(model):
+        if phases is not None or (phase, batch, seq) != (None, None, None):
+            raise UsageError("an nn.Module takes its inputs (fx.model(module, inputs)), not phases")
+        vs = ("eager", "compiled") if views == "both" else ((views,) if isinstance(views, str) else tuple(views))
+        caps = [_cap.capture(model, inputs, view=v, arch=arch, device=device, kwargs=kwargs) for v in vs]
+        return judge_captures(caps, arch=arch, project=project, speedups=speedups, routing=routing)
+    if inputs is not None or kwargs:
+        raise UsageError("inputs are for an nn.Module; a Hugging Face model takes phases=, or phase=/batch=/seq=")
     if (model is None) == (config is None):
-        raise UsageError("give exactly one of a model (a built-in name, config path or dict) and config=")
+        raise UsageError("give exactly one of a model (a built-in name, config path or dict, an nn.Module, or "
+                         "fx.capture's result) and config=")
     src = _model_source(model) if model is not None else {"config": config}
     if phases is not None and (phase, batch, seq) != (None, None, None):
         raise UsageError("give phases=[(phase, batch, seq), ...] or phase=/batch=/seq=, not both")

@@ -119,7 +119,7 @@ def run(a: argparse.Namespace) -> int:
     cov = model_coverage(a.hf, a.config, phases=phases, views=views,
                      arch=a.arch, routing=a.routing, device=a.device, project=a.project, speedups=a.speedups)
     if a.json:
-        print(json.dumps(cov.to_dict(), indent=1, default=str))
+        print(json.dumps(cov.to_dict(), indent=1, default=str, allow_nan=False))
     else:
         print(cov.text())
     if a.md:

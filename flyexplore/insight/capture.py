@@ -70,6 +70,13 @@ _FAKE_ONLY = frozenset({"prim.device.default"})
 _LAYER = re.compile(r"\.(\d+)(?=\.|$)")
 
 
+def check_target(arch: str) -> None:
+    """Raise :class:`UsageError` unless ``arch`` is a target the capture knows
+    (:data:`ARCH_CAPABILITY`)."""
+    if arch not in ARCH_CAPABILITY:
+        raise bad_choice("target arch", arch, ARCH_CAPABILITY)
+
+
 class CaptureError(UsageError):
     """The forward step could not be captured; the message names the module where it failed."""
 
@@ -166,7 +173,7 @@ class Capture:
         b, s = self.meta.get("batch"), self.meta.get("seq")
         if self.phase and b and s:
             return f"{self.phase} {b}x{s}"
-        return self.phase or self.label
+        return self.phase or "step"
 
     def kernel_calls(self) -> list[Call]:
         """The calls that run a kernel and are judged: not views, not inner."""
@@ -554,6 +561,7 @@ def run_step(model, step: Callable[[], Any], *, view: str = "eager", label: str 
 
     if view not in VIEWS:
         raise bad_choice("capture view", view, VIEWS)
+    check_target(arch)
     rec = _Recorder()
     handles = _hooks(model, rec)
     dispatch, function = _modes(rec, decompose=view == "compiled")
@@ -643,8 +651,8 @@ def capture(model, inputs=None, *, view: str = "eager", phase: str = "", label: 
     ``inputs``: a tensor or a tuple of them (real, meta or fake); ``kwargs``: keyword inputs.
     The module's parameters and buffers are replaced by fake tensors on ``device`` for the step
     (``torch.func.functional_call``: the module itself is not changed, no memory is taken;
-    default: the device of its first parameter, ``cuda:0`` for a meta module); real inputs become
-    fake the same way. ``view``: ``eager`` or ``compiled`` (module docstring); ``arch``: the target
+    default ``cuda:0``, where the FlyDSL routes are, whatever device the module is on; ``cpu``
+    records what a CPU run dispatches); real inputs become fake the same way. ``view``: ``eager`` or ``compiled`` (module docstring); ``arch``: the target
     (gfx950). Returns a :class:`Capture`. Raises :class:`CaptureError` naming the module where the
     step failed, :class:`UsageError` for an unknown view or a non-module."""
     import torch
@@ -653,8 +661,7 @@ def capture(model, inputs=None, *, view: str = "eager", phase: str = "", label: 
         raise UsageError(f"capture needs a torch.nn.Module, got {type(model).__name__}")
     if view not in VIEWS:
         raise bad_choice("capture view", view, VIEWS)
-    p0 = next(iter(model.parameters()), None)
-    dev = str(device or (p0.device if p0 is not None and p0.device.type != "meta" else "cuda:0"))
+    dev = str(device or "cuda:0")
     if dev == "cuda":
         dev = "cuda:0"
     mode = fake_mode()

@@ -309,8 +309,10 @@ RULES: tuple[Rule, ...] = (
     Rule("torch_compile",
          "run the model under torch.compile(mode='max-autotune') with FLYDSL in max_autotune_gemm_backends",
          "GEMM calls (eager)", ("eager",),
-         lambda c, v: c.op in ("aten.mm.default", "aten._grouped_mm.default") and v.category.endswith("need torch.compile)"),
+         lambda c, v: c.op in ("aten.mm.default", "aten.addmm.default", "aten._grouped_mm.default")
+         and v.category.endswith("need torch.compile)"),
          lambda c, e: (_gemm(c.arg("self"), c.arg("mat2"), False, e) if c.op == "aten.mm.default"
+                       else _gemm(c.arg("mat1"), c.arg("mat2"), True, e) if c.op == "aten.addmm.default"
                        else _grouped(c.arg("self"), c.arg("mat2"), c.arg("offs"), c.arg("bias"), e))),
 )
 

@@ -369,11 +369,11 @@ class Operator:
 def exported_shapes(model: str, op: str) -> list[tuple[str, str]]:
     """``(shape, dtype)`` of ``op`` in a built-in model's exported calls
     (``data/models/shapes/<model>.csv``, written by ``fx.model(...).shapes()``), each once, in file
-    order: the cases of the ``hf-<model>`` suites."""
+    order, what-if variants left out: the cases of the ``hf-<model>`` suites."""
     import csv
 
     with open(model_shapes_dir() / f"{model}.csv", newline="", encoding="utf-8") as f:
-        rows = [(r["shape"], r["dtype"]) for r in csv.DictReader(f) if r["op"] == op]
+        rows = [(r["shape"], r["dtype"]) for r in csv.DictReader(f) if r["op"] == op and not r.get("variant")]
     return list(dict.fromkeys(rows))
 
 

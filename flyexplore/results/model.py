@@ -199,7 +199,7 @@ def _speedup_table(source: str, results: pd.DataFrame | None, baseline: str | Se
     s = R.speedup(df, baseline=baseline)
     s = s[s["backend"] == "flydsl"].copy()
     if s.empty:
-        raise UsageError(f"the {label} rows hold no flydsl speedup against {baseline}")
+        raise UsageError(f"the {label} rows hold no flydsl speedup against {baseline if isinstance(baseline, str) else ' / '.join(baseline)}")
     dims = []
     for op, case in zip(s["op"], s["case"]):
         try:
@@ -231,12 +231,18 @@ def _nearest(s: pd.DataFrame, family: str, dims: Mapping, dtype: str, k: int = 3
     return out[:k]
 
 
+#: What a projected FlyDSL call is compared with: the faster of ATen and Triton at each case (the
+#: published dense suite's rule; under max-autotune Triton's templates compete too).
+PROJECTION_BASELINE = ("aten", "triton")
+
+
 def projection(judged: Iterable[Judged], source: str = "published", *, results: pd.DataFrame | None = None,
-               baseline: str | Sequence[str] = "aten") -> tuple[pd.DataFrame, pd.DataFrame]:
+               baseline: str | Sequence[str] = PROJECTION_BASELINE) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A whole-model speedup by Amdahl's law, per model, phase and view (module docstring).
 
-    ``source``: ``published`` (the MI355X per-case figures, flydsl against ``baseline``, by nearest
-    shape: the nearest case's speedup, its interval the range of the three nearest cases) or
+    ``source``: ``published`` (the MI355X per-case figures, flydsl against ``baseline`` -- by default
+    the faster of ATen and Triton at each case, :data:`PROJECTION_BASELINE` -- by nearest shape: the
+    nearest case's speedup, its interval the range of the three nearest cases) or
     ``results`` (``results``, a result frame measured on MI350: an exact case match where one
     exists with its 95% interval, else the nearest as above). Only ``eligible`` calls get a
     speedup; everything else keeps its modelled time (speedup 1). Returns ``(calls, summary)``:
@@ -289,8 +295,9 @@ def projection(judged: Iterable[Judged], source: str = "published", *, results: 
                          "source": s["label"].iloc[0], "kind": "projection"})
     calls = pd.DataFrame(per)
     out = pd.DataFrame(summ)
+    base_txt = " or ".join(baseline) if not isinstance(baseline, str) else baseline
     note = ("a projection, not a measurement: Amdahl's law over the modelled roofline time; eligible calls at the "
-            f"{s['label'].iloc[0]} flydsl speedup against {baseline} of the nearest case (interval: the range "
+            f"{s['label'].iloc[0]} flydsl speedup against the faster of {base_txt} of the nearest case (interval: the range "
             "of the three nearest, or a measured case's 95% interval where the case matches exactly); other "
             "calls unchanged; eligible means FlyDSL is a candidate, and autotuning may choose another kernel")
     out.attrs.update({"kind": "projection", "assumptions": note})
@@ -301,7 +308,8 @@ def projection(judged: Iterable[Judged], source: str = "published", *, results: 
 # -- from capture to measurement ------------------------------------------------------------------------
 
 #: Columns of an exported shapes file (``flyexplore model --export-shapes``).
-SHAPE_COLUMNS = ("op", "shape", "dtype", "model", "phase", "step", "view", "module", "count", "status", "note")
+SHAPE_COLUMNS = ("op", "shape", "dtype", "model", "phase", "step", "view", "module", "count", "status", "variant",
+                 "replaces", "note")
 
 
 def _gemm_layout(a, b) -> str | None:
@@ -372,7 +380,10 @@ def export_shapes(judged: Iterable[Judged], routing: str = "uniform") -> pd.Data
     operator, shape, dtype and module, with the call ``count``. Each family is taken from the
     view that decides it (:data:`DECIDING_VIEW`; the other view when only one was captured).
     Calls flyexplore has no operator for are left out of the file (they are in the coverage
-    table)."""
+    table). ``status`` is the call's verdict. What-if variants are rows of their own, ``variant``
+    naming the change and ``replaces`` the shape they stand for: grouped GEMMs passed with B
+    transposed get the same call with B stored [G, K, N] (``expert_weights_gkn``), so that a sweep
+    measures what the advice would bring (:func:`variant_estimate`)."""
     js = list(judged)
     views = {(j.capture.meta.get("model"), j.capture.step): set() for j in js}
     for j in js:
@@ -396,8 +407,18 @@ def export_shapes(judged: Iterable[Judged], routing: str = "uniform") -> pd.Data
                 continue
             rows[key] = {"op": op, "shape": shape, "dtype": dt, "model": cap.meta.get("model", cap.label),
                          "phase": cap.phase, "step": cap.step, "view": cap.view, "module": module_pattern(c.module),
-                         "count": n,
-                         "status": v.status, "note": note}
+                         "count": n, "status": v.status, "variant": "", "replaces": "", "note": note}
+            if op == "grouped_gemm" and cap.view == "compiled" and nt_expert_weight(c.arg("mat2")):
+                # the what-if of expert weights stored [G, K, N]: the same call with a contiguous B
+                nn_shape = ",".join(x for x in shape.replace(":", ",", 1).split(",")[1:] if x != "layout=NT")
+                nn_shape = shape.split(":", 1)[0] + (":" + nn_shape if nn_shape else "")
+                vkey = key + ("expert_weights_gkn",)
+                if vkey in rows:
+                    rows[vkey]["count"] += n
+                else:
+                    rows[vkey] = {**rows[key], "shape": nn_shape, "status": "what-if",
+                                  "variant": "expert_weights_gkn", "replaces": shape,
+                                  "note": "what-if: expert weights stored [G, K, N] (B contiguous)"}
     return pd.DataFrame(list(rows.values()), columns=list(SHAPE_COLUMNS))
 
 
@@ -408,8 +429,11 @@ def weighted_estimate(df: pd.DataFrame, baseline: str = "aten", backend: str | N
     backend (``time_ms``: each case's baseline time over its measured speedup, so that paired
     speedups count as measured), their ratio ``speedup`` and an interval (every case at its 95%
     bound at once), ``cases`` (cases measured with both), ``kind="measured"``. Cases not
-    measured with both are not in it. Raises :class:`UsageError` when the rows carry no
-    ``model_uses`` (not a sweep of exported shapes)."""
+    measured with both are not in it. For ``flydsl``, a call the coverage judged not eligible
+    (its use's ``status``: e.g. a GEMM with a bias sharing its shape with one without) keeps the
+    baseline time (``calls_kept_at_baseline``); what-if variant shapes (``variant``) are left out
+    (:func:`variant_estimate`). Raises :class:`UsageError` when the rows carry no ``model_uses``
+    (not a sweep of exported shapes)."""
     if "model_uses" not in df.columns:
         raise UsageError("these rows carry no model_uses column: sweep the shapes exported by "
                          "flyexplore model --export-shapes with --shapes-from")
@@ -425,22 +449,69 @@ def weighted_estimate(df: pd.DataFrame, baseline: str = "aten", backend: str | N
         u = uses.loc[key]
         model = u["model"] if "model" in uses.columns else ""
         for use in json.loads(u["model_uses"]):
+            if use.get("variant"):
+                continue  # a what-if shape: not a call the model makes as it is
             a = acc.setdefault((model, use.get("step") or use["phase"], r.backend),
-                               {"base": 0.0, "new": 0.0, "lo": 0.0, "hi": 0.0, "cases": set()})
+                               {"base": 0.0, "new": 0.0, "lo": 0.0, "hi": 0.0, "cases": set(), "kept": 0})
             n = use["count"]
-            a["base"] += n * r.baseline_ms
-            a["new"] += n * r.baseline_ms / r.speedup
+            sp = r.speedup
             lo = r.speedup_lo if r.speedup_lo == r.speedup_lo else r.speedup
             hi = r.speedup_hi if r.speedup_hi == r.speedup_hi else r.speedup
+            if r.backend == "flydsl" and use.get("status") not in (None, "", "eligible"):
+                sp = lo = hi = 1.0      # the coverage says this call does not take FlyDSL: baseline time
+                a["kept"] += n
+            a["base"] += n * r.baseline_ms
+            a["new"] += n * r.baseline_ms / sp
             a["lo"] += n * r.baseline_ms / lo
             a["hi"] += n * r.baseline_ms / hi
             a["cases"].add(key)
     rows = [{"model": m, "step": p, "backend": b, "baseline": baseline, "cases": len(a["cases"]),
              "baseline_ms": a["base"], "time_ms": a["new"], "speedup": a["base"] / a["new"],
-             "speedup_lo": a["base"] / a["lo"], "speedup_hi": a["base"] / a["hi"], "kind": "measured"}
+             "speedup_lo": a["base"] / a["lo"], "speedup_hi": a["base"] / a["hi"],
+             "calls_kept_at_baseline": a["kept"], "kind": "measured"}
             for (m, p, b), a in acc.items()]
     out = pd.DataFrame(rows)
     out.attrs["kind"] = "measured"
     out.attrs["note"] = ("measured kernel time of the model's captured calls that were swept, each weighted by its "
                          "call count; calls not swept are not in it")
+    return out
+
+
+def variant_estimate(df: pd.DataFrame, baseline: str = "aten", backend: str = "flydsl") -> pd.DataFrame:
+    """What a what-if would bring, measured: for each exported what-if variant (``variant`` in
+    ``model_uses``, e.g. expert weights stored [G, K, N]), per model, step and variant, the model's
+    calls as they are (the ``replaces`` case at ``baseline``: what runs today) against the changed
+    calls at ``backend`` (the variant case), weighted by call count: ``as_is_ms``, ``what_if_ms``,
+    ``speedup`` (as is / what-if), ``cases``, ``kind="measured"``. Empty when nothing was measured
+    with both."""
+    if "model_uses" not in df.columns:
+        raise UsageError("these rows carry no model_uses column: sweep the shapes exported by "
+                         "flyexplore model --export-shapes with --shapes-from")
+    ok = df[df["status"].isin(["ok"]) & df["time_ms"].notna()]
+    med = ok.groupby(["op", "case", "dtype", "backend"])["time_ms"].median()
+    uses = df.dropna(subset=["model_uses"]).drop_duplicates(["op", "case", "dtype"])
+    acc: dict[tuple, dict] = {}
+    for r in uses.itertuples(index=False):
+        for use in json.loads(r.model_uses):
+            if not use.get("variant"):
+                continue
+            try:
+                as_is_case = get_op(r.op).case(use["replaces"]).label
+            except (UsageError, KeyError):
+                continue
+            before = med.get((r.op, as_is_case, r.dtype, baseline))
+            after = med.get((r.op, r.case, r.dtype, backend))
+            if before is None or after is None:
+                continue
+            k = (getattr(r, "model", ""), use.get("step") or use.get("phase", ""), use["variant"])
+            a = acc.setdefault(k, {"as_is": 0.0, "what_if": 0.0, "cases": set()})
+            a["as_is"] += use["count"] * before
+            a["what_if"] += use["count"] * after
+            a["cases"].add(r.case)
+    rows = [{"model": m, "step": st, "variant": v, "as_is": f"{baseline} on the calls as they are",
+             "what_if": f"{backend} on the changed calls", "cases": len(a["cases"]), "as_is_ms": a["as_is"],
+             "what_if_ms": a["what_if"], "speedup": a["as_is"] / a["what_if"], "kind": "measured"}
+            for (m, st, v), a in acc.items()]
+    out = pd.DataFrame(rows)
+    out.attrs["kind"] = "measured"
     return out

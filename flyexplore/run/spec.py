@@ -172,7 +172,7 @@ def shapes_file_plan(op: Operator, path: str | os.PathLike, dtypes: Sequence[str
     e.g. fp32 on a CPU), and per pair
     the columns its rows keep: ``model``, ``model_module`` (``;``-joined module paths),
     ``model_count`` (calls per model step, all steps) and ``model_uses`` (JSON ``[{"phase", "step",
-    "module", "count"}]``, what :func:`flyexplore.results.model.weighted_estimate` weights by).
+    "module", "count", "status"[, "variant", "replaces"]}]``, what :func:`flyexplore.results.model.weighted_estimate` weights by).
     Raises :class:`UsageError` for a bad file, shape or dtype."""
     rows = read_shapes_file(path, op.name)
     given = [op.check_dtype(d) for d in dtypes] if dtypes else None
@@ -183,8 +183,11 @@ def shapes_file_plan(op: Operator, path: str | os.PathLike, dtypes: Sequence[str
         cases[r["shape"]] = c
         for dt in given or [op.check_dtype(str(r["dtype"]))]:
             e = acc.setdefault((c.label, dt), {"case": c, "model": r.get("model") or "", "uses": []})
-            e["uses"].append({"phase": r.get("phase") or "", "step": r.get("step") or r.get("phase") or "",
-                              "module": r.get("module") or "", "count": r["count"]})
+            use = {"phase": r.get("phase") or "", "step": r.get("step") or r.get("phase") or "",
+                   "module": r.get("module") or "", "count": r["count"], "status": r.get("status") or ""}
+            if r.get("variant"):
+                use.update(variant=r["variant"], replaces=r.get("replaces") or "")
+            e["uses"].append(use)
     base = make_plan(op, shapes=[e["case"] for e in acc.values()][:1], backends=backends)
     pairs = tuple((e["case"], dt) for (_, dt), e in acc.items())
     meta = {k: {"model": e["model"], "model_module": ";".join(dict.fromkeys(u["module"] for u in e["uses"])),

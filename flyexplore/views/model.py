@@ -18,6 +18,7 @@ import pandas as pd
 from flyexplore.errors import UsageError
 from flyexplore.insight import coverage as CV
 from flyexplore.insight import hf as HF
+from flyexplore.insight.capture import Capture, check_target
 from flyexplore.results import model as RM
 from flyexplore.results import table as R
 from flyexplore.views.plot_style import SERIES_COLORS, style_figure
@@ -69,8 +70,8 @@ def coverage_figure(table: pd.DataFrame, title: str | None = None):
     fig.update_layout(barmode="stack", legend_traceorder="reversed")  # the legend reads as the stack, top down
     peaks = table.attrs.get("peaks") or "datasheet peaks"
     dev = peaks.split(":", 1)[0]
-    style_figure(fig, title or f"Modelled time by FlyDSL verdict (roofline on {dev} datasheet peaks; "
-                 "modelled, not measured)", "", "modelled time per step (µs)", legend_title="category")
+    style_figure(fig, title or f"Modelled time by FlyDSL verdict (roofline on {dev} datasheet peaks, pointwise "
+                 "calls unfused; modelled, not measured)", "", "modelled time per step (µs)", legend_title="category")
     return fig
 
 
@@ -79,7 +80,7 @@ def _pct(v) -> str:
 
 
 def coverage_text(table: pd.DataFrame, advice: Iterable[dict] = (), projection: pd.DataFrame | None = None,
-                  width: int = 70) -> str:
+                  width: int = 90) -> str:
     """The terminal view: per capture the layers line, the eligible shares, a table of the
     judged calls (GEMMs, grouped GEMMs, RMSNorm, TopK, attention, largest modelled share first;
     other calls summed on one line), the what-if lines, the projection and the assumptions."""
@@ -101,7 +102,7 @@ def coverage_text(table: pd.DataFrame, advice: Iterable[dict] = (), projection: 
         show["op"] = show["op"].str.replace("aten.", "", regex=False).str.replace(".default", "", regex=False)
         show["flops_share"] = show["flops_share"].map(_pct)
         show["modelled_share"] = show["modelled_share"].map(_pct)
-        show["reason"] = show["reason"].str.slice(0, width)
+        show["reason"] = show["reason"].map(lambda r: r if len(r) <= width else r[:width - 1].rstrip() + "…")
         show = show.rename(columns={"flops_share": "FLOPs", "modelled_share": "modelled"})
         if len(show):
             lines.append("   " + show.to_string(index=False).replace("\n", "\n   "))
@@ -116,10 +117,11 @@ def coverage_text(table: pd.DataFrame, advice: Iterable[dict] = (), projection: 
     if projection is not None and len(projection):
         lines.append("projection: " + projection.attrs.get("assumptions", ""))
         for r in projection.itertuples(index=False):
-            lines.append(f"   {r.model} {r.step} ({r.view}): whole-model kernel time x{r.speedup:.3f} "
+            lines.append(f"   {r.model} {r.step} ({r.view}): whole-model kernel-time speedup {r.speedup:.3f}x "
                          f"[{r.speedup_lo:.3f}, {r.speedup_hi:.3f}] from {r.source} speedups; "
                          f"{r.covered_share:.1%} of modelled time covered")
         lines.append("")
+    lines.append("(reasons longer than the table's column end in …: --md or --json print them whole)")
     unc = table.attrs.get("uncaptured") or []
     if unc:
         lines.append(f"not captured ({len(unc)}):")
@@ -210,6 +212,22 @@ def write_model_report(table: pd.DataFrame, out_dir: str | Path, advice: Iterabl
     coverage into ``out_dir`` (the rules of :func:`flyexplore.views.report.check_report_dir`).
     Returns its path."""
     return write_sections([model_section(table, advice, projection)], out_dir, title, static=static)
+
+
+def _no_nan(obj):
+    """``obj`` with every float NaN replaced by ``None`` (dicts and lists walked)."""
+    if isinstance(obj, float) and obj != obj:
+        return None
+    if isinstance(obj, dict):
+        return {k: _no_nan(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_no_nan(v) for v in obj]
+    return obj
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    """Rows as dicts with missing values as ``None`` (JSON ``null``, never ``NaN``)."""
+    return df.astype(object).where(df.notna(), None).to_dict(orient="records")
 
 
 class Projection(NamedTuple):
@@ -309,7 +327,7 @@ class ModelCoverage:
                          "meta": {k: v for k, v in c.meta.items() if k not in ("model",)},
                          "layers": c.layers.get("text"), "layer_kinds": c.layers.get("kinds"),
                          "assumptions": list(dict.fromkeys(c.assumptions)), "uncaptured": c.uncaptured,
-                         "calls": rows.drop(columns=["model", "step", "phase", "view"]).to_dict(orient="records")})
+                         "calls": _records(rows.drop(columns=["model", "step", "phase", "view"]))})
         out = {"kinds": {"flops": "captured from the model", "bytes": "captured from the model",
                          "modelled_us": f"modelled (roofline on {self.table.attrs.get('peaks')})"},
                "captures": caps, "advice": self.advice}
@@ -317,8 +335,35 @@ class ModelCoverage:
             calls, summ = self.projection
             out["projection"] = {"kind": "projection (not a measurement)",
                                  "assumptions": summ.attrs.get("assumptions"),
-                                 "summary": summ.to_dict(orient="records"), "calls": calls.to_dict(orient="records")}
-        return out
+                                 "summary": _records(summ), "calls": _records(calls)}
+        return _no_nan(out)
+
+
+def judge_captures(captures, *, arch: str | None = None, project: str | None = None, speedups=None,
+                   routing: str = "uniform") -> ModelCoverage:
+    """A :class:`ModelCoverage` of captures already made (:func:`flyexplore.insight.capture.capture`
+    of any ``nn.Module``, or :func:`flyexplore.insight.hf.capture_model`): each judged for ``arch``
+    (default: the arch it was captured for), with what-if advice and, with ``project``, a projection
+    (as :func:`model_coverage`). Raises :class:`UsageError` for something that is not a capture."""
+    caps = [captures] if isinstance(captures, Capture) else list(captures)
+    if not caps or not all(isinstance(c, Capture) for c in caps):
+        raise UsageError("judge_captures takes a Capture or a list of them (fx.capture's result)")
+    envs = {}
+    judged = []
+    for c in caps:
+        a = arch or c.arch
+        check_target(a)
+        envs.setdefault(a, CV.Envs(a))
+        judged.append(CV.judge_capture(c, envs[a]))
+    proj = None
+    if project:
+        res = None
+        if project == "results":
+            if speedups is None:
+                raise UsageError("a projection from results needs a result file (speedups=)")
+            res = speedups if isinstance(speedups, pd.DataFrame) else R.load(speedups)
+        proj = RM.projection(judged, project, results=res)
+    return ModelCoverage(judged, proj, routing)
 
 
 def model_coverage(hf: str | None = None, config=None, *, phases=(("prefill", 1, 2048),),
@@ -334,6 +379,7 @@ def model_coverage(hf: str | None = None, config=None, *, phases=(("prefill", 1,
     routing; a config transformers cannot build) and
     :class:`~flyexplore.insight.capture.CaptureError` naming the module where a capture failed."""
     check_arch(arch)
+    check_target(arch)
     if isinstance(views, str):
         views = ("eager", "compiled") if views == "both" else (views,)
     for v in views:

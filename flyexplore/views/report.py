@@ -572,6 +572,12 @@ def weighted_section(df: pd.DataFrame, baseline: str = "aten"):
             return
         page.p(w.attrs.get("note", ""), cls="note")
         page.table("model_weighted", w)
+        v = RM.variant_estimate(df, baseline=baseline)
+        if len(v):
+            page.h3("What-if variants (measured)")
+            page.p("The model's calls as they are, at the baseline, against the changed calls the what-if advice "
+                   "describes, at flydsl; weighted by call count.", cls="note")
+            page.table("model_what_if", v)
     return add
 
 

@@ -30,7 +30,7 @@ def test_llama_style_config_json_gives_every_gemm_with_shape_and_verdict(tmp_pat
     cfg = _write(tmp_path, "llama.json", LLAMA)
     r = run_cli("model", "--config", str(cfg), "--phase", "prefill", "--batch", "1", "--seq", "1024", "--json")
     assert r.returncode == 0, r.stderr
-    d = json.loads(r.stdout)
+    d = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))   # no NaN / Infinity
     comp = [c for c in d["captures"] if c["view"] == "compiled"][0]
     gemms = [c for c in comp["calls"] if c["op"] == "aten.mm.default"]
     mods = {c["module"]: c for c in gemms}
@@ -71,7 +71,9 @@ def test_exported_shapes_sweep_on_the_cpu_and_the_report_weights_them(tmp_path):
     assert r.returncode == 0, r.stderr
     s = pd.read_csv(shapes)
     assert set(s["op"]) >= {"gemm", "grouped_gemm", "rmsnorm", "topk", "attention"}
-    assert set(s.loc[s["op"] == "grouped_gemm", "shape"]) == {"8x16x256x256:layout=NT", "8x16x256x128:layout=NT"}
+    asis = s[s["variant"].fillna("") == ""]
+    assert set(asis.loc[asis["op"] == "grouped_gemm", "shape"]) == {"8x16x256x256:layout=NT", "8x16x256x128:layout=NT"}
+    assert set(s.loc[s["variant"] == "expert_weights_gkn", "shape"]) == {"8x16x256x256", "8x16x256x128"}
     assert (s.loc[s["op"] == "gemm", "view"] == "compiled").all() and (s.loc[s["op"] == "rmsnorm", "view"] == "eager").all()
     out = tmp_path / "g.csv"
     r = run_cli("sweep", "--op", "gemm", "--shapes-from", str(shapes), "--dtypes", "fp32", "--backends",

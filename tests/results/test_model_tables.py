@@ -101,14 +101,18 @@ def test_exported_shapes_are_catalogue_cases_a_sweep_reads_back(judged, tmp_path
     assert list(s.columns) == list(RM.SHAPE_COLUMNS)
     for r in s.itertuples():
         get_op(r.op).case(r.shape)                       # every shape parses
-    g = s[s["op"] == "grouped_gemm"]
+    g = s[(s["op"] == "grouped_gemm") & (s["variant"].fillna("") == "")]
     # uniform routing: prefill 128 tokens x top-2 over 8 experts = 32 rows each; decode 4 x 2 = 8 -> 1
     assert set(g["shape"]) == {"8x32x256x256:layout=NT", "8x32x256x128:layout=NT", "8x1x256x256:layout=NT",
                                "8x1x256x128:layout=NT"}
+    # the what-if of [G, K, N] expert weights is exported beside each, standing for it
+    v = s[s["variant"] == "expert_weights_gkn"]
+    assert dict(zip(v["replaces"], v["shape"])) == {x: x.split(":")[0] for x in g["shape"]}
+    assert (v["status"] == "what-if").all() and list(v["count"]) == list(g["count"])
     p = tmp_path / "s.csv"
     s.to_csv(p, index=False)
     plan = shapes_file_plan(get_op("grouped_gemm"), p, None, ["aten"])
-    assert len(plan.pairs) == 4 and all(d == "bf16" for _, d in plan.pairs)
+    assert len(plan.pairs) == 8 and all(d == "bf16" for _, d in plan.pairs)
     meta = plan.meta[(plan.pairs[0][0].label, "bf16")]
     assert meta["model"] == "qwen3_moe" and meta["model_count"] == 2
     assert json.loads(meta["model_uses"])[0]["phase"] == "prefill"
@@ -163,5 +167,62 @@ def test_a_skewed_routing_gives_ragged_expert_shapes(judged):
         case = get_op("grouped_gemm").case(shape)
         ms = [int(x) for x in case["ms"].split("/")]
         assert sum(ms) == 128 * 2 and ms == sorted(ms, reverse=True) and ms[0] > ms[-1]
-        assert case["layout"] == "NT" and case["m"] == ms[0]
+        assert case["m"] == ms[0]
     assert RM.split_rows(10, 4) == [3, 3, 2, 2] and sum(RM.split_rows(1000, 7, "zipf:1.3")) == 1000
+
+
+def _swept(rows):
+    """Result rows of a sweep of exported shapes: (case, backend, time_ms, uses)."""
+    out = []
+    for case, backend, t, uses in rows:
+        out.append({"op": "grouped_gemm", "case": case, "dtype": "bf16", "backend": backend, "status": "ok",
+                    "time_ms": t, "source": "measured", "model": "m", "model_uses": json.dumps(uses)})
+    return pd.DataFrame(out)
+
+
+def test_measured_weights_keep_not_eligible_calls_at_the_baseline_and_measure_the_what_if():
+    nt = get_op("grouped_gemm").case("8x32x256x256:layout=NT").label
+    nn = get_op("grouped_gemm").case("8x32x256x256").label
+    as_is = [{"phase": "prefill", "step": "prefill 1x128", "module": "e", "count": 2, "status": "not eligible"}]
+    what_if = [{"phase": "prefill", "step": "prefill 1x128", "module": "e", "count": 2, "status": "what-if",
+                "variant": "expert_weights_gkn", "replaces": "8x32x256x256:layout=NT"}]
+    df = _swept([(nt, "aten", 2.0, as_is), (nt, "flydsl", 1.0, as_is),
+                 (nn, "aten", 1.8, what_if), (nn, "flydsl", 0.5, what_if)])
+    w = RM.weighted_estimate(df, backend="flydsl")
+    # the NT call does not take FlyDSL on MI350 (the coverage said so): its flydsl row is not credited
+    assert len(w) == 1 and w["speedup"].iloc[0] == pytest.approx(1.0) and w["calls_kept_at_baseline"].iloc[0] == 2
+    v = RM.variant_estimate(df)
+    # today: aten on the NT call (2 x 2.0 ms); the what-if: flydsl on the [G, K, N] call (2 x 0.5 ms)
+    assert v["as_is_ms"].iloc[0] == pytest.approx(4.0) and v["what_if_ms"].iloc[0] == pytest.approx(1.0)
+    assert v["speedup"].iloc[0] == pytest.approx(4.0) and v["variant"].iloc[0] == "expert_weights_gkn"
+
+
+def test_any_module_is_judged_on_a_fake_cuda_device_and_bad_targets_are_refused():
+    import torch
+
+    import flyexplore as fx
+    from flyexplore.insight.capture import CaptureError  # noqa: F401 - the error fx.capture raises
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(256, 512, bias=False)
+
+        def forward(self, x):
+            return torch.topk(self.proj(x).float(), 8)
+
+    net = Net().to(torch.bfloat16)                     # a CPU module with real weights
+    x = torch.empty(1024, 256, dtype=torch.bfloat16)
+    cap = fx.capture(net, x)
+    assert cap.device == "cuda:0" and all(t.device == "cuda:0" for c in cap.kernel_calls() for t in c.inputs if t)
+    cov = fx.model(net, x)
+    t = cov.table
+    assert t.loc[(t["view"] == "compiled") & (t["op"] == "aten.mm.default"), "status"].tolist() == ["eligible"]
+    assert repr(fx.model(fx.capture(net, x, view="both"))) == repr(cov)
+    json.dumps(cov.to_dict(), allow_nan=False, default=str)     # strict JSON: no NaN
+    with pytest.raises(UsageError, match="unknown target arch 'gfx9999'"):
+        fx.capture(net, x, arch="gfx9999")
+    with pytest.raises(UsageError, match="takes its inputs"):
+        fx.model(net, phase="decode")
+    with pytest.raises(UsageError, match="not both"):
+        fx.model("llama-3.1-8b", phases=[("prefill", 1, 64)], seq=128)
