@@ -15,10 +15,9 @@ apart), judging (per capture), coverage table and text -- by wrapping the librar
 from outside (no library code changed), and reports its ``ru_maxrss`` (RUSAGE_SELF, and
 RUSAGE_CHILDREN should it start any). The parent times the whole process with
 ``time.perf_counter`` around it (interpreter start-up included: that wall time is what the goal
-is judged on) and reads its peak RSS with ``os.wait4``. Then the CLI end to end, once: ``flyexplore
-model --hf llama-3.1-8b`` takes one ``--batch``/``--seq`` for all phases, so it runs twice
-(``--phase prefill --batch 1 --seq 2048`` and ``--phase decode --batch 32 --seq 2048``; each
-builds the model again), both reported and their sum. ``--models all`` adds the other built-in
+is judged on) and reads its peak RSS with ``os.wait4``. Then the CLI end to end, once:
+``flyexplore model --hf llama-3.1-8b --phase prefill:1x2048,decode:32x2048`` (one process, one
+build). ``--models all`` adds the other built-in
 models (qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b), one fresh process each at the same phases:
 information, no goal.
 
@@ -181,8 +180,8 @@ def cli_runs(model: str) -> list[dict]:
     exe = Path(sys.executable).parent / "flyexplore"
     base = [str(exe)] if exe.exists() else [sys.executable, "-m", "flyexplore"]
     out = []
-    for ph, b, s in PHASES:
-        cmd = base + ["model", "--hf", model, "--phase", ph, "--batch", str(b), "--seq", str(s)]
+    spec = ",".join(f"{ph}:{b}x{s}" for ph, b, s in PHASES)
+    for cmd in (base + ["model", "--hf", model, "--phase", spec],):
         r = run_process(cmd)
         out.append({"cmd": " ".join(["flyexplore"] + cmd[len(base):]), "wall_s": r["wall_s"], "rc": r["rc"],
                     "maxrss_kib": r["maxrss_kib"], "cpu_s": r["user_s"] + r["sys_s"],
@@ -291,15 +290,11 @@ def report(reps: list[dict], cli: list[dict], others: list[dict], load0: str, lo
     else:
         L.append("overall:     FAIL (no repetition finished)")
     L.append("")
-    L.append("CLI end to end, once (one --batch/--seq per invocation, so two; each builds the model):")
+    L.append("CLI end to end, once (both phases in one invocation, --phase prefill:1x2048,decode:32x2048):")
     for c in cli:
         L.append(f"  {c['cmd']:70s} {c['wall_s']:6.2f} s, peak RSS {_mib(c['maxrss_kib'])}, "
                  f"CPU {c['cpu_s']:.2f} s, exit {c['rc']}, {c['lines']} lines"
                  + (f"\n    {c['err']}" if c["err"] else ""))
-    if cli:
-        tot = sum(c["wall_s"] for c in cli)
-        L.append(f"  {'sum':70s} {tot:6.2f} s (information: two builds and imports; the goal is the one-process "
-                 f"run above; peak of the two {_mib(max(c['maxrss_kib'] for c in cli))})")
     if others:
         L.append("")
         L.append("other built-in models, once each, same phases and views (information, no goal):")
