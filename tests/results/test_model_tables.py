@@ -201,7 +201,6 @@ def test_any_module_is_judged_on_a_fake_cuda_device_and_bad_targets_are_refused(
     import torch
 
     import flyexplore as fx
-    from flyexplore.insight.capture import CaptureError  # noqa: F401 - the error fx.capture raises
 
     class Net(torch.nn.Module):
         def __init__(self):
