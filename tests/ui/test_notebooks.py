@@ -436,8 +436,10 @@ def _check_model_coverage(executed):
     assert "modelled, not measured" in _title(fig)
     assert {"eligible", "grouped_gemm: B contiguous"} <= {t["name"] for t in fig["data"]}
     shapes = pd.read_csv(out / "qwen3_shapes.csv")
-    grouped = shapes[shapes.op == "grouped_gemm"]
+    grouped = shapes[(shapes.op == "grouped_gemm") & shapes["variant"].isna()]
     assert len(grouped) == 2 and grouped["shape"].str.contains("layout=NT").all() and (grouped["count"] == 48).all()
+    what_if = shapes[shapes["variant"] == "expert_weights_gkn"]   # the [G, K, N] shapes, to measure the advice
+    assert set(what_if["replaces"]) == set(grouped["shape"]) and not what_if["shape"].str.contains("NT").any()
     # the panel: a bad sequence was one line of error text, then gpt-oss-20b ran and filled it
     assert "seq must be a positive integer, got 0" in text
     states = _widget_states(nb)
