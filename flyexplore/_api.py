@@ -321,8 +321,8 @@ def capture(model, inputs=None, *, view: str = "eager", phase: str = "prefill", 
     """Record every operator call of one forward step of a model, with no GPU and no weights.
 
     ``model``: an ``nn.Module`` run as ``model(*inputs, **kwargs)`` (``inputs`` a tensor or a
-    tuple; parameters and inputs become fake tensors on ``device``, default the module's, else
-    ``cuda:0``); or a Hugging Face model -- a built-in name (``"llama-3.1-8b"``,
+    tuple; parameters and inputs become fake tensors on ``device``, default ``cuda:0`` whatever
+    device the module is on); or a Hugging Face model -- a built-in name (``"llama-3.1-8b"``,
     ``"qwen3-30b-a3b"``, ``"mixtral-8x7b"``, ``"gpt-oss-20b"``), a ``config.json`` path or a config
     dict -- with the phase spec ``phase`` (``prefill`` / ``decode``), ``batch`` and ``seq``
     (decode: the context length) and the MoE ``routing`` assumption (``uniform``). ``view``:
@@ -336,10 +336,7 @@ def capture(model, inputs=None, *, view: str = "eager", phase: str = "prefill", 
     Judge them with ``fx.model(capture)`` (or ``fx.model(module, inputs)`` to capture and judge in
     one call). Raises :class:`~flyexplore.errors.UsageError` for bad input
     and :class:`~flyexplore.insight.capture.CaptureError` naming the module where capture failed."""
-    views = _cap.VIEWS if view == "both" else (view,)
-    for v in views:
-        if v not in _cap.VIEWS:
-            raise bad_choice("capture view", v, (*_cap.VIEWS, "both"))
+    views = _cap.views_of(view)
     check_arch(arch)
     if isinstance(model, (str, os.PathLike, Mapping)):
         if inputs is not None or kwargs:
@@ -379,8 +376,8 @@ def model(model=None, inputs=None, *, config=None, kwargs: Mapping[str, Any] | N
     if _is_module(model):
         if phases is not None or (phase, batch, seq) != (None, None, None):
             raise UsageError("an nn.Module takes its inputs (fx.model(module, inputs)), not phases")
-        vs = ("eager", "compiled") if views == "both" else ((views,) if isinstance(views, str) else tuple(views))
-        caps = [_cap.capture(model, inputs, view=v, arch=arch, device=device, kwargs=kwargs) for v in vs]
+        caps = [_cap.capture(model, inputs, view=v, arch=arch, device=device, kwargs=kwargs)
+                for v in _cap.views_of(views)]
         return judge_captures(caps, arch=arch, project=project, speedups=speedups, routing=routing)
     if inputs is not None or kwargs:
         raise UsageError("inputs are for an nn.Module; a Hugging Face model takes phases=, or phase=/batch=/seq=")

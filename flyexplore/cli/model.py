@@ -108,7 +108,6 @@ def run(a: argparse.Namespace) -> int:
     if not a.hf and not a.config:
         raise UsageError("give a model: --hf NAME (flyexplore model --list) or --config FILE")
     phases = _phases(a.phase, a.batch, a.seq)
-    views = ("eager", "compiled") if a.view == "both" else (a.view,)
     if a.project == "results" and not a.speedups:
         raise UsageError("--project results needs --speedups FILE (a result file with flydsl rows)")
     if a.speedups and a.project != "results":
@@ -116,7 +115,7 @@ def run(a: argparse.Namespace) -> int:
     _check_out(a.md, "--md", (".md",))
     _check_out(a.export_shapes, "--export-shapes", (".csv",))
     _check_out(a.figure, "--figure", (".html", ".png", ".svg", ".pdf"))
-    cov = model_coverage(a.hf, a.config, phases=phases, views=views,
+    cov = model_coverage(a.hf, a.config, phases=phases, views=a.view,
                      arch=a.arch, routing=a.routing, device=a.device, project=a.project, speedups=a.speedups)
     if a.json:
         print(json.dumps(cov.to_dict(), indent=1, default=str, allow_nan=False))

@@ -140,6 +140,18 @@ class Call:
                 module_pattern(self.module), self.inner)
 
 
+def views_of(view: str | Sequence[str]) -> tuple[str, ...]:
+    """The capture views a ``view`` argument names: ``"eager"``, ``"compiled"``, ``"both"`` (both
+    :data:`VIEWS`) or a list of views. Raises :class:`UsageError` naming an unknown view."""
+    vs = VIEWS if view == "both" else ((view,) if isinstance(view, str) else tuple(view))
+    for v in vs:
+        if v not in VIEWS:
+            raise bad_choice("capture view", v, (*VIEWS, "both"))
+    if not vs:
+        raise UsageError("no capture view given (valid: eager, compiled, both)")
+    return vs
+
+
 def module_pattern(path: str) -> str:
     """``model.layers.3.mlp.down_proj`` -> ``model.layers.*.mlp.down_proj``."""
     return _LAYER.sub(".*", path)
@@ -467,8 +479,7 @@ def _hooks(model, rec: _Recorder):
 
 
 def _is_rmsnorm_module(m) -> bool:
-    n = type(m).__name__
-    return n.endswith("RMSNorm") or n == "RMSNorm"
+    return type(m).__name__.endswith("RMSNorm")
 
 
 @contextlib.contextmanager

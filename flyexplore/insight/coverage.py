@@ -110,6 +110,18 @@ def _gemm(a: TensorDesc, b: TensorDesc, bias: bool, envs: Envs):
     return explain("gemm", env=envs(True), a=a, b=b, bias=bias)
 
 
+def gemm_operands(c: Call) -> tuple[TensorDesc, TensorDesc]:
+    """A [M, K] and B [K, N] of a captured ``aten.mm`` or ``aten.addmm`` (whose first argument
+    is the bias)."""
+    return (c.arg("mat1"), c.arg("mat2")) if c.op == "aten.addmm.default" else (c.arg("self"), c.arg("mat2"))
+
+
+def _judge_gemm(c: Call, envs: Envs, bias: bool | None = None):
+    """The compile rules on a captured mm / addmm; ``bias`` (default: addmm has one) to re-judge."""
+    a, b = gemm_operands(c)
+    return _gemm(a, b, c.op == "aten.addmm.default" if bias is None else bias, envs)
+
+
 def _grouped(a, b, offs, bias, envs: Envs):
 
     return explain("grouped_gemm", env=envs(True), a=a, b=b, offs=offs if offs is not None else None,
@@ -159,8 +171,6 @@ def _attention(c: Call, arch: str):
 
 def judge_call(c: Call, view: str, envs: Envs) -> Verdict:
     """The verdict for one captured call in ``view`` (module docstring)."""
-    import torch
-
     op, fam = c.op, c.family
     compiled = view == "compiled"
     if op == SDPA:
@@ -180,10 +190,7 @@ def judge_call(c: Call, view: str, envs: Envs) -> Verdict:
                            "not eligible in eager: FlyDSL's GEMM is an Inductor template, a candidate only under "
                            "torch.compile with max-autotune and FLYDSL in max_autotune_gemm_backends "
                            "(the compiled view judges it)")
-        if op == "aten.addmm.default":
-            ex = _gemm(c.arg("mat1"), c.arg("mat2"), True, envs)
-        else:
-            ex = _gemm(c.arg("self"), c.arg("mat2"), False, envs)
+        ex = _judge_gemm(c, envs)
         return _from_explanation("gemm", ex, (AUTOTUNE_NOTE,) if ex.taken else ())
     if fam == "grouped_gemm":
         if op != "aten._grouped_mm.default":
@@ -218,7 +225,6 @@ def judge_call(c: Call, view: str, envs: Envs) -> Verdict:
         return Verdict("unverified", "scaled_gemm: not judged from a capture",
                        "listed, not judged: a captured scaled GEMM needs its recipe and scales "
                        "(flyexplore explain --op scaled_gemm judges one call)")
-    del torch
     return Verdict("no FlyDSL path", f"no FlyDSL path: {_kind(op)}", f"no FlyDSL path for {op}")
 
 
@@ -294,7 +300,7 @@ RULES: tuple[Rule, ...] = (
          "keep the bias out of the GEMM (Linear(bias=False) plus a separate add)",
          "GEMM calls with a bias", ("compiled",),
          lambda c, v: c.op == "aten.addmm.default" and v.status != "eligible",
-         lambda c, e: _gemm(c.arg("mat1"), c.arg("mat2"), False, e)),
+         lambda c, e: _judge_gemm(c, e, bias=False)),
     Rule("bf16_gemm",
          "run the model in bf16 (FlyDSL's GEMM templates take fp16/bf16)",
          "fp32 GEMM calls", ("compiled",),
@@ -311,9 +317,8 @@ RULES: tuple[Rule, ...] = (
          "GEMM calls (eager)", ("eager",),
          lambda c, v: c.op in ("aten.mm.default", "aten.addmm.default", "aten._grouped_mm.default")
          and v.category.endswith("need torch.compile)"),
-         lambda c, e: (_gemm(c.arg("self"), c.arg("mat2"), False, e) if c.op == "aten.mm.default"
-                       else _gemm(c.arg("mat1"), c.arg("mat2"), True, e) if c.op == "aten.addmm.default"
-                       else _grouped(c.arg("self"), c.arg("mat2"), c.arg("offs"), c.arg("bias"), e))),
+         lambda c, e: (_grouped(c.arg("self"), c.arg("mat2"), c.arg("offs"), c.arg("bias"), e)
+                       if c.op == "aten._grouped_mm.default" else _judge_gemm(c, e))),
 )
 
 
@@ -347,8 +352,7 @@ def what_if(j: Judged, envs: Envs) -> list[dict]:
         for c, n, v in hits:
             after = rule.rejudge(c, envs)
             good = bool(getattr(after, "taken", False))
-            fam = "gemm" if c.op in ("aten.mm.default", "aten.addmm.default") else c.family or ""
-            after_v = _from_explanation("grouped_gemm" if c.op == "aten._grouped_mm.default" else fam, after)
+            after_v = _from_explanation(c.family or "", after)
             ok += n if good else 0
             if not good:
                 r = after_v.reason.replace("not eligible: ", "")

@@ -24,10 +24,11 @@ import inspect
 import json
 import logging
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from flyexplore.errors import UsageError, bad_choice
-from flyexplore.insight.capture import VIEWS, Capture, CaptureError, fake_mode, layer_kinds, run_step, target_device
+from flyexplore.insight.capture import (VIEWS, Capture, CaptureError, fake_mode, layer_kinds, run_step, target_device,
+                                        views_of)
 from flyexplore.paths import data_dir
 
 #: Phases of :func:`capture_model`.
@@ -184,15 +185,11 @@ def build(desc: Mapping, *, mode=None, device: str = "cuda:0", arch: str = "gfx9
                  f"on {device} (no weights), attention implementation {attn!r}"
                  + ("" if attn == "sdpa" else " (the model does not support SDPA)"))
     ex = getattr(model.config, "_experts_implementation", None)
-    if ex and _has_experts(model):
+    if ex and experts_info(model):
         notes.append(f"experts implementation {ex!r} (transformers' default where torch._grouped_mm runs)")
     if patched:
         notes.append(patched)
     return model, mode, notes
-
-
-def _has_experts(model) -> bool:
-    return any(type(m).__name__.endswith("Experts") for m in model.modules())
 
 
 def experts_info(model) -> list[dict]:
@@ -258,19 +255,12 @@ def capture_model(hf: str | None = None, config: str | Path | Mapping | None = N
     title, source, phase, batch, seq, routing, experts). Raises :class:`UsageError` for an
     unknown model or phase, a config transformers cannot build, and
     :class:`~flyexplore.insight.capture.CaptureError` naming the module where a capture failed."""
-    for v in views:
-        if v not in VIEWS:
-            raise bad_choice("capture view", v, VIEWS)
+    views = views_of(views)
     routing_shares(routing, 8)  # checks the routing text
-    if built is None:
-        desc = load_config(hf, config)
-        mp = desc["config"].get("max_position_embeddings")
-        check_phase(phase, batch, seq, mp if isinstance(mp, int) else None)
-        model, mode, notes = build(desc, device=device, arch=arch, dtype=dtype)
-    else:
-        desc, model, mode, notes = built
-        mp = desc["config"].get("max_position_embeddings")
-        check_phase(phase, batch, seq, mp if isinstance(mp, int) else None)
+    desc = load_config(hf, config) if built is None else built[0]
+    mp = desc["config"].get("max_position_embeddings")
+    check_phase(phase, batch, seq, mp if isinstance(mp, int) else None)   # before building anything
+    _, model, mode, notes = built or (desc, *build(desc, device=device, arch=arch, dtype=dtype))
     notes = list(notes) + ["logits for the last position only (logits_to_keep=1, as generate asks)"]
     rn = routing_note(model, routing)
     if rn:
@@ -306,12 +296,3 @@ def capture_phases(hf: str | None = None, config=None, *, phases: Iterable[tuple
     for phase, batch, seq in phases:
         out += capture_model(phase=phase, batch=batch, seq=seq, built=(desc, model, mode, notes), **kw)
     return out
-
-
-def describe_model(desc: Mapping) -> dict[str, Any]:
-    """The dims a reader checks first, from a config dict (hidden, layers, heads, experts)."""
-    c = desc["config"]
-    keys = ("model_type", "hidden_size", "intermediate_size", "moe_intermediate_size", "num_hidden_layers",
-            "num_attention_heads", "num_key_value_heads", "head_dim", "num_experts", "num_local_experts",
-            "num_experts_per_tok", "vocab_size")
-    return {k: c[k] for k in keys if k in c}

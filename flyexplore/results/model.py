@@ -27,7 +27,7 @@ import pandas as pd
 
 from flyexplore.errors import UsageError, bad_choice
 from flyexplore.insight.capture import DECOMPOSED_RMSNORM, SDPA, Call, module_pattern
-from flyexplore.insight.coverage import Judged, attention_shape, nt_expert_weight
+from flyexplore.insight.coverage import Judged, attention_shape, gemm_operands, nt_expert_weight
 from flyexplore.insight.hf import routing_shares
 from flyexplore.ops import get_op
 from flyexplore.results import published as P
@@ -166,11 +166,8 @@ def call_dims(family: str, c: Call) -> dict | None:
     """The catalogue dims of a captured call (gemm m,n,k; grouped_gemm g,m,n,k with M per group
     under uniform routing; rmsnorm m,n; topk m,n,k), ``None`` when it has none."""
     try:
-        if family == "gemm" and c.op == "aten.mm.default":
-            a, b = c.arg("self"), c.arg("mat2")
-            return {"m": a.shape[0], "n": b.shape[1], "k": a.shape[1]}
-        if family == "gemm" and c.op == "aten.addmm.default":
-            a, b = c.arg("mat1"), c.arg("mat2")
+        if family == "gemm" and c.op in ("aten.mm.default", "aten.addmm.default"):
+            a, b = gemm_operands(c)
             return {"m": a.shape[0], "n": b.shape[1], "k": a.shape[1]}
         if family == "grouped_gemm" and c.op == "aten._grouped_mm.default":
             a, b = c.arg("self"), c.arg("mat2")
@@ -339,7 +336,7 @@ def call_shape(c: Call, routing: str = "uniform") -> tuple[str, str, str] | None
     ``MxN:eps=..``; topk ``MxNxK``; attention ``BxHxSQxSKVxD[:hkv=..,causal=1]``."""
     fam = c.family
     if fam == "gemm" and c.op in ("aten.mm.default", "aten.addmm.default"):
-        a, b = (c.arg("self"), c.arg("mat2")) if c.op == "aten.mm.default" else (c.arg("mat1"), c.arg("mat2"))
+        a, b = gemm_operands(c)
         lay = _gemm_layout(a, b)
         if lay is None:
             return None
@@ -422,6 +419,12 @@ def export_shapes(judged: Iterable[Judged], routing: str = "uniform") -> pd.Data
     return pd.DataFrame(list(rows.values()), columns=list(SHAPE_COLUMNS))
 
 
+def _need_model_uses(df: pd.DataFrame) -> None:
+    if "model_uses" not in df.columns:
+        raise UsageError("these rows carry no model_uses column: sweep the shapes exported by "
+                         "flyexplore model --export-shapes with --shapes-from")
+
+
 def weighted_estimate(df: pd.DataFrame, baseline: str = "aten", backend: str | None = None) -> pd.DataFrame:
     """The measured whole-model kernel-time estimate from a sweep of exported shapes: per model,
     step (``prefill 1x2048``: the phase with its batch and tokens) and backend (``backend``, default every one but ``baseline``; on an MI350 ``flydsl``),
@@ -434,9 +437,7 @@ def weighted_estimate(df: pd.DataFrame, baseline: str = "aten", backend: str | N
     baseline time (``calls_kept_at_baseline``); what-if variant shapes (``variant``) are left out
     (:func:`variant_estimate`). Raises :class:`UsageError` when the rows carry no ``model_uses``
     (not a sweep of exported shapes)."""
-    if "model_uses" not in df.columns:
-        raise UsageError("these rows carry no model_uses column: sweep the shapes exported by "
-                         "flyexplore model --export-shapes with --shapes-from")
+    _need_model_uses(df)
     s = R.speedup(df, baseline=baseline)
     if backend is not None:
         s = s[s["backend"] == backend]
@@ -484,9 +485,7 @@ def variant_estimate(df: pd.DataFrame, baseline: str = "aten", backend: str = "f
     calls at ``backend`` (the variant case), weighted by call count: ``as_is_ms``, ``what_if_ms``,
     ``speedup`` (as is / what-if), ``cases``, ``kind="measured"``. Empty when nothing was measured
     with both."""
-    if "model_uses" not in df.columns:
-        raise UsageError("these rows carry no model_uses column: sweep the shapes exported by "
-                         "flyexplore model --export-shapes with --shapes-from")
+    _need_model_uses(df)
     ok = df[df["status"].isin(["ok"]) & df["time_ms"].notna()]
     med = ok.groupby(["op", "case", "dtype", "backend"])["time_ms"].median()
     uses = df.dropna(subset=["model_uses"]).drop_duplicates(["op", "case", "dtype"])

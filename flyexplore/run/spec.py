@@ -90,15 +90,7 @@ def make_plan(op: str | Operator, suite: str | None = None, shapes: str | Sequen
     Imports no torch.
     """
 
-    op = resolve_op(op) if isinstance(op, str) else op
-    if not isinstance(op, Operator):
-        raise UsageError(f"op must be an operator name, 'module:attribute' or an Operator, "
-                         f"got {type(op).__name__}")
-    missing = [k for k in ("make_inputs", "reference", "error") if not callable(getattr(op, k, None))]
-    if missing or not op.backends:
-        raise UsageError(f"operator {op.name!r} cannot be measured: it has no "
-                         + ", ".join(missing + ([] if op.backends else ["backend"]))
-                         + " (docs/adding-an-operator.md)")
+    op = _measurable(op)
     if (suite is None) == (shapes is None):
         raise UsageError("give exactly one of a suite and shapes")
     dts = _split(dtypes)
@@ -114,12 +106,32 @@ def make_plan(op: str | Operator, suite: str | None = None, shapes: str | Sequen
             if not cases:
                 raise UsageError(f"no {op.name} shapes given")
         pairs = tuple((c, d) for c in cases for d in (dts or [op.dtypes[0]]))
+    return Plan(op, pairs, _backends(op, backends))
+
+
+def _measurable(op: str | Operator) -> Operator:
+    """The Operator of ``op`` (:func:`resolve_op` for a name), refused with a :class:`UsageError`
+    when it is none or lacks what measuring needs."""
+    op = resolve_op(op) if isinstance(op, str) else op
+    if not isinstance(op, Operator):
+        raise UsageError(f"op must be an operator name, 'module:attribute' or an Operator, "
+                         f"got {type(op).__name__}")
+    missing = [k for k in ("make_inputs", "reference", "error") if not callable(getattr(op, k, None))]
+    if missing or not op.backends:
+        raise UsageError(f"operator {op.name!r} cannot be measured: it has no "
+                         + ", ".join(missing + ([] if op.backends else ["backend"]))
+                         + " (docs/adding-an-operator.md)")
+    return op
+
+
+def _backends(op: Operator, backends: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The plan's backend names, each checked (default: all of the operator's)."""
     bks = _split(backends) or list(op.backends)
     for b in bks:
         op.get_backend(b)
     if not bks:
         raise UsageError("no backends given")
-    return Plan(op, pairs, tuple(dict.fromkeys(bks)))
+    return tuple(dict.fromkeys(bks))
 
 
 #: Columns an exported shapes file must have (``flyexplore model --export-shapes``;
@@ -165,7 +177,7 @@ def read_shapes_file(path: str | os.PathLike, op: str) -> list[dict]:
     return out
 
 
-def shapes_file_plan(op: Operator, path: str | os.PathLike, dtypes: Sequence[str] | None,
+def shapes_file_plan(op: str | Operator, path: str | os.PathLike, dtypes: Sequence[str] | None,
                      backends: Sequence[str] | None) -> Plan:
     """The plan of a sweep of a model's exported calls (``--shapes-from``): one ``(case, dtype)``
     per distinct shape and dtype of ``op`` in the file (``dtypes``, when given, replace the file's:
@@ -174,13 +186,16 @@ def shapes_file_plan(op: Operator, path: str | os.PathLike, dtypes: Sequence[str
     ``model_count`` (calls per model step, all steps) and ``model_uses`` (JSON ``[{"phase", "step",
     "module", "count", "status"[, "variant", "replaces"]}]``, what :func:`flyexplore.results.model.weighted_estimate` weights by).
     Raises :class:`UsageError` for a bad file, shape or dtype."""
+    op = _measurable(op)
+    bks = _backends(op, backends)
     rows = read_shapes_file(path, op.name)
-    given = [op.check_dtype(d) for d in dtypes] if dtypes else None
+    given = [op.check_dtype(d) for d in _split(dtypes)] if dtypes else None
     acc: dict[tuple[str, str], dict] = {}
     cases: dict[str, Case] = {}
     for r in rows:
-        c = cases.get(r["shape"]) or op.case(r["shape"])
-        cases[r["shape"]] = c
+        c = cases.get(r["shape"])
+        if c is None:
+            c = cases[r["shape"]] = op.case(r["shape"])
         for dt in given or [op.check_dtype(str(r["dtype"]))]:
             e = acc.setdefault((c.label, dt), {"case": c, "model": r.get("model") or "", "uses": []})
             use = {"phase": r.get("phase") or "", "step": r.get("step") or r.get("phase") or "",
@@ -188,12 +203,11 @@ def shapes_file_plan(op: Operator, path: str | os.PathLike, dtypes: Sequence[str
             if r.get("variant"):
                 use.update(variant=r["variant"], replaces=r.get("replaces") or "")
             e["uses"].append(use)
-    base = make_plan(op, shapes=[e["case"] for e in acc.values()][:1], backends=backends)
     pairs = tuple((e["case"], dt) for (_, dt), e in acc.items())
     meta = {k: {"model": e["model"], "model_module": ";".join(dict.fromkeys(u["module"] for u in e["uses"])),
                 "model_count": sum(u["count"] for u in e["uses"]), "model_uses": json.dumps(e["uses"])}
             for k, e in acc.items()}
-    return Plan(op, pairs, base.backends, meta)
+    return Plan(op, pairs, bks, meta)
 
 
 def resolve_op(ref: str) -> Operator:
@@ -562,8 +576,7 @@ class SweepSpec:
         if self.shapes_from is not None:
             if self.suite is not None or self.shapes is not None:
                 raise UsageError(f"give one of {'--suite, --shapes and --shapes-from' if flags else 'suite, shapes and shapes_from'}")
-            op = resolve_op(self.op) if isinstance(self.op, str) else self.op
-            plan = shapes_file_plan(op, self.shapes_from, self.dtypes, self.backends)
+            plan = shapes_file_plan(self.op, self.shapes_from, self.dtypes, self.backends)
         else:
             plan = make_plan(self.op, self.suite, self.shapes, self.dtypes, self.backends)
         put("plan", plan)

@@ -18,7 +18,7 @@ import pandas as pd
 from flyexplore.errors import UsageError
 from flyexplore.insight import coverage as CV
 from flyexplore.insight import hf as HF
-from flyexplore.insight.capture import Capture, check_target
+from flyexplore.insight.capture import Capture, check_target, views_of
 from flyexplore.results import model as RM
 from flyexplore.results import table as R
 from flyexplore.views.plot_style import SERIES_COLORS, style_figure
@@ -75,6 +75,11 @@ def coverage_figure(table: pd.DataFrame, title: str | None = None):
     return fig
 
 
+def _assumptions(table: pd.DataFrame) -> list[str]:
+    """Every capture's assumptions in the table's ``attrs``, each once, in order."""
+    return list(dict.fromkeys(x for v in table.attrs.get("assumptions", {}).values() for x in v))
+
+
 def _pct(v) -> str:
     return "" if v != v else f"{v:.1%}"
 
@@ -87,7 +92,6 @@ def coverage_text(table: pd.DataFrame, advice: Iterable[dict] = (), projection: 
     lines: list[str] = []
     summ = RM.summary(table)
     layers = table.attrs.get("layers", {})
-    assumptions = table.attrs.get("assumptions", {})
     for (model, step, view), d in table.groupby(["model", "step", "view"], sort=False):
         key = f"{model} {step} {view}"
         s = summ[(summ["model"] == model) & (summ["step"] == step) & (summ["view"] == view)].iloc[0]
@@ -129,11 +133,8 @@ def coverage_text(table: pd.DataFrame, advice: Iterable[dict] = (), projection: 
             lines.append(f"   {u['op']} in {u['module'] or '(top)'} ({u.get('module_type', '')}): {u['reason']}")
     else:
         lines.append("not captured: none (every call of the step was recorded)")
-    seen = []
-    for v in assumptions.values():
-        seen += [x for x in v if x not in seen]
     lines.append("assumptions:")
-    lines += [f"   - {x}" for x in seen]
+    lines += [f"   - {x}" for x in _assumptions(table)]
     if table.attrs.get("peaks"):
         lines.append(f"   - modelled time: {MODELLED_NOTE} ({table.attrs['peaks']})")
     return "\n".join(lines)
@@ -164,10 +165,7 @@ def coverage_markdown(table: pd.DataFrame, advice: Iterable[dict] = (), projecti
         out += ["", "## Projection (not a measurement)", "", projection.attrs.get("assumptions", ""), "",
                 projection.to_markdown(index=False)]
     out += ["", "## Assumptions", ""]
-    seen = []
-    for v in table.attrs.get("assumptions", {}).values():
-        seen += [x for x in v if x not in seen]
-    out += [f"- {x}" for x in seen]
+    out += [f"- {x}" for x in _assumptions(table)]
     if table.attrs.get("peaks"):
         out.append(f"- modelled time: {MODELLED_NOTE} ({table.attrs['peaks']})")
     return "\n".join(out) + "\n"
@@ -198,10 +196,7 @@ def model_section(table: pd.DataFrame, advice: Iterable[dict] = (), projection: 
             page.p(projection.attrs.get("assumptions", ""), cls="note")
             page.table("model_projection", projection)
         page.h3("Assumptions")
-        seen = []
-        for v in table.attrs.get("assumptions", {}).values():
-            seen += [x for x in v if x not in seen]
-        page.pre("\n".join(f"- {x}" for x in seen + [f"modelled time: {MODELLED_NOTE}"]))
+        page.pre("\n".join(f"- {x}" for x in _assumptions(table) + [f"modelled time: {MODELLED_NOTE}"]))
     return add
 
 
@@ -380,23 +375,11 @@ def model_coverage(hf: str | None = None, config=None, *, phases=(("prefill", 1,
     :class:`~flyexplore.insight.capture.CaptureError` naming the module where a capture failed."""
     check_arch(arch)
     check_target(arch)
-    if isinstance(views, str):
-        views = ("eager", "compiled") if views == "both" else (views,)
-    for v in views:
-        if v not in ("eager", "compiled"):
-            raise UsageError(f"unknown capture view {v!r} (valid: eager, compiled, both)")
+    views = views_of(views)
     phases = [tuple(p) for p in phases]
     for p in phases:
         if len(p) != 3:
             raise UsageError(f"a phase is (phase, batch, seq), got {p!r}")
         HF.check_phase(*p)
-    caps = HF.capture_phases(hf, config, phases=phases, views=tuple(views), routing=routing, arch=arch, device=device)
-    envs = CV.Envs(arch)
-    judged = [CV.judge_capture(c, envs) for c in caps]
-    proj = None
-    if project:
-        res = None
-        if project == "results":
-            res = speedups if isinstance(speedups, pd.DataFrame) else R.load(speedups)
-        proj = RM.projection(judged, project, results=res)
-    return ModelCoverage(judged, proj, routing)
+    caps = HF.capture_phases(hf, config, phases=phases, views=views, routing=routing, arch=arch, device=device)
+    return judge_captures(caps, arch=arch, project=project, speedups=speedups, routing=routing)
