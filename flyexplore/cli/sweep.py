@@ -84,6 +84,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="replace a worker after N cases, against leaks (default 50)")
     p.add_argument("--retry-failed", action="store_true",
                    help="with --resume: run crashed and timeout rows again (default: keep them)")
+    p.add_argument("--worker-start-timeout", type=float, metavar="SECONDS",
+                   help="a worker not ready this long after its start (CUDA/HIP initialisation included) is "
+                   "killed and started again, a few times; then the remaining cases get crashed rows "
+                   "(default 300)")
+    p.add_argument("--max-memory", metavar="BYTES",
+                   help="refuse a case whose estimated memory (inputs, outputs, the cache-flush buffer) is "
+                   "over this, e.g. 40GB or 32GiB (always: over the device's free memory); refused cases "
+                   "become refused rows")
+    p.add_argument("--extend", action="store_true",
+                   help="with --resume: add this plan's cases to a file made by another plan (a resume "
+                   "with another plan is otherwise refused, naming what differs)")
     p.add_argument("--ray-address", help="Ray cluster to join, e.g. ray://head:10001 (default: "
                    "$RAY_ADDRESS, else a local Ray instance for this sweep)")
 
@@ -118,6 +129,27 @@ def timer_of(a: argparse.Namespace) -> dict:
     return t
 
 
+#: Units of ``--max-memory``: decimal (GB = 10**9 bytes) and binary (GiB = 2**30), as nvidia-smi
+#: and ``torch.cuda.mem_get_info`` report them (MiB) and as drive makers do (GB).
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(text: str, name: str) -> int:
+    """A byte count from text such as ``40GB``, ``32GiB``, ``1.5e9`` or ``500MiB`` (:data:`_UNITS`).
+    Raises :class:`UsageError` naming ``name`` and the text when it is no positive size."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in _UNITS:
+        raise UsageError(f"{name} must be a size such as 40GB, 32GiB or 5e9 (bytes), got {text!r}")
+    value = float(m.group(1)) * _UNITS[unit]
+    if not (value >= 1) or value >= 2**63:
+        raise UsageError(f"{name} must be at least 1 byte and below 2**63, got {text!r}")
+    return int(value)
+
+
 def engine_of(a: argparse.Namespace) -> str:
     """The spec's ``engine`` from ``--in-process`` and ``--executor``."""
     if a.in_process and a.executor == "ray":
@@ -134,9 +166,10 @@ def run(a: argparse.Namespace) -> int:
                      device=a.device, seed=a.seed, order=a.order, timer=timer_of(a), baseline=a.baseline,
                      trace=a.trace, engine=engine_of(a), devices=a.devices, workers=a.workers,
                      case_timeout=a.case_timeout, max_cases_per_worker=a.max_cases_per_worker,
-                     ray_address=a.ray_address, out=a.out, shapes_from=a.shapes_from, resume=a.resume,
-                     overwrite=a.overwrite,
-                     retry_failed=a.retry_failed, flags=True, **kw)
+                     ray_address=a.ray_address, worker_start_timeout=a.worker_start_timeout,
+                     max_memory=parse_bytes(a.max_memory, "--max-memory") if a.max_memory is not None else None,
+                     out=a.out, shapes_from=a.shapes_from, resume=a.resume, overwrite=a.overwrite,
+                     retry_failed=a.retry_failed, extend=a.extend, flags=True, **kw)
     from flyexplore.run.sweep import run_sweep
     from flyexplore.views.report import scan_table, summary_table
 

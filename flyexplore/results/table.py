@@ -37,7 +37,7 @@ from flyexplore.measure.stats import notch_ci
 SCHEMA_VERSION = 2
 
 #: Row status values.
-STATUSES = ("ok", "unavailable", "error", "oom", "published", "crashed", "timeout")
+STATUSES = ("ok", "unavailable", "error", "oom", "published", "crashed", "timeout", "refused")
 #: Where a number came from.
 SOURCES = ("measured", "emulated", "published")
 
@@ -53,7 +53,9 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "backend": ("string", "backend requested: aten, triton, inductor, flydsl, ..."),
     "status": ("string", "ok | unavailable (reason in message) | error | oom | published | crashed (the "
                "worker process died in this case: signal or exit code and its last stderr lines in message) | "
-               "timeout (the case ran past --case-timeout; its worker was killed) (flyexplore.run.engine)"),
+               "timeout (the case ran past --case-timeout; its worker was killed) (flyexplore.run.engine) | "
+               "refused (not run: its estimated memory, in message, is over the device's free memory or "
+               "--max-memory; flyexplore.run.cases)"),
     "message": ("string", "why a row is not ok, or notes on an ok row"),
     "source": ("string", "measured | emulated | published"),
     "timing_mode": ("string", "cpu-thread | cpu-wall | event-gated | event | graph | kernel (see flyexplore.measure.timing)"),

@@ -64,6 +64,12 @@ from flyexplore.world import env as ENV
 #: Default limit of one case in a worker, compile and autotune included, s: generous (an
 #: Inductor max-autotune GEMM compile takes minutes; a hang takes forever).
 CASE_TIMEOUT_S = 900.0
+#: Default limit from a worker's start to its ready message, s (``--worker-start-timeout``):
+#: sized for a GPU worker's ``import torch`` plus CUDA/HIP initialisation, which on a loaded
+#: 8-GPU host can take a minute or more; a worker stuck there is killed and started again.
+WORKER_START_TIMEOUT_S = 300.0
+#: Attempts to start a worker place before its remaining cases become ``crashed`` rows.
+START_ATTEMPTS = 3
 #: Default number of cases a worker runs before it is replaced (against leaks of device memory,
 #: compile caches and file handles).
 MAX_CASES = 50

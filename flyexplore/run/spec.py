@@ -474,7 +474,12 @@ def _json(v):
 
 
 #: Fields that say where the rows go, not what is measured: left out of :meth:`SweepSpec.fingerprint`.
-FILE_FIELDS = ("out", "resume", "overwrite", "retry_failed")
+FILE_FIELDS = ("out", "resume", "overwrite", "retry_failed", "extend")
+#: Fields that say where and how safely the cases run, not what is measured: left out of
+#: :meth:`SweepSpec.plan_fingerprint` too, so that ``--resume`` may change them (a longer
+#: ``--case-timeout`` after a time-out, more ``--workers``).
+RUN_FIELDS = ("engine", "devices", "workers", "case_timeout", "max_cases_per_worker", "ray_address",
+              "worker_start_timeout", "max_memory")
 
 
 @dataclass(frozen=True)
@@ -508,7 +513,15 @@ class SweepSpec:
 
     Where the rows go: ``out`` (``.parquet``, ``.csv`` or ``.jsonl``; kept as a ``Path``),
     ``resume`` (skip the keys already there) or ``overwrite`` (replace it), not both;
-    ``retry_failed`` (with ``resume``: run crashed and timeout rows again).
+    ``retry_failed`` (with ``resume``: run crashed and timeout rows again); ``extend`` (with
+    ``resume``: add this plan's cases to a file made by another plan, which a resume otherwise
+    refuses, naming what differs).
+
+    Safety limits (not part of what is measured, :data:`RUN_FIELDS`): ``worker_start_timeout``
+    (s, > 0: a worker not ready by then is killed and retried; default
+    :data:`flyexplore.run.engine.WORKER_START_TIMEOUT_S`), ``max_memory`` (bytes, >= 1: a case
+    whose estimated memory is over it, or over the device's free memory, becomes a ``refused``
+    row).
 
     ``flags`` (not kept): name options in messages as the command line's flags (``--rep``, not
     ``timer option rep``). Raises :class:`UsageError` with one line naming the first bad value:
@@ -536,11 +549,14 @@ class SweepSpec:
     case_timeout: float | None = None
     max_cases_per_worker: int | None = None
     ray_address: str | None = None
+    worker_start_timeout: float | None = None
+    max_memory: int | None = None
     out: Path | None = None
     shapes_from: Path | None = None
     resume: bool = False
     overwrite: bool = False
     retry_failed: bool = False
+    extend: bool = False
     flags: InitVar[bool] = False
     plan: Plan = field(init=False, repr=False, compare=False)
     engine_kind: str = field(init=False, repr=False, compare=False)
@@ -569,7 +585,7 @@ class SweepSpec:
     def _check(self, flags: bool) -> None:
         put = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
         modes.check_order(self.order)
-        for k in ("trace", "resume", "overwrite", "retry_failed"):
+        for k in ("trace", "resume", "overwrite", "retry_failed", "extend"):
             v = getattr(self, k)
             if not isinstance(v, bool):
                 raise UsageError(f"{'--' + k.replace('_', '-') if flags else k} must be True or False, got {v!r}")
@@ -586,6 +602,14 @@ class SweepSpec:
             raise UsageError("--resume and --overwrite exclude each other (continue the file, or replace it)")
         if self.retry_failed and not self.resume:
             raise UsageError("--retry-failed runs the crashed and timeout rows of a file again: it needs --resume")
+        if self.extend and not self.resume:
+            raise UsageError("--extend adds this plan's cases to a file being resumed: it needs --resume")
+        if self.worker_start_timeout is not None and not _num_ok(self.worker_start_timeout, True):
+            raise UsageError(f"{'--worker-start-timeout' if flags else 'worker_start_timeout'} must be a number "
+                             f"of seconds > 0, got {self.worker_start_timeout!r}")
+        if self.max_memory is not None and not _int_ok(self.max_memory, 1):
+            raise UsageError(f"{'--max-memory' if flags else 'max_memory'} must be a number of bytes >= 1, "
+                             f"got {self.max_memory!r}")
         if not _fraction_ok(self.band):
             raise UsageError(f"{'--band' if flags else 'band'} must be {_fraction_rule()}, got {self.band!r}")
         if self.baseline is not None and self.baseline not in plan.backends:
@@ -620,6 +644,19 @@ class SweepSpec:
     def fingerprint(self) -> str:
         """12 hex digits of SHA-256 over :meth:`to_dict` less :data:`FILE_FIELDS` (canonical JSON,
         sorted keys): two specs that measure the same thing, the same way, share it."""
-        d = {k: v for k, v in self.to_dict().items() if k not in FILE_FIELDS}
-        text = json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        return _digest({k: v for k, v in self.to_dict().items() if k not in FILE_FIELDS})
+
+    def plan_dict(self) -> dict:
+        """What the rows of this spec measure and how (:meth:`to_dict` less :data:`FILE_FIELDS`
+        and :data:`RUN_FIELDS`): the part that ``--resume`` must not change silently."""
+        return {k: v for k, v in self.to_dict().items() if k not in FILE_FIELDS + RUN_FIELDS}
+
+    def plan_fingerprint(self) -> str:
+        """12 hex digits of SHA-256 over :meth:`plan_dict`: the plan a sweep's journal keeps
+        (:mod:`flyexplore.run.journal`); a resume with another one is refused unless ``extend``."""
+        return _digest(self.plan_dict())
+
+
+def _digest(d: dict) -> str:
+    text = json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
