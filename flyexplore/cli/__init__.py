@@ -4,14 +4,18 @@ command (:data:`COMMANDS`), each with its options beside its handler (``add_argu
 shares: errors, interrupts, a closed pipe.
 
 Bad input (unknown operator, suite, backend or dtype, malformed shapes, an output path that
-cannot be written) prints one line, ``flyexplore: error: ...``, and exits with code 2.
+cannot be written, a damaged or foreign result file) prints one line, ``flyexplore: error:
+...``, and exits with code 2; so does any ``OSError`` that reaches :func:`main` (its file and
+reason; ``FLYEXPLORE_DEBUG=1`` shows the traceback instead).
 ``--help`` and the name checks (:func:`flyexplore.cli._shared.catalogue`) answer without
 importing torch or pandas (well under a second): a command module imports only light modules at
 its top and its layer when it runs.
 
 Exit codes (:mod:`flyexplore.cli._shared`): 0 success (``explain``: FlyDSL YES / AOTriton
-eligible); 1 ``explain``: NO / not eligible (``xray``: the X-ray cannot run here); 2 usage error;
+eligible); 1 ``explain``: NO / not eligible (``xray``: the X-ray cannot run here); 2 usage error
+(also a damaged input file, an unwritable output, a full disk: one line naming the file);
 3 ``explain --op attention``: unverified (a condition cannot be evaluated away from the device);
+4 ``sweep``: workers could not start, so some cases got ``crashed`` rows without running;
 130 interrupted (Ctrl-C); a closed output pipe (``flyexplore explain ... | head``) ends quietly
 with 141 (128 + SIGPIPE, what a shell reports for a program stopped by it).
 """
@@ -63,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "Triton and vendor paths (MI350 gfx950, any CUDA/ROCm GPU, or CPU).",
                 epilog="flyexplore COMMAND --help lists a command's valid values (sweep --help: operators, "
                 "backends, dtypes, suites, timing modes).\nexit codes: 0 ok (explain: FlyDSL YES), 1 explain: NO, "
-                "2 usage error, 3 explain --op attention: unverified, 130 interrupted, 141 output pipe closed.")
+                "2 usage error (or a damaged file, a full disk), 3 explain --op attention: unverified, 4 sweep: "
+                "workers could not start (crashed rows written), 130 interrupted, 141 output pipe closed.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, mod in COMMANDS.items():
         c = sub.add_parser(name, help=mod.HELP)
@@ -82,12 +87,36 @@ def _pipe_closed() -> None:
         pass
 
 
+def _close_browser() -> None:
+    """Stop the kaleido browser a command started for static figures
+    (:func:`flyexplore.views.export.close_kaleido_session`), so that it is gone before the
+    interpreter's exit removes its temporary profile; nothing when none was started (nor is
+    anything imported for it)."""
+    ex = sys.modules.get("flyexplore.views.export")
+    if ex is not None and ex.kaleido_session_open():
+        ex.close_kaleido_session()
+
+
+def _os_error_line(exc: OSError) -> str:
+    """``<filename>: <strerror>`` of an ``OSError`` on one line (``a -> b`` for a rename)."""
+    name = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
+    why = exc.strerror or str(exc)
+    return " ".join((f"{name}: {why}" if name is not None else why).split())
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``flyexplore`` console script. Returns the exit code."""
+    """Entry point of the ``flyexplore`` console script. Returns the exit code.
+
+    A :class:`~flyexplore.errors.UsageError` prints ``flyexplore: error: <message>`` and returns
+    2; so does, as a last net, an ``OSError`` no command turned into one (``flyexplore: error:
+    <filename>: <strerror>``; with ``FLYEXPLORE_DEBUG`` set it is raised, traceback and all)."""
     try:
         a = build_parser().parse_args(argv)
         quiet_cpu_noise()
-        rc = a.run(a)
+        try:
+            rc = a.run(a)
+        finally:
+            _close_browser()
         sys.stdout.flush()
     except UsageError as exc:
         print(f"flyexplore: error: {exc}", file=sys.stderr)
@@ -95,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _pipe_closed()
         return EXIT_PIPE
+    except OSError as exc:   # after BrokenPipeError, which is one
+        if os.environ.get("FLYEXPLORE_DEBUG"):
+            raise
+        print(f"flyexplore: error: {_os_error_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:   # sweep says more itself (which rows were kept)
         print("flyexplore: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -25,13 +25,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace) -> int:
     # imported here, as in every command module: `flyexplore --help` imports neither torch nor pandas
     from flyexplore.results.compare import sides
-    from flyexplore.views.report import write_ab_report
+    from flyexplore.views.export import check_writable
+    from flyexplore.views.report import check_report_dir, write_ab_report
 
     names = tuple(n.strip() for n in a.names.split(",")) if a.names else ("A", "B")
     if len(names) != 2 or not all(names):
         raise UsageError(f"--names needs two comma-separated names, got {a.names!r}")
+    check_report_dir(a.out)   # the output first: nothing is read or written for a folder that is refused
+    check_writable(a.out, "report folder", folder=True)
+    sd = sides(a.a, a.b, names, a.a_backend, a.b_backend)   # result files read with validation
     static_note(a.no_images)
-    path = write_ab_report(sides(a.a, a.b, names, a.a_backend, a.b_backend), a.out, title=a.title,
-                           static=not a.no_images)
+    path = write_ab_report(sd, a.out, title=a.title, static=not a.no_images)
     print(f"report: {path}")
     return 0

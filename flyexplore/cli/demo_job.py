@@ -24,6 +24,7 @@ from flyexplore.measure.devstate import default_device
 from flyexplore.ops import get_op
 from flyexplore.paths import published_dir
 from flyexplore.results import table as R
+from flyexplore.run.journal import sidecar_files
 from flyexplore.run.spec import SweepSpec
 from flyexplore.run.sweep import run_sweep
 from flyexplore.views.report import check_report_dir, write_report
@@ -165,7 +166,7 @@ def flydsl_section(page, cases: list[dict], measured) -> None:
 def demo_files() -> tuple[str, ...]:
     """Names of the files the demo writes into its folder besides the report: one result file
     per operator (and its journal while it runs), results.parquet, results.csv and env.json."""
-    per_op = [f"{op}.parquet{sfx}" for op, _, _ in DEMO_SUITES for sfx in ("", ".partial.jsonl")]
+    per_op = [name for op, _, _ in DEMO_SUITES for name in (f"{op}.parquet", *sidecar_files(f"{op}.parquet"))]
     return (*per_op, "results.parquet", "results.csv", "env.json")
 
 

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from flyexplore.cli._shared import baseline_arg, load_many
+from flyexplore.cli._shared import baseline_arg
 from flyexplore.errors import UsageError, bad_choice
 
 HELP = "one figure from result files, as .png/.svg/.pdf (kaleido) or .html"
@@ -44,24 +44,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    """Check the figure path (extension, writable: nothing is drawn for a path that cannot be
+    written), read and validate the result files (:func:`flyexplore.results.table.load_set`),
+    then draw and write the figure (:func:`flyexplore.views.export.export_figure`)."""
     if Path(a.out).suffix.lstrip(".").lower() not in FORMATS:
         raise UsageError(f"unknown figure file extension {Path(a.out).suffix!r} in {a.out!r} "
                          f"(valid: {', '.join('.' + f for f in FORMATS)})")
     for f in a.results:
-        if not Path(f).is_file():
+        if not Path(f).exists():
             raise UsageError(f"result file not found: {f!r}")
+    if a.timeout is not None and not a.timeout > 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {a.timeout!r}")
     # imported here, as in every command module: `flyexplore --help` imports neither torch nor pandas
+    from flyexplore.results import table as R
     from flyexplore.views import plots as F
-    from flyexplore.views.export import export_figure
+    from flyexplore.views.export import check_writable, export_figure
 
-    df = load_many(a.results)
+    check_writable(a.out, "figure file")
+    df = R.load_set(a.results)
+    files = ", ".join(repr(f) for f in a.results)
     for col, v in (("op", a.op), ("dtype", a.dtype)):
         if v is not None:
             if v not in set(df[col].dropna()):
                 raise bad_choice(f"{col} in {', '.join(a.results)}", v, sorted(set(df[col].dropna())))
             df = df[df[col] == v]
     if a.figure == "speedup":
-        fig = F.speedup_figure(df, baseline_arg(a.baseline), title=a.title)
+        baseline = baseline_arg(a.baseline)
+        R.check_backends(df, baseline, "--baseline", files + (" (the rows selected)" if a.op or a.dtype else ""))
+        fig = F.speedup_figure(df, baseline, title=a.title)
     elif a.figure == "sweep":
         from flyexplore.views.report import _sweep_candidates
 
@@ -73,8 +83,6 @@ def run(a: argparse.Namespace) -> int:
         fig = F.roofline_figure(df, kind="measured", title=a.title)
     else:
         fig = F.error_figure(df, title=a.title)
-    if a.timeout is not None and not a.timeout > 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {a.timeout!r}")
     kw = {"timeout": a.timeout} if a.timeout is not None else {}
     path, note = export_figure(fig, a.out, width=a.width, height=a.height, **kw)
     if note:

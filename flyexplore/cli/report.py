@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from flyexplore.cli._shared import baseline_arg, inputs_in, load_many, static_note
+from flyexplore.cli._shared import baseline_arg, inputs_in, static_note
 
 HELP = "one HTML report (environment, tables, figures) plus static images"
 
@@ -20,13 +20,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    """Check the output folder, read and validate the result files
+    (:func:`flyexplore.results.table.load_set`) and the baseline, then write the report; any
+    problem is one :class:`~flyexplore.errors.UsageError` line before anything is written."""
     # imported here, as in every command module: `flyexplore --help` imports neither torch nor pandas
-    from flyexplore.views.report import write_report
+    from flyexplore.results import table as R
+    from flyexplore.views.export import check_writable
+    from flyexplore.views.report import check_report_dir, write_report
 
-    df = load_many(a.results)
+    keep = inputs_in(a.results, a.out)
+    baseline = baseline_arg(a.baseline)
+    check_report_dir(a.out, keep)
+    check_writable(a.out, "report folder", folder=True)
+    df = R.load_set(a.results)
+    R.check_backends(df, baseline, "--baseline", ", ".join(repr(r) for r in a.results))
     static_note(a.no_images)
     path = write_report(df, a.out, title=a.title or f"flyexplore report: {', '.join(a.results)}",
-                        baseline=baseline_arg(a.baseline), static=not a.no_images, published=a.with_published,
-                        keep=inputs_in(a.results, a.out))
+                        baseline=baseline, static=not a.no_images, published=a.with_published, keep=keep)
     print(f"report: {path}")
     return 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from flyexplore.cli._shared import EXIT_INTERRUPTED, catalogue, gpu_visible, values_text
+from flyexplore.cli._shared import EXIT_INCOMPLETE, EXIT_INTERRUPTED, catalogue, gpu_visible, values_text
 from flyexplore.errors import UsageError
 from flyexplore.measure import modes
 from flyexplore.measure.stats import BAND
@@ -170,9 +170,11 @@ def run(a: argparse.Namespace) -> int:
                      max_memory=parse_bytes(a.max_memory, "--max-memory") if a.max_memory is not None else None,
                      out=a.out, shapes_from=a.shapes_from, resume=a.resume, overwrite=a.overwrite,
                      retry_failed=a.retry_failed, extend=a.extend, flags=True, **kw)
-    from flyexplore.run.sweep import run_sweep
+    from flyexplore.run.sweep import NOTES_ATTR, PROBLEMS_ATTR, run_sweep
     from flyexplore.views.report import scan_table, summary_table
 
+    for n in getattr(spec.plan, "notes", ()):
+        print(f"flyexplore: note: {n}", file=sys.stderr)
     try:
         df = run_sweep(spec, progress=not a.quiet)
     except KeyboardInterrupt:
@@ -185,5 +187,10 @@ def run(a: argparse.Namespace) -> int:
         print("all rows: " + "; ".join(caption) + "; times in µs")
     for n in notes:
         print(n)
+    for n in df.attrs.get(NOTES_ATTR, [])[len(getattr(spec.plan, "notes", ())):]:
+        print(f"flyexplore: note: {n}", file=sys.stderr)
     print(f"{len(df)} rows written to {a.out}")
-    return 0
+    problems = df.attrs.get(PROBLEMS_ATTR, [])
+    for p in problems:
+        print(f"flyexplore: sweep incomplete: {p}", file=sys.stderr)
+    return EXIT_INCOMPLETE if problems else 0

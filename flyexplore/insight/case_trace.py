@@ -101,6 +101,8 @@ def trace_columns(tr: Trace, backend: str, op: str, case, dtype: str,
                       "captured (a graph from Inductor's FX graph cache is not autotuned again), and for a "
                       "compiled GEMM another backend winning the autotune is the usual cause (observed: "
                       + tr.observed + ")")
+            if ex.notes:  # e.g. a ragged grouped GEMM's groups, as `flyexplore explain` prints them
+                reason += " (note: " + "; ".join(ex.notes) + ")"
         elif reason is None:
             reason = f"not taken (observed: {tr.observed}; no explainer for {op})"
     cols["flydsl_reason"] = reason[:1000]

@@ -186,12 +186,17 @@ def explain_shape(op: str, shape: str, dtype: str | None = None, opts: Mapping[s
                   arch: str | None = None, cu: int | None = None, assume_rocm: bool = False,
                   compile_options: Mapping[str, Any] | None = None) -> Explanation:
     """:func:`explain` from a shape text, dtype name and options (what ``flyexplore explain``
-    runs). ``arch`` / ``cu`` / ``assume_rocm`` / ``compile_options`` go to :func:`facts`."""
+    runs). ``arch`` / ``cu`` / ``assume_rocm`` / ``compile_options`` go to :func:`facts`. The
+    family's notes on the catalogue case (``FlyDSLPath.case_notes``: a ragged grouped GEMM's group
+    sizes) follow the explanation's own, as in the sweep's rows (:func:`explain_case`)."""
+    path = _path(op)
     call = describe(op, shape, dtype, opts)
     cu = call.pop("_cu", cu)
     f = facts(arch=arch, cu=cu, assume_rocm=assume_rocm,
-              compile_options=compile_options if _path(op).route == "compile" else None)
-    return explain(op, env=f, **call)
+              compile_options=compile_options if path.route == "compile" else None)
+    ex = explain(op, env=f, **call)
+    notes = tuple(path.case_notes(_case_and_options(op, shape, opts)[0])) if path.case_notes else ()
+    return replace(ex, notes=ex.notes + notes) if notes else ex
 
 
 def explain_case(op_name: str, case, dtype: str, env: EnvFacts | None = None,
@@ -246,11 +251,9 @@ def explain_text(op: str, shape: str, dtype: str | None = None,
         return path.explain_text(str(shape), dtype, opts, arch=arch, **kw)
     if kw:
         raise UsageError(f"unknown argument(s) for explain {op}: {', '.join(sorted(kw))}")
-    notes = tuple(path.case_notes(_case_and_options(op, shape, opts)[0])) if path.case_notes else ()
     comp = compile_options_for(op, compile_options)
-    ex = explain_shape(op, str(shape), dtype, opts, arch=arch, cu=cu, assume_rocm=arch is not None,
-                       compile_options=comp)
-    return replace(ex, notes=ex.notes + notes) if notes else ex
+    return explain_shape(op, str(shape), dtype, opts, arch=arch, cu=cu, assume_rocm=arch is not None,
+                         compile_options=comp)
 
 
 def compile_options_for(op: str, compile_options: Mapping[str, Any] | None):

@@ -204,3 +204,97 @@ def case_columns(start: dict, end: dict, round_clocks: list, max_clock: float | 
         if cyc:
             out["time_cycles"] = statistics.median(cyc)
     return out
+
+
+# -- free memory (the sweep's memory check, flyexplore.run.cases.memory_refusals) ----------------
+
+def free_memory(device) -> tuple[int | None, str]:
+    """Free memory of ``device`` (a torch device or its text) in bytes, and where the number
+    comes from: ``(bytes, source)``, or ``(None, why not)`` when it cannot be read. Never raises.
+
+    - CPU: ``MemAvailable`` of ``/proc/meminfo`` (Linux: what can be allocated without
+      swapping, page cache included), else ``psutil.virtual_memory().available`` where psutil is
+      installed (macOS, Windows).
+    - NVIDIA: NVML's free memory (``nvmlDeviceGetMemoryInfo``, ``nvidia-ml-py``) of the GPU found
+      by the UUID torch reports (``torch.cuda.get_device_properties``), else by index. Neither
+      creates a CUDA context, so asking costs the GPU nothing (seen on an H200, torch 2.11, driver
+      580: NVML's used memory and process list unchanged after both, while
+      ``torch.cuda.mem_get_info`` created a context of 0.5 GB).
+    - ROCm: amdsmi (VRAM total less VRAM used) of the GPU found by PCI bus id, else
+      ``torch.cuda.mem_get_info`` (which creates a HIP context in this process).
+    """
+    try:
+        import torch
+
+        dev = torch.device(device)
+    except Exception as exc:  # noqa: BLE001 - a text torch cannot parse: nothing read
+        return None, f"not read ({type(exc).__name__}: {exc})"
+    if dev.type == "cpu":
+        return cpu_free_memory()
+    if dev.type != "cuda":
+        return None, f"not read (no free-memory reader for device type {dev.type!r})"
+    try:
+        idx = dev.index if dev.index is not None else 0
+        props = torch.cuda.get_device_properties(idx)
+        if getattr(torch.version, "hip", None):
+            return _rocm_free(torch, idx, _bdf(props))
+        return _nvml_free(getattr(props, "uuid", None), idx)
+    except Exception as exc:  # noqa: BLE001 - no GPU library: nothing read
+        return None, f"not read ({type(exc).__name__}: {str(exc)[:200]})"
+
+
+def cpu_free_memory(meminfo: str = "/proc/meminfo") -> tuple[int | None, str]:
+    """The CPU side of :func:`free_memory`: ``MemAvailable`` from ``meminfo`` (kB, times 1024),
+    else psutil's ``available``, else ``(None, why not)``. Never raises."""
+    try:
+        with open(meminfo, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    parts = line.split()
+                    scale = 1024 if len(parts) > 2 and parts[2].lower() == "kb" else 1
+                    return int(parts[1]) * scale, "MemAvailable, /proc/meminfo"
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available), "psutil.virtual_memory().available"
+    except Exception:  # noqa: BLE001 - psutil missing or failing
+        return None, "not read (no MemAvailable in /proc/meminfo and no psutil)"
+
+
+def _nvml_free(uuid, index: int) -> tuple[int, str]:
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        h = None
+        if uuid is not None:
+            u = str(uuid)
+            try:
+                h = pynvml.nvmlDeviceGetHandleByUUID(u if u.startswith(("GPU-", "MIG-")) else f"GPU-{u}")
+            except pynvml.NVMLError:
+                h = None
+        if h is None:
+            h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        return int(pynvml.nvmlDeviceGetMemoryInfo(h).free), "NVML nvmlDeviceGetMemoryInfo"
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _rocm_free(torch, index: int, bdf: str | None) -> tuple[int, str]:
+    try:
+        import amdsmi
+
+        amdsmi.amdsmi_init()
+        try:
+            handles = amdsmi.amdsmi_get_processor_handles()
+            h = next((c for c in handles if bdf and str(amdsmi.amdsmi_get_gpu_device_bdf(c)).lower() == bdf.lower()),
+                     handles[index])
+            vram = amdsmi.AmdSmiMemoryType.VRAM
+            total = int(amdsmi.amdsmi_get_gpu_memory_total(h, vram))
+            return total - int(amdsmi.amdsmi_get_gpu_memory_usage(h, vram)), "amdsmi VRAM total - used"
+        finally:
+            amdsmi.amdsmi_shut_down()
+    except Exception:  # noqa: BLE001 - no amdsmi: torch's own (creates a HIP context)
+        return int(torch.cuda.mem_get_info(index)[0]), "torch.cuda.mem_get_info"

@@ -49,6 +49,41 @@ class Case:
         return self.p[key]
 
 
+#: The largest element count or dimension torch can index (``int64_t``): a larger one makes
+#: torch raise ``OverflowError`` (or "Storage size calculation overflowed") while allocating.
+INT64_MAX = 2 ** 63 - 1
+
+
+@dataclass(frozen=True)
+class TensorSize:
+    """One tensor a case allocates, as the operator's ``tensors`` hook describes it (pure Python,
+    no torch): ``name`` (``"a"``, ``"out"``), ``role`` (``"input"``: built by ``make_inputs`` and
+    held for the whole case; ``"output"``: returned by one backend call), ``shape`` (the storage
+    shape, e.g. ``[M, K/2]`` for packed FP4) and ``itemsize`` (bytes per element of that storage)."""
+
+    name: str
+    role: str
+    shape: tuple[int, ...]
+    itemsize: int
+
+    @property
+    def numel(self) -> int:
+        """Elements of the storage (a Python int: exact, even past int64)."""
+        n = 1
+        for d in self.shape:
+            n *= int(d)
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the storage: :attr:`numel` x :attr:`itemsize`."""
+        return self.numel * self.itemsize
+
+    def text(self) -> str:
+        """``a [65536, 4096]``."""
+        return f"{self.name} [{', '.join(str(d) for d in self.shape)}]"
+
+
 @dataclass(frozen=True)
 class RunContext:
     """What a backend needs to know about where it runs: the torch device and the
@@ -234,6 +269,9 @@ class Operator:
     # every row on a GPU records what ran, not only FlyDSL rows: the kernel the library picked
     # is part of the answer (attention: which AOTriton backend -- Triton, aiter or FlyDSL)
     trace_on_gpu: bool = False
+    # (case, dtype) -> iterable of TensorSize: what make_inputs allocates and one call returns,
+    # in pure Python (the plan's int64 check and the sweep's memory estimate; None: neither)
+    tensors: Callable = None
 
     # -- registration --------------------------------------------------------------------
     def backend(self, name: str, doc: str, *, available=None, context=None,
@@ -289,6 +327,9 @@ class Operator:
                 raise UsageError(f"{self.name} {d} must be a positive integer, got {v!r}") from None
             if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()) or iv <= 0:
                 raise UsageError(f"{self.name} {d} must be a positive integer, got {v!r}")
+            if iv > INT64_MAX:
+                raise UsageError(f"{self.name} {d}={iv} does not fit int64 (at most {INT64_MAX}): "
+                                 "torch cannot index it")
             vals[d] = iv
         for k, default in self.options.items():
             v = params.get(k, default)
@@ -303,6 +344,20 @@ class Operator:
             label += ":" + ",".join(opts)
         return Case(self.name, tuple(vals.items()), label)
 
+    def tensor_sizes(self, case: Case, dtype: str) -> tuple[TensorSize, ...]:
+        """The tensors ``case`` allocates in ``dtype`` (the ``tensors`` hook; ``()`` without
+        one), each checked: an element count past :data:`INT64_MAX` is a :class:`UsageError`
+        naming the case, the dtype and the tensor, raised before anything allocates. Pure
+        Python, no torch."""
+        if self.tensors is None:
+            return ()
+        out = tuple(self.tensors(case, dtype))
+        for t in out:
+            if t.numel > INT64_MAX:
+                raise UsageError(f"{self.name} shape {case.label} {dtype}: tensor {t.text()} has {t.numel} "
+                                 f"elements, more than int64 holds ({INT64_MAX}); torch cannot allocate it")
+        return out
+
     def _fmt_opt(self, k, v) -> str:
         if k in self.choices:
             return str(v)
@@ -313,7 +368,8 @@ class Operator:
     def case(self, text: str) -> Case:
         """Parse one shape text: ``"8x4096x4096"``, ``"8x4096x4096:NN"``, ``"2048x8192:eps=1e-5"``.
 
-        Raises :class:`UsageError` for malformed or non-positive shapes, naming the text.
+        Raises :class:`UsageError` for malformed or non-positive shapes, or a dimension past int64
+        (:data:`INT64_MAX`), naming the text.
         """
         text = text.strip()
         shape, _, opts = text.partition(":")
@@ -328,6 +384,9 @@ class Operator:
         for d, v in params.items():
             if v <= 0:
                 raise UsageError(f"non-positive {self.name} {d}={v} in shape {text!r}")
+            if v > INT64_MAX:
+                raise UsageError(f"{self.name} {d}={v} in shape {text!r} does not fit int64 "
+                                 f"(at most {INT64_MAX}): torch cannot index it")
         for tok in filter(None, (t.strip() for t in opts.split(","))):
             if "=" in tok:
                 k, _, v = tok.partition("=")

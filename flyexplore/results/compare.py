@@ -194,17 +194,22 @@ def sides(a, b, names: tuple[str, str] = ("A", "B"), a_backend: str | None = Non
           b_backend: str | None = None) -> Sides:
     """Read the two sides of an A/B and pair them, once, whatever they are: both
     ``vllm bench serve`` result files or folders (paths; :func:`flyexplore.results.vllm.looks_like_vllm`),
-    or result rows -- DataFrames or result file paths (:func:`flyexplore.results.table.load`),
-    paired by :func:`pair` (``a_backend`` / ``b_backend`` as there). What ``flyexplore compare``,
-    ``fx.compare`` and the A/B report share. Raises :class:`UsageError` for a vllm side against a
-    result side, backends given for a vllm A/B, a missing file, or when nothing pairs."""
+    or result rows -- DataFrames or result file paths (read by :func:`flyexplore.results.table.load`
+    with ``validated=True``: the checks of saving), paired by :func:`pair` (``a_backend`` /
+    ``b_backend`` as there). What ``flyexplore compare``, ``fx.compare`` and the A/B report share.
+    Raises :class:`UsageError` for a vllm side against a result side, backends given for a vllm
+    A/B, a missing, damaged, foreign or invalid result file (one line naming it), or when nothing
+    pairs."""
     is_vllm = [isinstance(x, (str, os.PathLike)) and V.looks_like_vllm(x) for x in (a, b)]
     if any(is_vllm):
         if not all(is_vllm):
+            other = b if is_vllm[0] else a
+            if isinstance(other, (str, os.PathLike)) and str(other).endswith(".json"):
+                V.load_runs(other)   # a damaged vllm file: its own one-line error, naming it
             raise UsageError(f"cannot compare a vllm bench result with a flyexplore result ({a!r}, {b!r})")
         if a_backend is not None or b_backend is not None:
             raise UsageError("a_backend / b_backend compare flyexplore result rows, not vllm bench results")
         ra, rb = V.load_runs(a), V.load_runs(b)
         return Sides("vllm", ra, rb, V.ab_table(ra, rb, names=names), names)
-    da, db = (R.normalize(x) if isinstance(x, pd.DataFrame) else R.load(x) for x in (a, b))
+    da, db = (R.normalize(x) if isinstance(x, pd.DataFrame) else R.load(x, validated=True) for x in (a, b))
     return Sides("rows", da, db, pair(da, db, names, a_backend, b_backend), names)

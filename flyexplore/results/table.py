@@ -16,6 +16,10 @@ every row with ``flydsl_taken == False``.
 Files: Parquet (``.parquet``), CSV (``.csv``) or JSON Lines (``.jsonl``), chosen by extension.
 Writes are atomic (temporary file, then rename), so an interrupted save never damages an
 existing file. :data:`SCHEMA_VERSION` is stored in every row; :func:`load` upgrades older rows.
+:func:`load` refuses, in one :class:`UsageError` line naming the file, whatever is not a whole
+result file: unreadable, empty, cut short (a CSV not ending in a newline has a torn last row),
+damaged, or a table without the :data:`IDENTITY_COLUMNS`; ``load(path, validated=True)`` (what
+``flyexplore report``, ``compare`` and ``export`` read with) also applies :func:`validate`.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import json
 import math
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -348,23 +353,191 @@ def save(df: pd.DataFrame, path: str | os.PathLike) -> Path:
     return p
 
 
-def load(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a result file written by :func:`save` (or a sweep's ``.partial.jsonl`` journal).
-    Raises :class:`UsageError` if it is missing or of an unknown format."""
-    p = Path(path)
-    if not p.exists():
-        raise UsageError(f"result file not found: {str(p)!r}")
-    if p.suffix == ".parquet":
-        df = pd.read_parquet(p)
-    elif p.suffix == ".csv":
-        df = pd.read_csv(p, dtype={"case": str, "params": str, "kernels": str})
-    elif p.suffix == ".jsonl":
-        lines = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-        df = pd.DataFrame(lines)
-    else:
+#: Columns every result file has: what identifies a row (:data:`KEY`) and its ``status``.
+#: :func:`load` refuses a file without one of them (it is not a result file).
+IDENTITY_COLUMNS = (*KEY, "status")
+
+
+def _one_line(text: object) -> str:
+    """``text`` as one line (newlines and runs of blanks become single spaces)."""
+    return " ".join(str(text).split())
+
+
+def _last_line(p: Path) -> int:
+    """The 1-based number of the last line of ``p`` (one more than its newlines)."""
+    return p.read_bytes().count(b"\n") + 1
+
+
+def _ends_in_newline(p: Path) -> bool:
+    """Whether the (non-empty) file ``p`` ends with a newline byte."""
+    with open(p, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
+def _read_csv(p: Path, name: str) -> pd.DataFrame:
+    if not _ends_in_newline(p):
+        raise UsageError(f"{name} line {_last_line(p)}: the last row is cut short (the file does not end "
+                         "with a newline, as every CSV file flyexplore writes does)")
+    with warnings.catch_warnings():
+        # index_col=False: a row with more fields than the header is an error, never a shifted index
+        warnings.simplefilter("error", pd.errors.ParserWarning)
+        try:
+            return pd.read_csv(p, dtype={"case": str, "params": str, "kernels": str}, index_col=False)
+        except pd.errors.EmptyDataError:
+            raise UsageError(f"{name} is not a flyexplore result file: it holds no header row") from None
+        except pd.errors.ParserWarning as exc:
+            raise UsageError(f"{name} is not a readable CSV file: a row has more fields than the header "
+                             f"({_one_line(exc)})") from None
+        except pd.errors.ParserError as exc:
+            why = _one_line(exc).replace("Error tokenizing data. C error: ", "")
+            raise UsageError(f"{name} is not a readable CSV file (cut short or damaged): {why}") from None
+
+
+def _read_jsonl(p: Path, name: str) -> pd.DataFrame:
+    text = p.read_text(encoding="utf-8")
+    lines = text.split("\n")   # numbered as an editor numbers them ("\r" before it is JSON blank)
+    try:
+        rows = [json.loads(line) for line in lines if line.strip()]
+    except json.JSONDecodeError:
+        rows = None
+    if rows is None or not all(isinstance(r, dict) for r in rows):  # find the first bad line
+        for i, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as exc:
+                if i == len(lines) and not text.endswith("\n"):
+                    raise UsageError(f"{name} line {i} is cut short (the file ends inside it: "
+                                     f"{exc.msg}: column {exc.colno})") from None
+                raise UsageError(f"{name} line {i} is not valid JSON ({exc.msg}: column {exc.colno})") from None
+            if not isinstance(r, dict):
+                raise UsageError(f"{name} line {i} is not a JSON object (a row) but {type(r).__name__} "
+                                 f"{_one_line(line)[:40]!r}")
+    return pd.DataFrame(rows)
+
+
+def _read(p: Path, name: str) -> pd.DataFrame:
+    """The raw frame of result file ``p`` (by extension), every read failure as one-line
+    :class:`UsageError` naming the file (``name``)."""
+    import pyarrow as pa
+
+    if p.suffix not in FORMATS:
         raise UsageError(f"unknown result file extension {p.suffix!r} in {str(p)!r} "
                          f"(valid: {', '.join(FORMATS)})")
-    return normalize(df)
+    if p.is_dir():
+        raise UsageError(f"{name} is a folder, not a result file")
+    try:
+        if p.stat().st_size == 0:
+            if p.suffix == ".jsonl":   # what save writes for no rows: one line per row, none
+                return empty_frame()
+            raise UsageError(f"{name} is empty (0 bytes): not a result file")
+        if p.suffix == ".parquet":
+            try:
+                return pd.read_parquet(p)
+            except pa.ArrowException as exc:
+                why = _one_line(exc).replace(f"Could not open Parquet input source '{p}': ", "")
+                raise UsageError(f"{name} is not a readable Parquet file (cut short, damaged or not "
+                                 f"Parquet): {why}") from None
+        if p.suffix == ".csv":
+            return _read_csv(p, name)
+        return _read_jsonl(p, name)
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{name} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                         f"{exc.start}): not a {p.suffix} result file") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read result file {name}: {exc.strerror or _one_line(exc)}") from None
+
+
+def load(path: str | os.PathLike, *, validated: bool = False) -> pd.DataFrame:
+    """Read a result file written by :func:`save` (or a sweep's ``.partial.jsonl`` journal) and
+    return its rows, normalized (:func:`normalize`; older schema versions upgraded). Cost: one
+    pandas/pyarrow read plus a check of the file's last byte (CSV) -- no per-row work beyond
+    JSONL's one ``json.loads`` per line.
+
+    ``validated``: also apply :func:`validate` (what ``flyexplore report`` and ``compare`` read
+    files with), its ``ValueError`` raised as :class:`UsageError` naming the file.
+
+    Raises :class:`UsageError`, one line naming the file and the problem, for: a missing file,
+    a folder, an unknown extension, an unreadable file (permission denied, ...), an empty
+    Parquet/CSV file (an empty ``.jsonl`` is a result set without rows: what :func:`save`
+    writes for none), a file that is not UTF-8 text (CSV, JSONL), a Parquet file pyarrow cannot
+    read (cut short, damaged or another format), a CSV file pandas cannot parse (a quoted field
+    never closed, a row with more fields than the header), a JSONL line that is not a JSON
+    object (its line number given), a file without the :data:`IDENTITY_COLUMNS` (not a result
+    file), a column that cannot take its core type, and a schema newer than this flyexplore.
+
+    Cut-short files: Parquet keeps its footer last, so any cut is refused. :func:`save` ends
+    every CSV row and JSONL line with a newline, so a CSV file not ending in one has a torn
+    last row and is refused (naming its line: even a cut within the last field, which leaves
+    the field count whole, is caught); a JSONL file whose last line does not parse and has no
+    newline is refused as cut short. A cut exactly at a row's end leaves a valid file with
+    fewer rows, which no reader can tell. A CSV row in the middle with fewer fields than the
+    header (a hand edit, never a cut) reads as missing values."""
+    p = Path(path)
+    name = repr(str(p))
+    if not p.exists():
+        raise UsageError(f"result file not found: {name}")
+    df = _read(p, name)
+    if len(df.columns) or len(df):
+        missing = [c for c in IDENTITY_COLUMNS if c not in df.columns]
+        if missing:
+            cols = [str(c) for c in df.columns]
+            shown = ", ".join(cols[:8]) + (", ..." if len(cols) > 8 else "")
+            raise UsageError(f"{name} is not a flyexplore result file: missing columns {', '.join(missing)} "
+                             f"(its columns: {shown or 'none'})")
+    try:
+        df = normalize(df)
+    except UsageError as exc:
+        raise UsageError(f"{name}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{name} is not a valid result file: a core column cannot take its type "
+                         f"({_one_line(exc)})") from None
+    if validated:
+        check_valid(df, name)
+    return df
+
+
+def check_valid(df: pd.DataFrame, name: str) -> None:
+    """:func:`validate` ``df``, its ``ValueError`` raised as a one-line :class:`UsageError`
+    naming ``name`` (a file, or what the rows are)."""
+    try:
+        validate(df)
+    except ValueError as exc:
+        raise UsageError(f"{name} is not a valid result file: {_one_line(exc)}") from None
+
+
+def load_set(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
+    """Read result files with :func:`load` (``validated=True``) and concatenate them
+    (:func:`concat`): what ``flyexplore report`` and ``export`` show. Raises :class:`UsageError`
+    as :func:`load` does, and naming the files when two of them hold the same row of one run
+    (the same file given twice, or a copy)."""
+    paths = list(paths)
+    frames = [load(p, validated=True) for p in paths]
+    df = concat(frames)
+    if len(frames) > 1 and len(df):
+        dup = df.duplicated(subset=["run_id", *KEY], keep=False)
+        if dup.any():
+            first = df.loc[dup, list(KEY)].iloc[0].tolist()
+            raise UsageError(f"{', '.join(repr(str(p)) for p in paths)} hold the same rows of one run "
+                             f"(e.g. {first}): give each result file once")
+    return df
+
+
+def check_backends(df: pd.DataFrame, backends: str | Sequence[str], what: str = "baseline",
+                   where: str = "the rows") -> None:
+    """Raise :class:`UsageError` unless every backend named in ``backends`` (one name or several)
+    is the ``backend`` of some row of ``df``; the message lists the backends present. A frame
+    without any backend passes (nothing to compare)."""
+    present = sorted(set(df["backend"].dropna().astype(str))) if "backend" in df else []
+    if not present:
+        return
+    names = [backends] if isinstance(backends, str) else list(backends)
+    bad = [b for b in names if b not in present]
+    if bad:
+        raise UsageError(f"unknown {what} {', '.join(repr(b) for b in bad)}: not a backend in {where} "
+                         f"(backends present: {', '.join(present)})")
 
 
 def concat(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:

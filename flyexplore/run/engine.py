@@ -15,6 +15,20 @@ cases of :func:`flyexplore.run.sweep.run_sweep` run in **worker processes** by d
   ``case_timeout`` seconds (compile included; default :data:`CASE_TIMEOUT_S`, 0 = none) gives
   ``timeout`` rows and its worker is killed (its whole process group: Inductor's and Triton's
   compile subprocesses too) and replaced. The sweep goes on.
+- A worker has ``start_timeout`` seconds (default :data:`WORKER_START_TIMEOUT_S`, CLI
+  ``--worker-start-timeout``) from its spawn to its ready message: on a GPU its start is
+  ``import torch`` plus CUDA/HIP initialisation, which can hang. A worker past it is killed (its
+  process group) and started again; so is one that dies while starting or whose
+  :class:`CaseRunner` raises (its ``fatal`` message). A place is tried :data:`START_ATTEMPTS`
+  times in a row (a worker that takes a case resets the count), then given up; the other places
+  go on. When no place is left, every case not yet run gets ``crashed`` rows whose message
+  says why (``not run: worker cpu0 could not start (3 attempts; last: hung past
+  --worker-start-timeout 300 s)``). A failed start never raises: :func:`run_tasks` (and
+  :func:`flyexplore.run._ray.run_ray`) return the sweep's problems, one line per given-up place,
+  for the sweep to print and exit non-zero on.
+- No wait of the driver is unbounded: it waits for its workers at most :data:`POLL_S` at a time,
+  and reads their messages without blocking (:class:`_Inbox`: a worker stopped halfway through
+  a message cannot stall it), so every limit is seen when it passes.
 - Only the driver (the calling process) writes: one journal, one result file, one progress bar.
 - Cases are handed out dynamically, most expensive first (:func:`flyexplore.run.cases.case_cost`:
   FLOPs, else bytes): an idle worker takes the next most expensive case, so shards balance by
@@ -49,12 +63,14 @@ import contextlib
 import dataclasses
 import faulthandler
 import os
+import pickle
 import signal
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from flyexplore.ops.base import RunContext
 from flyexplore.run.cases import physical_device_id, run_case
@@ -80,6 +96,12 @@ STICKY_ERRORS = ("cuda error", "hip error", "hiperror", "illegal memory access",
                  "device-side assert", "unspecified launch failure", "memory access fault")
 #: Lines of a dead worker's stderr kept in its ``crashed`` rows.
 STDERR_LINES = 5
+#: Longest single wait of the driver for its workers, and of an idle worker for its next case,
+#: s: every wait is bounded, so a limit, ``should_stop`` or a vanished driver is seen within it.
+POLL_S = 1.0
+
+#: The driver's clock for every limit (the tests replace it with one they can move on).
+_clock = time.monotonic
 
 
 @dataclass(frozen=True)
@@ -201,13 +223,63 @@ def _watch_parent(ppid: int) -> None:
             os._exit(3)
 
 
-def _worker_main(conn, settings: CaseSettings, device: str, env, threads, label: str, log_path: str,
+def _send_msg(fd: int, msg) -> None:
+    """Worker side: write one message to the driver's pipe ``fd``: an 8-byte big-endian length,
+    then the pickle. Blocks only while the pipe is full (the driver reads it whenever it is
+    readable)."""
+    data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(len(data).to_bytes(8, "big") + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class _Inbox:
+    """Driver side: the messages of one worker, read from its pipe without ever blocking. A
+    worker stopped or killed in the middle of a message leaves a partial message here, never a
+    driver stuck in a read (``Connection.recv`` has no time limit)."""
+
+    #: Most bytes read in one :meth:`read` (so a chatty worker cannot hold the driver).
+    MAX_READ = 64 << 20
+
+    def __init__(self, fd: int):
+        os.set_blocking(fd, False)
+        self.fd, self.buf, self.eof = fd, bytearray(), False
+
+    def read(self) -> list:
+        """The complete messages that have arrived, oldest first (none: ``[]``). Sets
+        :attr:`eof` once the worker's end is closed."""
+        got = 0
+        while not self.eof and got < self.MAX_READ:
+            try:
+                chunk = os.read(self.fd, 1 << 20)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.eof = True
+                break
+            self.buf += chunk
+            got += len(chunk)
+        out = []
+        while len(self.buf) >= 8:
+            n = int.from_bytes(self.buf[:8], "big")
+            if len(self.buf) < 8 + n:
+                break
+            out.append(pickle.loads(self.buf[8:8 + n]))
+            del self.buf[:8 + n]
+        return out
+
+
+def _worker_main(tasks, msgs, settings: CaseSettings, device: str, env, threads, label: str, log_path: str,
                  ppid: int) -> None:
     """Entry point of a local worker process (spawned): its own process group (the driver
     kills the group; a terminal's Ctrl-C goes to the driver only), stderr into ``log_path``
     (the driver quotes its tail in ``crashed`` rows), faulthandler on (a segfault writes the
     Python stack there; with ``FLYEXPLORE_DEBUG`` set, stderr stays the driver's), exit when
-    the driver goes away."""
+    the driver goes away. Reads :class:`Task` objects (``None``: stop) from the ``tasks``
+    connection and sends its messages (``ready``/``fatal``/``row``/``done``) on ``msgs``
+    (:func:`_send_msg`)."""
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
     if log_path:
@@ -216,15 +288,20 @@ def _worker_main(conn, settings: CaseSettings, device: str, env, threads, label:
         os.close(fd)
     faulthandler.enable(all_threads=True)
     threading.Thread(target=_watch_parent, args=(ppid,), daemon=True).start()
+    out = msgs.fileno()
     try:
         runner = CaseRunner(settings, device, env, threads, label)
-    except BaseException as exc:  # noqa: BLE001 - told to the driver, which stops the sweep
-        conn.send(("fatal", f"{type(exc).__name__}: {exc}"))
+    except BaseException as exc:  # noqa: BLE001 - told to the driver, which retries the start
+        _send_msg(out, ("fatal", f"{type(exc).__name__}: {exc}"))
         return
-    conn.send(("ready", runner.info))
+    _send_msg(out, ("ready", runner.info))
     while True:
         try:
-            task = conn.recv()
+            if not tasks.poll(POLL_S):
+                if os.getppid() != ppid:
+                    return
+                continue
+            task = tasks.recv()  # the driver sends a task whole: it is there once poll says so
         except (EOFError, OSError):
             return
         if task is None:
@@ -232,8 +309,8 @@ def _worker_main(conn, settings: CaseSettings, device: str, env, threads, label:
         retire = False
         for b, cols in runner.run(task):
             retire = retire or sticky(cols)
-            conn.send(("row", task.index, b, cols))
-        conn.send(("done", task.index, retire))
+            _send_msg(out, ("row", task.index, b, cols))
+        _send_msg(out, ("done", task.index, retire))
         if retire:
             return
 
@@ -271,17 +348,79 @@ def _tail(path: str | None, n: int = STDERR_LINES) -> str:
     return " | ".join(lines[-n:])
 
 
+def start_limit(start_timeout: float | None) -> float:
+    """The start-up limit of a worker, s: :data:`WORKER_START_TIMEOUT_S` for ``None``. Raises
+    ``ValueError`` for a value that is not a number > 0 (a start always has a limit)."""
+    limit = WORKER_START_TIMEOUT_S if start_timeout is None else float(start_timeout)
+    if not limit > 0:
+        raise ValueError(f"start_timeout must be a number of seconds > 0, got {start_timeout!r}")
+    return limit
+
+
+def hung_text(limit: float) -> str:
+    """Why a worker's start failed when it sent no ready message within ``limit`` s."""
+    return f"hung past --worker-start-timeout {limit:g} s"
+
+
+class StartTracker:
+    """The start-up failures of a sweep's worker places, local or Ray (one tracker per sweep):
+    up to :data:`START_ATTEMPTS` failed starts in a row per place, then the place is given up.
+    Gives the ``crashed`` message of the cases no place is left for (:meth:`not_run_message`)
+    and the sweep's one-line problems (:meth:`problems`)."""
+
+    def __init__(self, noun: str = "worker"):
+        self.noun = noun
+        self.fails: dict[str, int] = {}
+        self.why: dict[str, str] = {}
+        self.given_up: list[str] = []
+
+    def failed(self, label: str, why: str) -> bool:
+        """Count a failed start of place ``label`` (``why``: one line, cut to 600 characters);
+        True when that was its last attempt (the place is given up)."""
+        self.fails[label] = self.fails.get(label, 0) + 1
+        self.why[label] = why if len(why) <= 600 else why[:597] + "..."
+        if self.fails[label] >= START_ATTEMPTS and label not in self.given_up:
+            self.given_up.append(label)
+        return label in self.given_up
+
+    def started(self, label: str) -> None:
+        """Place ``label`` started (its worker took a case): its count of failures starts again."""
+        self.fails[label] = 0
+
+    def not_run_message(self) -> str:
+        """The message of the ``crashed`` rows of cases that no place was left to run."""
+        why = "; ".join(f"{self.noun} {p} could not start ({self.fails[p]} attempts; last: {self.why[p]})"
+                        for p in self.given_up)
+        return f"not run: {why or 'no ' + self.noun + ' left'}"
+
+    def problems(self, not_run: int) -> list[str]:
+        """One line per given-up place; the last also says how many cases (``not_run``) got
+        ``crashed`` rows because of it, the others that the remaining places took their cases."""
+        out = []
+        for i, p in enumerate(self.given_up):
+            text = f"{self.noun} {p} could not start after {self.fails[p]} attempts (last: {self.why[p]})"
+            if not_run and i == len(self.given_up) - 1:
+                text += f"; {not_run} case{'s' if not_run != 1 else ''} got crashed rows"
+            else:
+                text += f"; the other {self.noun}s took its cases"
+            out.append(text)
+        if not_run and not self.given_up:
+            out.append(f"{not_run} case{'s' if not_run != 1 else ''} got crashed rows: no {self.noun} left")
+        return out
+
+
 class _Slot:
     """One local worker place: a device (and its pinning) that a process is started for."""
 
     def __init__(self, label, device, env_changes, env, threads):
         self.label, self.device, self.env_changes, self.env, self.threads = label, device, env_changes, env, threads
-        self.proc = self.conn = self.info = self.task = None
-        self.started = 0.0
+        self.proc = self.tasks = self.msgs = self.inbox = self.info = self.task = None
+        self.started = self.spawned = 0.0
         self.pending: list[str] = []
         self.cases = 0
         self.log = None
         self.spawns = 0
+        self.given_up = False
 
 
 def _slots(device, devices, workers, env) -> list[_Slot]:
@@ -312,47 +451,66 @@ def limits(case_timeout: float | None, max_cases: int | None) -> tuple[float, in
 def run_tasks(tasks: Sequence[Task], settings: CaseSettings, kind: str, *, device, env, devices=None,
               workers=None, case_timeout=None, max_cases=None,
               emit: Callable, should_stop: Callable | None = None,
-              status: Callable[[str], Any] | None = None) -> None:
+              status: Callable[[str], Any] | None = None, start_timeout: float | None = None) -> list[str]:
     """Run ``tasks`` on local worker processes (``kind="local"``; Ray actors are
     :func:`flyexplore.run._ray.run_ray`'s, which the sweep calls itself), calling
     ``emit(task, backend, row columns, worker info)`` in the driver for every row, including the
-    ``crashed`` and ``timeout`` rows made here. ``case_timeout`` None = :data:`CASE_TIMEOUT_S`,
-    0 = no limit; ``max_cases`` None = :data:`MAX_CASES`. ``should_stop()`` is checked before
-    each case is handed out. Raises ``RuntimeError`` when a worker cannot start (its stderr
-    tail in the message); ``KeyboardInterrupt`` after stopping every worker."""
-    if not tasks:
-        return
-    limit, max_cases = limits(case_timeout, max_cases)
+    ``crashed`` and ``timeout`` rows made here. ``case_timeout`` (s) None = :data:`CASE_TIMEOUT_S`,
+    0 = no limit; ``max_cases`` None = :data:`MAX_CASES`; ``start_timeout`` (s, > 0) from a
+    worker's spawn to its ready message, None = :data:`WORKER_START_TIMEOUT_S`. ``should_stop()``
+    is checked before each case is handed out and at least every :data:`POLL_S` s.
+
+    A worker place whose start fails (the process died, sent no ready message within
+    ``start_timeout``, or its :class:`CaseRunner` raised) is started again, up to
+    :data:`START_ATTEMPTS` times in a row, then given up; the other places go on. When no place
+    is left, every case not yet run gets ``crashed`` rows (each backend) saying why.
+
+    Returns the sweep's problems, one line each (``[]`` when every place started): e.g.
+    ``"worker cpu0 could not start after 3 attempts (last: exit code 1: ...); 4 cases got
+    crashed rows"``. Raises ``ValueError`` for an unknown ``kind`` or a ``start_timeout`` <= 0,
+    and ``KeyboardInterrupt`` after stopping every worker; a worker's failure never raises."""
+    sl = start_limit(start_timeout)
     if kind != "local":
         raise ValueError(f"run_tasks runs local workers; executor {kind!r} is flyexplore.run._ray.run_ray's")
+    if not tasks:
+        return []
+    limit, max_cases = limits(case_timeout, max_cases)
     slots = _slots(device, devices, workers, env)
     queue = list(tasks)
     if len(slots) > 1:  # most expensive first, to whichever worker is free (LPT, dynamic)
         queue.sort(key=lambda t: -t.cost)
-    _Pool(slots, settings, limit, max_cases, emit, should_stop, status).run(queue)
+    return _Pool(slots, settings, limit, max_cases, emit, should_stop, status, sl).run(queue)
 
 
 class _Pool:
-    def __init__(self, slots, settings, limit, max_cases, emit, should_stop, status):
+    def __init__(self, slots, settings, limit, max_cases, emit, should_stop, status, start_limit):
         import multiprocessing as mp
 
         self.mp = mp.get_context("spawn")
         self.slots, self.settings, self.limit, self.max_cases = slots, settings, limit, max_cases
         self.emit, self.should_stop, self.status = emit, should_stop, status
+        self.start_limit = start_limit
+        self.starts = StartTracker()
         self.logdir = tempfile.TemporaryDirectory(prefix="flyexplore-workers-")
         self.debug = bool(os.environ.get("FLYEXPLORE_DEBUG"))
+        self.stopping = False
 
     def start(self, s: _Slot) -> None:
-        parent, child = self.mp.Pipe()
+        task_r, task_w = self.mp.Pipe(duplex=False)
+        msg_r, msg_w = self.mp.Pipe(duplex=False)
         s.spawns += 1
         s.log = None if self.debug else os.path.join(self.logdir.name, f"{s.label.replace(':', '')}-{s.spawns}.log")
         p = self.mp.Process(target=_worker_main, name=f"flyexplore-{s.label}",
-                            args=(child, self.settings, s.device, s.env, s.threads, s.label, s.log or "",
-                                  os.getpid()))
-        with _environ(s.env_changes):
-            p.start()
-        child.close()
-        s.proc, s.conn, s.info, s.task, s.cases, s.pending = p, parent, None, None, 0, []
+                            args=(task_r, msg_w, self.settings, s.device, s.env, s.threads, s.label,
+                                  s.log or "", os.getpid()))
+        try:
+            with _environ(s.env_changes):
+                p.start()
+        finally:
+            task_r.close()
+            msg_w.close()
+        s.proc, s.tasks, s.msgs, s.inbox = p, task_w, msg_r, _Inbox(msg_r.fileno())
+        s.info, s.task, s.cases, s.pending, s.spawned = None, None, 0, [], _clock()
 
     def kill(self, s: _Slot) -> None:
         p = s.proc
@@ -364,18 +522,25 @@ class _Pool:
             with contextlib.suppress(ProcessLookupError):
                 p.kill()
         p.join(10)
-        with contextlib.suppress(OSError):
-            s.conn.close()
-        s.proc = s.conn = None
+        for c in (s.tasks, s.msgs):
+            with contextlib.suppress(OSError):
+                c.close()
+        s.proc = s.tasks = s.msgs = s.inbox = None
 
-    def retire(self, s: _Slot, queue) -> None:
-        """Stop a worker that finished normally (it exits on ``None``); start another if work is left."""
+    def retire(self, s: _Slot) -> None:
+        """Stop a worker that finished normally (it exits on ``None``); the loop starts another
+        if work is left."""
         with contextlib.suppress(OSError):
-            s.conn.send(None)
+            s.tasks.send(None)
         s.proc.join(2)
         self.kill(s)
-        if queue and not self.stopping:
-            self.start(s)
+
+    def start_failed(self, s: _Slot, why: str) -> None:
+        """The start of ``s``'s worker failed (``why``): kill what is left of it; after the
+        last attempt the place is given up, else the loop starts it again."""
+        self.kill(s)
+        s.info = None
+        s.given_up = self.starts.failed(s.label, why)
 
     def fail_case(self, s: _Slot, status: str, message: str) -> None:
         t = s.task
@@ -384,12 +549,12 @@ class _Pool:
             self.emit(t, b, {"status": status, "message": message}, info)
         s.task, s.pending = None, []
 
-    def handle(self, s: _Slot, msg, queue) -> None:
+    def handle(self, s: _Slot, msg) -> None:
         kind = msg[0]
         if kind == "ready":
             s.info = msg[1]
         elif kind == "fatal":
-            raise RuntimeError(f"worker {s.label} could not start: {msg[1]}")
+            self.start_failed(s, f"raised {msg[1]}")
         elif kind == "row":
             _, _, b, cols = msg
             if b in s.pending:
@@ -399,73 +564,105 @@ class _Pool:
             s.task, s.pending = None, []
             s.cases += 1
             if msg[2] or s.cases >= self.max_cases:
-                self.retire(s, queue)
+                self.retire(s)
 
-    def run(self, queue: list) -> None:
+    def receive(self, s: _Slot) -> None:
+        """Handle every complete message ``s``'s worker has sent (never blocks)."""
+        for msg in s.inbox.read():
+            self.handle(s, msg)
+            if s.proc is None:  # retired or given up: the rest of its messages are moot
+                return
+
+    def hand_out(self, queue: list) -> None:
+        for s in self.slots:
+            if s.proc is not None and s.info is not None and s.task is None and queue and not self.stopping:
+                t = queue.pop(0)
+                try:
+                    s.tasks.send(t)
+                except OSError:  # died just now: the case goes back, the death is handled below
+                    queue.insert(0, t)
+                    continue
+                s.task, s.pending, s.started = t, list(t.backends), _clock()
+                self.starts.started(s.label)
+                if self.status:
+                    self.status(f"{t.case.label} {t.dtype} on {s.label}")
+
+    def next_wait(self, live: list[_Slot]) -> float:
+        """Seconds until the nearest limit (a case's, a start's), at most :data:`POLL_S`."""
+        now = _clock()
+        waits = [POLL_S]
+        for s in live:
+            if s.info is None:
+                waits.append(s.spawned + self.start_limit - now)
+            elif s.task is not None and self.limit > 0:
+                waits.append(s.started + self.limit - now)
+        return min(POLL_S, max(0.0, min(waits)) + 0.005)
+
+    def check_limits(self) -> None:
+        now = _clock()
+        for s in self.slots:
+            if s.proc is None:
+                continue
+            if s.info is None and now - s.spawned > self.start_limit:
+                self.start_failed(s, hung_text(self.start_limit))
+            elif s.task is not None and self.limit > 0 and now - s.started > self.limit:
+                self.kill(s)
+                self.fail_case(s, "timeout", f"case ran past --case-timeout {self.limit:g} s "
+                               "(compile included); its worker was killed and replaced")
+
+    def run(self, queue: list) -> list[str]:
         from multiprocessing.connection import wait
 
-        self.stopping = False
         try:
-            for s in self.slots:
-                self.start(s)
             while True:
                 if not self.stopping and self.should_stop is not None and queue and self.should_stop():
                     self.stopping = True
-                for s in self.slots:
-                    if s.proc is not None and s.info is not None and s.task is None and queue and not self.stopping:
-                        t = queue.pop(0)
+                for s in self.slots:  # a place without a worker gets one while there is work
+                    if s.proc is None and not s.given_up and queue and not self.stopping:
                         try:
-                            s.conn.send(t)
-                        except OSError:  # died just now: the case goes back, the death is handled below
-                            queue.insert(0, t)
-                            continue
-                        s.task, s.pending, s.started = t, list(t.backends), time.monotonic()
-                        if self.status:
-                            self.status(f"{t.case.label} {t.dtype} on {s.label}")
+                            self.start(s)
+                        except OSError as exc:  # no process to be had (fork limit, no memory)
+                            s.given_up = self.starts.failed(s.label, f"spawn failed: {type(exc).__name__}: {exc}")
+                self.hand_out(queue)
                 busy = [s for s in self.slots if s.task is not None]
                 if not busy and (not queue or self.stopping):
                     break
                 live = [s for s in self.slots if s.proc is not None]
-                if not live:
+                if not live:  # every place given up
                     break
-                now = time.monotonic()
-                waits = [s.started + self.limit - now for s in busy] if self.limit > 0 else []
-                timeout = max(0.0, min(waits)) if waits else None
-                ready = wait([s.conn for s in live] + [s.proc.sentinel for s in live], timeout)
+                wait([s.msgs for s in live if not s.inbox.eof] + [s.proc.sentinel for s in live],
+                     self.next_wait(live))
                 for s in live:
                     if s.proc is None:
                         continue
-                    if s.conn in ready or s.proc.sentinel in ready:
-                        try:
-                            while s.conn is not None and s.conn.poll():
-                                self.handle(s, s.conn.recv(), queue)
-                        except (EOFError, OSError):
-                            pass
-                    if s.proc is not None and not s.proc.is_alive():
-                        self.dead(s, queue)
-                now = time.monotonic()
-                for s in self.slots:
-                    if s.task is not None and self.limit > 0 and now - s.started > self.limit:
-                        self.kill(s)
-                        self.fail_case(s, "timeout", f"case ran past --case-timeout {self.limit:g} s "
-                                       "(compile included); its worker was killed and replaced")
-                        if queue and not self.stopping:
-                            self.start(s)
+                    alive = s.proc.is_alive()  # before reading: a dead worker's last messages are all there
+                    self.receive(s)
+                    if s.proc is not None and not alive:
+                        self.dead(s)
+                self.check_limits()
+            not_run = 0
+            if queue and not self.stopping:
+                message = self.starts.not_run_message()
+                for t in queue:
+                    for b in t.backends:
+                        self.emit(t, b, {"status": "crashed", "message": message}, {})
+                not_run = len(queue)
+                queue.clear()
+            return self.starts.problems(not_run)
         finally:
             for s in self.slots:
                 self.kill(s)
             self.logdir.cleanup()
 
-    def dead(self, s: _Slot, queue) -> None:
+    def dead(self, s: _Slot) -> None:
         code = s.proc.exitcode
         tail = _tail(s.log)
-        if s.info is None and s.task is None:
-            self.kill(s)
-            raise RuntimeError(f"worker {s.label} died while starting ({_exit_text(code)})"
-                               + (f": {tail}" if tail else ""))
+        exit_text = _exit_text(code) + (f": {tail}" if tail else "")
         if s.task is not None:
             self.fail_case(s, "crashed", f"worker crashed ({_exit_text(code)}) in this case"
                            + (f"; last stderr: {tail}" if tail else ""))
-        self.kill(s)
-        if queue and not self.stopping:
-            self.start(s)
+            self.kill(s)
+        elif s.info is None:
+            self.start_failed(s, exit_text)
+        else:  # ready, then dead before it took a case: a start that did not hold
+            self.start_failed(s, f"died after its ready message, before a case ({exit_text})")

@@ -53,7 +53,9 @@ def _fraction_rule() -> str:
 
 @dataclass(frozen=True)
 class Plan:
-    """What a sweep will run: an operator, ``(case, dtype)`` pairs and backend names."""
+    """What a sweep will run: an operator, ``(case, dtype)`` pairs and backend names, each pair
+    and backend once (:func:`make_plan` and :func:`shapes_file_plan` fold repeats, so a sweep
+    never writes a row twice)."""
 
     op: Operator
     pairs: tuple[tuple[Case, str], ...]
@@ -61,6 +63,9 @@ class Plan:
     #: per ``(case label, dtype)``: columns every row of that case gets (a model's calls:
     #: ``model``, ``model_module``, ``model_count``, ``model_uses``; :func:`shapes_file_plan`)
     meta: Mapping[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
+    #: what was changed on the way from the request to the plan, one line each, for the user
+    #: (``2 duplicate entries folded (first kept): 64x64x64 fp32 (x3)``)
+    notes: tuple[str, ...] = ()
 
     def items(self) -> list[tuple[Case, str, str]]:
         return [(c, d, b) for c, d in self.pairs for b in self.backends]
@@ -85,9 +90,15 @@ def make_plan(op: str | Operator, suite: str | None = None, shapes: str | Sequen
     Exactly one of ``suite`` and ``shapes`` (a text such
     as ``"4096x4096x4096;8x4096x4096"`` or a list of texts / :class:`Case`).
     ``dtypes`` defaults to the suite's (or the operator's first); ``backends`` to all.
+
+    Repeats are folded, the first kept: ``(case, dtype)`` pairs with the same case label and
+    dtype (``"64x64x64;64x64x64"``, ``--dtypes fp32,fp32``, or two spellings of one case,
+    ``64x64x64`` and ``64x64x64:NT``) and repeated backends; :attr:`Plan.notes` says what was
+    folded. Every pair's tensors are checked against int64 (:meth:`Operator.tensor_sizes`).
+
     Raises :class:`UsageError` naming any unknown operator, suite, dtype, backend or bad shape,
-    or what an operator lacks to be measured (``make_inputs``, ``reference``, ``error``, a backend).
-    Imports no torch.
+    a dimension or tensor whose element count does not fit int64, or what an operator lacks to
+    be measured (``make_inputs``, ``reference``, ``error``, a backend). Imports no torch.
     """
 
     op = _measurable(op)
@@ -106,7 +117,53 @@ def make_plan(op: str | Operator, suite: str | None = None, shapes: str | Sequen
             if not cases:
                 raise UsageError(f"no {op.name} shapes given")
         pairs = tuple((c, d) for c in cases for d in (dts or [op.dtypes[0]]))
-    return Plan(op, pairs, _backends(op, backends))
+    pairs, notes = _fold_pairs(pairs)
+    _check_sizes(op, pairs)
+    bks, bnote = _backends(op, backends)
+    return Plan(op, pairs, bks, notes=notes + bnote)
+
+
+#: How many folded entries a note names before it says "and N more".
+NOTE_NAMES = 5
+
+
+def _fold_note(what: str, counts: Mapping[str, int]) -> tuple[str, ...]:
+    """One note for the repeated ``counts`` (name -> times given), or none: how many entries
+    were dropped, and the first :data:`NOTE_NAMES` names with the times each was given.
+    ``what``: the words before ``entries`` (``"duplicate"``, ``"duplicate backend"``)."""
+    rep = {k: n for k, n in counts.items() if n > 1}
+    if not rep:
+        return ()
+    dropped = sum(n - 1 for n in rep.values())
+    names = [f"{k} (x{n})" for k, n in rep.items()]
+    more = f", and {len(names) - NOTE_NAMES} more" if len(names) > NOTE_NAMES else ""
+    return (f"{dropped} {what} {'entry' if dropped == 1 else 'entries'} folded (first kept): "
+            + ", ".join(names[:NOTE_NAMES]) + more,)
+
+
+def _counts(names: Iterable[str]) -> dict[str, int]:
+    """Times each name occurs, in first-seen order."""
+    out: dict[str, int] = {}
+    for n in names:
+        out[n] = out.get(n, 0) + 1
+    return out
+
+
+def _fold_pairs(pairs: Iterable[tuple[Case, str]]) -> tuple[tuple[tuple[Case, str], ...], tuple[str, ...]]:
+    """``pairs`` with the first of each ``(case label, dtype)`` kept, and the note saying what
+    was folded (:func:`_fold_note`)."""
+    pairs = tuple(pairs)
+    kept: dict[tuple[str, str], tuple[Case, str]] = {}
+    for c, d in pairs:
+        kept.setdefault((c.label, d), (c, d))
+    return tuple(kept.values()), _fold_note("duplicate", _counts(f"{c.label} {d}" for c, d in pairs))
+
+
+def _check_sizes(op: Operator, pairs: Iterable[tuple[Case, str]]) -> None:
+    """Every pair's tensors within int64 (:meth:`Operator.tensor_sizes` raises the
+    :class:`UsageError` naming the shape): before anything allocates."""
+    for c, d in pairs:
+        op.tensor_sizes(c, d)
 
 
 def _measurable(op: str | Operator) -> Operator:
@@ -124,14 +181,16 @@ def _measurable(op: str | Operator) -> Operator:
     return op
 
 
-def _backends(op: Operator, backends: str | Sequence[str] | None) -> tuple[str, ...]:
-    """The plan's backend names, each checked (default: all of the operator's)."""
+def _backends(op: Operator, backends: str | Sequence[str] | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The plan's backend names, each checked and each once (default: all of the operator's),
+    and the note naming the repeated ones that were folded (:func:`_fold_note`)."""
     bks = _split(backends) or list(op.backends)
     for b in bks:
         op.get_backend(b)
     if not bks:
         raise UsageError("no backends given")
-    return tuple(dict.fromkeys(bks))
+    counts = _counts(bks)
+    return tuple(counts), _fold_note("duplicate backend", counts)
 
 
 #: Columns an exported shapes file must have (``flyexplore model --export-shapes``;
@@ -185,11 +244,18 @@ def shapes_file_plan(op: str | Operator, path: str | os.PathLike, dtypes: Sequen
     the columns its rows keep: ``model``, ``model_module`` (``;``-joined module paths),
     ``model_count`` (calls per model step, all steps) and ``model_uses`` (JSON ``[{"phase", "step",
     "module", "count", "status"[, "variant", "replaces"]}]``, what :func:`flyexplore.results.model.weighted_estimate` weights by).
-    Raises :class:`UsageError` for a bad file, shape or dtype."""
+    Rows of one shape and dtype are one pair (their uses listed together); a dtype or backend
+    given twice is folded, the first kept, with a note (:attr:`Plan.notes`), so no use is
+    counted twice. Raises :class:`UsageError` for a bad file, shape or dtype, or a tensor whose
+    element count does not fit int64 (:meth:`Operator.tensor_sizes`)."""
     op = _measurable(op)
-    bks = _backends(op, backends)
+    bks, notes = _backends(op, backends)
     rows = read_shapes_file(path, op.name)
-    given = [op.check_dtype(d) for d in _split(dtypes)] if dtypes else None
+    given = None
+    if dtypes:
+        counts = _counts(op.check_dtype(d) for d in _split(dtypes))
+        given = list(counts)
+        notes = _fold_note("duplicate dtype", counts) + notes
     acc: dict[tuple[str, str], dict] = {}
     cases: dict[str, Case] = {}
     for r in rows:
@@ -204,10 +270,11 @@ def shapes_file_plan(op: str | Operator, path: str | os.PathLike, dtypes: Sequen
                 use.update(variant=r["variant"], replaces=r.get("replaces") or "")
             e["uses"].append(use)
     pairs = tuple((e["case"], dt) for (_, dt), e in acc.items())
+    _check_sizes(op, pairs)
     meta = {k: {"model": e["model"], "model_module": ";".join(dict.fromkeys(u["module"] for u in e["uses"])),
                 "model_count": sum(u["count"] for u in e["uses"]), "model_uses": json.dumps(e["uses"])}
             for k, e in acc.items()}
-    return Plan(op, pairs, bks, meta)
+    return Plan(op, pairs, bks, meta, notes)
 
 
 def resolve_op(ref: str) -> Operator:
@@ -644,7 +711,7 @@ class SweepSpec:
     def fingerprint(self) -> str:
         """12 hex digits of SHA-256 over :meth:`to_dict` less :data:`FILE_FIELDS` (canonical JSON,
         sorted keys): two specs that measure the same thing, the same way, share it."""
-        return _digest({k: v for k, v in self.to_dict().items() if k not in FILE_FIELDS})
+        return digest({k: v for k, v in self.to_dict().items() if k not in FILE_FIELDS})
 
     def plan_dict(self) -> dict:
         """What the rows of this spec measure and how (:meth:`to_dict` less :data:`FILE_FIELDS`
@@ -654,9 +721,11 @@ class SweepSpec:
     def plan_fingerprint(self) -> str:
         """12 hex digits of SHA-256 over :meth:`plan_dict`: the plan a sweep's journal keeps
         (:mod:`flyexplore.run.journal`); a resume with another one is refused unless ``extend``."""
-        return _digest(self.plan_dict())
+        return digest(self.plan_dict())
 
 
-def _digest(d: dict) -> str:
+def digest(d: dict) -> str:
+    """12 hex digits of SHA-256 over ``d`` as canonical JSON (sorted keys): the fingerprints of
+    :class:`SweepSpec`."""
     text = json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]

@@ -2,11 +2,13 @@
 
 :func:`run_sweep` runs a :class:`~flyexplore.run.spec.SweepSpec` (what the sweep is, every option
 checked when the spec was made) -- every (case, dtype, backend) of its plan -- and returns a result
-set (:mod:`flyexplore.results.table`). With ``out``, each finished row is appended at once to a journal
-(``<out>.partial.jsonl``, flushed and fsynced), and the result file is written atomically when
-the sweep ends, is stopped, or is interrupted (Ctrl-C). After a hard crash the journal remains;
-``resume=True`` reads the result file and the journal and skips the (op, case, dtype, backend)
-keys already there. A failing case becomes a row (``unavailable``, ``error`` or ``oom``, with
+set (:mod:`flyexplore.results.table`). With ``out``, the sweep holds ``out``'s writer lock (a second
+sweep on it is refused), each finished row is committed at once to a SQLite journal
+(``<out>.journal.sqlite``, :mod:`flyexplore.run.journal`: a row is never lost and never written
+twice), and the result file is written from the journal, atomically, when the sweep ends, is
+stopped, or is interrupted (Ctrl-C). After a hard crash or a full disk the journal remains;
+``resume=True`` goes on from it and skips the (op, case, dtype, backend) keys already there; a
+resume with another plan is refused unless ``extend``. A failing case becomes a row (``unavailable``, ``error`` or ``oom``, with
 the message) and the sweep goes on. Where cases run -- this process, worker processes (the
 default on a GPU; a crash or hang becomes ``crashed``/``timeout`` rows), several GPUs or Ray --
 is :mod:`flyexplore.run.engine`'s part; the unit of work is :func:`run_case`. The spec travels
@@ -25,11 +27,9 @@ a previous result cannot pass as a speedup.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
-import json
-import os
 import uuid
-from pathlib import Path
 from typing import Callable
 
 import pandas as pd
@@ -43,20 +43,24 @@ from flyexplore.run.cases import (
     _base_row,
     _now,
     case_cost,
+    memory_refusals,
     physical_device_id,
     run_case,
 )
 from flyexplore.run.engine import CaseSettings, Task, limits, run_tasks
+from flyexplore.run.journal import Journal, JournalError, journal_path  # noqa: F401 - journal_path: re-exported
 from flyexplore.run.spec import SweepSpec
 from flyexplore.world import env as ENV
 
 #: The result frame's ``attrs`` key holding :func:`sweep_record` of each run that wrote its rows.
 SWEEPS_ATTR = "sweeps"
-
-
-def journal_path(out: str | os.PathLike) -> Path:
-    """The append-only journal beside a result file: ``<out>.partial.jsonl``."""
-    return Path(str(out) + ".partial.jsonl")
+#: The returned frame's ``attrs`` key (not saved) holding one-line notes on what went wrong
+#: around the rows: workers that could not start (their cases got ``crashed`` rows), a torn
+#: journal line dropped. The command line prints them and exits non-zero for worker problems.
+PROBLEMS_ATTR = "problems"
+#: The returned frame's ``attrs`` key (not saved) holding notes that change no row: duplicate
+#: plan entries folded (:attr:`flyexplore.run.spec.Plan.notes`), a torn old-journal line dropped.
+NOTES_ATTR = "notes"
 
 
 def sweep_record(spec: SweepSpec, run_id: str) -> dict:
@@ -66,52 +70,30 @@ def sweep_record(spec: SweepSpec, run_id: str) -> dict:
     return {"run_id": run_id, "fingerprint": spec.fingerprint(), "spec": spec.to_dict()}
 
 
-class _Writer:
-    """Appends rows to the journal; writes the final file atomically on close, with the runs'
-    :func:`sweep_record` list in the frame's ``attrs`` (Parquet keeps it)."""
+class _Memory:
+    """The rows of a sweep without an output file (the same calls as a :class:`Journal`)."""
 
-    def __init__(self, out: Path | None, old: pd.DataFrame, records: list[dict]):
-        self.out, self.old, self.rows, self.records = out, old, [], records
-        self.journal = journal_path(out) if out else None
+    def __init__(self, record: dict):
+        self.rows, self.record, self.notes, self.rank = [], record, [], {}
 
-    def add(self, row: dict):
+    def done(self) -> set:
+        return set()
+
+    def add(self, row: dict) -> bool:
         self.rows.append(row)
-        if self.journal:
-            with open(self.journal, "a") as f:
-                f.write(json.dumps(row, default=str) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+        return True
 
     def frame(self) -> pd.DataFrame:
-        df = R.concat([self.old, R.frame(self.rows)])
-        df.attrs[SWEEPS_ATTR] = list(self.records)
+        self.rows.sort(key=lambda r: self.rank.get((r["case"], r["dtype"], r["backend"]), -1))
+        df = R.frame(self.rows)
+        df.attrs[SWEEPS_ATTR] = [self.record]
         return df
 
-    def close(self) -> pd.DataFrame:
-        df = self.frame()
-        if self.out:
-            R.save(df, self.out)
-            if self.journal.exists():
-                self.journal.unlink()
-        return df
+    def finish(self, df) -> None:
+        pass
 
-
-def _previous(out: Path, resume: bool, overwrite: bool) -> tuple[pd.DataFrame, list[dict]]:
-    """The rows already in ``out`` and its journal (with ``resume``), and the sweep records of
-    the file (Parquet keeps them); refuses an existing file without ``resume``/``overwrite``."""
-    jp = journal_path(out)
-    if not resume:
-        if (out.exists() or jp.exists()) and not overwrite:
-            raise UsageError(f"output file {str(out)!r} exists (use --resume to continue it, "
-                             "--overwrite to replace it, or choose another path)")
-        if jp.exists():
-            jp.unlink()
-        return R.empty_frame(), []
-    frames = [R.load(out)] if out.exists() else []
-    records = list(frames[0].attrs.get(SWEEPS_ATTR, [])) if frames else []
-    if jp.exists():
-        frames.append(R.load(jp))
-    return R.concat(frames), records
+    def close(self) -> None:
+        pass
 
 
 def run_sweep(spec: SweepSpec, *, progress: bool = True, on_row: Callable[[dict], None] | None = None,
@@ -134,10 +116,21 @@ def run_sweep(spec: SweepSpec, *, progress: bool = True, on_row: Callable[[dict]
     ``attrs["sweeps"]`` lists :func:`sweep_record` of every run whose rows it holds (this one
     last; earlier ones as far as a resumed Parquet file kept them).
 
-    Raises :class:`UsageError` when ``spec`` is not a SweepSpec, or for the output file
-    (unknown extension, not writable, or there without ``resume``/``overwrite``) before anything
-    runs or any file is opened; ``KeyboardInterrupt`` is re-raised after the finished rows are
-    saved and every worker is stopped.
+    Before anything runs: a case whose estimated memory is over the device's free memory or
+    ``max_memory`` gets ``refused`` rows (:func:`flyexplore.run.cases.memory_refusals`).
+    Workers that cannot start leave ``crashed`` rows for the cases they did not run, and a line
+    each in the returned frame's ``attrs["problems"]`` (:data:`PROBLEMS_ATTR`); notes that
+    change no row (duplicates folded, a torn old-journal line dropped) are in
+    ``attrs["notes"]``.
+
+    Raises :class:`UsageError` when ``spec`` is not a SweepSpec, for the output file (unknown
+    extension, not writable, there without ``resume``/``overwrite``, damaged, another plan's
+    without ``extend``, locked by another sweep: its pid named) and when every case is over the
+    memory limit -- before anything runs and with every file untouched;
+    :class:`~flyexplore.run.journal.JournalError` (a :class:`UsageError`) when a journal write
+    fails mid-sweep (every row committed before is kept for ``resume``);
+    ``KeyboardInterrupt`` is re-raised after the finished rows are saved and every worker is
+    stopped.
     """
     import torch
 
@@ -146,18 +139,37 @@ def run_sweep(spec: SweepSpec, *, progress: bool = True, on_row: Callable[[dict]
                          "fx.sweep(op, ...) builds one from keywords")
     plan, device, kind = spec.plan, spec.device, spec.engine_kind
     outp = R.check_path(spec.out) if spec.out is not None else None
-    old, records = _previous(outp, spec.resume, spec.overwrite) if outp else (R.empty_frame(), [])
-    if spec.retry_failed and len(old):
-        old = old[~old["status"].isin(["crashed", "timeout"])].reset_index(drop=True)
-    done = {tuple(r) for r in old[list(R.KEY)].astype(str).itertuples(index=False)} if len(old) else set()
     ray_gpus = None if device is None else torch.device(device).type == "cuda"
     device = torch.device(device) if device is not None else default_device()
+    run_id = f"{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+    record = sweep_record(spec, run_id)
+    keys = [(c.label, d, b) for c, d, b in plan.items()]
+    refusals = memory_refusals(plan, device, spec.max_memory)  # UsageError when every case is over
+    if outp is None:
+        writer = _Memory(record)
+        writer.rank = {k: i for i, k in enumerate(keys)}
+    else:
+        writer = Journal.open(outp, resume=spec.resume, overwrite=spec.overwrite, extend=spec.extend,
+                              retry_failed=spec.retry_failed, plan_fingerprint=spec.plan_fingerprint(),
+                              plan=spec.plan_dict(), op=plan.op.name, keys=keys)
+    try:
+        return _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_row, should_stop)
+    finally:
+        writer.close()
+
+
+def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_row, should_stop) -> pd.DataFrame:
+    """:func:`run_sweep` once its output is open: the rows not yet there, then the final file."""
+    plan = spec.plan
+    done = writer.done()
+    if isinstance(writer, Journal):
+        writer.add_record(record)
     env = ENV.collect()
     ctx = RunContext(device, env)
     fp = {**env.fingerprint(), "flyexplore": env.versions.get("flyexplore", "")}
-    run_id = f"{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+    run_id = record["run_id"]
     todo = [(c, d, b) for c, d, b in plan.items() if (plan.op.name, c.label, d, b) not in done]
-    writer = _Writer(outp, old, records + [sweep_record(spec, run_id)])
+    problems: list[str] = []
 
     from tqdm.auto import tqdm
 
@@ -171,10 +183,15 @@ def run_sweep(spec: SweepSpec, *, progress: bool = True, on_row: Callable[[dict]
         if not row.get("device_id"):
             row["device_id"] = info.get("device_id")
         row["timestamp"] = _now()
-        writer.add(row)
         bar.update(1)
-        if on_row is not None:
+        if writer.add(row) and on_row is not None:
             on_row(row)
+
+    refused = [(c, d, b) for c, d, b in todo if (c.label, d) in refusals]
+    for c, d, b in refused:
+        emit(c, d, b, {"status": "refused", "message": refusals[(c.label, d)]},
+             {"worker": None, "device_id": None})
+    todo = [t for t in todo if (t[0].label, t[1]) not in refusals]
 
     by_case: dict[tuple[str, str], list[str]] = {}
     for c, d, b in todo:
@@ -207,17 +224,27 @@ def run_sweep(spec: SweepSpec, *, progress: bool = True, on_row: Callable[[dict]
             task_row = lambda t, b, cols, info: emit(t.case, t.dtype, b, cols, info)  # noqa: E731
             if kind == "ray":
                 limit, max_cases = limits(spec.case_timeout, spec.max_cases_per_worker)
-                run_ray(tasks, settings, device=device, workers=spec.workers, case_timeout=limit,
-                        max_cases=max_cases, address=spec.ray_address, emit=task_row, should_stop=should_stop,
-                        status=bar.set_postfix_str, use_gpus=ray_gpus)
+                got = run_ray(tasks, settings, device=device, workers=spec.workers, case_timeout=limit,
+                              max_cases=max_cases, address=spec.ray_address, emit=task_row,
+                              should_stop=should_stop, status=bar.set_postfix_str, use_gpus=ray_gpus,
+                              start_timeout=spec.worker_start_timeout)
             else:
-                run_tasks(tasks, settings, kind, device=device, env=env, devices=spec.devices,
-                          workers=spec.workers, case_timeout=spec.case_timeout,
-                          max_cases=spec.max_cases_per_worker, emit=task_row, should_stop=should_stop,
-                          status=bar.set_postfix_str)
-            rank = {(c.label, d, b): i for i, (c, d, b) in enumerate(plan.items())}
-            writer.rows.sort(key=lambda r: rank.get((r["case"], r["dtype"], r["backend"]), -1))
-    finally:
+                got = run_tasks(tasks, settings, kind, device=device, env=env, devices=spec.devices,
+                                workers=spec.workers, case_timeout=spec.case_timeout,
+                                max_cases=spec.max_cases_per_worker, emit=task_row, should_stop=should_stop,
+                                status=bar.set_postfix_str, start_timeout=spec.worker_start_timeout)
+            problems += list(got or [])
+    except JournalError:
+        bar.close()  # every committed row is in the journal, for --resume: no final write now
+        raise
+    except BaseException:
         bar.close()
-        result = writer.close()
+        with contextlib.suppress(Exception):  # the first error is the one to report; rows stay journaled
+            writer.finish(writer.frame())
+        raise
+    bar.close()
+    result = writer.frame()
+    writer.finish(result)
+    result.attrs[PROBLEMS_ATTR] = problems
+    result.attrs[NOTES_ATTR] = list(getattr(plan, "notes", ())) + list(writer.notes)
     return result

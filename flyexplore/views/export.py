@@ -7,13 +7,16 @@ Each image has a time limit (:data:`IMAGE_TIMEOUT_S`, kaleido's ``timeout``); a 
 fails or runs past it is written as HTML instead, with a note saying why. On
 Debian/Ubuntu ``apt-get install chromium`` (kaleido finds ``/usr/bin/chromium`` by itself), or
 ``plotly_get_chrome`` / ``kaleido.get_chrome_sync()`` to download one. HTML needs neither:
-plotly.js is embedded, so the file opens offline. Markdown needs ``tabulate``; LaTeX needs
-``jinja2`` (both pandas' optional dependencies, installed with flyexplore).
+plotly.js is embedded, so the file opens offline. At exit the browser is stopped before the
+temporary folders it uses are removed (:func:`_close_at_exit`). Markdown needs ``tabulate``;
+LaTeX needs ``jinja2`` (both pandas' optional dependencies, installed with flyexplore).
 """
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -76,12 +79,39 @@ def kaleido_session(timeout: float = IMAGE_TIMEOUT_S) -> None:
     _SESSION["timeout"] = timeout
 
 
+def kaleido_session_open() -> bool:
+    """Whether :func:`kaleido_session` started a browser that :func:`close_kaleido_session` has
+    not stopped (no import: false when kaleido was never used)."""
+    return bool(_SESSION)
+
+
 def close_kaleido_session() -> None:
     """Stop the kaleido server of :func:`kaleido_session` (its Chromium exits); no-op if none."""
     import kaleido
 
     kaleido.stop_sync_server(silence_warnings=True)
     _SESSION.clear()
+
+
+_CLOSE_AT_EXIT: list[bool] = []
+
+
+def _close_at_exit() -> None:
+    """Stop this process's kaleido browser at exit before its temporary folders are removed.
+
+    choreographer's Chromium profile and kaleido's page folder are ``tempfile.TemporaryDirectory``
+    objects, which ``weakref.finalize`` removes at exit; kaleido stops its browser from an
+    ``atexit`` hook registered when its server starts. ``atexit`` runs hooks last-registered
+    first, and weakref registers its one hook when the process's first finalizer is made: here
+    that profile's own, made in kaleido's thread just after kaleido registered its close. So
+    weakref's hook ran first and removed the profile of the running browser, which still
+    writes into it: ``OSError: [Errno 39] Directory not empty: 'Default'`` printed at exit in
+    about half of the runs. This hook is registered once, after the first image (by then the
+    browser runs and weakref's hook is registered), so it runs before weakref's: the browser is
+    closed, then choreographer removes its folders itself (retrying while files disappear)."""
+    if not _CLOSE_AT_EXIT:
+        atexit.register(close_kaleido_session)
+        _CLOSE_AT_EXIT.append(True)
 
 
 def _render(items: list[tuple[object, Path, str, int, int, float]], timeout: float) -> dict[Path, str]:
@@ -99,6 +129,9 @@ def _render(items: list[tuple[object, Path, str, int, int, float]], timeout: flo
     except Exception as exc:  # noqa: BLE001 - the browser died or would not start
         close_kaleido_session()
         errs = (exc,)
+    finally:
+        if kaleido._global_server.is_running():  # the browser opened: see _close_at_exit
+            _close_at_exit()
     errs = list(errs)
     if any(isinstance(e, TimeoutError) for e in errs):
         # a timed-out image can leave kaleido's executor closed, so the images after it fail
@@ -116,6 +149,57 @@ def write_html(fig, path: str | os.PathLike) -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     fig.write_html(str(p), include_plotlyjs=True, full_html=True)
     return p
+
+
+def check_writable(path: str | os.PathLike, what: str = "output file", folder: bool = False) -> Path:
+    """Check, creating nothing, that ``path`` can be written: an output file (``folder``
+    false: not an existing folder, its folder creatable and writable) or an output folder
+    (``folder`` true: not an existing file, creatable and writable). The nearest existing
+    folder on the way must take a file (a temporary probe, removed at once), so ``/proc/x``,
+    a read-only mount or a path under a file fail here, before anything is written.
+    Returns the path; raises :class:`UsageError` naming ``what`` and ``path`` and the reason."""
+    p = Path(path)
+    shown = repr(str(p))
+    if folder and p.exists() and not p.is_dir():
+        raise UsageError(f"cannot write {what} {shown}: it is a file, not a folder")
+    if not folder and p.is_dir():
+        raise UsageError(f"cannot write {what} {shown}: it is a folder")
+    if not folder and p.exists() and not os.access(p, os.W_OK):
+        raise UsageError(f"cannot write {what} {shown}: the file is not writable")
+    d = (p if folder else p.parent).absolute()
+    while not d.exists() and d != d.parent:
+        d = d.parent
+    if not d.is_dir():
+        raise UsageError(f"cannot write {what} {shown}: {str(d)!r} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".flyexplore-probe.", dir=d)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(f"cannot write {what} {shown}: {exc.strerror or exc} (in {str(d)!r})") from None
+    return p
+
+
+def _made_parents(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; return those created, deepest first."""
+    made = []
+    d = folder
+    while not d.exists():
+        made.append(d)
+        d = d.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    return made
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (deepest first, as :func:`_made_parents` returns them) while empty."""
+    for d in folders:
+        try:
+            d.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:
+            break
 
 
 def save_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
@@ -210,24 +294,44 @@ def export_figure(fig, path: str | os.PathLike, width: int = WIDTH, height: int 
     """Write one figure to ``path`` like :func:`save_figure`, but when a static image (.png,
     .svg, .pdf) cannot be made here (no browser, kaleido's error, or no image within
     ``timeout`` s) write ``path`` with ``.html`` instead. Returns ``(written path, note)``;
-    the note says why the format changed, else ``None``. Raises :class:`UsageError` for an
-    unknown extension or an unwritable folder."""
+    the note says why the format changed, else ``None``. The file is made under a temporary
+    name beside ``path`` and renamed into place, so a failure leaves no half-written file (nor
+    a folder made for it). Raises :class:`UsageError` for an unknown extension or a path that
+    cannot be written (:func:`check_writable`, checked before anything is drawn), and
+    ``OSError`` with ``path`` as its filename for a write that fails (disk full, ...)."""
     p = Path(path)
     fmt = p.suffix.lstrip(".").lower()
     if fmt not in FIGURE_FORMATS:
         raise UsageError(f"unknown figure file extension {p.suffix!r} in {str(p)!r} "
                          f"(valid: {', '.join('.' + f for f in FIGURE_FORMATS)})")
+    check_writable(p, "figure file")
+    made: list[Path] = []
+    stage = None
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
+        made = _made_parents(p.parent)
+        stage = Path(tempfile.mkdtemp(prefix=".flyexplore-figure-", dir=p.parent))
+        final, note = p, None
+        if fmt == "html":
+            done = write_html(fig, stage / p.name)
+        else:
+            try:
+                done = save_figures({p.stem: fig}, stage, [fmt], width, height, scale, timeout)[0]
+            except RuntimeError as exc:
+                final = p.with_suffix(".html")
+                done = write_html(fig, stage / final.name)
+                note = f"{p.name} not written ({exc}); wrote {final.name} instead (opens offline in a browser)"
+        os.replace(done, final)
+        return final, note
     except OSError as exc:
-        raise UsageError(f"cannot write figure file {str(p)!r}: {exc.strerror or exc}") from None
-    if fmt == "html":
-        return write_html(fig, p), None
-    try:
-        return save_figures({p.stem: fig}, p.parent, [fmt], width, height, scale, timeout)[0], None
-    except RuntimeError as exc:
-        h = write_html(fig, p.with_suffix(".html"))
-        return h, f"{p.name} not written ({exc}); wrote {h.name} instead (opens offline in a browser)"
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+            stage = None
+        _remove_empty(made)
+        # the path asked for, not the staging file beside it, is what the user knows
+        raise OSError(exc.errno, exc.strerror or str(exc), str(p)) from exc
+    finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def _fmt(v) -> str:

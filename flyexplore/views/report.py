@@ -37,7 +37,13 @@ from flyexplore.results.published import headlines, load, ranges, vllm_published
 from flyexplore.views import plots as F
 from flyexplore.views import plots_compare as FC
 from flyexplore.views.aotriton import report_section
-from flyexplore.views.export import IMAGE_FORMATS, plain, save_figures, save_tables
+from flyexplore.views.export import (
+    IMAGE_FORMATS,
+    check_writable,
+    plain,
+    save_figures,
+    save_tables,
+)
 from flyexplore.views.plots import case_params
 
 _TABLE_COLS = ["op", "case", "dtype", "backend", "status", "time_ms", "per_call_ms", "timing_mode", "order",
@@ -250,13 +256,32 @@ class _Page:
         """Write the report into ``out`` (see :func:`check_report_dir` for which folders are
         refused): everything is written into a staging folder inside ``out`` first; then an
         earlier report's entries are moved aside, the new ones moved in by rename, and the old
-        ones deleted, so a failure while writing leaves the earlier report as it was."""
+        ones deleted, so a failure while writing leaves the earlier report as it was (and a
+        folder made for the report is removed again). Raises :class:`UsageError` when ``out``
+        is refused or cannot be written (checked before anything is written), ``OSError`` with
+        ``out`` as its filename when a write fails midway (disk full, ...)."""
         old = check_report_dir(out, keep)
+        check_writable(out, "report folder", folder=True)
+        made = [d for d in (out, *out.parents) if not d.exists()]  # removed again if writing fails
         try:
             out.mkdir(parents=True, exist_ok=True)
             stage = Path(tempfile.mkdtemp(prefix=_STAGING, dir=out))
         except OSError as exc:
             raise UsageError(f"cannot write report folder {str(out)!r}: {exc.strerror or exc}") from None
+        try:
+            return self._commit(out, stage, old, static, formats, table_formats, keep)
+        except OSError as exc:   # disk full, a folder made read-only meanwhile, ...
+            shutil.rmtree(stage, ignore_errors=True)
+            for d in made:
+                try:
+                    d.rmdir()
+                except OSError:
+                    break
+            # the folder asked for, not the staging file inside it, is what the user knows
+            raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from exc
+
+    def _commit(self, out: Path, stage: Path, old: list[str], static: bool, formats: Sequence[str],
+                table_formats: Sequence[str], keep: Iterable[str]) -> Path:
         try:
             path = self._write_into(stage, static, formats, table_formats)
             entries = sorted(p.name for p in stage.iterdir())
@@ -486,16 +511,17 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
     ``table_formats``: tables under ``tables/`` (csv, md, tex, html). ``out_dir`` must be new,
     empty, or hold an earlier flyexplore report (replaced whole) and only the files named in
     ``keep`` besides (:func:`check_report_dir`). ``sections``: callables ``f(page)`` adding
-    more sections after the environment (the demo's FlyDSL section). Raises ``UsageError`` for
-    another folder, before anything is written, and for an unwritable ``out_dir``."""
+    more sections after the environment (the demo's FlyDSL section). Raises ``UsageError``, before
+    anything is written, for another folder, an unwritable ``out_dir``
+    (:func:`flyexplore.views.export.check_writable`) and a ``baseline`` that is not a backend of
+    ``df`` (:func:`flyexplore.results.table.check_backends`). A write that fails midway (disk full)
+    raises ``OSError`` naming ``out_dir`` and leaves the folder as it was."""
 
     out = Path(out_dir)
     check_report_dir(out, keep)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot write report folder {str(out)!r}: {exc.strerror or exc}") from None
+    check_writable(out, "report folder", folder=True)
     df = R.normalize(df)
+    R.check_backends(df, baseline)
     page = _Page(title)
     n_pub = int((df["source"] == "published").sum())
     counts = ", ".join(f"{n} {s}" for s, n in df["source"].value_counts().items())

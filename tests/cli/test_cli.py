@@ -43,8 +43,14 @@ def test_sweep_cli_writes_results_and_resumes(cli, tmp_path):
     assert len(df) == 4
     assert set(df.status) == {"ok", "unavailable"}
     assert "4 rows written" in p.stdout
-    p2 = cli("sweep", "--op", "gemm", "--shapes", "32x32x32;64x32x16:NN;16x16x16", "--backends", "aten",
-             "--dtypes", "fp32", "--out", str(out), "--rep", "5", "--resume", "--quiet")
+    more = ("sweep", "--op", "gemm", "--shapes", "32x32x32;64x32x16:NN;16x16x16", "--backends", "aten",
+            "--dtypes", "fp32", "--out", str(out), "--rep", "5", "--resume", "--quiet")
+    before = out.read_bytes()
+    p2 = cli(*more)  # another plan: a CSV keeps no plan, so its rows say it
+    assert p2.returncode == 2 and p2.stderr.count("\n") == 1 and "--extend" in p2.stderr, p2.stderr
+    assert "2 of its rows are not in this plan (e.g. 32x32x32 fp32 triton)" in p2.stderr
+    assert out.read_bytes() == before
+    p2 = cli(*more, "--extend")
     assert p2.returncode == 0, p2.stderr
     assert len(R.load(out)) == 5
 

@@ -367,7 +367,11 @@ def test_the_data_folder_has_result_files():
 def test_committed_result_files_give_the_old_frames(path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        df = R.load(ROOT / path)
+        try:
+            df = R.load(ROOT / path)
+        except UsageError as exc:  # a coverage, published or report table: load refuses it in one line
+            assert "is not a flyexplore result file" in str(exc), exc
+            pytest.skip(f"not a result file: {exc}")
     if df.empty or df["status"].isna().all() or df["backend"].isna().all():
         pytest.skip("not a result file (no row has a status and a backend): a table made from results")
     backends = list(df.loc[df["status"].isin(["ok", "published"]), "backend"].dropna().unique())

@@ -112,7 +112,7 @@ def test_run_sweep_takes_a_spec_and_the_spec_travels_with_the_rows(tmp_path):
     assert rec["run_id"] == df["run_id"].iloc[0]
     assert list(df.columns) == list(R.frame([dict(df.iloc[0])]).columns)  # no new column
     assert "sweeps" not in df.columns and R.load(out).attrs["sweeps"] == [rec]  # Parquet keeps it
-    more = dataclasses.replace(spec, shapes="4x4;8x8", resume=True)
+    more = dataclasses.replace(spec, shapes="4x4;8x8", resume=True, extend=True)  # another plan: --extend
     df2 = run_sweep(more, progress=False)
     assert [r["run_id"] for r in df2.attrs["sweeps"]] == [rec["run_id"], df2["run_id"].iloc[-1]]
     assert df2.attrs["sweeps"][-1]["fingerprint"] == more.fingerprint() != spec.fingerprint()

@@ -12,13 +12,16 @@ from flyexplore.results import table as R
 from flyexplore.errors import UsageError
 from flyexplore.ops.base import Operator
 from flyexplore.run.spec import SweepSpec, make_plan
+from flyexplore.run.journal import committed_rows
 from flyexplore.run.sweep import journal_path, run_sweep
 
 FAST = {"rep": 5, "warmup": 1}
 
 
-def toy_op(fail_on=(), oom_on=(), interrupt_on=(), sleep_on=()):
-    """A real Operator (the catalogue's own class) whose backends fail on chosen cases."""
+def toy_op(fail_on=(), oom_on=(), interrupt_on=(), sleep_on=(), wait_on=(), wait_for=None):
+    """A real Operator (the catalogue's own class) whose backends fail on chosen cases; the
+    ``good`` build of a case in ``wait_on`` waits until the file ``wait_for`` exists (at most
+    300 s: the test says when it may go on, no clock involved)."""
     op = Operator("toy", "y = x * 2", dims=("m", "n"), options={}, dtypes=("fp32", "bf16"))
     op.make_inputs = lambda c, d, dev, seed: {"x": torch.randn(c["m"], c["n"], generator=torch.Generator().manual_seed(seed))}
     op.reference = lambda c, d, x: x["x"].double() * 2
@@ -32,6 +35,10 @@ def toy_op(fail_on=(), oom_on=(), interrupt_on=(), sleep_on=()):
             raise KeyboardInterrupt
         if case.label in sleep_on:
             time.sleep(60)
+        if case.label in wait_on:
+            end = time.monotonic() + 300
+            while not os.path.exists(wait_for) and time.monotonic() < end:
+                time.sleep(0.05)
         x = inputs["x"]
         return lambda: x * 2
 
@@ -138,13 +145,13 @@ def test_hard_crash_loses_no_finished_row(tmp_path):
     jp = journal_path(out)
     deadline = time.time() + 120
     while time.time() < deadline:
-        if jp.exists() and len(jp.read_text().splitlines()) >= 2:
+        if jp.exists() and len(committed_rows(out)) >= 2:
             break
         time.sleep(0.2)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     assert not out.exists()
-    assert [r for r in R.load(jp)["case"]] == ["4x4", "8x8"]
+    assert [r for r in committed_rows(out)["case"]] == ["4x4", "8x8"]
     ran = []
     df = run_sweep(SweepSpec(toy_op(), shapes="4x4;8x8;16x16", backends="good", out=out, resume=True,
                              timer=FAST), progress=False, on_row=ran.append)

@@ -70,7 +70,7 @@ from flyexplore.errors import UsageError
 from flyexplore.ops import checks
 from flyexplore.ops.attention.flydsl import FLYDSL as ATTENTION_FLYDSL
 from flyexplore.ops.attention.sdpa import _SDP_NAMES, _rocm_library, explain, kv_heads
-from flyexplore.ops.base import DTYPE_BYTES, ERR_TOL, Operator, relative_error, torch_dtype
+from flyexplore.ops.base import DTYPE_BYTES, ERR_TOL, Operator, TensorSize, relative_error, torch_dtype
 
 ATTENTION = Operator(
     name="attention",
@@ -245,7 +245,23 @@ def _bytes(case, dtype):
     return float(n * DTYPE_BYTES[dtype])
 
 
+def _tensors(case, dtype):
+    """What :func:`_inputs` allocates and one call returns, all in ``dtype``: q [B, H, SQ, D],
+    k and v [B, HKV, SKV, D] (and dO [B, H, SQ, D] for ``bwd``); the output O [B, H, SQ, D], or for
+    ``bwd`` the forward's O (held by the built backend) and dq, dk, dv. What autograd saves for the
+    backward (the log-sum-exp, the math backend's scores) is not counted."""
+    b, h, sq, skv, d, hk = case["b"], case["h"], case["sq"], case["skv"], case["d"], kv_heads(case)
+    it = int(DTYPE_BYTES[dtype])
+    qs, ks = (b, h, sq, d), (b, hk, skv, d)
+    out = [TensorSize("q", "input", qs, it), TensorSize("k", "input", ks, it), TensorSize("v", "input", ks, it)]
+    if case["pass"] == "fwd":
+        return (*out, TensorSize("o", "output", qs, it))
+    return (*out, TensorSize("do", "input", qs, it), TensorSize("o", "output", qs, it),
+            TensorSize("dq", "output", qs, it), TensorSize("dk", "output", ks, it), TensorSize("dv", "output", ks, it))
+
+
 ATTENTION.make_inputs = _inputs
+ATTENTION.tensors = _tensors
 ATTENTION.reference = _reference
 ATTENTION.error = error
 ATTENTION.flops = flops

@@ -20,8 +20,8 @@ from __future__ import annotations
 import csv
 
 from flyexplore.ops import checks
-from flyexplore.ops.base import (DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, compile_context, exported_shapes,
-                                 torch_dtype)
+from flyexplore.ops.base import (DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, TensorSize, compile_context,
+                                 exported_shapes, torch_dtype)
 from flyexplore.ops.gemm.flydsl import FLYDSL as GEMM_FLYDSL
 from flyexplore.paths import published_dir
 
@@ -72,7 +72,18 @@ def error(out, ref, case, dtype):
     return checks.with_tol(cols, ERR_TOL[dtype])
 
 
+def _tensors(case, dtype):
+    """What :func:`_inputs` allocates and one call returns: A as stored ([M, K], or [K, M] for a
+    transposed A), B as stored ([K, N], or [N, K]), the output [M, N]; all in ``dtype``."""
+    m, n, k, lay = case["m"], case["n"], case["k"], case["layout"]
+    b = int(DTYPE_BYTES[dtype])
+    return (TensorSize("a", "input", (m, k) if lay[0] == "N" else (k, m), b),
+            TensorSize("b", "input", (k, n) if lay[1] == "N" else (n, k), b),
+            TensorSize("out", "output", (m, n), b))
+
+
 GEMM.make_inputs = _inputs
+GEMM.tensors = _tensors
 GEMM.reference = _reference
 GEMM.error = error
 GEMM.flops = lambda case: 2.0 * case["m"] * case["n"] * case["k"]

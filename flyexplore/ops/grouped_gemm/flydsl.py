@@ -5,9 +5,14 @@ use_flydsl_grouped_mm_template`` and ``get_flydsl_grouped_mm_template_kwargs`` (
 ``heuristics/template/flydsl.py::is_grouped_gemm_config_valid_for_shape``: N % 128 == 0 with
 FlyDSL autotuning off, N % 64 == 0 with it on). Checked against torch's own functions in
 ``tests/ops/test_explain_agreement.py``. Registered as ``GROUPED_GEMM.flydsl``.
+
+Also here: a catalogue case's groups (:func:`parse_ms`, :func:`group_sizes`, :func:`total_rows`),
+which the operator's ``make_inputs`` and :func:`describe` both read, so that the explainer judges
+the A the sweep passes ([total_M, K]); the operator module imports this one, so they live here.
 """
 from __future__ import annotations
 
+from flyexplore.errors import UsageError
 from flyexplore.ops.base import FlyDSLPath, KernelPattern
 from flyexplore.parsing import parse_flag
 from flyexplore.world.conditions import (
@@ -26,6 +31,33 @@ from flyexplore.world.conditions import (
     span_condition,
 )
 
+# -- a catalogue case's groups (here, where both the operator and describe read them) ------------
+
+def parse_ms(text: str) -> list[int]:
+    """``ms=r0/r1/...`` -> the row counts ``[r0, r1, ...]``. Raises :class:`UsageError` naming
+    the text for a non-integer or negative count."""
+    parts = [p.strip() for p in str(text).split("/")]
+    try:
+        vals = [int(p) for p in parts]
+    except ValueError:
+        raise UsageError(f"grouped_gemm ms={text!r} must be '/'-separated row counts, "
+                         "e.g. ms=1024/0/512/2048") from None
+    if any(v < 0 for v in vals):
+        raise UsageError(f"grouped_gemm ms={text!r} has a negative row count")
+    return vals
+
+
+def group_sizes(case) -> list[int]:
+    """Rows of each group: ``ms`` when given, else G times M."""
+    return parse_ms(case["ms"]) if case["ms"] else [case["m"]] * case["g"]
+
+
+def total_rows(case) -> int:
+    """Rows of A as the sweep passes it (total_M): the sum of :func:`group_sizes`."""
+    return sum(group_sizes(case))
+
+
+# -- the rules --------------------------------------------------------------------------------------
 
 def grouped_mm_rules(a, b, offs=True, *, bias: bool = False, scaled: bool = False, out_dtype=None,
                      dynamic: bool = False, autotuning: bool = False, search_space: str = "DEFAULT",
@@ -94,15 +126,18 @@ def judge(call: dict, f, common: dict):
 
 
 def describe(case, dtype: str, opts: dict, device: str) -> dict:
-    """The ``judge`` call for a catalogue case ``GxMxNxK[:layout=NT,ms=..]`` (A [G*M, K], B
-    [G, K, N]; ``NT``: B is ``w.transpose(-2, -1)`` of a [G, N, K] w); options ``a_stride``,
-    ``b_stride``, ``a_offset``, ``b_offset``, ``bias``, ``scaled``, ``out_dtype``, ``offs``."""
+    """The ``judge`` call for a catalogue case ``GxMxNxK[:layout=NT,ms=..]``, with the tensors the
+    sweep passes (``flyexplore.ops.grouped_gemm.operator``'s ``make_inputs``): A [total_M, K]
+    row-major, total_M the sum of the group sizes (G x M, or the sum of a ragged ``ms``); B
+    [G, K, N] (``NT``: ``w.transpose(-2, -1)`` of a [G, N, K] w, strides (N*K, 1, K)); int32
+    offs [G]. Options ``a_stride``, ``b_stride``, ``a_offset``, ``b_offset``, ``bias``,
+    ``scaled``, ``out_dtype``, ``offs``."""
     import torch
 
     p = case.p
-    g, m, n, k = p["g"], p["m"], p["n"], p["k"]
+    g, n, k = p["g"], p["n"], p["k"]
     b_default = (k * n, 1, k) if p.get("layout") == "NT" else None
-    a = TensorDesc((g * m, k), dtype, opt_stride(opts, "a_stride", None), opt_offset(opts, "a_offset"), device)
+    a = TensorDesc((total_rows(case), k), dtype, opt_stride(opts, "a_stride", None), opt_offset(opts, "a_offset"), device)
     b = TensorDesc((g, k, n), dtype, opt_stride(opts, "b_stride", b_default), opt_offset(opts, "b_offset"), device)
     offs = TensorDesc((g,), torch.int32, None, 0, device) if parse_flag(opts.pop("offs", True)) else None
     out = dict(a=a, b=b, offs=offs, bias=parse_flag(opts.pop("bias", False)),
@@ -113,12 +148,17 @@ def describe(case, dtype: str, opts: dict, device: str) -> dict:
 
 
 def case_notes(case) -> list[str]:
-    """What of a grouped case the rules do not read: the ragged group sizes."""
+    """What of a grouped case the rules do not read: the ragged group sizes. One note for a
+    ragged case (``ms``), naming the A it is judged on (:func:`describe`), none otherwise."""
+
     p = case.p
     if not p.get("ms"):
         return []
-    return [f"ragged groups ms={p['ms']}: judged with G x M = {p['g'] * p['m']} rows of A "
-            "(the rules read only shapes and strides, not the group sizes)"]
+    sizes = group_sizes(case)
+    total = sum(sizes)
+    return [(f"ragged groups ms={p['ms']}: judged on A [{total}, {p['k']}], the total_M = sum(ms) rows the "
+             f"sweep passes ({sum(1 for s in sizes if s)} of {p['g']} groups non-empty); the rules read only "
+             "shapes and strides, not the group sizes")]
 
 
 FLYDSL = FlyDSLPath(

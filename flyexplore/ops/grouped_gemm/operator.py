@@ -33,9 +33,11 @@ import re
 
 from flyexplore.errors import UsageError
 from flyexplore.ops import checks
-from flyexplore.ops.base import (DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, compile_context, exported_shapes,
-                                 torch_dtype)
+from flyexplore.ops.base import (DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, TensorSize, compile_context,
+                                 exported_shapes, torch_dtype)
 from flyexplore.ops.grouped_gemm.flydsl import FLYDSL as GROUPED_GEMM_FLYDSL
+from flyexplore.ops.grouped_gemm.flydsl import group_sizes, total_rows
+from flyexplore.ops.grouped_gemm.flydsl import parse_ms as _parse_ms
 from flyexplore.paths import published_dir
 
 GROUPED_GEMM = Operator(
@@ -50,22 +52,17 @@ GROUPED_GEMM = Operator(
 )
 
 
-def _parse_ms(text: str) -> list[int]:
-    parts = [p.strip() for p in str(text).split("/")]
-    try:
-        vals = [int(p) for p in parts]
-    except ValueError:
-        raise UsageError(f"grouped_gemm ms={text!r} must be '/'-separated row counts, "
-                         "e.g. ms=1024/0/512/2048") from None
-    if any(v < 0 for v in vals):
-        raise UsageError(f"grouped_gemm ms={text!r} has a negative row count")
-    return vals
+#: The most rows A may have in all: ``offs`` is int32 (``torch._grouped_mm`` takes no other), so
+#: its last entry, total_M, must fit int32.
+MAX_TOTAL_ROWS = 2 ** 31 - 1
 
 
 def _validate(p):
-    """Check ``ms`` against G and M; a uniform list is dropped (canonical label)."""
+    """Check ``ms`` against G and M (a uniform list is dropped: canonical label) and total_M
+    against :data:`MAX_TOTAL_ROWS`."""
     if p["ms"] in ("", None):
         p["ms"] = ""
+        _check_total(p, p["g"] * p["m"])
         return
     if isinstance(p["ms"], (list, tuple)):
         p["ms"] = "/".join(str(v) for v in p["ms"])
@@ -75,15 +72,18 @@ def _validate(p):
     if max(ms) != p["m"]:
         raise UsageError(f"grouped_gemm M={p['m']} must be the largest group of ms "
                          f"({max(ms)}) for ragged cases")
+    _check_total(p, sum(ms))
     p["ms"] = "" if all(v == p["m"] for v in ms) else "/".join(str(v) for v in ms)
 
 
+def _check_total(p, total: int) -> None:
+    if total > MAX_TOTAL_ROWS:
+        raise UsageError(f"grouped_gemm total rows {total} (G={p['g']} groups, M={p['m']}"
+                         f"{', ms' if p['ms'] else ''}) do not fit the int32 offsets torch._grouped_mm "
+                         f"takes (at most {MAX_TOTAL_ROWS})")
+
+
 GROUPED_GEMM.validate = _validate
-
-
-def group_sizes(case) -> list[int]:
-    """Rows of each group: ``ms`` when given, else G times M."""
-    return _parse_ms(case["ms"]) if case["ms"] else [case["m"]] * case["g"]
 
 
 def offsets(sizes) -> list[int]:
@@ -110,6 +110,16 @@ def _inputs(case, dtype, device, seed):
         b = torch.randn(G, n, k, generator=g, device=device, dtype=dt).transpose(-2, -1)
     offs = torch.tensor(offsets(sizes), dtype=torch.int32, device=device)
     return {"a": a, "b": b, "offs": offs, "sizes": tuple(sizes)}
+
+
+def _tensors(case, dtype):
+    """What :func:`_inputs` allocates and one call returns: A [total_M, K], B as stored ([G, K, N],
+    or [G, N, K] for layout NT) in ``dtype``, int32 offs [G]; the output [total_M, N] in ``dtype``."""
+    total, n, k, G = total_rows(case), case["n"], case["k"], case["g"]
+    b = int(DTYPE_BYTES[dtype])
+    return (TensorSize("a", "input", (total, k), b),
+            TensorSize("b", "input", (G, k, n) if case["layout"] == "NN" else (G, n, k), b),
+            TensorSize("offs", "input", (G,), 4), TensorSize("out", "output", (total, n), b))
 
 
 def _reference(case, dtype, inputs):
@@ -153,6 +163,7 @@ def _bytes(case, dtype):
 
 
 GROUPED_GEMM.make_inputs = _inputs
+GROUPED_GEMM.tensors = _tensors
 GROUPED_GEMM.reference = _reference
 GROUPED_GEMM.error = error
 GROUPED_GEMM.flops = lambda case: 2.0 * sum(group_sizes(case)) * case["n"] * case["k"]

@@ -25,7 +25,7 @@ import csv
 
 from flyexplore.errors import UsageError
 from flyexplore.ops import checks
-from flyexplore.ops.base import DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, compile_context, torch_dtype
+from flyexplore.ops.base import DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, TensorSize, compile_context, torch_dtype
 from flyexplore.ops.rmsnorm.flydsl import FLYDSL as RMSNORM_FLYDSL
 from flyexplore.paths import published_dir
 from flyexplore.world.switches import flydsl_eager
@@ -69,6 +69,14 @@ def _inputs(case, dtype, device, seed):
     return {"x": x, "w": w}
 
 
+def _tensors(case, dtype):
+    """What :func:`_inputs` allocates and one call returns: x [M, N], the weight [N] (when on) and
+    the output [M, N], all in ``dtype``."""
+    m, n, b = case["m"], case["n"], int(DTYPE_BYTES[dtype])
+    w = (TensorSize("w", "input", (n,), b),) if case["weight"] else ()
+    return (TensorSize("x", "input", (m, n), b), *w, TensorSize("out", "output", (m, n), b))
+
+
 def _reference(case, dtype, inputs):
     import torch
 
@@ -107,6 +115,7 @@ RMSNORM.make_inputs = _inputs
 RMSNORM.reference = _reference
 RMSNORM.error = error
 RMSNORM.flops = lambda case: 4.0 * case["m"] * case["n"]
+RMSNORM.tensors = _tensors
 RMSNORM.bytes = lambda case, dtype: float(
     2 * case["m"] * case["n"] * DTYPE_BYTES[dtype] + (case["n"] * DTYPE_BYTES[dtype] if case["weight"] else 0))
 

@@ -51,7 +51,8 @@ import csv
 
 from flyexplore.errors import UsageError
 from flyexplore.ops import checks
-from flyexplore.ops.base import DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, compile_context, relative_error
+from flyexplore.ops.base import (DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, TensorSize, compile_context,
+                                 relative_error)
 from flyexplore.ops.scaled_gemm import mx
 from flyexplore.ops.scaled_gemm.flydsl import FLYDSL as SCALED_GEMM_FLYDSL
 from flyexplore.paths import published_dir
@@ -184,7 +185,27 @@ def _bytes(case, dtype):
     return float(b)
 
 
+def _tensors(case, dtype):
+    """What :func:`_inputs` allocates and one call returns: bf16 A [M, K] and B [N, K]; unless the
+    dtype and scaling do not go together (:func:`combination_reason`), their quantized forms --
+    MXFP8 data [.., K] (1 byte), MXFP4 data [.., K/2] (uint8, two codes a byte) with E8M0 scales
+    [.., K/32] (uint8); FP8 data [.., K] (1 byte) with an fp32 scale [] (tensor) or [rows, 1] (row)
+    -- and the bf16 output [M, N]."""
+    m, n, k = case["m"], case["n"], case["k"]
+    out = [TensorSize("a_hp", "input", (m, k), 2), TensorSize("b_hp", "input", (n, k), 2)]
+    if not combination_reason(case, dtype):
+        for name, rows in (("a", m), ("b", n)):
+            if dtype in MX_DTYPES:
+                out += [TensorSize(f"{name}_q", "input", (rows, k // 2 if dtype == "mxfp4" else k), 1),
+                        TensorSize(f"{name}_s", "input", (rows, k // mx.BLOCK), 1)]
+            else:
+                out += [TensorSize(f"{name}_q", "input", (rows, k), 1),
+                        TensorSize(f"{name}_s", "input", () if case["scaling"] == "tensor" else (rows, 1), 4)]
+    return (*out, TensorSize("out", "output", (m, n), 2))
+
+
 SCALED_GEMM.make_inputs = _inputs
+SCALED_GEMM.tensors = _tensors
 SCALED_GEMM.reference = _reference
 SCALED_GEMM.error = error
 SCALED_GEMM.flops = lambda case: 2.0 * case["m"] * case["n"] * case["k"]

@@ -23,7 +23,7 @@ import csv
 
 from flyexplore.errors import UsageError
 from flyexplore.ops import checks
-from flyexplore.ops.base import DTYPE_BYTES, Operator, PublishedSuite, compile_context, torch_dtype
+from flyexplore.ops.base import DTYPE_BYTES, Operator, PublishedSuite, TensorSize, compile_context, torch_dtype
 from flyexplore.ops.topk.flydsl import FLYDSL as TOPK_FLYDSL
 from flyexplore.paths import published_dir
 from flyexplore.world.switches import flydsl_eager
@@ -142,8 +142,17 @@ def _topk(x, k, largest, sorted_):
     return torch.topk(x, k, dim=-1, largest=largest, sorted=sorted_)
 
 
+def _tensors(case, dtype):
+    """What :func:`_inputs` allocates and one call returns: x [M, N] in ``dtype``; the values
+    [M, K] in ``dtype`` and the int64 indices [M, K]."""
+    m, n, k, b = case["m"], case["n"], case["k"], int(DTYPE_BYTES[dtype])
+    return (TensorSize("x", "input", (m, n), b), TensorSize("values", "output", (m, k), b),
+            TensorSize("indices", "output", (m, k), 8))
+
+
 TOPK.validate = _validate
 TOPK.make_inputs = _inputs
+TOPK.tensors = _tensors
 TOPK.reference = _reference
 TOPK.error = error
 TOPK.flops = lambda case: 0.0

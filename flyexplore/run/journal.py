@@ -1,0 +1,518 @@
+"""A sweep's journal: every finished row committed at once to a SQLite database beside the result
+file, so that no crash, kill or full disk can lose a finished row or write one twice.
+
+Files beside a result file ``OUT`` (:func:`sidecar_files`):
+
+- ``OUT.journal.sqlite`` (with SQLite's ``-wal``/``-shm`` while open): the journal. Python's
+  :mod:`sqlite3`, write-ahead log (``journal_mode=WAL``) and ``synchronous=FULL``: a row is one
+  transaction, and a committed transaction survives a crash of the process or of the machine
+  (sqlite.org/wal.html, sqlite.org/pragma.html#pragma_synchronous); a torn write cannot exist
+  (sqlite.org/atomiccommit.html). Tables:
+
+  - ``rows``: one per result row, the row as JSON, keyed so that it cannot be written twice:
+    ``UNIQUE(op, case, dtype, backend, run_id)`` (what :func:`flyexplore.results.table.validate`
+    demands) and ``UNIQUE(op, case, dtype, backend, plan)`` for the rows a sweep wrote (``plan``
+    = :meth:`flyexplore.run.spec.SweepSpec.plan_fingerprint`), across every resume.
+  - ``plans``: the plans whose rows the journal holds (fingerprint and
+    :meth:`~flyexplore.run.spec.SweepSpec.plan_dict`). A resume with another plan is refused
+    with one line naming what differs, unless it says ``extend``.
+  - ``sweeps``: :func:`flyexplore.run.sweep.sweep_record` of every run (the result frame's
+    ``attrs["sweeps"]``).
+  - ``meta``: the journal's format and the process that holds it (``owner``).
+- ``.OUT.lock`` (hidden, empty): the writer lock (:mod:`filelock`, ``flock`` on Linux). A second
+  sweep on the same ``OUT`` is refused with one line naming the process that holds it; the
+  kernel drops the lock of a process that died, so the next sweep takes it over.
+
+When a sweep resumes ``OUT``, the rows of ``OUT`` (and of an old ``OUT.partial.jsonl`` journal of
+earlier flyexplore versions: complete lines kept, a torn last line dropped with a note) are
+imported into the journal first, each at most once; the journal is then the one source of the
+rows, and the final file is written from it (atomically, by
+:func:`flyexplore.results.table.save`) before the journal is deleted. A kill between the two
+steps, or at any other moment, leaves a journal whose next import skips every row it already
+has. Temporary files that an interrupted atomic write left (``.OUT.*.tmp``) are removed when a
+sweep takes the lock.
+"""
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import math
+import os
+import socket
+import sqlite3
+import time
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import pandas as pd
+from filelock import FileLock, Timeout
+
+from flyexplore.errors import UsageError
+from flyexplore.results import table as R
+from flyexplore.run.spec import FILE_FIELDS, RUN_FIELDS, digest
+
+#: The journal's layout version (``meta.format``); a journal of another version is refused.
+FORMAT = 1
+#: Statuses of rows that ``retry_failed`` runs again (their rows are replaced by the new ones):
+#: cases whose worker died or hung, and cases refused for their memory estimate.
+RETRIED = ("crashed", "timeout", "refused")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS plans (n INTEGER PRIMARY KEY AUTOINCREMENT, fingerprint TEXT UNIQUE NOT NULL,
+                                  plan TEXT NOT NULL, created TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sweeps (n INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT UNIQUE NOT NULL,
+                                   record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rows (seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL,
+                                 "case" TEXT NOT NULL, dtype TEXT NOT NULL, backend TEXT NOT NULL,
+                                 run_id TEXT NOT NULL, plan TEXT, rank INTEGER, status TEXT,
+                                 row TEXT NOT NULL,
+                                 UNIQUE(op, "case", dtype, backend, run_id),
+                                 UNIQUE(op, "case", dtype, backend, plan));
+"""
+
+
+class JournalError(UsageError):
+    """A journal write failed (a full disk, a folder made read-only): every row committed before
+    is in the journal, and ``--resume`` goes on from it. One line on the command line, exit 2."""
+
+
+def journal_path(out: str | os.PathLike) -> Path:
+    """The SQLite journal beside a result file: ``<out>.journal.sqlite``."""
+    return Path(str(out) + ".journal.sqlite")
+
+
+def legacy_journal_path(out: str | os.PathLike) -> Path:
+    """The JSON Lines journal of flyexplore before the SQLite one: ``<out>.partial.jsonl`` (read on
+    resume, never written)."""
+    return Path(str(out) + ".partial.jsonl")
+
+
+def lock_path(out: str | os.PathLike) -> Path:
+    """The writer lock of a result file: the hidden, empty ``.<name>.lock`` in its folder."""
+    p = Path(out)
+    return p.with_name(f".{p.name}.lock")
+
+
+def sidecar_files(out: str | os.PathLike) -> tuple[str, ...]:
+    """Names of the files a sweep may keep beside ``out`` while it runs (journal, SQLite's
+    ``-wal``/``-shm``, the lock, the legacy journal), for folders that list what they hold."""
+    j = journal_path(out).name
+    return (j, j + "-wal", j + "-shm", lock_path(out).name, legacy_journal_path(out).name)
+
+
+def leftovers(out: str | os.PathLike) -> list[Path]:
+    """Temporary files of interrupted atomic writes of ``out`` (``.<name>.*.tmp``, the names
+    :func:`flyexplore.results.table.save` uses)."""
+    p = Path(out)
+    folder = p.parent if str(p.parent) else Path(".")
+    return [Path(x) for x in glob.glob(os.path.join(glob.escape(str(folder)), f".{glob.escape(p.name)}.*.tmp"))]
+
+
+def _json_value(v):
+    """A cell as a JSON value: None for NA and NaN, Python scalars otherwise (floats exactly,
+    by ``repr``)."""
+    if v is None or v is pd.NA or v is pd.NaT:
+        return None
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        v = v.item()
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return v if isinstance(v, (bool, int, float, str)) else str(v)
+
+
+def frame_rows(df: pd.DataFrame) -> list[dict]:
+    """The rows of a result frame as JSON-ready dicts (NA left out)."""
+    cols = list(df.columns)
+    out = []
+    for values in df.itertuples(index=False, name=None):
+        out.append({c: j for c, v in zip(cols, values) if (j := _json_value(v)) is not None})
+    return out
+
+
+def _key(row: dict) -> tuple[str, str, str, str]:
+    return tuple(str(row.get(k) if row.get(k) is not None else "") for k in R.KEY)  # type: ignore[return-value]
+
+
+def _short(v, n: int = 60) -> str:
+    t = json.dumps(v, sort_keys=True) if not isinstance(v, str) else repr(v)
+    return t if len(t) <= n else t[: n - 3] + "..."
+
+
+def plan_difference(old: dict, new: dict) -> str:
+    """What differs between two :meth:`~flyexplore.run.spec.SweepSpec.plan_dict` values, as
+    ``--shapes '64x64x64' -> '128x128x128'; --dtypes ...`` (flag names; values shortened)."""
+    keys = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)]
+    return "; ".join(f"--{k.replace('_', '-')} {_short(old.get(k))} -> {_short(new.get(k))}" for k in keys)
+
+
+def read_legacy(path: Path) -> tuple[list[dict], str | None]:
+    """The rows of an old ``.partial.jsonl`` journal and a note when its torn last line (a write
+    cut by a crash: no final newline, not JSON) was dropped. Raises :class:`UsageError` naming the
+    file and line for a bad line anywhere else (that is damage, not a torn write)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="strict")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the old journal {str(path)!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    lines = text.split("\n")
+    rows, note = [], None
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            if i == len(lines) and not text.endswith("\n"):
+                note = f"dropped the torn last line {i} of the old journal {str(path)!r} (a write cut by a crash)"
+                break
+            raise UsageError(f"old journal {str(path)!r} line {i} is not a result row ({exc}); "
+                             "move the file away to start without it") from None
+        rows.append(row)
+    return rows, note
+
+
+@contextlib.contextmanager
+def _tx(con: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``), rolled back on any error."""
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        yield con
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+
+
+def _meta(journal: Path, key: str) -> str | None:
+    """A ``meta`` value of a journal (read-only; None when absent or unreadable)."""
+    if not journal.exists():
+        return None
+    try:
+        con = sqlite3.connect(f"file:{journal}?mode=ro", uri=True, timeout=2.0)
+        try:
+            got = con.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return None
+    return got[0] if got else None
+
+
+def _replaces_out(journal: Path) -> bool:
+    """Whether the journal belongs to an ``--overwrite`` sweep (its result file is not imported)."""
+    return _meta(journal, "replaces_out") == "1"
+
+
+def _owner_text(journal: Path) -> str:
+    """Who holds a journal, from its ``meta.owner`` (read-only; '' when it cannot be read)."""
+    try:
+        o = json.loads(_meta(journal, "owner") or "null")
+    except ValueError:
+        return ""
+    if not isinstance(o, dict):
+        return ""
+    return f"pid {o.get('pid')} on {o.get('host')}, since {o.get('since')}"
+
+
+class Journal:
+    """The open journal of one sweep on ``out`` (see the module text); used by
+    :func:`flyexplore.run.sweep.run_sweep`. Open it with :meth:`open`; :meth:`add` commits a row,
+    :meth:`frame` reads every row back in order, :meth:`finish` writes the result file and
+    removes the journal, :meth:`close` releases the lock (always call it)."""
+
+    def __init__(self, out: Path, con: sqlite3.Connection, lock, plan: str, rank: dict, retry: bool):
+        self.out, self.path, self.con, self.lock = out, journal_path(out), con, lock
+        self.plan, self.rank, self.retry = plan, rank, retry
+        self.notes: list[str] = []
+        self.added = 0
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, out: Path, *, resume: bool, overwrite: bool, extend: bool, retry_failed: bool,
+             plan_fingerprint: str, plan: dict, op: str, keys: Sequence[tuple[str, str, str]]) -> Journal:
+        """Take ``out``'s writer lock and open (or create) its journal for a sweep of ``plan``
+        (``plan_fingerprint``, ``op`` and the plan's ``(case, dtype, backend)`` keys in order).
+
+        Without ``resume``: an existing ``out`` or journal is refused unless ``overwrite``, which
+        removes them (the old result file only when the new one is written). With ``resume``:
+        ``out``'s rows and an old ``.partial.jsonl`` journal's are imported (each row at most
+        once) and the plan is checked against the plans whose rows the file holds: another plan is
+        refused (naming what differs) unless ``extend``.
+
+        Raises :class:`UsageError` (one line, nothing changed) when another process holds the
+        lock (its pid and host named), when ``out`` or a journal is damaged or holds rows of
+        another operator or plan, or when the journal cannot be created (the OS's reason)."""
+        lock = FileLock(str(lock_path(out)), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            who = _owner_text(journal_path(out))
+            raise UsageError(f"output file {str(out)!r} is being written by another sweep"
+                             + (f" ({who})" if who else "") + "; wait for it to finish, or choose another --out") from None
+        except OSError as exc:
+            raise UsageError(f"cannot lock output file {str(out)!r}: {exc.strerror or exc}") from None
+        try:
+            return cls._open_locked(out, lock, resume=resume, overwrite=overwrite, extend=extend,
+                                    retry_failed=retry_failed, plan_fingerprint=plan_fingerprint, plan=plan,
+                                    op=op, keys=keys)
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def _open_locked(cls, out, lock, *, resume, overwrite, extend, retry_failed, plan_fingerprint, plan, op,
+                     keys) -> Journal:
+        jp, legacy = journal_path(out), legacy_journal_path(out)
+        for tmp in leftovers(out):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        if not resume:
+            if (out.exists() or jp.exists() or legacy.exists()) and not overwrite:
+                raise UsageError(f"output file {str(out)!r} exists (use --resume to continue it, "
+                                 "--overwrite to replace it, or choose another path)")
+            for p in (jp, Path(str(jp) + "-wal"), Path(str(jp) + "-shm"), legacy):
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+        # read what a resume brings before the journal is created: damage is refused untouched
+        old, records, note = None, [], None
+        if resume:
+            if out.exists() and not _replaces_out(jp):
+                old = R.load(out)
+                records = list(old.attrs.get("sweeps", []))
+            legacy_rows, note = read_legacy(legacy) if legacy.exists() else ([], None)
+        created = not jp.exists()
+        con = _connect(jp)
+        try:
+            j = cls(out, con, lock, plan_fingerprint, {k: i for i, k in enumerate(keys)}, retry_failed)
+            if note:
+                j.notes.append(note)
+            j._own(replaces_out=overwrite)
+            if resume:
+                rows = (frame_rows(old) if old is not None else []) + legacy_rows
+                j._import(rows, records)
+                j._check_plan(plan_fingerprint, plan, op, set(keys), extend)
+            else:
+                j._add_plan(plan_fingerprint, plan)
+            if legacy.exists():
+                legacy.unlink()  # its rows are committed in the journal now
+        except sqlite3.Error as exc:
+            con.close()
+            _remove(jp, created)
+            raise UsageError(f"cannot write the journal {str(jp)!r}: {exc}; nothing was changed") from None
+        except BaseException:
+            con.close()
+            _remove(jp, created)  # a refused resume leaves no journal behind
+            raise
+        return j
+
+    def _own(self, replaces_out: bool = False) -> None:
+        owner = {"pid": os.getpid(), "host": socket.gethostname(),
+                 "since": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+        with _tx(self.con):
+            fmt = self.con.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+            if fmt is not None and fmt[0] != str(FORMAT):
+                raise UsageError(f"journal {str(self.path)!r} has format {fmt[0]}, this flyexplore writes "
+                                 f"{FORMAT}; finish it with the flyexplore that made it, or move it away")
+            self.con.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (str(FORMAT),))
+            self.con.execute("INSERT OR REPLACE INTO meta VALUES ('owner', ?)", (json.dumps(owner),))
+            if replaces_out:  # --overwrite: a resume after a crash must not bring the old file back
+                self.con.execute("INSERT OR REPLACE INTO meta VALUES ('replaces_out', '1')")
+
+    def _import(self, rows: list[dict], records: list[dict]) -> None:
+        """Commit rows of the result file and old journal not yet in the journal (one
+        transaction; a row already there by (op, case, dtype, backend, run_id) is skipped)."""
+        with _tx(self.con):
+            for rec in records:
+                if isinstance(rec, dict) and rec.get("run_id"):
+                    self.con.execute("INSERT OR IGNORE INTO sweeps (run_id, record) VALUES (?, ?)",
+                                     (str(rec["run_id"]), json.dumps(rec, default=str)))
+            for row in rows:
+                op, case, dtype, backend = _key(row)
+                self.con.execute(
+                    'INSERT OR IGNORE INTO rows (op, "case", dtype, backend, run_id, plan, rank, status, row) '
+                    "VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?)",
+                    (op, case, dtype, backend, str(row.get("run_id") or ""), row.get("status"),
+                     json.dumps(row, default=str, allow_nan=True)))
+
+    def _add_plan(self, fingerprint: str, plan: dict) -> None:
+        with _tx(self.con):
+            self.con.execute("INSERT OR IGNORE INTO plans (fingerprint, plan, created) VALUES (?, ?, ?)",
+                             (fingerprint, json.dumps(plan, sort_keys=True),
+                              time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+
+    def _known_plans(self) -> list[dict]:
+        """The plan dicts whose rows the file holds: the journal's plans, else the result file's
+        sweep records (their specs less the file and run fields)."""
+        got = [json.loads(p) for (p,) in self.con.execute("SELECT plan FROM plans ORDER BY n")]
+        if got:
+            return got
+        out = []
+        for (rec,) in self.con.execute("SELECT record FROM sweeps ORDER BY n"):
+            spec = json.loads(rec).get("spec")
+            if isinstance(spec, dict):
+                out.append({k: v for k, v in spec.items() if k not in FILE_FIELDS + RUN_FIELDS})
+        return out
+
+    def _check_plan(self, fingerprint: str, plan: dict, op: str, keys: set, extend: bool) -> None:
+        """Refuse a resume whose plan is not the file's (see :meth:`open`)."""
+        known = self._known_plans()
+        same = any(digest(p) == fingerprint for p in known)
+        if not same and not extend:
+            if known:
+                diff = plan_difference(known[-1], plan)
+                raise UsageError(f"--resume of {str(self.out)!r} with another plan ({diff}); add --extend to "
+                                 "add this plan's cases to the file, or choose another --out") from None
+            ops = sorted({o for (o,) in self.con.execute("SELECT DISTINCT op FROM rows")} - {op})
+            if ops:
+                raise UsageError(f"--resume of {str(self.out)!r} with another plan: it holds {', '.join(ops)} rows, "
+                                 f"this sweep is {op}; add --extend to add its rows to the file, or choose "
+                                 "another --out")
+            extra = [r for r in self.con.execute('SELECT "case", dtype, backend FROM rows')
+                     if tuple(r) not in keys]
+            if extra:
+                c, d, b = extra[0]
+                raise UsageError(f"--resume of {str(self.out)!r} with another plan: {len(extra)} of its rows are "
+                                 f"not in this plan (e.g. {c} {d} {b}); add --extend to add this plan's cases "
+                                 "to the file, or choose another --out")
+        self._add_plan(fingerprint, plan)
+
+    # -- rows ------------------------------------------------------------------------------------
+
+    def done(self) -> set[tuple[str, str, str, str]]:
+        """The (op, case, dtype, backend) keys the journal holds; with ``retry_failed`` those
+        whose every row is ``crashed``/``timeout`` are left out (they run again)."""
+        keys: dict[tuple, bool] = {}
+        for op, c, d, b, st in self.con.execute('SELECT op, "case", dtype, backend, status FROM rows'):
+            k = (op, c, d, b)
+            keys[k] = keys.get(k, False) or not (self.retry and st in RETRIED)
+        return {k for k, kept in keys.items() if kept}
+
+    def add(self, row: dict) -> bool:
+        """Commit ``row`` (one transaction; fsynced). Returns False, writing nothing, when the
+        journal already holds its key for this plan or run (never a second row); with
+        ``retry_failed`` a ``crashed``/``timeout`` row of the key is replaced. Raises
+        :class:`JournalError` naming the journal and the OS's reason (a full disk, a folder made
+        read-only) -- every row committed before stays."""
+        op, case, dtype, backend = _key(row)
+        text = json.dumps(row, default=str, allow_nan=True)
+        try:
+            with _tx(self.con):
+                if self.retry:
+                    self.con.execute('DELETE FROM rows WHERE op=? AND "case"=? AND dtype=? AND backend=? '
+                                     f"AND status IN ({', '.join('?' * len(RETRIED))})",
+                                     (op, case, dtype, backend, *RETRIED))
+                cur = self.con.execute(
+                    'INSERT OR IGNORE INTO rows (op, "case", dtype, backend, run_id, plan, rank, status, row) '
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (op, case, dtype, backend, str(row.get("run_id") or ""), self.plan,
+                     self.rank.get((case, dtype, backend)), row.get("status"), text))
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot write the journal {str(self.path)!r}: {exc}; the {self.count()} rows "
+                             "committed before are kept there: re-run with --resume once the disk has "
+                             "space again") from None
+        self.added += cur.rowcount
+        return cur.rowcount == 1
+
+    def count(self) -> int:
+        """Rows in the journal (0 when it cannot be read)."""
+        try:
+            return int(self.con.execute("SELECT COUNT(*) FROM rows").fetchone()[0])
+        except sqlite3.Error:
+            return 0
+
+    def add_record(self, record: dict) -> None:
+        """Commit a run's :func:`~flyexplore.run.sweep.sweep_record` (once per run_id)."""
+        try:
+            with _tx(self.con):
+                self.con.execute("INSERT OR IGNORE INTO sweeps (run_id, record) VALUES (?, ?)",
+                                 (record["run_id"], json.dumps(record, default=str)))
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot write the journal {str(self.path)!r}: {exc}") from None
+
+    def records(self) -> list[dict]:
+        """Every run's sweep record, oldest first."""
+        return [json.loads(r) for (r,) in self.con.execute("SELECT record FROM sweeps ORDER BY n")]
+
+    def frame(self) -> pd.DataFrame:
+        """Every row, as a normalized result frame: rows of the file first (as they were), then
+        each plan's rows in the plan's order (rows of one case together, whatever worker
+        finished first), with ``attrs["sweeps"]`` = :meth:`records`."""
+        order = {fp: n for n, fp in self.con.execute("SELECT n, fingerprint FROM plans")}
+        got = self.con.execute("SELECT plan, rank, seq, row FROM rows").fetchall()
+        got.sort(key=lambda r: (order.get(r[0], 0) if r[0] is not None else 0,
+                                r[1] if r[1] is not None else -1, r[2]))
+        df = R.frame(json.loads(r[3]) for r in got)
+        df.attrs["sweeps"] = self.records()
+        return df
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    def finish(self, df: pd.DataFrame) -> None:
+        """Write ``df`` (this journal's :meth:`frame`) to the result file atomically, then remove
+        the journal. Raises :class:`UsageError` naming the file and the OS's reason when the write
+        fails; the journal then stays, whole, for ``--resume``."""
+        try:
+            R.save(df, self.out)
+        except (OSError, UsageError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise UsageError(f"cannot write {str(self.out)!r}: {reason}; all {len(df)} rows are kept in the "
+                             f"journal {str(self.path)!r}: re-run with --resume to write them") from None
+        self.con.close()
+        for p in (self.path, Path(str(self.path) + "-wal"), Path(str(self.path) + "-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+
+    def close(self) -> None:
+        """Close the database (if :meth:`finish` did not) and release the writer lock."""
+        with contextlib.suppress(sqlite3.Error):
+            self.con.close()
+        self.lock.release()
+
+
+def _remove(jp: Path, created: bool) -> None:
+    """Remove a journal this process just created (and its -wal/-shm), when ``created``."""
+    if created:
+        for p in (jp, Path(str(jp) + "-wal"), Path(str(jp) + "-shm")):
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """Open (create) a journal: WAL, ``synchronous=FULL``, autocommit off (transactions by hand).
+    Raises :class:`UsageError` naming the file when it cannot be opened or is not a journal."""
+    try:
+        con = sqlite3.connect(str(path), timeout=10.0, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise UsageError(f"cannot open the journal {str(path)!r}: {exc}") from None
+    try:
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA synchronous=FULL")
+        con.executescript(_SCHEMA)
+    except sqlite3.Error as exc:
+        con.close()
+        raise UsageError(f"journal {str(path)!r} cannot be used ({exc}); move it away to start without it") from None
+    return con
+
+
+def committed_rows(out: str | os.PathLike) -> pd.DataFrame:
+    """The rows a journal of ``out`` holds now (read-only; it may belong to a running sweep), as a
+    result frame; an empty frame when there is none. Raises :class:`UsageError` for a damaged one."""
+    jp = journal_path(out)
+    if not jp.exists():
+        return R.empty_frame()
+    try:
+        con = sqlite3.connect(f"file:{jp}?mode=ro", uri=True, timeout=10.0)
+        try:
+            got = con.execute("SELECT row FROM rows ORDER BY seq").fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        if "no such table" in str(exc):  # a journal being created this moment
+            return R.empty_frame()
+        raise UsageError(f"cannot read the journal {str(jp)!r}: {exc}") from None
+    return R.frame(json.loads(r) for (r,) in got)
