@@ -67,13 +67,17 @@ DRIVER = textwrap.dedent("""
         T.save = save
     from flyexplore.run.spec import SweepSpec
     from flyexplore.run.sweep import run_sweep
-    run_sweep(SweepSpec("gemm", shapes={shapes!r}, dtypes="fp32", backends={backends!r}, device="cpu",
+    run_sweep(SweepSpec("gemm", shapes={shapes!r}, dtypes={dtype!r}, backends={backends!r}, device={device!r},
                         timer={{"rep": 3, "warmup": 1}}, out={out!r}, resume={resume}), progress=False)
 """)
 
 
+DEVICE = "cpu"
+
+
 def _run(out: Path, mode: str, resume: bool, kill_after: float | None) -> tuple[int, float]:
-    code = DRIVER.format(root=str(ROOT), mode=mode, shapes=SHAPES, backends=BACKENDS, out=str(out), resume=resume)
+    code = DRIVER.format(root=str(ROOT), mode=mode, shapes=SHAPES, backends=BACKENDS, out=str(out), resume=resume,
+                         device=DEVICE, dtype="fp32" if DEVICE == "cpu" else "bf16")
     t0 = time.monotonic()
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -145,14 +149,19 @@ def main(argv=None) -> int:
     ap.add_argument("--kills", type=int, default=3, help="kills per sweep at most (default 3)")
     ap.add_argument("--jobs", type=int, default=2, help="sweeps at once (default 2)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu (default: in-process) or cuda:0 (bf16, worker "
+                    "processes: a kill then also takes the driver's worker down with it)")
     ap.add_argument("--out", help="also write the report here (e.g. data/bench/torture.txt)")
     a = ap.parse_args(argv)
+    global DEVICE
+    DEVICE = a.device
     rng = random.Random(a.seed)
     folder = Path(tempfile.mkdtemp(prefix="flyexplore-torture-"))
     _, full_s = _run(folder / "reference.parquet", "none", False, None)
-    lines = [f"# benchmarks/torture.py --n {a.n} --kills {a.kills} --jobs {a.jobs} --seed {a.seed}",
+    lines = [f"# benchmarks/torture.py --n {a.n} --kills {a.kills} --jobs {a.jobs} --seed {a.seed} --device {a.device}",
              f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
-             f"load {os.getloadavg()[0]:.1f}; plan: gemm {SHAPES} fp32 x {BACKENDS} = {N_KEYS} rows; "
+             f"load {os.getloadavg()[0]:.1f}; plan: gemm {SHAPES} {'fp32' if DEVICE == 'cpu' else 'bf16'} on {DEVICE} "
+             f"x {BACKENDS} = {N_KEYS} rows; "
              f"an unkilled run takes {full_s:.1f} s"]
     print("\n".join(lines), flush=True)
     seeds = [rng.randrange(2**32) for _ in range(a.n)]
