@@ -144,6 +144,26 @@ def test_faults_in_two_cpu_workers_every_other_row_kept_and_resume(tmp_path, mon
     assert len(R.load(out)) == len(df3)
 
 
+def start_local_ray(monkeypatch, num_cpus: int, env_vars: dict | None = None):
+    """Start a local Ray instance whose workers import the tests' fault operators. Ray's raylet
+    gives its Python agents ~15 s to start; on a 2-core machine five of them importing at once can
+    miss that (the raylet then aborts). tests/ray_start keeps a 3-s optional import out of them
+    (see the file there); the start is also tried up to 3 times."""
+    import ray
+
+    path = os.pathsep.join([str(HERE / "ray_start"), str(ROOT), str(HERE)])
+    monkeypatch.setenv("PYTHONPATH", path)
+    for attempt in range(3):
+        try:
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                     runtime_env={"env_vars": {"PYTHONPATH": path, **(env_vars or {})}})
+            return
+        except Exception:
+            ray.shutdown()
+            if attempt == 2:
+                raise
+
+
 @pytest.mark.slow
 def test_faults_on_ray_same_rows(tmp_path, monkeypatch):
     """The same sweep on Ray actors (a local Ray instance on the CPU, started and stopped here)."""
@@ -151,20 +171,7 @@ def test_faults_on_ray_same_rows(tmp_path, monkeypatch):
     fd = tmp_path / "faults"
     fd.mkdir()
     out = tmp_path / "r.jsonl"
-    # Ray's raylet gives its Python agents ~15 s to start; on a 2-core machine five of them
-    # importing at once can miss that (the raylet then aborts). tests/ray_start keeps a 3-s
-    # optional import out of them (see the file there); the start is also tried up to 3 times.
-    path = os.pathsep.join([str(HERE / "ray_start"), str(ROOT), str(HERE)])
-    monkeypatch.setenv("PYTHONPATH", path)
-    for attempt in range(3):
-        try:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": {"PYTHONPATH": path, "FAULT_DIR": str(fd)}})
-            break
-        except Exception:
-            ray.shutdown()
-            if attempt == 2:
-                raise
+    start_local_ray(monkeypatch, num_cpus=2, env_vars={"FAULT_DIR": str(fd)})
     try:
         _killer(fd)
         df = run_sweep(SweepSpec(OP, shapes=SHAPES, out=out, engine="ray", workers=2, case_timeout=15,

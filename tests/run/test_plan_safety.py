@@ -86,6 +86,10 @@ def test_a_sweep_of_repeated_entries_writes_each_row_once(tmp_path, capsys):
     rc = main(["sweep", "--op", "gemm", "--shapes", "8x8x8;8x8x8", "--dtypes", "fp32,fp32", "--backends",
                "aten,aten", "--rep", "3", "--warmup", "1", "--out", str(out)])
     assert rc == 0
+    err = capsys.readouterr().err
+    # two shapes x two dtypes: 4 entries of one (case, dtype), 3 folded; the backend once
+    assert "flyexplore: note: 3 duplicate entries folded (first kept): 8x8x8 fp32 (x4)\n" in err, err
+    assert "flyexplore: note: 1 duplicate backend entry folded (first kept): aten (x2)\n" in err, err
     df = R.load(out)
     R.validate(df)                                      # the check that rejected the doubled file
     assert list(zip(df["case"], df["dtype"], df["backend"])) == [("8x8x8", "fp32", "aten")]

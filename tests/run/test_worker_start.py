@@ -32,6 +32,7 @@ from flyexplore.run.engine import (
 )
 from flyexplore.run.spec import SweepSpec, resolve_op
 from flyexplore.world import env as ENV
+from tests.run.test_engine import start_local_ray
 
 OP = "fault_ops:FAULTS"
 FAST = {"rep": 5, "warmup": 1}
@@ -274,20 +275,7 @@ def test_ray_actors_that_cannot_start_give_crashed_rows_and_problems(tmp_path, m
     ray = pytest.importorskip("ray")
     from flyexplore.run._ray import run_ray
 
-    here = Path(__file__).resolve().parents[1]
-    # as in tests/run/test_engine.py: tests/ray_start keeps a slow optional import out of Ray's
-    # helper processes, and the start of the local instance is tried up to 3 times
-    path = os.pathsep.join([str(here / "ray_start"), str(here.parent), str(here)])
-    monkeypatch.setenv("PYTHONPATH", path)
-    for attempt in range(3):
-        try:
-            ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": {"PYTHONPATH": path}})
-            break
-        except Exception:
-            ray.shutdown()
-            if attempt == 2:
-                raise
+    start_local_ray(monkeypatch, num_cpus=1)
     try:
         settings = CaseSettings.of(SweepSpec(OP, shapes="1x8", workers=1, timer=FAST))
         rows = []
