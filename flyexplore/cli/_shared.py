@@ -17,9 +17,10 @@ from flyexplore.ops import get_op, list_ops
 #: YES / AOTriton eligible), 1 ``explain``: NO / not eligible (``xray``: cannot run here),
 #: 2 usage error (also: a damaged input file, a full disk), 3 ``explain --op attention``:
 #: unverified, 4 ``sweep``: workers could not start, so some cases got ``crashed`` rows without
-#: running (every row written), 130 interrupted, 141 closed pipe.
+#: running (every row written), 130 interrupted, 141 closed pipe, 143 ``sweep`` stopped by SIGTERM
+#: (its finished rows kept, as after Ctrl-C).
 EXIT_YES, EXIT_NO, EXIT_USAGE, EXIT_UNVERIFIED, EXIT_INTERRUPTED, EXIT_PIPE = 0, 1, 2, 3, 130, 141
-EXIT_INCOMPLETE = 4
+EXIT_INCOMPLETE, EXIT_TERMINATED = 4, 143
 
 
 def catalogue() -> dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:

@@ -10,9 +10,17 @@ become its ``timer`` (``--warmup`` defaults to a quarter of ``--rep``); ``--shap
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
-from flyexplore.cli._shared import EXIT_INCOMPLETE, EXIT_INTERRUPTED, catalogue, gpu_visible, values_text
+from flyexplore.cli._shared import (
+    EXIT_INCOMPLETE,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    catalogue,
+    gpu_visible,
+    values_text,
+)
 from flyexplore.errors import UsageError
 from flyexplore.measure import modes
 from flyexplore.measure.stats import BAND
@@ -175,12 +183,29 @@ def run(a: argparse.Namespace) -> int:
 
     for n in getattr(spec.plan, "notes", ()):
         print(f"flyexplore: note: {n}", file=sys.stderr)
+    got: list[int] = []
+
+    def terminated(signum, frame):  # SIGTERM (timeout, docker stop, Slurm): as Ctrl-C, rows kept
+        got.append(signum)
+        raise KeyboardInterrupt
+
+    try:
+        old = signal.signal(signal.SIGTERM, terminated)
+    except ValueError:  # not the main thread: leave SIGTERM as it is
+        old = None
     try:
         df = run_sweep(spec, progress=not a.quiet)
     except KeyboardInterrupt:
-        print(f"flyexplore: interrupted; finished rows kept in {a.out}; "
+        from flyexplore.run.journal import journal_path
+
+        jp = journal_path(a.out)
+        kept = (f"the journal {str(jp)!r} (the result file was not written)" if jp.exists() else a.out)
+        print(f"flyexplore: {'terminated' if got else 'interrupted'}; finished rows kept in {kept}; "
               "to continue, re-run the same command with --resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if got else EXIT_INTERRUPTED
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
     table, caption, notes = scan_table(summary_table(df))
     print(table.to_string(index=False))
     if caption:

@@ -50,6 +50,8 @@ SOURCES = ("measured", "emulated", "published")
 COLUMNS: dict[str, tuple[str, str]] = {
     "schema_version": ("Int64", "result schema version (this is %d)" % SCHEMA_VERSION),
     "run_id": ("string", "id shared by the rows of one sweep"),
+    "plan": ("string", "fingerprint of what the sweep that wrote the row measured and how "
+             "(flyexplore.run.spec.SweepSpec.plan_fingerprint); a --resume with another plan is refused"),
     "timestamp": ("string", "UTC time the row was written, ISO 8601"),
     "op": ("string", "operator family: gemm, rmsnorm, topk, ..."),
     "case": ("string", "canonical case label, e.g. 8x4096x4096:NN (dims x-separated, options after ':')"),

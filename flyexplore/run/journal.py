@@ -50,7 +50,6 @@ from filelock import FileLock, Timeout
 
 from flyexplore.errors import UsageError
 from flyexplore.results import table as R
-from flyexplore.run.spec import FILE_FIELDS, RUN_FIELDS, digest
 
 #: The journal's layout version (``meta.format``); a journal of another version is refused.
 FORMAT = 1
@@ -67,7 +66,7 @@ CREATE TABLE IF NOT EXISTS sweeps (n INTEGER PRIMARY KEY AUTOINCREMENT, run_id T
 CREATE TABLE IF NOT EXISTS rows (seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL,
                                  "case" TEXT NOT NULL, dtype TEXT NOT NULL, backend TEXT NOT NULL,
                                  run_id TEXT NOT NULL, plan TEXT, rank INTEGER, status TEXT,
-                                 row TEXT NOT NULL,
+                                 row_plan TEXT, row TEXT NOT NULL,
                                  UNIQUE(op, "case", dtype, backend, run_id),
                                  UNIQUE(op, "case", dtype, backend, plan));
 """
@@ -140,11 +139,26 @@ def _short(v, n: int = 60) -> str:
     return t if len(t) <= n else t[: n - 3] + "..."
 
 
+def _listed(items: list[str], n: int = 3) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
 def plan_difference(old: dict, new: dict) -> str:
-    """What differs between two :meth:`~flyexplore.run.spec.SweepSpec.plan_dict` values, as
-    ``--shapes '64x64x64' -> '128x128x128'; --dtypes ...`` (flag names; values shortened)."""
-    keys = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)]
-    return "; ".join(f"--{k.replace('_', '-')} {_short(old.get(k))} -> {_short(new.get(k))}" for k in keys)
+    """What differs between two :meth:`~flyexplore.run.spec.SweepSpec.plan_dict` values, in words:
+    ``cases added: 16x16x16 fp32; timer {"rep": 3} -> {"rep": 5}`` (values shortened)."""
+    out = []
+    for k in dict.fromkeys([*old, *new]):
+        a, b = old.get(k), new.get(k)
+        if a == b:
+            continue
+        if k == "cases" and isinstance(a, list) and isinstance(b, list):
+            added, dropped = [c for c in b if c not in a], [c for c in a if c not in b]
+            parts = ([f"cases added: {_listed(added)}"] if added else []) + (
+                [f"cases left out: {_listed(dropped)}"] if dropped else [])
+            out.append("; ".join(parts) or "the cases in another order")
+        else:
+            out.append(f"{k} {_short(a)} -> {_short(b)}")
+    return "; ".join(out)
 
 
 def read_legacy(path: Path) -> tuple[list[dict], str | None]:
@@ -187,12 +201,18 @@ def _tx(con: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     con.execute("COMMIT")
 
 
+def _read_only(journal: Path, timeout: float = 2.0) -> sqlite3.Connection:
+    """A read-only connection to ``journal`` (a ``file:`` URI with the path percent-encoded, so
+    that ``#``, ``?`` or ``%`` in a file name are the name, not URI syntax)."""
+    return sqlite3.connect(Path(journal).absolute().as_uri() + "?mode=ro", uri=True, timeout=timeout)
+
+
 def _meta(journal: Path, key: str) -> str | None:
     """A ``meta`` value of a journal (read-only; None when absent or unreadable)."""
     if not journal.exists():
         return None
     try:
-        con = sqlite3.connect(f"file:{journal}?mode=ro", uri=True, timeout=2.0)
+        con = _read_only(journal)
         try:
             got = con.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         finally:
@@ -215,6 +235,13 @@ def _owner_text(journal: Path) -> str:
         return ""
     if not isinstance(o, dict):
         return ""
+    if o.get("host") == socket.gethostname():  # an owner record left by a sweep that died is no holder
+        try:
+            os.kill(int(o.get("pid")), 0)
+        except ProcessLookupError:
+            return ""
+        except (PermissionError, TypeError, ValueError, OverflowError):
+            pass
     return f"pid {o.get('pid')} on {o.get('host')}, since {o.get('since')}"
 
 
@@ -272,9 +299,12 @@ class Journal:
             with contextlib.suppress(OSError):
                 tmp.unlink()
         if not resume:
-            if (out.exists() or jp.exists() or legacy.exists()) and not overwrite:
-                raise UsageError(f"output file {str(out)!r} exists (use --resume to continue it, "
-                                 "--overwrite to replace it, or choose another path)")
+            there = [p for p in (out, jp, legacy) if p.exists()]
+            if there and not overwrite:
+                what = (f"output file {str(out)!r} exists" if out in there else
+                        f"output file {str(out)!r} has the journal of an unfinished sweep, {str(there[0])!r}")
+                raise UsageError(f"{what} (use --resume to continue it, --overwrite to replace it, "
+                                 "or choose another path)")
             for p in (jp, Path(str(jp) + "-wal"), Path(str(jp) + "-shm"), legacy):
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
@@ -286,6 +316,8 @@ class Journal:
                 records = list(old.attrs.get("sweeps", []))
             legacy_rows, note = read_legacy(legacy) if legacy.exists() else ([], None)
         created = not jp.exists()
+        if not created:
+            _check_existing(jp)  # a foreign or future database is refused before anything is written
         con = _connect(jp)
         try:
             j = cls(out, con, lock, plan_fingerprint, {k: i for i, k in enumerate(keys)}, retry_failed)
@@ -334,9 +366,9 @@ class Journal:
             for row in rows:
                 op, case, dtype, backend = _key(row)
                 self.con.execute(
-                    'INSERT OR IGNORE INTO rows (op, "case", dtype, backend, run_id, plan, rank, status, row) '
-                    "VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?)",
-                    (op, case, dtype, backend, str(row.get("run_id") or ""), row.get("status"),
+                    'INSERT OR IGNORE INTO rows (op, "case", dtype, backend, run_id, plan, rank, status, row_plan, '
+                    "row) VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?)",
+                    (op, case, dtype, backend, str(row.get("run_id") or ""), row.get("status"), row.get("plan"),
                      json.dumps(row, default=str, allow_nan=True)))
 
     def _add_plan(self, fingerprint: str, plan: dict) -> None:
@@ -345,41 +377,44 @@ class Journal:
                              (fingerprint, json.dumps(plan, sort_keys=True),
                               time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
 
-    def _known_plans(self) -> list[dict]:
-        """The plan dicts whose rows the file holds: the journal's plans, else the result file's
-        sweep records (their specs less the file and run fields)."""
-        got = [json.loads(p) for (p,) in self.con.execute("SELECT plan FROM plans ORDER BY n")]
-        if got:
-            return got
-        out = []
+    def _known_plans(self) -> tuple[list[tuple[str, dict]], set[str]]:
+        """The plans whose rows the file holds: ``([(fingerprint, plan dict)], fingerprints)``.
+        Dicts from the journal's plans and from the sweep records a Parquet file keeps (those of
+        this flyexplore: ``plan``); fingerprints also from the rows' ``plan`` column (all that a
+        CSV or JSONL file keeps)."""
+        dicts = [(fp, json.loads(p)) for fp, p in self.con.execute("SELECT fingerprint, plan FROM plans ORDER BY n")]
         for (rec,) in self.con.execute("SELECT record FROM sweeps ORDER BY n"):
-            spec = json.loads(rec).get("spec")
-            if isinstance(spec, dict):
-                out.append({k: v for k, v in spec.items() if k not in FILE_FIELDS + RUN_FIELDS})
-        return out
+            r = json.loads(rec)
+            if isinstance(r.get("plan"), dict) and r.get("plan_fingerprint"):
+                dicts.append((str(r["plan_fingerprint"]), r["plan"]))
+        fps = {fp for fp, _ in dicts}
+        fps |= {fp for (fp,) in self.con.execute("SELECT DISTINCT row_plan FROM rows WHERE row_plan IS NOT NULL")}
+        return dicts, fps
 
     def _check_plan(self, fingerprint: str, plan: dict, op: str, keys: set, extend: bool) -> None:
-        """Refuse a resume whose plan is not the file's (see :meth:`open`)."""
-        known = self._known_plans()
-        same = any(digest(p) == fingerprint for p in known)
-        if not same and not extend:
-            if known:
-                diff = plan_difference(known[-1], plan)
-                raise UsageError(f"--resume of {str(self.out)!r} with another plan ({diff}); add --extend to "
-                                 "add this plan's cases to the file, or choose another --out") from None
-            ops = sorted({o for (o,) in self.con.execute("SELECT DISTINCT op FROM rows")} - {op})
-            if ops:
-                raise UsageError(f"--resume of {str(self.out)!r} with another plan: it holds {', '.join(ops)} rows, "
-                                 f"this sweep is {op}; add --extend to add its rows to the file, or choose "
-                                 "another --out")
-            extra = [r for r in self.con.execute('SELECT "case", dtype, backend FROM rows')
-                     if tuple(r) not in keys]
-            if extra:
-                c, d, b = extra[0]
-                raise UsageError(f"--resume of {str(self.out)!r} with another plan: {len(extra)} of its rows are "
-                                 f"not in this plan (e.g. {c} {d} {b}); add --extend to add this plan's cases "
-                                 "to the file, or choose another --out")
-        self._add_plan(fingerprint, plan)
+        """Refuse a resume whose plan is not the file's (see :meth:`open`): named by what differs
+        where the file keeps its plan, else by its fingerprint and what its rows show."""
+        dicts, fps = self._known_plans()
+        if fingerprint in fps or extend:
+            self._add_plan(fingerprint, plan)
+            return
+        where = f"--resume of {str(self.out)!r} with another plan"
+        fix = "add --extend to add this plan's cases to the file, or choose another --out"
+        if dicts:
+            raise UsageError(f"{where} ({plan_difference(dicts[-1][1], plan)}); {fix}")
+        ops = sorted({o for (o,) in self.con.execute("SELECT DISTINCT op FROM rows")} - {op})
+        if ops:
+            raise UsageError(f"{where}: it holds {', '.join(ops)} rows, this sweep is {op}; {fix}")
+        extra = [r for r in self.con.execute('SELECT "case", dtype, backend FROM rows') if tuple(r) not in keys]
+        if extra:
+            c, d, b = extra[0]
+            raise UsageError(f"{where}: {len(extra)} of its rows are not in this plan (e.g. {c} {d} {b}); {fix}")
+        if fps:
+            raise UsageError(f"{where}: its rows were measured under plan {', '.join(sorted(fps))}, this sweep's "
+                             f"is {fingerprint} (the file keeps only the plan's fingerprint, so what differs "
+                             "cannot be named: the cases, backends, timer, seed, order, band, baseline, trace or "
+                             f"device; a .parquet file keeps the plan itself); {fix}")
+        self._add_plan(fingerprint, plan)  # rows of an older flyexplore: their cases are this plan's
 
     # -- rows ------------------------------------------------------------------------------------
 
@@ -407,10 +442,10 @@ class Journal:
                                      f"AND status IN ({', '.join('?' * len(RETRIED))})",
                                      (op, case, dtype, backend, *RETRIED))
                 cur = self.con.execute(
-                    'INSERT OR IGNORE INTO rows (op, "case", dtype, backend, run_id, plan, rank, status, row) '
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    'INSERT OR IGNORE INTO rows (op, "case", dtype, backend, run_id, plan, rank, status, row_plan, '
+                    "row) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (op, case, dtype, backend, str(row.get("run_id") or ""), self.plan,
-                     self.rank.get((case, dtype, backend)), row.get("status"), text))
+                     self.rank.get((case, dtype, backend)), row.get("status"), row.get("plan"), text))
         except sqlite3.Error as exc:
             raise JournalError(f"cannot write the journal {str(self.path)!r}: {exc}; the {self.count()} rows "
                              "committed before are kept there: re-run with --resume once the disk has "
@@ -482,6 +517,37 @@ def _remove(jp: Path, created: bool) -> None:
                 p.unlink()
 
 
+#: Tables and ``rows`` columns a journal of :data:`FORMAT` has.
+_TABLES = {"meta", "plans", "sweeps", "rows"}
+_ROW_COLUMNS = {"seq", "op", "case", "dtype", "backend", "run_id", "plan", "rank", "status", "row_plan", "row"}
+
+
+def _check_existing(path: Path) -> None:
+    """Refuse, reading only, a file at a journal's path that is not a journal of this format:
+    another SQLite database, a journal of another format, or no database at all. A database
+    without any table (a journal whose sweep died while creating it) is taken as a new one.
+    Raises :class:`UsageError` naming the file."""
+    move = "move it away to start without it"
+    try:
+        con = _read_only(path, timeout=10.0)
+        try:
+            tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not tables:
+                return
+            if not _TABLES <= tables:
+                raise UsageError(f"{str(path)!r} is not a flyexplore journal (its tables: "
+                                 f"{', '.join(sorted(tables)[:6])}); {move}")
+            cols = {r[1] for r in con.execute("PRAGMA table_info(rows)")}
+            fmt = con.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        raise UsageError(f"journal {str(path)!r} cannot be used ({exc}); {move}") from None
+    if fmt is None or fmt[0] != str(FORMAT) or not _ROW_COLUMNS <= cols:
+        raise UsageError(f"journal {str(path)!r} has format {fmt[0] if fmt else 'none'}, this flyexplore "
+                         f"writes {FORMAT}; finish it with the flyexplore that made it, or {move}")
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     """Open (create) a journal: WAL, ``synchronous=FULL``, autocommit off (transactions by hand).
     Raises :class:`UsageError` naming the file when it cannot be opened or is not a journal."""
@@ -506,7 +572,7 @@ def committed_rows(out: str | os.PathLike) -> pd.DataFrame:
     if not jp.exists():
         return R.empty_frame()
     try:
-        con = sqlite3.connect(f"file:{jp}?mode=ro", uri=True, timeout=10.0)
+        con = _read_only(jp, timeout=10.0)
         try:
             got = con.execute("SELECT row FROM rows ORDER BY seq").fetchall()
         finally:

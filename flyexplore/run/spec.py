@@ -714,9 +714,16 @@ class SweepSpec:
         return digest({k: v for k, v in self.to_dict().items() if k not in FILE_FIELDS})
 
     def plan_dict(self) -> dict:
-        """What the rows of this spec measure and how (:meth:`to_dict` less :data:`FILE_FIELDS`
-        and :data:`RUN_FIELDS`): the part that ``--resume`` must not change silently."""
-        return {k: v for k, v in self.to_dict().items() if k not in FILE_FIELDS + RUN_FIELDS}
+        """What the rows of this spec measure and how, as resolved (not as typed): the operator,
+        the plan's ``"case dtype"`` entries in order (duplicates folded, a suite or shapes file
+        expanded, default options spelled out), its backends, the device it resolves to, and the
+        seed, order, timer, band, baseline and trace. JSON values. ``--resume`` must not change it
+        silently (:mod:`flyexplore.run.journal`); where the rows go (:data:`FILE_FIELDS`) and
+        where and how safely they run (:data:`RUN_FIELDS`) are not part of it."""
+        d = self.to_dict()
+        return {"op": self.plan.op.name, "cases": [f"{c.label} {dt}" for c, dt in self.plan.pairs],
+                "backends": list(self.plan.backends), "device": str(check_device(self.device)),
+                **{k: d[k] for k in ("seed", "order", "timer", "band", "baseline", "trace")}}
 
     def plan_fingerprint(self) -> str:
         """12 hex digits of SHA-256 over :meth:`plan_dict`: the plan a sweep's journal keeps

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import os
 import uuid
+from pathlib import Path
 from typing import Callable
 
 import pandas as pd
@@ -64,10 +66,19 @@ NOTES_ATTR = "notes"
 
 
 def sweep_record(spec: SweepSpec, run_id: str) -> dict:
-    """What a run of ``spec`` leaves beside its rows: ``{"run_id", "fingerprint", "spec"}``
-    (:meth:`~flyexplore.run.spec.SweepSpec.fingerprint`, :meth:`~flyexplore.run.spec.SweepSpec.to_dict`;
+    """What a run of ``spec`` leaves beside its rows: ``{"run_id", "fingerprint", "spec",
+    "plan_fingerprint", "plan"}`` (:meth:`~flyexplore.run.spec.SweepSpec.fingerprint`,
+    :meth:`~flyexplore.run.spec.SweepSpec.to_dict`, :meth:`~flyexplore.run.spec.SweepSpec.plan_dict`;
     JSON values). Rows find theirs by ``run_id``."""
-    return {"run_id": run_id, "fingerprint": spec.fingerprint(), "spec": spec.to_dict()}
+    return {"run_id": run_id, "fingerprint": spec.fingerprint(), "spec": spec.to_dict(),
+            "plan_fingerprint": spec.plan_fingerprint(), "plan": spec.plan_dict()}
+
+
+def _through_links(out) -> Path:
+    """``out``, or where it points when it is a symbolic link: the file is written (and locked)
+    there, so a link and its target are one output, and the link stays a link."""
+    p = Path(out)
+    return Path(os.path.realpath(p)) if p.is_symlink() else p
 
 
 class _Memory:
@@ -138,7 +149,7 @@ def run_sweep(spec: SweepSpec, *, progress: bool = True, on_row: Callable[[dict]
         raise UsageError(f"run_sweep takes a SweepSpec (flyexplore.run.spec), got {type(spec).__name__}; "
                          "fx.sweep(op, ...) builds one from keywords")
     plan, device, kind = spec.plan, spec.device, spec.engine_kind
-    outp = R.check_path(spec.out) if spec.out is not None else None
+    outp = R.check_path(_through_links(spec.out)) if spec.out is not None else None
     ray_gpus = None if device is None else torch.device(device).type == "cuda"
     device = torch.device(device) if device is not None else default_device()
     run_id = f"{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
@@ -177,6 +188,7 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
 
     def emit(case, dtype, b, cols, info):
         row = _base_row(plan.op, case, dtype, b, run_id, {**fp, **(info.get("fp") or {})})
+        row["plan"] = record["plan_fingerprint"]
         row.update(cols)
         row.update(plan.meta.get((case.label, dtype), {}))
         row["worker"] = info.get("worker")

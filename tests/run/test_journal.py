@@ -148,10 +148,12 @@ def test_resume_with_another_plan_is_refused_naming_what_differs_unless_extend(t
     before = out.read_bytes()
     with pytest.raises(UsageError) as ei:
         _resume(out)
-    assert "with another plan (--shapes '4x4;8x8' -> '4x4;8x8;16x16')" in str(ei.value)
-    assert "--extend" in str(ei.value)
-    with pytest.raises(UsageError, match="--dtypes"):
+    assert "with another plan (cases added: 16x16 fp32); add --extend" in str(ei.value)
+    with pytest.raises(UsageError, match=r"cases added: 4x4 bf16, 8x8 bf16; cases left out: 4x4 fp32, 8x8 fp32"):
         _resume(out, shapes="4x4;8x8", dtypes="bf16")
+    with pytest.raises(UsageError, match=r'another plan \(timer \{"rep": 5, "warmup": 1\} -> \{"rep": 7\}\)'):
+        run_sweep(SweepSpec(toy_op(), shapes="4x4;8x8", backends="good", out=out, resume=True, timer={"rep": 7}),
+                  progress=False)
     assert out.read_bytes() == before and not journal_path(out).exists()
     df = _resume(out, extend=True)
     assert df["case"].tolist() == ["4x4", "8x8", "16x16"]
@@ -170,10 +172,75 @@ def test_resume_of_a_gemm_csv_with_rmsnorm_rows_is_refused(tmp_path):
     assert out.read_bytes() == before
 
 
+def test_a_finished_csv_or_jsonl_keeps_its_plan_fingerprint_and_refuses_another(tmp_path):
+    for ext in (".csv", ".jsonl"):
+        out = tmp_path / f"r{ext}"
+        run_sweep(SweepSpec(toy_op(), shapes="4x4", backends="good", out=out, timer=FAST), progress=False)
+        first = R.load(out)["plan"].iloc[0]
+        before = out.read_bytes()
+        for kw in ({"shapes": "4x4;8x8"}, {"shapes": "4x4", "timer": {"rep": 9}}):
+            with pytest.raises(UsageError) as ei:
+                run_sweep(SweepSpec(toy_op(), backends="good", out=out, resume=True, **{"timer": FAST, **kw}),
+                          progress=False)
+            assert f"measured under plan {first}" in str(ei.value) and "--extend" in str(ei.value), ext
+        assert out.read_bytes() == before and not journal_path(out).exists()
+        assert len(_resume(out, shapes="4x4")) == 1  # the same plan goes on
+
+
+def test_the_same_plan_typed_another_way_is_the_same_plan(tmp_path):
+    out = tmp_path / "r.parquet"
+    run_sweep(SweepSpec(toy_op(), shapes="4x4;4x4", dtypes="fp32,fp32", backends="good,good", out=out, timer=FAST),
+              progress=False)
+    df = run_sweep(SweepSpec(toy_op(), shapes="4x4", dtypes=["fp32"], backends="good", out=out, resume=True,
+                             timer=FAST), progress=False)
+    assert len(df) == 1
+
+
+def test_odd_names_and_links(tmp_path):
+    # '#', '?' and '%' are file-name characters, not URI syntax, in the journal's read-only looks
+    out = tmp_path / "x#y?z%20.parquet"
+    run_sweep(SweepSpec(toy_op(), shapes="4x4;8x8", backends="good", out=out, timer=FAST), progress=False)
+    j = Journal.open(out, resume=False, overwrite=True, extend=False, retry_failed=False, plan_fingerprint="x",
+                     plan={}, op="toy", keys=[])
+    try:
+        with pytest.raises(UsageError, match=rf"being written by another sweep \(pid {os.getpid()} on "):
+            Journal.open(out, resume=True, overwrite=False, extend=False, retry_failed=False,
+                         plan_fingerprint="x", plan={}, op="toy", keys=[])
+        j.con.close()
+    finally:
+        j.lock.release()
+    # the --overwrite journal left behind: a resume must not bring the replaced rows back
+    df = _resume(out, shapes="4x4", extend=True)
+    assert df["case"].tolist() == ["4x4"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".x#y?z%20.parquet.lock", "x#y?z%20.parquet"]
+    # a link is written through, not replaced, and it is one output with its target
+    real, link = tmp_path / "real.parquet", tmp_path / "link.parquet"
+    run_sweep(SweepSpec(toy_op(), shapes="4x4", backends="good", out=real, timer=FAST), progress=False)
+    link.symlink_to(real.name)
+    df = _resume(link, shapes="4x4;8x8", extend=True)
+    assert link.is_symlink() and len(df) == 2 and len(R.load(real)) == 2
+
+
+def test_a_foreign_database_at_the_journal_path_is_refused_untouched(tmp_path):
+    out = tmp_path / "o.parquet"
+    con = sqlite3.connect(journal_path(out))
+    con.execute("CREATE TABLE rows (x)")
+    con.commit()
+    con.close()
+    before = journal_path(out).read_bytes()
+    with pytest.raises(UsageError, match=r"o.parquet.journal.sqlite' is not a flyexplore journal \(its tables: rows\)"):
+        _resume(out)
+    assert journal_path(out).read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".o.parquet.lock", "o.parquet.journal.sqlite"]
+    with pytest.raises(UsageError, match="has the journal of an unfinished sweep"):
+        run_sweep(SweepSpec(toy_op(), shapes="4x4", backends="good", out=out, timer=FAST), progress=False)
+
+
 def test_an_old_partial_jsonl_journal_is_read_and_its_torn_line_dropped(tmp_path):
     full = tmp_path / "full.jsonl"
     run_sweep(SweepSpec(toy_op(), shapes="4x4;8x8", backends="good", out=full, timer=FAST), progress=False)
-    lines = full.read_text().splitlines()
+    # rows as flyexplore before the SQLite journal wrote them: no plan fingerprint
+    lines = [json.dumps({k: v for k, v in json.loads(x).items() if k != "plan"}) for x in full.read_text().splitlines()]
     out = tmp_path / "r.parquet"
     legacy_journal_path(out).write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # torn mid-write
     ran = []
@@ -278,3 +345,20 @@ def test_a_damaged_journal_is_one_line_and_left_as_it_is(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "r.parquet.journal.sqlite" in err[0] and "move it away" in err[0], err
     assert journal_path(out).read_bytes() == before and not out.exists()
+
+
+@pytest.mark.slow
+def test_sigterm_keeps_the_finished_rows_like_ctrl_c(tmp_path):
+    out = tmp_path / "r.csv"
+    cmd = [sys.executable, "-m", "flyexplore", "sweep", "--op", "gemm", "--shapes",
+           ";".join(f"{n}x{n}x{n}" for n in range(8, 8 + 8 * 40, 8)), "--backends", "aten", "--dtypes", "fp32",
+           "--rep", "200", "--out", str(out), "--quiet"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    _wait_rows(out, 2, p)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 143, err[-2000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"flyexplore: terminated; finished rows kept in {out}"), lines
+    kept = R.load(out)
+    assert 2 <= len(kept) < 40 and not journal_path(out).exists()
