@@ -99,13 +99,6 @@ def static_note(no_images: bool) -> None:
             print(f"flyexplore: note: PNG/SVG/PDF figures skipped: {why}", file=sys.stderr)
 
 
-def load_many(paths):
-    """Result files (:func:`flyexplore.results.table.load`) as one result set."""
-    from flyexplore.results import table as R
-
-    return R.concat([R.load(p) for p in paths])
-
-
 def inputs_in(paths, folder) -> list[str]:
     """Names of the input files that lie directly in ``folder`` (kept beside a report there)."""
     f = Path(folder).resolve()

@@ -44,6 +44,20 @@ class NullSampler:
         return {}
 
 
+def _nvml_handle(pynvml, uuid, index: int, mig: bool = False):
+    """The NVML handle of the GPU torch reports as ``uuid`` (``GPU-`` added where torch leaves it
+    out; with ``mig``, a ``MIG-`` uuid is taken as it is), else of NVML index ``index``. NVML must
+    be initialised."""
+    if uuid:
+        u = str(uuid)
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(
+                u if u.startswith(("GPU-", "MIG-") if mig else "GPU-") else f"GPU-{u}")
+        except pynvml.NVMLError:
+            pass
+    return pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
 class NvmlSampler:
     """NVML readings for one NVIDIA GPU, found by UUID (so ``CUDA_VISIBLE_DEVICES`` cannot
     point it at another GPU). Raises whatever ``pynvml`` raises when NVML is unusable."""
@@ -55,14 +69,7 @@ class NvmlSampler:
 
         self._n = pynvml
         pynvml.nvmlInit()
-        h = None
-        if uuid:
-            u = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
-            try:
-                h = pynvml.nvmlDeviceGetHandleByUUID(u)
-            except pynvml.NVMLError:
-                h = None
-        self._h = h if h is not None else pynvml.nvmlDeviceGetHandleByIndex(index)
+        self._h = _nvml_handle(pynvml, uuid, index)
         uid = pynvml.nvmlDeviceGetUUID(self._h)
         self.device_id = uid.decode() if isinstance(uid, bytes) else str(uid)
         self.max_clock_mhz = float(pynvml.nvmlDeviceGetMaxClockInfo(self._h, pynvml.NVML_CLOCK_SM))
@@ -268,15 +275,7 @@ def _nvml_free(uuid, index: int) -> tuple[int, str]:
 
     pynvml.nvmlInit()
     try:
-        h = None
-        if uuid is not None:
-            u = str(uuid)
-            try:
-                h = pynvml.nvmlDeviceGetHandleByUUID(u if u.startswith(("GPU-", "MIG-")) else f"GPU-{u}")
-            except pynvml.NVMLError:
-                h = None
-        if h is None:
-            h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        h = _nvml_handle(pynvml, uuid, index, mig=True)
         return int(pynvml.nvmlDeviceGetMemoryInfo(h).free), "NVML nvmlDeviceGetMemoryInfo"
     finally:
         pynvml.nvmlShutdown()

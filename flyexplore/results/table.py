@@ -295,27 +295,51 @@ def _atomic_write(path: Path, writer) -> None:
 FORMATS = (".parquet", ".csv", ".jsonl")
 
 
+def check_writable(path: str | os.PathLike, what: str = "output file", folder: bool = False) -> Path:
+    """Check, creating nothing, that ``path`` can be written: an output file (``folder``
+    false: not an existing folder, its folder creatable and writable) or an output folder
+    (``folder`` true: not an existing file, creatable and writable). The nearest existing
+    folder on the way must take a file (a temporary probe, removed at once), so ``/proc/x``,
+    a read-only mount or a path under a file fail here, before anything is written.
+    Returns the path; raises :class:`UsageError` naming ``what`` and ``path`` and the reason."""
+    p = Path(path)
+    shown = repr(str(p))
+    if folder and p.exists() and not p.is_dir():
+        raise UsageError(f"cannot write {what} {shown}: it is a file, not a folder")
+    if not folder and p.is_dir():
+        raise UsageError(f"cannot write {what} {shown}: it is a folder")
+    if not folder and p.exists() and not os.access(p, os.W_OK):
+        raise UsageError(f"cannot write {what} {shown}: the file is not writable")
+    d = (p if folder else p.parent).absolute()
+    while not d.exists() and d != d.parent:
+        d = d.parent
+    if not d.is_dir():
+        raise UsageError(f"cannot write {what} {shown}: {str(d)!r} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".flyexplore-probe.", dir=d)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(f"cannot write {what} {shown}: {exc.strerror or exc} (in {str(d)!r})") from None
+    return p
+
+
 def check_path(path: str | os.PathLike) -> Path:
-    """Check that results can be written to ``path`` (known extension, writable folder).
-    Raises :class:`UsageError` naming the path."""
+    """Check that results can be written to ``path`` (known extension; :func:`check_writable`),
+    and create its folder. Raises :class:`UsageError` naming the path."""
     p = Path(path)
     if p.suffix not in FORMATS:
         raise UsageError(f"unknown result file extension {p.suffix!r} in {str(p)!r} "
                          f"(valid: {', '.join(FORMATS)})")
-    parent = p.parent if str(p.parent) else Path(".")
+    check_writable(p, "output file")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=".flyexplore-probe.")
-        os.close(fd)
-        os.unlink(tmp)
+        (p.parent if str(p.parent) else Path(".")).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot write output file {str(p)!r}: {exc.strerror or exc}") from None
-    if p.exists() and (p.is_dir() or not os.access(p, os.W_OK)):
-        raise UsageError(f"cannot write output file {str(p)!r}: not a writable file")
     return p
 
 
-def _json_value(v):
+def json_value(v):
     """A cell as a JSON value: None for NA, Python int/float/bool/str otherwise."""
     if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
         return None
@@ -331,7 +355,7 @@ def write_jsonl(df: pd.DataFrame, path) -> None:
     cols = list(df.columns)
     with open(path, "w", encoding="utf-8") as f:
         for row in df.itertuples(index=False, name=None):
-            f.write(json.dumps({c: _json_value(v) for c, v in zip(cols, row)}, allow_nan=True) + "\n")
+            f.write(json.dumps({c: json_value(v) for c, v in zip(cols, row)}, allow_nan=True) + "\n")
 
 
 def save(df: pd.DataFrame, path: str | os.PathLike) -> Path:

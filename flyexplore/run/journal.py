@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import json
-import math
 import os
 import socket
 import sqlite3
@@ -109,24 +108,13 @@ def leftovers(out: str | os.PathLike) -> list[Path]:
     return [Path(x) for x in glob.glob(os.path.join(glob.escape(str(folder)), f".{glob.escape(p.name)}.*.tmp"))]
 
 
-def _json_value(v):
-    """A cell as a JSON value: None for NA and NaN, Python scalars otherwise (floats exactly,
-    by ``repr``)."""
-    if v is None or v is pd.NA or v is pd.NaT:
-        return None
-    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
-        v = v.item()
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    return v if isinstance(v, (bool, int, float, str)) else str(v)
-
-
 def frame_rows(df: pd.DataFrame) -> list[dict]:
-    """The rows of a result frame as JSON-ready dicts (NA left out)."""
+    """The rows of a result frame as JSON-ready dicts (NA left out; cells as
+    :func:`flyexplore.results.table.json_value` writes them)."""
     cols = list(df.columns)
     out = []
     for values in df.itertuples(index=False, name=None):
-        out.append({c: j for c, v in zip(cols, values) if (j := _json_value(v)) is not None})
+        out.append({c: j for c, v in zip(cols, values) if (j := R.json_value(v)) is not None})
     return out
 
 
@@ -305,9 +293,9 @@ class Journal:
                         f"output file {str(out)!r} has the journal of an unfinished sweep, {str(there[0])!r}")
                 raise UsageError(f"{what} (use --resume to continue it, --overwrite to replace it, "
                                  "or choose another path)")
-            for p in (jp, Path(str(jp) + "-wal"), Path(str(jp) + "-shm"), legacy):
-                with contextlib.suppress(FileNotFoundError):
-                    p.unlink()
+            _remove(jp)
+            with contextlib.suppress(FileNotFoundError):
+                legacy.unlink()
         # read what a resume brings before the journal is created: damage is refused untouched
         old, records, note = None, [], None
         if resume:
@@ -345,11 +333,7 @@ class Journal:
     def _own(self, replaces_out: bool = False) -> None:
         owner = {"pid": os.getpid(), "host": socket.gethostname(),
                  "since": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-        with _tx(self.con):
-            fmt = self.con.execute("SELECT value FROM meta WHERE key='format'").fetchone()
-            if fmt is not None and fmt[0] != str(FORMAT):
-                raise UsageError(f"journal {str(self.path)!r} has format {fmt[0]}, this flyexplore writes "
-                                 f"{FORMAT}; finish it with the flyexplore that made it, or move it away")
+        with _tx(self.con):  # an existing journal's format was checked before it was opened (_check_existing)
             self.con.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (str(FORMAT),))
             self.con.execute("INSERT OR REPLACE INTO meta VALUES ('owner', ?)", (json.dumps(owner),))
             if replaces_out:  # --overwrite: a resume after a crash must not bring the old file back
@@ -498,9 +482,7 @@ class Journal:
             raise UsageError(f"cannot write {str(self.out)!r}: {reason}; all {len(df)} rows are kept in the "
                              f"journal {str(self.path)!r}: re-run with --resume to write them") from None
         self.con.close()
-        for p in (self.path, Path(str(self.path) + "-wal"), Path(str(self.path) + "-shm")):
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
+        _remove(self.path)
 
     def close(self) -> None:
         """Close the database (if :meth:`finish` did not) and release the writer lock."""
@@ -509,10 +491,16 @@ class Journal:
         self.lock.release()
 
 
-def _remove(jp: Path, created: bool) -> None:
-    """Remove a journal this process just created (and its -wal/-shm), when ``created``."""
+def _journal_files(jp: Path) -> tuple[Path, Path, Path]:
+    """A journal and SQLite's ``-wal`` and ``-shm`` files beside it."""
+    return jp, Path(str(jp) + "-wal"), Path(str(jp) + "-shm")
+
+
+def _remove(jp: Path, created: bool = True) -> None:
+    """Remove a journal (and its -wal/-shm) when ``created`` (by this process: a refusal leaves
+    what was there before)."""
     if created:
-        for p in (jp, Path(str(jp) + "-wal"), Path(str(jp) + "-shm")):
+        for p in _journal_files(jp):
             with contextlib.suppress(OSError):
                 p.unlink()
 

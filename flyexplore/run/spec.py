@@ -542,11 +542,6 @@ def _json(v):
 
 #: Fields that say where the rows go, not what is measured: left out of :meth:`SweepSpec.fingerprint`.
 FILE_FIELDS = ("out", "resume", "overwrite", "retry_failed", "extend")
-#: Fields that say where and how safely the cases run, not what is measured: left out of
-#: :meth:`SweepSpec.plan_fingerprint` too, so that ``--resume`` may change them (a longer
-#: ``--case-timeout`` after a time-out, more ``--workers``).
-RUN_FIELDS = ("engine", "devices", "workers", "case_timeout", "max_cases_per_worker", "ray_address",
-              "worker_start_timeout", "max_memory")
 
 
 @dataclass(frozen=True)
@@ -584,7 +579,7 @@ class SweepSpec:
     ``resume``: add this plan's cases to a file made by another plan, which a resume otherwise
     refuses, naming what differs).
 
-    Safety limits (not part of what is measured, :data:`RUN_FIELDS`): ``worker_start_timeout``
+    Safety limits (not part of what is measured, nor of :meth:`plan_dict`): ``worker_start_timeout``
     (s, > 0: a worker not ready by then is killed and retried; default
     :data:`flyexplore.run.engine.WORKER_START_TIMEOUT_S`), ``max_memory`` (bytes, >= 1: a case
     whose estimated memory is over it, or over the device's free memory, becomes a ``refused``
@@ -719,7 +714,8 @@ class SweepSpec:
         expanded, default options spelled out), its backends, the device it resolves to, and the
         seed, order, timer, band, baseline and trace. JSON values. ``--resume`` must not change it
         silently (:mod:`flyexplore.run.journal`); where the rows go (:data:`FILE_FIELDS`) and
-        where and how safely they run (:data:`RUN_FIELDS`) are not part of it."""
+        where and how safely they run (engine, devices, workers, time limits, ``max_memory``) are
+        not part of it, so a resume may change them (a longer ``--case-timeout`` after a time-out)."""
         d = self.to_dict()
         return {"op": self.plan.op.name, "cases": [f"{c.label} {dt}" for c, dt in self.plan.pairs],
                 "backends": list(self.plan.backends), "device": str(check_device(self.device)),

@@ -94,6 +94,9 @@ class _Memory:
         self.rows.append(row)
         return True
 
+    def add_record(self, record: dict) -> None:
+        pass  # the frame carries its one record (frame)
+
     def frame(self) -> pd.DataFrame:
         self.rows.sort(key=lambda r: self.rank.get((r["case"], r["dtype"], r["backend"]), -1))
         df = R.frame(self.rows)
@@ -173,8 +176,7 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
     """:func:`run_sweep` once its output is open: the rows not yet there, then the final file."""
     plan = spec.plan
     done = writer.done()
-    if isinstance(writer, Journal):
-        writer.add_record(record)
+    writer.add_record(record)
     env = ENV.collect()
     ctx = RunContext(device, env)
     fp = {**env.fingerprint(), "flyexplore": env.versions.get("flyexplore", "")}

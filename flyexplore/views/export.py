@@ -23,6 +23,7 @@ from typing import Iterable, Mapping
 import pandas as pd
 
 from flyexplore.errors import UsageError, bad_choice
+from flyexplore.results.table import check_writable  # noqa: F401 - the views' outputs are checked by it too
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
 FIGURE_FORMATS = (*IMAGE_FORMATS, "html")
@@ -148,35 +149,6 @@ def write_html(fig, path: str | os.PathLike) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fig.write_html(str(p), include_plotlyjs=True, full_html=True)
-    return p
-
-
-def check_writable(path: str | os.PathLike, what: str = "output file", folder: bool = False) -> Path:
-    """Check, creating nothing, that ``path`` can be written: an output file (``folder``
-    false: not an existing folder, its folder creatable and writable) or an output folder
-    (``folder`` true: not an existing file, creatable and writable). The nearest existing
-    folder on the way must take a file (a temporary probe, removed at once), so ``/proc/x``,
-    a read-only mount or a path under a file fail here, before anything is written.
-    Returns the path; raises :class:`UsageError` naming ``what`` and ``path`` and the reason."""
-    p = Path(path)
-    shown = repr(str(p))
-    if folder and p.exists() and not p.is_dir():
-        raise UsageError(f"cannot write {what} {shown}: it is a file, not a folder")
-    if not folder and p.is_dir():
-        raise UsageError(f"cannot write {what} {shown}: it is a folder")
-    if not folder and p.exists() and not os.access(p, os.W_OK):
-        raise UsageError(f"cannot write {what} {shown}: the file is not writable")
-    d = (p if folder else p.parent).absolute()
-    while not d.exists() and d != d.parent:
-        d = d.parent
-    if not d.is_dir():
-        raise UsageError(f"cannot write {what} {shown}: {str(d)!r} is a file, not a folder")
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".flyexplore-probe.", dir=d)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise UsageError(f"cannot write {what} {shown}: {exc.strerror or exc} (in {str(d)!r})") from None
     return p
 
 
