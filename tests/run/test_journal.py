@@ -281,12 +281,18 @@ def test_leftover_temp_files_of_a_killed_write_are_removed_at_the_next_start(tmp
     assert not junk.exists() and other.exists()
 
 
+def _gemm_sweep_cmd(out, cases: int, rep: int) -> list[str]:
+    """``flyexplore sweep`` of ``cases`` square fp32 ATen GEMMs (8, 16, ... 8 * cases), in a
+    process of its own, writing ``out``."""
+    return [sys.executable, "-m", "flyexplore", "sweep", "--op", "gemm", "--shapes",
+            ";".join(f"{n}x{n}x{n}" for n in range(8, 8 + 8 * cases, 8)), "--backends", "aten", "--dtypes", "fp32",
+            "--rep", str(rep), "--out", str(out), "--quiet"]
+
+
 @pytest.mark.slow
 def test_a_full_disk_mid_sweep_is_one_line_and_resume_completes(tmp_path):
     out = tmp_path / "r.parquet"
-    cmd = [sys.executable, "-m", "flyexplore", "sweep", "--op", "gemm", "--shapes",
-           ";".join(f"{n}x{n}x{n}" for n in range(8, 8 + 8 * 12, 8)), "--backends", "aten", "--dtypes", "fp32",
-           "--rep", "3", "--out", str(out), "--quiet"]
+    cmd = _gemm_sweep_cmd(out, cases=12, rep=3)
 
     def small_disk():  # a file-size limit: writes past it fail with EFBIG, as on a full disk
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -350,9 +356,7 @@ def test_a_damaged_journal_is_one_line_and_left_as_it_is(tmp_path, capsys):
 @pytest.mark.slow
 def test_sigterm_keeps_the_finished_rows_like_ctrl_c(tmp_path):
     out = tmp_path / "r.csv"
-    cmd = [sys.executable, "-m", "flyexplore", "sweep", "--op", "gemm", "--shapes",
-           ";".join(f"{n}x{n}x{n}" for n in range(8, 8 + 8 * 40, 8)), "--backends", "aten", "--dtypes", "fp32",
-           "--rep", "200", "--out", str(out), "--quiet"]
+    cmd = _gemm_sweep_cmd(out, cases=40, rep=200)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     _wait_rows(out, 2, p)
     p.send_signal(signal.SIGTERM)
