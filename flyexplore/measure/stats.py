@@ -80,7 +80,7 @@ def drift(values: Sequence[float], parts: int = DRIFT_PARTS) -> float:
 
 
 @functools.lru_cache(maxsize=4096)
-def _median_ci_ranks(n: int, confidence: float) -> tuple[int, int]:
+def median_ci_ranks(n: int, confidence: float) -> tuple[int, int]:
     """Positions, in sorted order, of the two order statistics that bound the ``confidence``
     interval of the median of ``n`` values (-1 or ``n`` where there is none): the ones
     ``scipy.stats.quantile_test(..., p=0.5).confidence_interval`` picks, which depend on ``n``
@@ -100,10 +100,11 @@ def median_ci(values: Iterable[float], confidence: float = CONFIDENCE) -> tuple[
     returns ``(nan, nan)``. Raises ``ValueError`` for ``confidence`` outside (0, 1)."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    v = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=float)
+    v = v[np.isfinite(v)]   # None reads as NaN: missing and non-finite values are left out
     if v.size < 2:
         return (math.nan, math.nan)
-    i, j = _median_ci_ranks(v.size, float(confidence))
+    i, j = median_ci_ranks(v.size, float(confidence))
     if i < 0 or j >= v.size:
         return (math.nan, math.nan)
     v = np.sort(v)
@@ -149,14 +150,20 @@ def unpaired_ratio(base_values: Sequence[float], x_values: Sequence[float],
     return (est, blo / xhi, bhi / xlo)
 
 
-def notch_ci(median: float, iqr: float, n: int) -> tuple[float, float]:
+def notch_ci(median, iqr, n):
     """Approximate 95% interval of a median from summary statistics alone:
     ``median +- 1.57 * IQR / sqrt(n)`` (the box-plot notch of McGill, Tukey and Larsen, 1978).
-    Used only for result rows that kept no samples (schema version 1)."""
-    if not (n and n > 0) or any(v is None or not math.isfinite(v) for v in (median, iqr)):
-        return (math.nan, math.nan)
-    h = 1.57 * iqr / math.sqrt(n)
-    return (median - h, median + h)
+    Used only for result rows that kept no samples (schema version 1). Scalars give a pair of
+    floats, arrays (one entry per row) a pair of float arrays; NaN where ``n`` is not positive
+    or the median or IQR is missing or not finite."""
+    m, q, k = (np.asarray(v, dtype=float) for v in (median, iqr, n))   # None reads as NaN
+    with np.errstate(invalid="ignore", divide="ignore"):
+        h = 1.57 * q / np.sqrt(k)
+        ok = (k > 0) & np.isfinite(m) & np.isfinite(q)
+    lo, hi = np.where(ok, m - h, np.nan), np.where(ok, m + h, np.nan)
+    if lo.ndim == 0:
+        return (float(lo), float(hi))
+    return lo, hi
 
 
 def verdict(lo: float, hi: float, band: float = BAND) -> str:
