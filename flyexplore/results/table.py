@@ -38,6 +38,7 @@ from flyexplore.errors import UsageError
 from flyexplore.measure import stats as S
 from flyexplore.measure import timing
 from flyexplore.measure.stats import notch_ci
+from flyexplore.results import samples as SP
 
 SCHEMA_VERSION = 2
 
@@ -189,24 +190,26 @@ def _upgrade(df: pd.DataFrame) -> pd.DataFrame:
                          f"flyexplore understands ({SCHEMA_VERSION}); upgrade flyexplore")
     old = (ver < 2).fillna(False).to_numpy()
     if old.any():
-
         df = df.copy()
         for c in ("order", "ci_method", "time_ci_lo_ms", "time_ci_hi_ms", "rounds", "calls_per_round"):
             if c not in df:
                 df[c] = pd.Series([None] * len(df), index=df.index, dtype=object)
             else:
                 df[c] = df[c].astype(object)
-        for i in df.index[old]:
-            r = df.loc[i]
-            if r.get("status") != "ok":
-                df.at[i, "ci_method"] = "none"
-                continue
-            lo, hi = notch_ci(_num(r.get("time_ms")), _num(r.get("time_iqr_ms")), _num(r.get("n_samples")))
-            df.at[i, "order"] = "block"
-            df.at[i, "rounds"] = r.get("n_samples")
-            df.at[i, "calls_per_round"] = 1
-            df.at[i, "time_ci_lo_ms"], df.at[i, "time_ci_hi_ms"] = lo, hi
-            df.at[i, "ci_method"] = "notch"
+        ok = old & df["status"].eq("ok").fillna(False).to_numpy(dtype=bool)
+
+        def num(c):
+            return pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float, na_value=np.nan) if c in df \
+                else np.full(len(df), np.nan)
+
+        lo, hi = notch_ci(num("time_ms")[ok], num("time_iqr_ms")[ok], num("n_samples")[ok])
+        df.loc[old & ~ok, "ci_method"] = "none"
+        df.loc[ok, "order"] = "block"
+        df.loc[ok, "rounds"] = df.loc[ok, "n_samples"].to_numpy(dtype=object) if "n_samples" in df else None
+        df.loc[ok, "calls_per_round"] = 1
+        df.loc[ok, "time_ci_lo_ms"] = lo
+        df.loc[ok, "time_ci_hi_ms"] = hi
+        df.loc[ok, "ci_method"] = "notch"
         df.loc[old, "schema_version"] = SCHEMA_VERSION
     return df
 
@@ -236,13 +239,27 @@ def normalize(df: pd.DataFrame) -> pd.DataFrame:
         else:
             try:
                 if t == "boolean":
-                    df[c] = df[c].map(_to_bool).astype("boolean")
+                    df[c] = _as_boolean(df[c])
                 else:
                     df[c] = df[c].astype(t)
             except (TypeError, ValueError):
                 df[c] = pd.to_numeric(df[c], errors="coerce").astype(t) if t in ("Float64", "Int64") else df[c]
     extra = [c for c in df.columns if c not in COLUMNS]
     return df[list(COLUMNS) + extra].reset_index(drop=True)
+
+
+def _as_boolean(col: pd.Series) -> pd.Series:
+    """``col`` as pandas ``boolean`` by :func:`_to_bool`, applied once per distinct value
+    (``pandas.factorize``), not once per row: True/False, 1/0, "true"/"false"/"1"/"0" in any
+    case; anything else (missing, other text) NA."""
+    if isinstance(col.dtype, pd.BooleanDtype):
+        return col
+    try:
+        codes, uniques = pd.factorize(col, use_na_sentinel=True)
+    except TypeError:  # an unhashable cell (a list): one value at a time
+        return col.map(_to_bool).astype("boolean")
+    table = pd.array([_to_bool(u) for u in uniques] + [pd.NA], dtype="boolean")
+    return pd.Series(table[codes], index=col.index, name=col.name)   # code -1 (missing): the last, NA
 
 
 def _to_bool(v):
@@ -622,45 +639,62 @@ def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 class _Rows:
     """The columns of a result frame that the speedup rules read, as numpy arrays by row position
-    (a column the frame lacks reads as NA), and each row's samples parsed from ``samples_ms`` at
-    most once (:meth:`rounds`, :meth:`values`: cached by row)."""
+    (a column the frame lacks reads as NA), and each row's samples parsed from ``samples_ms``
+    (:meth:`parsed`: by :func:`flyexplore.results.samples.parse`, in one batch per call, each
+    text once). ``keep``: the positions in ``df`` of the rows meant (default: every row); position
+    ``i`` here is row ``keep[i]`` there, and only the samples of rows asked for are copied out."""
 
-    def __init__(self, df: pd.DataFrame):
+    def __init__(self, df: pd.DataFrame, keep: np.ndarray | None = None):
         self.df = df
+        self.keep = keep
+        self.n = len(df) if keep is None else len(keep)
         self._obj: dict[str, np.ndarray] = {}
         self._num: dict[str, np.ndarray] = {}
-        self._rounds: dict[int, tuple] = {}
-        self._values: dict[int, np.ndarray] = {}
+        self._parsed = np.full(self.n, None, dtype=object)
+
+    def _col(self, c: str) -> pd.Series:
+        return self.df[c] if self.keep is None else self.df[c].iloc[self.keep]
 
     def obj(self, c: str) -> np.ndarray:
         """Column ``c`` as an object array (NA where missing)."""
         a = self._obj.get(c)
         if a is None:
-            a = self._obj[c] = (self.df[c].to_numpy(dtype=object) if c in self.df
-                                else np.full(len(self.df), pd.NA, dtype=object))
+            a = self._obj[c] = (self._col(c).to_numpy(dtype=object) if c in self.df
+                                else np.full(self.n, pd.NA, dtype=object))
         return a
 
     def num(self, c: str) -> np.ndarray:
         """Column ``c`` as float64 (NaN where missing or not a number)."""
         a = self._num.get(c)
         if a is None:
-            a = self._num[c] = (pd.to_numeric(self.df[c], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-                                if c in self.df else np.full(len(self.df), np.nan))
+            a = self._num[c] = (pd.to_numeric(self._col(c), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+                                if c in self.df else np.full(self.n, np.nan))
         return a
 
-    def rounds(self, i: int) -> tuple:
-        """Row ``i``'s rounds (:func:`flyexplore.measure.timing.rounds_from_json`; ``()`` without samples)."""
-        r = self._rounds.get(i)
-        if r is None:
-            r = self._rounds[i] = timing.rounds_from_json(self.obj("samples_ms")[i])
-        return r
+    def allowance(self) -> np.ndarray:
+        """Each row's run-to-run allowance (:data:`RUN_TO_RUN` of its ``platform``; -inf where
+        it has none)."""
+        a = self._num.get("_allowance")
+        if a is None:
+            a = self._num["_allowance"] = _allowance(self.obj("platform"))
+        return a
 
-    def values(self, i: int) -> np.ndarray:
-        """Row ``i``'s per-round medians (:func:`flyexplore.measure.stats.round_values`), in round order."""
-        v = self._values.get(i)
-        if v is None:
-            v = self._values[i] = S.round_values(self.rounds(i))
-        return v
+    def parsed(self, pos: np.ndarray) -> np.ndarray:
+        """The :class:`flyexplore.results.samples.Parsed` records of the rows at positions ``pos``
+        (an object array in that order); the rows not parsed yet are parsed in one batch."""
+        pos = np.asarray(pos, dtype=np.int64)
+        todo = np.unique(pos[np.equal(self._parsed[pos], None)])
+        if todo.size:
+            at = todo if self.keep is None else self.keep[todo]
+            if "samples_ms" not in self.df:
+                texts = np.full(todo.size, None, dtype=object)
+            elif 8 * at.size > len(self.df):  # most rows: the column at once (a take copies every chunk)
+                texts = self.df["samples_ms"].to_numpy(dtype=object)[at]
+            else:
+                texts = self.df["samples_ms"].iloc[at].to_numpy(dtype=object)
+            got = SP.parse(texts)
+            self._parsed[todo] = np.fromiter(got, dtype=object, count=len(got))
+        return self._parsed[pos]
 
 
 #: Run-to-run allowance for comparisons across runs (two result files, two sweeps): the interval
@@ -697,41 +731,166 @@ def ratio_interval(base_rows: pd.DataFrame, x_rows: pd.DataFrame) -> tuple[float
     * ``none``: no interval (published rows); the estimate is the ratio of median times.
 
     Raises ``ValueError`` when paired rows' rounds differ in number once empty rounds are
-    skipped (:func:`flyexplore.measure.stats.paired_ratio`)."""
+    skipped (:func:`flyexplore.measure.stats.paired_ratio`). Many pairs at once:
+    :func:`ratio_intervals`."""
     est = float(base_rows["time_ms"].astype(float).median() / x_rows["time_ms"].astype(float).median())
-    return _ratio(_Rows(base_rows), np.arange(len(base_rows)), _Rows(x_rows), np.arange(len(x_rows)), est)
+    e, lo, hi, how = ratio_intervals(base_rows, [np.arange(len(base_rows))], x_rows, [np.arange(len(x_rows))],
+                                     np.asarray([est]))
+    return float(e[0]), float(lo[0]), float(hi[0]), str(how[0])
 
 
-def _ratio(b: _Rows, ib: np.ndarray, x: _Rows, ix: np.ndarray, est: float) -> tuple[float, float, float, str]:
-    """The rules of :func:`ratio_interval` for the rows at positions ``ib`` of ``b`` (baseline)
-    and ``ix`` of ``x``, with the ratio of their median times ``est`` already computed."""
+def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray], x: pd.DataFrame | _Rows,
+                    x_groups: Sequence[np.ndarray], est: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rules of :func:`ratio_interval` for many pairs at once: pair ``k`` is the rows at
+    positions ``base_groups[k]`` of ``base`` (the baseline side) against ``x_groups[k]`` of ``x``
+    (positions in row order, not index labels; ``base`` and ``x`` may be one frame), and
+    ``est[k]`` the ratio of their median ``time_ms`` (the estimate of a ``notch`` or ``none``
+    pair). Returns ``(estimate, lo, hi, method)`` arrays (float64 ratios, an object array of
+    method names), one entry per pair.
 
-    if len(ib) == 1 and len(ix) == 1:
-        i, j = ib[0], ix[0]
-        if (_eq(b.obj("order")[i], "interleaved") and _eq(x.obj("order")[j], "interleaved")
-                and _eq(b.obj("run_id")[i], x.obj("run_id")[j])):
-            rb, rx = b.rounds(i), x.rounds(j)
-            if rb and len(rb) == len(rx):
-                e, lo, hi = S.paired_ratio(rb, rx)
-                return e, lo, hi, "paired"
-    vb = np.concatenate([b.values(i) for i in ib]) if len(ib) else np.asarray([], dtype=float)
-    vx = np.concatenate([x.values(j) for j in ix]) if len(ix) else np.asarray([], dtype=float)
-    if vb.size and vx.size:
-        e, lo, hi = S.unpaired_ratio(vb, vx)
-        runs_b = {v for v in b.obj("run_id")[ib] if not pd.isna(v)}
-        runs_x = {v for v in x.obj("run_id")[ix] if not pd.isna(v)}
-        if runs_b != runs_x or len(runs_b) != 1:
-            plat = {str(p) for p in (*b.obj("platform")[ib], *x.obj("platform")[ix]) if not pd.isna(p)}
-            a = max((RUN_TO_RUN.get(p, RUN_TO_RUN["cpu"]) for p in plat), default=RUN_TO_RUN["cpu"])
-            a = max(a, S.drift(vb), S.drift(vx))  # a run that drifted within itself
-            return e, lo / (1 + a), hi * (1 + a), "unpaired+run"
-        return e, lo, hi, "unpaired"
-    if len(ib) == 1 and len(ix) == 1:
-        blo, bhi = (float(b.num(c)[ib[0]]) for c in ("time_ci_lo_ms", "time_ci_hi_ms"))
-        xlo, xhi = (float(x.num(c)[ix[0]]) for c in ("time_ci_lo_ms", "time_ci_hi_ms"))
-        if all(math.isfinite(v) for v in (blo, bhi, xlo, xhi)) and xlo > 0 and blo > 0:
-            return est, blo / xhi, bhi / xlo, "notch"
-    return est, math.nan, math.nan, "none"
+    Each row's samples are parsed once (:mod:`flyexplore.results.samples`); pairs of one row a
+    side -- what a sweep and a compare of two sweeps give -- are computed together with numpy,
+    the paired ones for all pairs of one round count at once; only pairs with several rows on a
+    side (several runs of a backend) concatenate their samples one pair at a time. Raises
+    ``ValueError`` as :func:`ratio_interval` does."""
+    b = base if isinstance(base, _Rows) else _Rows(base)
+    x = x if isinstance(x, _Rows) else _Rows(x)
+    n = len(base_groups)
+    est = np.array(est, dtype=float)
+    lo, hi = np.full(n, np.nan), np.full(n, np.nan)
+    how = np.full(n, "none", dtype=object)
+    if not n:
+        return est, lo, hi, how
+    nb = np.fromiter((len(g) for g in base_groups), dtype=np.int64, count=n)
+    nx = np.fromiter((len(g) for g in x_groups), dtype=np.int64, count=n)
+    one = (nb == 1) & (nx == 1)
+    i = np.fromiter((g[0] if len(g) else -1 for g in base_groups), dtype=np.int64, count=n)
+    j = np.fromiter((g[0] if len(g) else -1 for g in x_groups), dtype=np.int64, count=n)
+    pb = b.parsed(np.concatenate([np.asarray(g, dtype=np.int64) for g in base_groups]))
+    px = x.parsed(np.concatenate([np.asarray(g, dtype=np.int64) for g in x_groups]))
+    first_b, first_x = np.cumsum(nb) - nb, np.cumsum(nx) - nx
+    rb = np.zeros(n, dtype=np.int64)
+    rx = np.zeros(n, dtype=np.int64)
+    rb[one] = [p.rounds for p in pb[first_b[one]]]
+    rx[one] = [p.rounds for p in px[first_x[one]]]
+
+    # paired: one row a side, both interleaved in one run, the same number of stored rounds
+    paired = one.copy()
+    if paired.any():
+        ii, jj = i[paired], j[paired]
+        paired[paired] = (_same(b.obj("order")[ii], np.full(ii.size, "interleaved", dtype=object))
+                          & _same(x.obj("order")[jj], np.full(jj.size, "interleaved", dtype=object))
+                          & _same(b.obj("run_id")[ii], x.obj("run_id")[jj]))
+        paired &= (rb > 0) & (rb == rx)
+    if paired.any():
+        _paired(np.flatnonzero(paired), pb[first_b], px[first_x], est, lo, hi, how)
+
+    # unpaired: samples on both sides; one row a side from the parsed records, together
+    rest = ~paired
+    if rest.any():
+        kk = np.flatnonzero(rest & one)
+        if kk.size:
+            sb, sx = pb[first_b[kk]], px[first_x[kk]]
+            has = np.fromiter((p.values.size > 0 and q.values.size > 0 for p, q in zip(sb, sx)), dtype=bool,
+                              count=kk.size)
+            k1 = kk[has]
+            if k1.size:
+                stat = np.asarray([(p.median, p.lo, p.hi, p.drift, q.median, q.lo, q.hi, q.drift)
+                                   for p, q in zip(sb[has], sx[has])], dtype=float).reshape(-1, 8)
+                cross = ~_same(b.obj("run_id")[i[k1]], x.obj("run_id")[j[k1]])
+                allow = np.maximum(b.allowance()[i[k1]], x.allowance()[j[k1]])
+                allow[np.isneginf(allow)] = RUN_TO_RUN["cpu"]
+                _unpaired(k1, stat, cross, allow, est, lo, hi, how)
+            # notch: one row a side without samples on both, from the stored intervals of the medians
+            k2 = kk[~has]
+            if k2.size:
+                blo, bhi = b.num("time_ci_lo_ms")[i[k2]], b.num("time_ci_hi_ms")[i[k2]]
+                xlo, xhi = x.num("time_ci_lo_ms")[j[k2]], x.num("time_ci_hi_ms")[j[k2]]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ok = np.isfinite(blo) & np.isfinite(bhi) & np.isfinite(xlo) & np.isfinite(xhi) & (xlo > 0) & (blo > 0)
+                    lo[k2[ok]], hi[k2[ok]] = blo[ok] / xhi[ok], bhi[ok] / xlo[ok]
+                how[k2[ok]] = "notch"
+        many = np.flatnonzero(rest & ~one)   # several rows on a side: their samples joined, in row order
+        if many.size:
+            vb = [np.concatenate([p.values for p in pb[first_b[k]:first_b[k] + nb[k]]] or [np.empty(0)])
+                  for k in many.tolist()]
+            vx = [np.concatenate([p.values for p in px[first_x[k]:first_x[k] + nx[k]]] or [np.empty(0)])
+                  for k in many.tolist()]
+            has = np.fromiter((u.size > 0 and w.size > 0 for u, w in zip(vb, vx)), dtype=bool, count=many.size)
+            k3 = many[has]
+            if k3.size:
+                sb = SP.summarize_many([0] * k3.size, [v for v, h in zip(vb, has) if h])
+                sx = SP.summarize_many([0] * k3.size, [v for v, h in zip(vx, has) if h])
+                stat = np.asarray([(p.median, p.lo, p.hi, p.drift, q.median, q.lo, q.hi, q.drift)
+                                   for p, q in zip(sb, sx)], dtype=float).reshape(-1, 8)
+                cross = np.zeros(k3.size, dtype=bool)
+                allow = np.zeros(k3.size)
+                run_b, run_x = b.obj("run_id"), x.obj("run_id")
+                al_b, al_x = b.allowance(), x.allowance()
+                for m, k in enumerate(k3.tolist()):
+                    ib, ix = base_groups[k], x_groups[k]
+                    runs_b = {v for v in run_b[ib] if isinstance(v, str)}
+                    runs_x = {v for v in run_x[ix] if isinstance(v, str)}
+                    cross[m] = runs_b != runs_x or len(runs_b) != 1
+                    allow[m] = max(al_b[ib].max(), al_x[ix].max())
+                allow[np.isneginf(allow)] = RUN_TO_RUN["cpu"]
+                _unpaired(k3, stat, cross, allow, est, lo, hi, how)
+    return est, lo, hi, how
+
+
+def _allowance(platform: np.ndarray) -> np.ndarray:
+    """:data:`RUN_TO_RUN` of each platform (the CPU's for an unknown one), -inf where missing."""
+    codes, names = pd.factorize(pd.Series(platform, dtype=object))
+    allow = np.asarray([RUN_TO_RUN.get(str(p), RUN_TO_RUN["cpu"]) for p in names] + [-np.inf], dtype=float)
+    return allow[codes]   # code -1 (missing) picks the last entry, -inf
+
+
+def _paired(k: np.ndarray, pb: np.ndarray, px: np.ndarray, est, lo, hi, how) -> None:
+    """Paired ratios (:func:`flyexplore.measure.stats.paired_ratio`) of pairs ``k``, whose one
+    row a side has parsed records ``pb[k]``, ``px[k]``: all pairs of one number of rounds as one
+    array, a pair with a non-finite ratio by the scalar function. Writes into the arrays."""
+    nvb = np.fromiter((p.values.size for p in pb[k]), dtype=np.int64, count=k.size)
+    nvx = np.fromiter((p.values.size for p in px[k]), dtype=np.int64, count=k.size)
+    bad = np.flatnonzero(nvb != nvx)
+    if bad.size:
+        raise ValueError(f"paired rounds differ in number: {nvb[bad[0]]} vs {nvx[bad[0]]}")
+    how[k] = "paired"
+    est[k] = np.nan
+    for m in np.unique(nvb):
+        kk = k[nvb == m]
+        if m == 0:
+            continue
+        r = np.stack([p.values for p in pb[kk]]) / np.stack([p.values for p in px[kk]])
+        fin = np.isfinite(r).all(axis=1)
+        for q in kk[~fin].tolist():
+            e, l_, h_ = S.paired_ratio([[v] for v in pb[q].values], [[v] for v in px[q].values])
+            est[q], lo[q], hi[q] = e, l_, h_
+        kk, r = kk[fin], r[fin]
+        if not kk.size:
+            continue
+        est[kk] = np.median(r, axis=1)
+        a, z = S.median_ci_ranks(int(m), S.CONFIDENCE) if m >= 2 else (-1, int(m))
+        if a >= 0 and z < m:
+            srt = np.sort(r, axis=1)
+            lo[kk], hi[kk] = srt[:, a], srt[:, z]
+
+
+def _unpaired(k: np.ndarray, stat: np.ndarray, cross: np.ndarray, allow: np.ndarray, est, lo, hi, how) -> None:
+    """Unpaired ratios (:func:`flyexplore.measure.stats.unpaired_ratio`) of pairs ``k`` from
+    each side's ``(median, lo, hi, drift)`` (``stat``: one row per pair, baseline side first),
+    widened where ``cross`` (the sides come from different runs) by the larger of ``allow`` and
+    the two drifts. Writes into the arrays."""
+    mb, blo, bhi, db, mx, xlo, xhi, dx = stat.T
+    with np.errstate(divide="ignore", invalid="ignore"):
+        est[k] = mb / mx
+        ok = np.isfinite(blo) & np.isfinite(bhi) & np.isfinite(xlo) & np.isfinite(xhi) & (xlo > 0)
+        l_ = np.where(ok, blo / xhi, np.nan)
+        h_ = np.where(ok, bhi / xlo, np.nan)
+        a = np.fmax(np.fmax(allow, db), dx)   # a NaN drift counts for nothing, as in max()
+        lo[k] = np.where(cross, l_ / (1 + a), l_)
+        hi[k] = np.where(cross, h_ * (1 + a), h_)
+    how[k] = np.where(cross, "unpaired+run", "unpaired")
 
 
 def speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
@@ -766,16 +925,18 @@ def speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
 
     bases = [baseline] if isinstance(baseline, str) else list(baseline)
     cols = [*by, *SPEEDUP_COLUMNS]
-    d = df[df["status"].isin(["ok", "published"]) & df["time_ms"].notna()]
-    if "flydsl_taken" in d:  # a FlyDSL request that ran something else is not a FlyDSL time
-        d = d[~(d["flydsl_taken"].astype("boolean") == False).fillna(False)]  # noqa: E712
-    if d.empty:
+    counted = df["status"].isin(["ok", "published"]) & df["time_ms"].notna()
+    if "flydsl_taken" in df:  # a FlyDSL request that ran something else is not a FlyDSL time
+        counted &= ~(df["flydsl_taken"].astype("boolean") == False).fillna(False)  # noqa: E712
+    keep = np.flatnonzero(counted.to_numpy(dtype=bool))
+    if not keep.size:
         return pd.DataFrame(columns=cols)
+    # the rows counted, without copying what only the sample-based intervals read (_Rows does)
+    d = df[[c for c in dict.fromkeys([*by, "backend", "source"]) if c in df]].iloc[keep].reset_index(drop=True)
     if not d["backend"].isin(bases).any():
         raise UsageError(f"no rows for baseline {', '.join(bases)} "
                          f"(backends present: {', '.join(sorted(d['backend'].dropna().unique()))})")
-    d = d.reset_index(drop=True)
-    rows = _Rows(d)
+    rows = _Rows(df, keep)
     gb = d.groupby(list(by), dropna=False, sort=False, observed=True)
     keys = [k if isinstance(k, tuple) else (k,) for k in gb.size().index]  # in first-appearance order
     case = gb.ngroup().to_numpy()
@@ -818,12 +979,12 @@ def speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
         est, lo, hi = sp[x0], rows.num("speedup_lo")[x0], rows.num("speedup_hi")[x0]
         how = np.full(n, "paired", dtype=object)
 
-        def members(c):
-            return pos[in_order[start[c]:start[c] + cnt[c]]]
-
-        for k in np.flatnonzero(~fast):  # the pairs whose interval comes from the samples
-            est[k], lo[k], hi[k], how[k] = _ratio(rows, members(bc[k]), rows, members(xi[k]),
-                                                  float(med[bc[k]] / med[xi[k]]))
+        slow = np.flatnonzero(~fast)  # the pairs whose interval comes from the samples
+        if slow.size:
+            members = np.split(pos[in_order], start[1:])   # each combo's rows, in row order
+            est[slow], lo[slow], hi[slow], how[slow] = ratio_intervals(
+                rows, [members[c] for c in bc[slow]], rows, [members[c] for c in xi[slow]],
+                med[bc[slow]] / med[xi[slow]])
         src = rows.obj("source")
         pub = np.zeros(len(d), dtype=bool)
         if "source" in d:

@@ -1,0 +1,238 @@
+"""The raw samples of result rows, parsed once.
+
+A measured row keeps its samples in ``samples_ms``: a JSON list of rounds, each a list of call
+times in ms (:func:`flyexplore.measure.timing.samples_json`). Every sample-based interval
+(:func:`flyexplore.results.table.speedup`, :func:`flyexplore.results.compare.pair`) needs, per row,
+the per-round medians (:func:`flyexplore.measure.stats.round_values`) and a few statistics of them.
+This module gives them as :class:`Parsed` records:
+
+* **in batches**: the texts are parsed by pyarrow's JSON reader (C++, several threads) as one
+  newline-delimited buffer, and the per-round medians and statistics are computed with numpy
+  for all rows of one length at once. A text pyarrow cannot take (``NaN`` tokens, a newline
+  inside, another shape) is parsed by :func:`flyexplore.measure.timing.rounds_from_json`, which
+  also raises what it raises for a damaged text. Both ways give the same numbers: a float is
+  read correctly rounded by either parser, and the statistics are the functions of
+  :mod:`flyexplore.measure.stats` (the test ``tests/results/test_samples.py`` holds them equal).
+* **once per text**: a process-wide cache keyed by the text itself (exact: no hash stands for
+  it) keeps what was parsed, bounded by :data:`CACHE_BYTES`; the report, the figures and the
+  panel calling the speedup rules again on the rows of one file parse nothing again. Parsing a
+  10,000-row CPU sweep (about 80 MB of samples) takes about half a second on 2 cores; a cache
+  hit costs a dictionary look-up.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from flyexplore.measure import stats as S
+from flyexplore.measure import timing
+
+#: Confidence of each side's median interval in an unpaired ratio: both hold together with
+#: probability >= :data:`flyexplore.measure.stats.CONFIDENCE` (:func:`flyexplore.measure.stats.unpaired_ratio`).
+SIDE_CONFIDENCE = math.sqrt(S.CONFIDENCE)
+
+#: Upper bound of the cache: the texts' characters plus the per-round medians' bytes. Past it
+#: the oldest entries are dropped (a 10,000-row CPU sweep takes about 140 MB).
+CACHE_BYTES = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """One row's samples, parsed.
+
+    ``rounds``: rounds stored (empty ones included); ``values``: the per-round medians in round
+    order, empty rounds skipped (float64, ms; :func:`flyexplore.measure.stats.round_values`);
+    ``median``: their median (NaN when there are none, or NaN among them); ``lo``, ``hi``: the
+    order-statistic interval of that median at :data:`SIDE_CONFIDENCE`
+    (:func:`flyexplore.measure.stats.median_ci`; NaN with too few values); ``drift``:
+    :func:`flyexplore.measure.stats.drift` of the values."""
+
+    rounds: int
+    values: np.ndarray
+    median: float
+    lo: float
+    hi: float
+    drift: float
+
+
+def summarize(rounds: int, values: np.ndarray) -> Parsed:
+    """The :class:`Parsed` record of per-round medians ``values`` (float64, ms) from ``rounds``
+    stored rounds, by the scalar functions of :mod:`flyexplore.measure.stats`."""
+    values = np.asarray(values, dtype=float)
+    med = float(np.median(values)) if values.size else math.nan
+    lo, hi = S.median_ci(values, SIDE_CONFIDENCE)
+    return Parsed(int(rounds), values, med, lo, hi, S.drift(values))
+
+
+EMPTY = summarize(0, np.asarray([], dtype=float))
+
+_cache: dict[str, Parsed] = {}
+_cache_bytes = [0]
+
+
+def clear_cache() -> None:
+    """Forget every parsed text (tests; memory)."""
+    _cache.clear()
+    _cache_bytes[0] = 0
+
+
+def _remember(text: str, p: Parsed) -> None:
+    size = len(text) + p.values.nbytes + 200
+    if size > CACHE_BYTES:
+        return
+    _cache[text] = p
+    _cache_bytes[0] += size
+    while _cache_bytes[0] > CACHE_BYTES and _cache:
+        old = next(iter(_cache))
+        q = _cache.pop(old)
+        _cache_bytes[0] -= len(old) + q.values.nbytes + 200
+
+
+def parse(texts: Sequence) -> list[Parsed]:
+    """The :class:`Parsed` record of each of ``texts`` (``samples_ms`` cells, in order): a
+    missing value (None, NA, NaN) or an empty text is :data:`EMPTY`, as
+    :func:`flyexplore.measure.timing.rounds_from_json` reads it. Texts seen before (this call or
+    an earlier one, while cached) are not parsed again. Raises what
+    :func:`~flyexplore.measure.timing.rounds_from_json` raises for a text that is not a JSON list
+    of lists of numbers (``json.JSONDecodeError``, ``TypeError``, ``ValueError``)."""
+    out: list = [None] * len(texts)
+    todo: dict[str, list[int]] = {}
+    for i, t in enumerate(texts):
+        if not isinstance(t, str) or not t:
+            out[i] = EMPTY
+            continue
+        hit = _cache.get(t)
+        if hit is not None:
+            out[i] = hit
+        else:
+            todo.setdefault(t, []).append(i)
+    if todo:
+        new = list(todo)
+        for t, p in zip(new, _parse_many(new)):
+            _remember(t, p)
+            for i in todo[t]:
+                out[i] = p
+    return out
+
+
+def _parse_many(texts: list[str]) -> list[Parsed]:
+    """Parse distinct texts: pyarrow for those it takes, the JSON module for the rest."""
+    arrays = _arrow_rounds(texts)
+    if arrays is None:
+        return [_parse_one(t) for t in texts]
+    rows, ok = arrays
+    parsed = _from_arrays(*rows)
+    out: list = [None] * len(texts)
+    k = 0
+    for i, t in enumerate(texts):
+        if ok[i]:
+            out[i] = parsed[k]
+            k += 1
+        else:
+            out[i] = _parse_one(t)
+    return out
+
+
+def _parse_one(text: str) -> Parsed:
+    rounds = timing.rounds_from_json(text)
+    return summarize(len(rounds), S.round_values(rounds))
+
+
+def _arrow_rounds(texts: list[str]):
+    """``((row_rounds, round_lengths, flat values), ok)`` from pyarrow for the texts it can
+    take (``ok[i]``), or None when it takes none of them as a batch."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    arr = pa.array(texts, type=pa.large_string())
+    # one JSON object per line: a text with a line break of its own would break the framing
+    ok = ~np.asarray(pc.match_substring_regex(arr, r"[\r\n]").to_numpy(zero_copy_only=False), dtype=bool)
+    if not ok.any():
+        return None
+    if not ok.all():
+        arr = arr.filter(pa.array(ok))
+    wrap = (pa.scalar('{"s":', pa.large_string()), pa.scalar("}\n", pa.large_string()))
+    lines = pc.binary_join_element_wise(wrap[0], arr, wrap[1], pa.scalar("", pa.large_string()))
+    off = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset:lines.offset + len(lines) + 1]
+    buf = lines.buffers()[2][int(off[0]):int(off[-1])]
+    longest = int(np.diff(off).max())
+    schema = pa.schema([("s", pa.list_(pa.list_(pa.float64())))])
+    try:
+        table = pj.read_json(pa.BufferReader(buf),
+                             read_options=pj.ReadOptions(block_size=max(1 << 24, 2 * longest)),
+                             parse_options=pj.ParseOptions(explicit_schema=schema,
+                                                           unexpected_field_behavior="error"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    col = table.column("s").combine_chunks()
+    inner = col.flatten()
+    flat = inner.flatten()
+    if col.null_count or inner.null_count or flat.null_count or len(col) != int(ok.sum()):
+        return None  # a null where a list or number belongs: the JSON module says what is wrong
+    row_rounds = np.diff(np.asarray(col.offsets)).astype(np.int64)
+    round_len = np.diff(np.asarray(inner.offsets)).astype(np.int64)
+    values = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=float)
+    return (row_rounds, round_len, values), ok
+
+
+def _from_arrays(row_rounds: np.ndarray, round_len: np.ndarray, flat: np.ndarray) -> list[Parsed]:
+    """:class:`Parsed` records from the flattened samples of several rows: ``row_rounds[r]``
+    rounds for row r (in order), ``round_len[k]`` calls for round k, ``flat`` every call time.
+    The per-round medians are computed for all rounds of one length at once, the statistics by
+    :func:`summarize_many`."""
+    starts = np.cumsum(round_len) - round_len
+    med = np.full(round_len.size, np.nan)
+    for n in np.unique(round_len):
+        k = np.flatnonzero(round_len == n)
+        if n == 1:
+            med[k] = flat[starts[k]]
+        elif n > 1:
+            med[k] = np.median(flat[starts[k][:, None] + np.arange(n)], axis=1)
+    keep = round_len > 0                        # empty rounds are skipped, as round_values does
+    counts = np.bincount(np.repeat(np.arange(row_rounds.size), row_rounds)[keep], minlength=row_rounds.size)
+    return summarize_many(row_rounds, np.split(med[keep], np.cumsum(counts)[:-1]))
+
+
+def summarize_many(rounds: Sequence[int], values: Sequence[np.ndarray]) -> list[Parsed]:
+    """:func:`summarize` of many rows at once (``rounds[r]`` stored rounds and per-round medians
+    ``values[r]`` each): the statistics of all rows with one number of values are computed as
+    one array; a row with a non-finite value takes :func:`summarize` itself."""
+    counts = np.fromiter((len(v) for v in values), dtype=np.int64, count=len(values))
+    finite = np.fromiter((np.isfinite(v).all() for v in values), dtype=bool, count=len(values))
+    out: list = [None] * len(values)
+    for r in np.flatnonzero(~finite | (counts == 0)).tolist():
+        out[r] = summarize(rounds[r], values[r])
+    for n in np.unique(counts[finite & (counts > 0)]):
+        rows = np.flatnonzero(finite & (counts == n))
+        v = np.stack([values[r] for r in rows.tolist()]).astype(float, copy=False)
+        med, lo, hi, dr = _stats(v)
+        for k, r in enumerate(rows.tolist()):
+            out[r] = Parsed(int(rounds[r]), v[k], float(med[k]), float(lo[k]), float(hi[k]), float(dr[k]))
+    return out
+
+
+def _stats(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For each row of ``v`` (m rows of n finite per-round medians, n >= 1): the median, the
+    interval of :func:`flyexplore.measure.stats.median_ci` at :data:`SIDE_CONFIDENCE` and
+    :func:`flyexplore.measure.stats.drift`, as four float arrays of length m."""
+    m, n = v.shape
+    med = np.median(v, axis=1)
+    i, j = S.median_ci_ranks(n, SIDE_CONFIDENCE) if n >= 2 else (-1, n)
+    if i >= 0 and j < n:
+        srt = np.sort(v, axis=1)
+        lo, hi = srt[:, i], srt[:, j]
+    else:
+        lo = hi = np.full(m, np.nan)
+    dr = np.zeros(m)
+    if n >= 2 * S.DRIFT_PARTS:   # the parts np.array_split makes, each part's median
+        size = [len(c) for c in np.array_split(np.empty(n), S.DRIFT_PARTS)]
+        ends = np.cumsum(size)
+        parts = np.stack([np.median(v[:, e - k:e], axis=1) for e, k in zip(ends, size)], axis=1)
+        pmin, pmax = parts.min(axis=1), parts.max(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dr = np.where(pmin > 0, pmax / pmin - 1.0, np.inf)
+    return med, lo, hi, dr

@@ -1,0 +1,86 @@
+"""Each row's samples parsed once (flyexplore.results.samples): the batch parser (pyarrow's JSON
+reader, numpy statistics for all rows of one length at once) gives exactly what the scalar
+functions give (timing.rounds_from_json, stats.round_values, median_ci, drift) on any list of
+rounds, damaged texts raise what they raised, and the cache keeps each text once, within its bound."""
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flyexplore.measure import stats as S
+from flyexplore.measure import timing
+from flyexplore.results import samples as SP
+
+
+def _want(text) -> SP.Parsed:
+    r = timing.rounds_from_json(text)
+    return SP.summarize(len(r), S.round_values(r))
+
+
+def _equal(a: SP.Parsed, b: SP.Parsed) -> bool:
+    same = [x == y or (math.isnan(x) and math.isnan(y))
+            for x, y in ((a.median, b.median), (a.lo, b.lo), (a.hi, b.hi), (a.drift, b.drift))]
+    return a.rounds == b.rounds and np.array_equal(a.values, b.values, equal_nan=True) and all(same)
+
+
+_value = st.one_of(st.floats(1e-4, 1e3), st.sampled_from([0.0, 1.0, 2.5]))
+_round = st.lists(_value, min_size=0, max_size=6)
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(rows=st.lists(st.lists(_round, min_size=0, max_size=40), min_size=1, max_size=30))
+def test_the_batch_gives_what_the_scalar_functions_give(rows):
+    texts = [timing.samples_json(r) for r in rows]
+    SP.clear_cache()
+    got = SP.parse(texts)
+    assert all(_equal(g, _want(t)) for g, t in zip(got, texts))
+
+
+def test_rows_of_many_lengths_rounds_of_many_lengths_and_odd_values():
+    rng = np.random.default_rng(3)
+    texts = []
+    for _ in range(400):   # the statistics of all rows of one length go as one array
+        calls = int(rng.integers(1, 6))
+        rounds = [[float(v) for v in rng.lognormal(0, 0.2, calls if rng.random() < 0.9 else int(rng.integers(0, 5)))]
+                  for _ in range(int(rng.integers(0, 60)))]
+        texts.append(json.dumps(rounds))
+    texts += ["", None, float("nan"), "[]", "[[]]", "[[], []]", "[[1,2],[3]]", "[[NaN, 1.0]]", "[[Infinity],[1.0]]",
+              "[[1.0]\n,[2.0]]", "[[0.0],[0.0],[0.0],[0.0],[1],[2],[3],[4],[5]]", "[[5,5,5,5,5,5,5,5]]"]
+    SP.clear_cache()
+    got = SP.parse(texts)
+    for g, t in zip(got, texts):
+        assert _equal(g, _want(t)), t
+    assert got[texts.index("")] is SP.EMPTY and got[texts.index(None)] is SP.EMPTY
+    assert got[-2].drift == math.inf   # a part whose median is 0: infinitely far, as stats.drift says
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "[[1, \"a\"]]", "{\"a\": 1}", "[[1.0], [2.0", "null", "[[null]]"])
+def test_a_damaged_text_raises_what_the_json_reader_raised(text):
+    with pytest.raises(Exception) as old:
+        timing.rounds_from_json(text)
+    SP.clear_cache()
+    good = timing.samples_json([[1.0, 2.0], [3.0]])
+    with pytest.raises(type(old.value)):
+        SP.parse([good, text])
+
+
+def test_each_text_is_parsed_once_and_the_cache_stays_within_its_bound(monkeypatch):
+    SP.clear_cache()
+    calls = []
+    many = SP._parse_many
+    monkeypatch.setattr(SP, "_parse_many", lambda texts: calls.append(list(texts)) or many(texts))
+    a, b = timing.samples_json([[1.0], [2.0]]), timing.samples_json([[3.0], [4.0]])
+    first = SP.parse([a, b, a])
+    assert calls == [[a, b]] and first[0] is first[2]
+    again = SP.parse([b, a])
+    assert calls == [[a, b]] and again[1] is first[0]   # found, not parsed again
+    # past the bound the oldest texts go first
+    SP.clear_cache()
+    monkeypatch.setattr(SP, "CACHE_BYTES", 3 * (len(a) + 8 * 2 + 200))
+    texts = [timing.samples_json([[float(i)], [float(i + 1)]]) for i in range(10)]
+    SP.parse(texts)
+    assert len(SP._cache) <= 3 and texts[-1] in SP._cache and texts[0] not in SP._cache
+    assert SP._cache_bytes[0] <= SP.CACHE_BYTES
