@@ -797,13 +797,9 @@ def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray
                               count=kk.size)
             k1 = kk[has]
             if k1.size:
-                stat = np.asarray([(p.median, p.lo, p.hi, p.drift, q.median, q.lo, q.hi, q.drift)
-                                   for p, q in zip(sb[has], sx[has])], dtype=float).reshape(-1, 8)
-                cross = ~_same(b.obj("run_id")[i[k1]], x.obj("run_id")[j[k1]])
-                allow = np.maximum(b.allowance()[i[k1]], x.allowance()[j[k1]])
-                allow[np.isneginf(allow)] = RUN_TO_RUN["cpu"]
-                _unpaired(k1, stat, cross, allow, est, lo, hi, how)
-            # notch: one row a side without samples on both, from the stored intervals of the medians
+                _unpaired(k1, sb[has], sx[has], ~_same(b.obj("run_id")[i[k1]], x.obj("run_id")[j[k1]]),
+                          np.maximum(b.allowance()[i[k1]], x.allowance()[j[k1]]), est, lo, hi, how)
+            # notch: one row a side, a side without samples: the stored intervals of the medians
             k2 = kk[~has]
             if k2.size:
                 blo, bhi = b.num("time_ci_lo_ms")[i[k2]], b.num("time_ci_hi_ms")[i[k2]]
@@ -823,20 +819,18 @@ def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray
             if k3.size:
                 sb = SP.summarize_many([0] * k3.size, [v for v, h in zip(vb, has) if h])
                 sx = SP.summarize_many([0] * k3.size, [v for v, h in zip(vx, has) if h])
-                stat = np.asarray([(p.median, p.lo, p.hi, p.drift, q.median, q.lo, q.hi, q.drift)
-                                   for p, q in zip(sb, sx)], dtype=float).reshape(-1, 8)
                 cross = np.zeros(k3.size, dtype=bool)
                 allow = np.zeros(k3.size)
                 run_b, run_x = b.obj("run_id"), x.obj("run_id")
                 al_b, al_x = b.allowance(), x.allowance()
                 for m, k in enumerate(k3.tolist()):
                     ib, ix = base_groups[k], x_groups[k]
-                    runs_b = {v for v in run_b[ib] if isinstance(v, str)}
-                    runs_x = {v for v in run_x[ix] if isinstance(v, str)}
+                    runs_b = {v for v in run_b[ib] if not pd.isna(v)}
+                    runs_x = {v for v in run_x[ix] if not pd.isna(v)}
                     cross[m] = runs_b != runs_x or len(runs_b) != 1
                     allow[m] = max(al_b[ib].max(), al_x[ix].max())
-                allow[np.isneginf(allow)] = RUN_TO_RUN["cpu"]
-                _unpaired(k3, stat, cross, allow, est, lo, hi, how)
+                _unpaired(k3, np.asarray(sb, dtype=object), np.asarray(sx, dtype=object), cross, allow,
+                          est, lo, hi, how)
     return est, lo, hi, how
 
 
@@ -877,12 +871,18 @@ def _paired(k: np.ndarray, pb: np.ndarray, px: np.ndarray, est, lo, hi, how) -> 
             lo[kk], hi[kk] = srt[:, a], srt[:, z]
 
 
-def _unpaired(k: np.ndarray, stat: np.ndarray, cross: np.ndarray, allow: np.ndarray, est, lo, hi, how) -> None:
-    """Unpaired ratios (:func:`flyexplore.measure.stats.unpaired_ratio`) of pairs ``k`` from
-    each side's ``(median, lo, hi, drift)`` (``stat``: one row per pair, baseline side first),
-    widened where ``cross`` (the sides come from different runs) by the larger of ``allow`` and
-    the two drifts. Writes into the arrays."""
-    mb, blo, bhi, db, mx, xlo, xhi, dx = stat.T
+def _unpaired(k: np.ndarray, pb: np.ndarray, px: np.ndarray, cross: np.ndarray, allow: np.ndarray,
+              est, lo, hi, how) -> None:
+    """Unpaired ratios (:func:`flyexplore.measure.stats.unpaired_ratio`) of pairs ``k`` from each
+    side's parsed record (``pb``, ``px``: one :class:`~flyexplore.results.samples.Parsed` a pair:
+    median, interval at the side confidence, drift), widened where ``cross`` (the sides come from
+    different runs) by the larger of ``allow`` (the platforms' :data:`RUN_TO_RUN`; -inf: none
+    known, the CPU's) and the two drifts. Writes into the arrays."""
+    mb, blo, bhi, db = (np.fromiter((getattr(p, f) for p in pb), dtype=float, count=k.size)
+                        for f in ("median", "lo", "hi", "drift"))
+    mx, xlo, xhi, dx = (np.fromiter((getattr(p, f) for p in px), dtype=float, count=k.size)
+                        for f in ("median", "lo", "hi", "drift"))
+    allow = np.where(np.isneginf(allow), RUN_TO_RUN["cpu"], allow)
     with np.errstate(divide="ignore", invalid="ignore"):
         est[k] = mb / mx
         ok = np.isfinite(blo) & np.isfinite(bhi) & np.isfinite(xlo) & np.isfinite(xhi) & (xlo > 0)
