@@ -84,3 +84,25 @@ def test_each_text_is_parsed_once_and_the_cache_stays_within_its_bound(monkeypat
     SP.parse(texts)
     assert len(SP._cache) <= 3 and texts[-1] in SP._cache and texts[0] not in SP._cache
     assert SP._cache_bytes[0] <= SP.CACHE_BYTES
+
+
+def test_the_scale_benchmark_copies_rows_with_samples_of_their_own():
+    """benchmarks/analysis_scale.py times the parser without its cache's help: every copy of a row
+    gets its own samples text (its first sample nudged), the statistics barely move."""
+    import importlib.util
+
+    from conftest import ROOT
+    from flyexplore.results import table as R
+
+    spec = importlib.util.spec_from_file_location("analysis_scale", ROOT / "benchmarks" / "analysis_scale.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    src = bench.source()
+    df = bench.replicate(src, 3 * len(src) + 5)
+    assert len(df) == 3 * len(src) + 5 and not df.duplicated(["op", "case", "dtype", "backend"]).any()
+    texts = df["samples_ms"].dropna()
+    assert texts.is_unique and len(texts) == 3 * src["samples_ms"].notna().sum() + df["samples_ms"].iloc[-5:].notna().sum()
+    first = src["samples_ms"].dropna().tolist()
+    copy = texts.tolist()[:len(first)]          # copy 0 of each row, nudged
+    assert not set(first) & set(copy)
+    assert all(abs(p.median / q.median - 1) < 1e-5 for p, q in zip(SP.parse(first), SP.parse(copy)))
