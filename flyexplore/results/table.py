@@ -36,7 +36,6 @@ import pandas as pd
 
 from flyexplore.errors import UsageError
 from flyexplore.measure import stats as S
-from flyexplore.measure import timing
 from flyexplore.measure.stats import notch_ci
 from flyexplore.results import samples as SP
 
@@ -212,14 +211,6 @@ def _upgrade(df: pd.DataFrame) -> pd.DataFrame:
         df.loc[ok, "ci_method"] = "notch"
         df.loc[old, "schema_version"] = SCHEMA_VERSION
     return df
-
-
-def _num(v) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return f
 
 
 def normalize(df: pd.DataFrame) -> pd.DataFrame:

@@ -92,7 +92,6 @@ def test_the_scale_benchmark_copies_rows_with_samples_of_their_own():
     import importlib.util
 
     from conftest import ROOT
-    from flyexplore.results import table as R
 
     spec = importlib.util.spec_from_file_location("analysis_scale", ROOT / "benchmarks" / "analysis_scale.py")
     bench = importlib.util.module_from_spec(spec)
