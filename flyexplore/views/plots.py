@@ -175,8 +175,8 @@ def speedup_distribution_figure(df: pd.DataFrame, baseline: str | Sequence[str] 
     titles = []
     for op, dtype in facets:
         f = by_facet.get_group((op, dtype))
-        nc = f["case"].nunique()
-        titles.append(f"{op} {dtype}: {nc:,} cases" + (f", {len(f):,} speedups" if len(f) != nc else ""))
+        nc, nb = f["case"].nunique(), f["backend"].nunique()
+        titles.append(f"{op} {dtype}: {nc:,} cases" + (f" x {nb} backends" if nb > 1 else ""))
     fig = make_subplots(rows=nrow, cols=ncol, subplot_titles=titles, horizontal_spacing=0.07,
                         vertical_spacing=min(0.12, 0.3 / max(nrow - 1, 1)) if nrow > 1 else 0.1)
     base = baseline_name(baseline)

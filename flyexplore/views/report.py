@@ -38,17 +38,17 @@ from flyexplore.results.published import headlines, load, ranges, vllm_published
 from flyexplore.views import plots as F
 from flyexplore.views import plots_compare as FC
 from flyexplore.views.aotriton import report_section
+from flyexplore.views import export as E
 from flyexplore.views.export import (
     IMAGE_FORMATS,
-    TEXT_TABLE_MAX_ROWS,
     check_writable,
     save_figures,
     save_tables,
 )
 from flyexplore.views.plots import case_params
+from flyexplore.views import tables as T
 from flyexplore.views.tables import (  # noqa: F401 - fmt_num, scan_table: the report's table text, here since long
     CONTEXT_COLS as _CONTEXT_COLS,
-    PAGE_ROWS,
     PAGER_CSS,
     fmt_num,
     fmt_nums,
@@ -208,7 +208,7 @@ class _Page:
         :func:`scan_table` (empty columns dropped, shared values in a caption, notes as
         footnotes); the files keep every column. Numbers: :func:`fmt_num` unless ``fmt``.
         ``highlight``: a boolean column whose true rows are marked (``diff``). A table of more
-        than :data:`~flyexplore.views.tables.PAGE_ROWS` rows is a paged table
+        than :data:`flyexplore.views.tables.PAGE_ROWS` rows is a paged table
         (:func:`~flyexplore.views.tables.paged_table`: its first page in the HTML, its rows
         embedded compressed, paged, filtered and sorted in the browser)."""
         if name:
@@ -223,7 +223,7 @@ class _Page:
                 self.parts.append(f"<p>All rows: {html.escape('; '.join(caption))}.</p>")
         else:
             d = text_frame(df, fmt)
-        if len(d) > PAGE_ROWS:
+        if len(d) > T.PAGE_ROWS:
             self._pages += 1
             tid = "tbl-" + _safe(name or f"t{self._pages}")
 
@@ -301,8 +301,9 @@ class _Page:
         files = []
         skipped: list[str] = []
         if self.tables and table_formats:
-            files += save_tables(self.tables, out / "tables", table_formats)
-            skipped = [f"{n} ({len(t):,} rows)" for n, t in self.tables.items() if len(t) > TEXT_TABLE_MAX_ROWS
+            limit = E.TEXT_TABLE_MAX_ROWS
+            files += save_tables(self.tables, out / "tables", table_formats, text_max_rows=limit)
+            skipped = [f"{n} ({len(t):,} rows)" for n, t in self.tables.items() if len(t) > limit
                        and any(f != "csv" for f in table_formats)]
         csv = {p.stem: os.path.relpath(p, out) for p in files if p.suffix == ".csv"}
         if static and self.figs:
@@ -319,7 +320,7 @@ class _Page:
                             f"{html.escape(os.path.relpath(f, out))}</a></li>" for f in files)
             self.parts.append(f"<h2>Files</h2><ul>{links}</ul>")
             if skipped:
-                self.parts.append(f"<p>Tables over {TEXT_TABLE_MAX_ROWS:,} rows are written as CSV only (no "
+                self.parts.append(f"<p>Tables over {limit:,} rows are written as CSV only (no "
                                   f"Markdown or LaTeX copy): {html.escape(', '.join(skipped))}.</p>")
         if self.figs:
             from plotly.offline import get_plotlyjs
@@ -501,11 +502,14 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
 
     Contents: the environment (``env.to_text()`` when an :class:`~flyexplore.world.env.Environment`
     is given, and always the distinct environments found in the rows), per operator a speedup
-    figure against ``baseline`` (one backend, or a list: the faster of them) with its geometric
+    figure against ``baseline`` (one backend, or a list: the faster of them; past
+    :data:`flyexplore.views.plot_style.BAR_MAX_CASES` cases the speedup distribution instead of
+    one bar per case) with its geometric
     means and, when a case parameter takes three or more values, a sweep figure; a roofline
     and a % of peak table when the rows come from one device with known peaks
     (:mod:`flyexplore.results.peaks`); the published-vs-measured comparison when ``published`` is true
-    (or a published result set); and the result table.
+    (or a published result set); and the result table (every table of more than
+    :data:`flyexplore.views.tables.PAGE_ROWS` rows is paged in the page, :func:`~flyexplore.views.tables.paged_table`).
 
     ``static``: also write the figures as ``figures/*.{png,svg,pdf}`` (``formats``) with kaleido;
     when that is impossible here the report says why and is written without them.
@@ -642,8 +646,10 @@ def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,
     """Write the A/B report of two result sets to ``out_dir/report.html`` (see
     :func:`flyexplore.results.compare.pair`): the two environments side by side (differing fields
     marked), the summary per (op, dtype, backend) with geometric means, the ratio figure and its
-    distribution, the paired table and the cases present in one side only. Returns the path.
-    Raises ``UsageError`` when nothing pairs."""
+    distribution (a rank curve past :data:`flyexplore.views.plot_style.BAR_MAX_CASES` cases), the
+    paired table and the cases present in one side only (paged past
+    :data:`flyexplore.views.tables.PAGE_ROWS` rows). Returns the path. Raises ``UsageError`` when
+    nothing pairs."""
 
     na, nb = R.normalize(a), R.normalize(b)
     return write_ab_report(Sides("rows", na, nb, pair(na, nb, names, a_backend, b_backend), names), out_dir,

@@ -201,16 +201,20 @@ def static_table(d: pd.DataFrame, marked: set[int] = frozenset()) -> str:
 
 
 def paged_table(d: pd.DataFrame, table_id: str, file_note: str | None = None,
-                marked: Sequence[int] = (), page_rows: int = PAGE_ROWS,
-                max_rows: int = MAX_EMBEDDED_ROWS) -> str:
+                marked: Sequence[int] = (), page_rows: int | None = None,
+                max_rows: int | None = None) -> str:
     """HTML of a paged table of ``d`` (a frame of cell strings, :func:`text_frame` or
     :func:`scan_table`'s): the first ``page_rows`` rows as a real table, the first
     ``max_rows`` rows embedded (:func:`encode_rows`) for :data:`PAGER_JS` to page, filter and
-    sort in the browser. ``table_id``: a unique HTML id in the page (letters, digits, ``-``,
-    ``_``). ``file_note``: where every row is (e.g. ``"tables/results.csv"``), said under the
+    sort in the browser (defaults: :data:`PAGE_ROWS`, :data:`MAX_EMBEDDED_ROWS`; when fewer
+    rows are embedded than ``d`` has, a note above the table says how many and where the
+    others are). ``table_id``: a unique HTML id in the page (letters, digits, ``-``, ``_``).
+    ``file_note``: the file with every row (e.g. ``"tables/results.csv"``), named under the
     table; ``marked``: row positions drawn with the ``diff`` class. The page needs
     :data:`PAGER_JS` once (:func:`pager_script`). Raises ``ValueError`` for ``page_rows`` or
     ``max_rows`` below 1."""
+    page_rows = PAGE_ROWS if page_rows is None else page_rows
+    max_rows = MAX_EMBEDDED_ROWS if max_rows is None else max_rows
     if page_rows < 1 or max_rows < 1:
         raise ValueError(f"page_rows and max_rows must be >= 1, got {page_rows}, {max_rows}")
     n = len(d)
