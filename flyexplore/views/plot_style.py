@@ -135,15 +135,21 @@ def rank_positions(n: int):
     return (np.arange(n) + 0.5) / max(n, 1) * 100.0
 
 
+#: A rank curve of more points than this draws the 95% intervals as a shaded band (their lower
+#: and upper ends, in the curve's order) instead of one whisker per point, which would cover it.
+BAND_POINTS = 300
+
+
 def rank_curve(fig, g: pd.DataFrame, value: str, lo: str, hi: str, text, color: str, legendgroup: str,
                hover: str, row: int | None = None, col: int | None = None) -> int:
     """Add the rows of ``g`` to ``fig`` as a rank curve: ``value`` sorted ascending against the
     share of rows (x, %: :func:`rank_positions`), WebGL markers (``Scattergl``) in ``color``,
-    the 95% interval (``lo``, ``hi`` columns) as whiskers, the ``verdict`` column's label as the
-    marker (:data:`LABEL_SYMBOLS`: one trace per label, none in the legend; an array of
-    symbols is checked value by value by plotly, seconds at 100,000 points). ``text``: one
-    hover text per row of ``g`` (the case); ``hover``: the hover's value line, a plotly
-    template (``%{y}``, ``%{customdata[0]}`` / ``[1]``: the interval). Returns the row count."""
+    the 95% interval (``lo``, ``hi`` columns) as whiskers (up to :data:`BAND_POINTS` points)
+    or a shaded band, the ``verdict`` column's label as the marker (:data:`LABEL_SYMBOLS`: one
+    trace per label, none in the legend; an array of symbols is checked value by value by
+    plotly, seconds at 100,000 points). ``text``: one hover text per row of ``g`` (the case);
+    ``hover``: the hover's value line, a plotly template (``%{y}``, ``%{customdata[0]}`` /
+    ``[1]``: the interval). Returns the row count. ``g`` is not changed."""
     import numpy as np
     import plotly.graph_objects as go
 
@@ -156,17 +162,25 @@ def rank_curve(fig, g: pd.DataFrame, value: str, lo: str, hi: str, text, color: 
               if "verdict" in g else np.full(n, "", dtype=object))
     txt = np.asarray(text, dtype=object)[order]
     txt = np.where(labels != "", txt + " · " + labels, txt)
-    err = whiskers(g, value, lo, hi)
+    lo_v, hi_v = g[lo].to_numpy(dtype=float), g[hi].to_numpy(dtype=float)
+    custom = np.column_stack([lo_v, hi_v])
     r, gg, b = (int(color[k:k + 2], 16) for k in (1, 3, 5)) if color.startswith("#") and len(color) == 7 else (85, 85, 85)
-    wcol = f"rgba({r},{gg},{b},{0.6 if n <= 500 else 0.3})"   # thousands of whiskers: light, so markers show
-    custom = np.column_stack([g[lo].to_numpy(dtype=float), g[hi].to_numpy(dtype=float)])
+    band = n > BAND_POINTS
+    if band:   # one closed outline: the lower ends left to right, the upper ends back
+        ok = ~(np.isnan(lo_v) | np.isnan(hi_v))
+        fig.add_trace(go.Scattergl(x=np.concatenate([x[ok], x[ok][::-1]]),
+                                   y=np.concatenate([lo_v[ok], hi_v[ok][::-1]]), mode="lines",
+                                   line=dict(width=0.5, color=f"rgba({r},{gg},{b},0.35)"), fill="toself",
+                                   fillcolor=f"rgba({r},{gg},{b},0.18)", showlegend=False, hoverinfo="skip",
+                                   legendgroup=legendgroup, name=f"{legendgroup} 95% interval"), row=row, col=col)
+    err = whiskers(g, value, lo, hi)
     for lab in [k for k in LABEL_SYMBOLS if (labels == k).any()]:
         sel = labels == lab
         fig.add_trace(go.Scattergl(
             x=x[sel], y=y[sel], mode="markers", name=f"{legendgroup} {lab or 'no label'}", showlegend=False,
-            legendgroup=legendgroup, marker=dict(color=color, size=5 if n > 500 else 7, symbol=LABEL_SYMBOLS[lab]),
-            error_y=dict(err, array=err["array"][sel], arrayminus=err["arrayminus"][sel], thickness=0.6, width=0,
-                         color=wcol),
+            legendgroup=legendgroup, marker=dict(color=color, size=5 if band else 7, symbol=LABEL_SYMBOLS[lab]),
+            error_y=None if band else dict(err, array=err["array"][sel], arrayminus=err["arrayminus"][sel],
+                                           thickness=0.8, width=0, color=f"rgba({r},{gg},{b},0.6)"),
             text=txt[sel], customdata=custom[sel],
             hovertemplate=f"<b>{legendgroup}</b> %{{text}}<br>{hover}<br>"
                           "%{x:.1f}% of the cases rank below or here<extra></extra>"), row=row, col=col)

@@ -148,8 +148,9 @@ def speedup_distribution_figure(df: pd.DataFrame, baseline: str | Sequence[str] 
     50% is the median case), drawn with WebGL (``Scattergl``) so tens of thousands of cases
     stay fluid.
 
-    Each case's 95% interval is a whisker and its label (:func:`flyexplore.measure.stats.verdict`)
-    the marker (:data:`LABEL_SYMBOLS`); the hover names the case and gives its speedup with
+    Each case's 95% interval is a whisker (a shaded band past
+    :data:`~flyexplore.views.plot_style.BAND_POINTS` cases) and its label
+    (:func:`flyexplore.measure.stats.verdict`) the marker (:data:`LABEL_SYMBOLS`); the hover names the case and gives its speedup with
     the interval and label. A dashed 1.0x line; per backend a dotted line at the geometric
     mean with its 95% interval shaded, its legend entry naming the geometric mean with its
     interval and the label counts -- the numbers of
@@ -181,8 +182,8 @@ def speedup_distribution_figure(df: pd.DataFrame, baseline: str | Sequence[str] 
                         vertical_spacing=min(0.12, 0.3 / max(nrow - 1, 1)) if nrow > 1 else 0.1)
     base = baseline_name(baseline)
     ttl = (title or f"Speedup over {base}") + (
-        "<br><sup>each backend's per-case speedups sorted (x: share of cases); whiskers: 95% interval; "
-        "marker: the case's label; hover for the case</sup>")
+        "<br><sup>each backend's per-case speedups sorted (x: share of cases); whiskers or shaded band: 95% "
+        "interval; marker: the case's label; hover for the case</sup>")
     style_figure(fig, ttl, "", "", legend_title="", height=max(HEIGHT, 200 + 380 * nrow))
     single = len(facets) == 1
     seen_labels: set[str] = set()

@@ -79,7 +79,8 @@ def ab_figure(ab, title: str | None = None):
     only = f"{len(ab.only_a)} case(s) only in {a}, {len(ab.only_b)} only in {b}"
     how = ("sorted per backend, x: share of cases; marker: label" if many else "outlined: SAME")
     ttl = (title or f"A/B: {b} vs {a}") + \
-        (f"<br><sup>time {a} / time {b} per case (> 1: {b} faster; whiskers: 95% interval; {how}); "
+        (f"<br><sup>time {a} / time {b} per case (> 1: {b} faster; {'whiskers or band' if many else 'whiskers'}: "
+         f"95% interval; {how}); "
          f"{len(p)} pairs, geomean {S.fmt_interval(*ab.geomean_ci)}; {only}</sup>")
     style_figure(fig, ttl, "", f"time {a} / time {b} (x)", legend_title="backend")
     fig.update_layout(barmode="group", margin=dict(t=110))
