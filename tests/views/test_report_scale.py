@@ -231,9 +231,10 @@ def test_speedup_distribution_figure():
     before = df.copy()
     fig = F.speedup_distribution_figure(df, "aten")
     pd.testing.assert_frame_equal(df, before)   # drawing never changes the data
-    pts = [t for t in fig.data if t.type == "scattergl"]
+    pts = [t for t in fig.data if t.type == "scattergl" and t.mode == "markers"]
     assert pts and all(t.type == "scattergl" for t in fig.data if t.mode == "markers" and t.x is not None
                        and len(t.x) > 0 and t.x[0] is not None)
+    assert all(t.error_y.array is not None for t in pts)     # whiskers: 95% intervals
     # one panel per (op, dtype): four x axes carry the curves, titled by facet
     assert len({t.xaxis for t in pts}) == 4
     titles = [a.text for a in fig.layout.annotations]
@@ -279,7 +280,7 @@ def test_ab_figure_past_the_case_limit_is_a_rank_curve():
     ab = pair(R.normalize(a), R.normalize(b), ("old", "new"))
     fig = FC.ab_figure(ab)
     assert not [t for t in fig.data if t.type == "bar"]
-    gl = [t for t in fig.data if t.type == "scattergl"]
+    gl = [t for t in fig.data if t.type == "scattergl" and t.mode == "markers"]
     assert {str(t).split(" · ")[0] for tr in gl for t in tr.text} == set(ab.pairs["case"])  # the case in the hover
     assert sorted(y for tr in gl for y in tr.y) == pytest.approx(sorted(ab.pairs["ratio"]))
     assert all(t.boxpoints is False for t in fig.data if t.type == "box")
@@ -297,3 +298,16 @@ def test_scatter_figures_switch_to_webgl_past_the_point_limit(monkeypatch):
     assert {t.type for t in F.sweep_figure(df, x="m", y="tflops").data} == {"scattergl"}
     monkeypatch.setattr(ST, "WEBGL_POINTS", 10_000)
     assert {t.type for t in F.sweep_figure(df, x="m", y="tflops").data} == {"scatter"}
+
+
+def test_rank_curve_of_many_points_shades_the_intervals():
+    df = many(ST.BAND_POINTS + 1)
+    fig = F.speedup_distribution_figure(df, "aten")
+    band = [t for t in fig.data if t.type == "scattergl" and t.fill == "toself"]
+    pts = [t for t in fig.data if t.type == "scattergl" and t.mode == "markers"]
+    assert len(band) == 1 and all(t.error_y.array is None for t in pts)
+    sp = R.speedup(df, "aten")
+    n = len(sp)
+    order = np.argsort(sp["speedup"].to_numpy(), kind="stable")
+    assert list(band[0].y[:n]) == pytest.approx(list(sp["speedup_lo"].to_numpy()[order]))      # lower ends
+    assert list(band[0].y[n:]) == pytest.approx(list(sp["speedup_hi"].to_numpy()[order][::-1]))  # upper ends back
