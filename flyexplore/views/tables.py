@@ -9,7 +9,8 @@ JSON array of arrays -- are gzip-compressed (Python's :mod:`gzip`) and base64-en
 ``<script type="application/octet-stream">``, decompressed in the browser with the standard
 ``DecompressionStream('gzip')``, and paged, filtered (substring) and sorted by a small plain
 script (:data:`PAGER_JS`; no library, no network: it works from ``file://``). At 10,000 result
-rows the embedded rows take about 0.3 MB of the page (a 10,000-row HTML table took 4.8 MB).
+rows the embedded rows take 0.05 MB of the page for a sweep replicated over cases and about
+0.45 MB when every number differs (a 10,000-row HTML table took 4.8 MB).
 Above :data:`MAX_EMBEDDED_ROWS` only the first rows are embedded and the page says so; every
 row is in the table's CSV file.
 
@@ -36,10 +37,10 @@ from flyexplore.views.export import plain
 PAGE_ROWS = 100
 
 #: At most this many rows of one table are embedded in a report page (the first ones; the
-#: page says how many and where every row is: the table's CSV file). Each embedded result row
-#: costs about 30-60 bytes of the page after gzip and base64 (30 for the replicated sweep of
-#: ``benchmarks``, up to about 60 for rows whose every number differs), so the rows of one
-#: table stay under about 2-3 MB of ``report.html`` however many rows a result set has.
+#: page says how many and where every row is: the table's CSV file). An embedded result row
+#: costs 4-5 bytes of the page after gzip and base64 in a sweep replicated over cases, about
+#: 45 where every number differs (up to about 60 with the GPU columns), so the rows of one
+#: table stay under about 2.5 MB of ``report.html`` however many rows a result set has.
 MAX_EMBEDDED_ROWS = 40_000
 
 #: Columns that, when one value holds for every row, move from a table into its caption.
@@ -130,8 +131,11 @@ def cell_text(col: pd.Series, fmt: str | None = None) -> np.ndarray:
 
 
 def text_frame(df: pd.DataFrame, fmt: str | None = None) -> pd.DataFrame:
-    """``df`` with every cell as its text (:func:`cell_text`), same columns and order."""
-    return pd.DataFrame({c: cell_text(df[c], fmt) for c in df.columns}, columns=list(df.columns))
+    """``df`` with every cell as its text (:func:`cell_text`), same index, columns (repeated
+    names too) and order."""
+    out = pd.DataFrame({i: cell_text(df.iloc[:, i], fmt) for i in range(df.shape[1])}, index=df.index)
+    out.columns = df.columns
+    return out
 
 
 def _empty_column(s: pd.Series) -> bool:
@@ -180,7 +184,9 @@ def encode_rows(rows: list[list[str]]) -> str:
 
 
 def decode_rows(text: str) -> list[list[str]]:
-    """The rows :func:`encode_rows` embedded (base64, then gzip, then JSON)."""
+    """The rows :func:`encode_rows` embedded (base64, then gzip, then JSON). Raises
+    ``ValueError`` (``binascii.Error``, ``json.JSONDecodeError``) or ``gzip.BadGzipFile`` for
+    text that is not such a payload."""
     return json.loads(gzip.decompress(base64.b64decode(text)).decode("utf-8"))
 
 
