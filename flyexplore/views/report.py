@@ -426,6 +426,10 @@ def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
 
 
+#: The columns :func:`flyexplore.views.plots.sweep_figure` reads besides the case parameters.
+_SWEEP_COLS = ("op", "case", "dtype", "backend", "status", "time_ms", "tflops", "gbps", "params")
+
+
 def _sweep_candidates(d: pd.DataFrame) -> list[str]:
     """Case parameters with three or more numeric values (candidates for a sweep figure)."""
 
@@ -477,9 +481,12 @@ def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> No
     # the swept dimension whose lines cover the most rows (at least 40% of them, in at most
     # 8 lines: more is not readable; sweep_figure draws any set on request)
     best = None
-    for dim in _sweep_candidates(d):
+    # only the columns a sweep figure reads (not the samples: each figure copies its rows)
+    _, names = case_params(d[["params"]]) if "params" in d else (None, [])
+    sd = d[[c for c in d.columns if c in _SWEEP_COLS or c in names]]
+    for dim in _sweep_candidates(sd):
         try:
-            fig = F.sweep_figure(d, x=dim, y=y, min_points=3)
+            fig = F.sweep_figure(sd, x=dim, y=y, min_points=3)
         except UsageError:
             continue
         drawn, dropped, lines = fig._flyexplore_points
