@@ -543,6 +543,7 @@ def aotriton_ab(a, b, *, names: Sequence[str] | None = None, backend: str | None
 FIGURES: dict[str, tuple[Any, dict[str, str]]] = {
     "speedup": (plots.speedup_figure, {}),
     "sweep": (plots.sweep_figure, {"x": "x", "y": "y"}),
+    "distribution": (plots.speedup_distribution_figure, {}),
     "heatmap": (plots.heatmap_figure, {"x": "x", "y": "y", "z": "value"}),
     "roofline": (plots.roofline_figure, {}),
     "error": (plots.error_figure, {"y": "metric"}),
@@ -554,7 +555,7 @@ FIGURES: dict[str, tuple[Any, dict[str, str]]] = {
     "xray": (resources_figure, {"x": "x", "color": "color"}),
 }
 #: Figure kinds whose data are result rows (a path is loaded).
-_ROW_FIGURES = ("speedup", "sweep", "heatmap", "roofline", "error", "published")
+_ROW_FIGURES = ("speedup", "distribution", "sweep", "heatmap", "roofline", "error", "published")
 
 
 def _figure_options(kind: str) -> list[str]:
@@ -576,6 +577,11 @@ def figure(kind: str, data=None, /, *, x: str | None = None, y: str | None = Non
 
     - ``speedup``: result rows; bars of baseline time / backend time per case with 95%
       whiskers and geometric means (``baseline``, ``backends``, ``show_values``, ``horizontal``).
+    - ``distribution``: result rows; the speedups of many cases (what a report draws past
+      80 cases): per (op, dtype) panel each backend's per-case speedups sorted (a rank curve of
+      WebGL markers, x = share of cases in %), 95% whiskers, the label as the marker, the case
+      in the hover, geometric means with intervals and label counts (``baseline``,
+      ``backends``, ``cols``).
     - ``sweep``: result rows; ``y`` (``time_ms``, ``tflops``, ``gbps``) across case parameter
       ``x`` (``m``, ``n``, ``g``, ...), one line per backend (``fixed={"n": 4096}``, ``log_x``,
       ``log_y``, ``backends``, ``min_points``).

@@ -28,6 +28,9 @@ from flyexplore.results.table import check_writable  # noqa: F401 - the views' o
 IMAGE_FORMATS = ("png", "svg", "pdf")
 FIGURE_FORMATS = (*IMAGE_FORMATS, "html")
 TABLE_FORMATS = ("csv", "md", "tex", "html")
+#: A table with more rows than this is written as CSV only (:func:`save_tables`): a Markdown or
+#: LaTeX copy of 10,000 rows (5.4 and 2.5 MB for a report's results) is neither readable nor small.
+TEXT_TABLE_MAX_ROWS = 1_000
 #: Default size of static images, CSS pixels (PNG is rendered at ``scale`` x this).
 WIDTH, HEIGHT, SCALE = 1100, 560, 2
 
@@ -349,9 +352,24 @@ def save_table(df: pd.DataFrame, path: str | os.PathLike, float_format: str = "{
 
 
 def save_tables(tables: Mapping[str, pd.DataFrame], out_dir: str | os.PathLike,
-                formats: Iterable[str] = ("csv", "md", "tex")) -> list[Path]:
-    """Write each table (name -> DataFrame) as ``out_dir/<name>.<fmt>``; returns the paths."""
-    return [save_table(df, Path(out_dir) / f"{name}.{f}") for name, df in tables.items() for f in formats]
+                formats: Iterable[str] = ("csv", "md", "tex"),
+                text_max_rows: int | None = TEXT_TABLE_MAX_ROWS) -> list[Path]:
+    """Write each table (name -> DataFrame) as ``out_dir/<name>.<fmt>``; returns the paths.
+
+    A table of more than ``text_max_rows`` rows (default :data:`TEXT_TABLE_MAX_ROWS`; ``None``:
+    no limit) is written as CSV only, whatever ``formats`` asks (its Markdown, LaTeX or HTML
+    copy is left out: neither readable nor small at that size); CSV keeps every row. Raises
+    :class:`UsageError` for an unknown format."""
+    formats = list(formats)
+    for f in formats:
+        if f not in TABLE_FORMATS:
+            raise bad_choice("table format", f, TABLE_FORMATS)
+    out = []
+    for name, df in tables.items():
+        big = text_max_rows is not None and len(df) > text_max_rows
+        fmts = (["csv"] if formats else []) if big else formats
+        out += [save_table(df, Path(out_dir) / f"{name}.{f}") for f in fmts]
+    return out
 
 
 def files_table(folder: str | os.PathLike) -> pd.DataFrame:

@@ -100,11 +100,106 @@ def case_labeler(d: pd.DataFrame, cols=("op", "dtype")):
     return f
 
 
+def case_labels(d: pd.DataFrame, cols=("op", "dtype")) -> pd.Series:
+    """Every row's case label (what :func:`case_labeler` gives one row), for all rows of ``d``
+    at once: a string Series on ``d``'s index."""
+    vary = [c for c in cols if c in d and d[c].nunique() > 1]
+    parts = [d[c].astype(object).map(str) for c in vary if c == "op"] + [d["case"].astype(object).map(str)] + \
+            [d[c].astype(object).map(str) for c in vary if c != "op"]
+    out = parts[0]
+    for p in parts[1:]:
+        out = out + " " + p
+    return out.astype(object)
+
+
+#: A scatter figure with more points than this draws them with WebGL (``Scattergl``): SVG
+#: markers make a browser slow past a few thousand.
+WEBGL_POINTS = 2000
+
+
+#: A figure of more cases than this draws their distribution instead of one bar per case
+#: (:func:`flyexplore.views.plots.speedup_distribution_figure`, the A/B figure's rank curve):
+#: bars of hundreds of cases are not readable, and thousands of bars make a page slow.
+BAR_MAX_CASES = 80
+
+#: Marker of each verdict label on a rank curve (WebGL markers); ``""``: no label.
+LABEL_SYMBOLS = {"FASTER": "triangle-up", "SAME": "circle", "SLOWER": "triangle-down", "AMBIGUOUS": "x",
+                 "": "circle-open"}
+
+
+def rank_positions(n: int):
+    """x of ``n`` sorted values on a rank curve: the middle of each one's share of the cases,
+    in percent (``(i + 0.5) / n * 100``), so curves of different case counts line up."""
+    import numpy as np
+
+    return (np.arange(n) + 0.5) / max(n, 1) * 100.0
+
+
+#: A rank curve of more points than this draws the 95% intervals as a shaded band (their lower
+#: and upper ends, in the curve's order) instead of one whisker per point, which would cover it.
+BAND_POINTS = 300
+
+
+def rank_curve(fig, g: pd.DataFrame, value: str, lo: str, hi: str, text, color: str, legendgroup: str,
+               hover: str, row: int | None = None, col: int | None = None) -> int:
+    """Add the rows of ``g`` to ``fig`` as a rank curve: ``value`` sorted ascending against the
+    share of rows (x, %: :func:`rank_positions`), WebGL markers (``Scattergl``) in ``color``,
+    the 95% interval (``lo``, ``hi`` columns) as whiskers (up to :data:`BAND_POINTS` points)
+    or a shaded band, the ``verdict`` column's label as the marker (:data:`LABEL_SYMBOLS`: one
+    trace per label, none in the legend; an array of symbols is checked value by value by
+    plotly, seconds at 100,000 points). ``text``: one hover text per row of ``g`` (the case);
+    ``hover``: the hover's value line, a plotly template (``%{y}``, ``%{customdata[0]}`` /
+    ``[1]``: the interval). Returns the row count. ``g`` is not changed."""
+    import numpy as np
+    import plotly.graph_objects as go
+
+    order = np.argsort(g[value].to_numpy(dtype=float), kind="stable")
+    g = g.iloc[order]
+    n = len(g)
+    x = rank_positions(n)
+    y = g[value].to_numpy(dtype=float)
+    labels = (g["verdict"].astype(object).where(g["verdict"].notna(), "").to_numpy(dtype=object)
+              if "verdict" in g else np.full(n, "", dtype=object))
+    txt = np.asarray(text, dtype=object)[order]
+    txt = np.where(labels != "", txt + " · " + labels, txt)
+    lo_v, hi_v = g[lo].to_numpy(dtype=float), g[hi].to_numpy(dtype=float)
+    custom = np.column_stack([lo_v, hi_v])
+    r, gg, b = (int(color[k:k + 2], 16) for k in (1, 3, 5)) if color.startswith("#") and len(color) == 7 else (85, 85, 85)
+    band = n > BAND_POINTS
+    if band:   # one closed outline: the lower ends left to right, the upper ends back
+        ok = ~(np.isnan(lo_v) | np.isnan(hi_v))
+        fig.add_trace(go.Scattergl(x=np.concatenate([x[ok], x[ok][::-1]]),
+                                   y=np.concatenate([lo_v[ok], hi_v[ok][::-1]]), mode="lines",
+                                   line=dict(width=0.5, color=f"rgba({r},{gg},{b},0.35)"), fill="toself",
+                                   fillcolor=f"rgba({r},{gg},{b},0.18)", showlegend=False, hoverinfo="skip",
+                                   legendgroup=legendgroup, name=f"{legendgroup} 95% interval"), row=row, col=col)
+    err = whiskers(g, value, lo, hi)
+    for lab in [k for k in LABEL_SYMBOLS if (labels == k).any()]:
+        sel = labels == lab
+        fig.add_trace(go.Scattergl(
+            x=x[sel], y=y[sel], mode="markers", name=f"{legendgroup} {lab or 'no label'}", showlegend=False,
+            legendgroup=legendgroup, marker=dict(color=color, size=5 if band else 7, symbol=LABEL_SYMBOLS[lab]),
+            error_y=None if band else dict(err, array=err["array"][sel], arrayminus=err["arrayminus"][sel],
+                                           thickness=0.8, width=0, color=f"rgba({r},{gg},{b},0.6)"),
+            text=txt[sel], customdata=custom[sel],
+            hovertemplate=f"<b>{legendgroup}</b> %{{text}}<br>{hover}<br>"
+                          "%{x:.1f}% of the cases rank below or here<extra></extra>"), row=row, col=col)
+    return n
+
+
+def scatter_class(points: int):
+    """``go.Scattergl`` for more than :data:`WEBGL_POINTS` points, else ``go.Scatter``."""
+    import plotly.graph_objects as go
+
+    return go.Scattergl if points > WEBGL_POINTS else go.Scatter
+
+
 def whiskers(g: pd.DataFrame, est: str = "speedup", lo: str = "speedup_lo", hi: str = "speedup_hi") -> dict:
     """plotly ``error_y``/``error_x`` for the 95% intervals in ``g``: columns ``est`` (the
     value), ``lo`` and ``hi`` (the interval; none drawn where missing, never negative)."""
     e = g[est].astype(float)
     plus = (g[hi].astype(float) - e).where(g[hi].notna(), 0.0).clip(lower=0)
     minus = (e - g[lo].astype(float)).where(g[lo].notna(), 0.0).clip(lower=0)
-    return dict(type="data", symmetric=False, array=list(plus), arrayminus=list(minus),
+    # float arrays: plotly writes them as compact typed arrays (a list becomes JSON text)
+    return dict(type="data", symmetric=False, array=plus.to_numpy(dtype=float), arrayminus=minus.to_numpy(dtype=float),
                 color="#333", thickness=1.2, width=3)

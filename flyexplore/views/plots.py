@@ -19,6 +19,7 @@ import json
 import math
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
 from flyexplore.errors import UsageError, bad_choice
@@ -27,14 +28,20 @@ from flyexplore.results import peaks as P
 from flyexplore.results import table as R
 from flyexplore.results.published import ranges as _r
 from flyexplore.views.plot_style import (
+    BAR_MAX_CASES,
     HEIGHT,
+    LABEL_SYMBOLS,
     SERIES_COLORS,
     backend_color,
     baseline_name,
     case_labeler,
+    case_labels,
     dtype_shade,
     horizontal_bars,
+    rank_curve,
+    rank_positions,
     ref_line,
+    scatter_class,
     style_figure,
     whiskers,
     wrap_text,
@@ -68,8 +75,7 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
         s = s[s["backend"].isin(list(backends))]
     if s.empty:
         raise UsageError(f"no case has both {baseline_name(baseline)} and another backend")
-    label = case_labeler(s)
-    s = s.assign(x=s.apply(label, axis=1))
+    s = s.assign(x=case_labels(s))
     groups = list(s.groupby(["op", "dtype", "backend"], sort=False))
     single = s[["op", "dtype"]].drop_duplicates().shape[0] == 1
     if show_values is None:
@@ -133,6 +139,103 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
     return fig
 
 
+def speedup_distribution_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
+                                title: str | None = None, backends: Sequence[str] | None = None,
+                                cols: int = 2):
+    """The speedups of many cases at once: one panel per (op, dtype), in each every
+    non-baseline backend's per-case speedups (baseline time / backend time, a ratio, x)
+    sorted ascending against their share of the cases (a rank curve, x in %: the speedup at
+    50% is the median case), drawn with WebGL (``Scattergl``) so tens of thousands of cases
+    stay fluid.
+
+    Each case's 95% interval is a whisker (a shaded band past
+    :data:`~flyexplore.views.plot_style.BAND_POINTS` cases) and its label
+    (:func:`flyexplore.measure.stats.verdict`) the marker (:data:`LABEL_SYMBOLS`); the hover names the case and gives its speedup with
+    the interval and label. A dashed 1.0x line; per backend a dotted line at the geometric
+    mean with its 95% interval shaded, its legend entry naming the geometric mean with its
+    interval and the label counts -- the numbers of
+    :func:`flyexplore.results.table.geomean_speedup`, also in that line's ``meta``. The y axis
+    starts at zero. ``baseline``: one backend or several (the faster of them per case);
+    ``backends`` limits the backends drawn; ``cols``: panels per row. What the report draws
+    instead of :func:`speedup_figure` past :data:`BAR_MAX_CASES` cases. Raises ``UsageError``
+    when the baseline has no rows or no backend remains."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    d = df[[c for c in dict.fromkeys(("op", "case", "dtype", *R.SPEEDUP_INPUTS)) if c in df]]
+    s = R.speedup(d, baseline)
+    if backends is not None:
+        s = s[s["backend"].isin(list(backends))]
+    if s.empty:
+        raise UsageError(f"no case has both {baseline_name(baseline)} and another backend")
+    gms = R.geomean_speedup(d, baseline).set_index(["op", "dtype", "backend"])
+    facets = list(s[["op", "dtype"]].drop_duplicates().itertuples(index=False, name=None))
+    ncol = max(1, min(cols, len(facets)))
+    nrow = math.ceil(len(facets) / ncol)
+    by_facet = s.groupby(["op", "dtype"], sort=False)
+    titles = []
+    for op, dtype in facets:
+        f = by_facet.get_group((op, dtype))
+        nc, nb = f["case"].nunique(), f["backend"].nunique()
+        titles.append(f"{op} {dtype}: {nc:,} cases" + (f" x {nb} backends" if nb > 1 else ""))
+    fig = make_subplots(rows=nrow, cols=ncol, subplot_titles=titles, horizontal_spacing=0.07,
+                        vertical_spacing=min(0.12, 0.3 / max(nrow - 1, 1)) if nrow > 1 else 0.1)
+    base = baseline_name(baseline)
+    ttl = (title or f"Speedup over {base}") + (
+        "<br><sup>each backend's per-case speedups sorted (x: share of cases); whiskers or shaded band: 95% "
+        "interval; marker: the case's label; hover for the case</sup>")
+    style_figure(fig, ttl, "", "", legend_title="", height=max(HEIGHT, 200 + 380 * nrow))
+    single = len(facets) == 1
+    seen_labels: set[str] = set()
+    nleg = 0
+    for i, (op, dtype) in enumerate(facets):
+        r, c = divmod(i, ncol)
+        f = by_facet.get_group((op, dtype))
+        for backend, g in f.groupby("backend", sort=False):
+            key = (op, dtype, backend)
+            gm = gms.loc[key] if key in gms.index else None
+            est, lo, hi = ((float(gm["geomean"]), float(gm["geomean_lo"]), float(gm["geomean_hi"])) if gm is not None
+                           else (math.nan, math.nan, math.nan))
+            counts = ", ".join(f"{int(gm[k])} {k}" for k in S.LABELS if gm is not None and int(gm[k]))
+            gtxt = S.fmt_interval(est, lo, hi).replace(" [no interval]", "")
+            name = f"{backend}: geomean {gtxt}" if single else f"{backend} {op} {dtype}: geomean {gtxt}"
+            if counts:
+                name += f" ({counts})"
+            color = backend_color(backend)
+            n = rank_curve(fig, g, "speedup", "speedup_lo", "speedup_hi", g["case"].astype(object).map(str), color,
+                           backend, "speedup %{y:.3f}x [%{customdata[0]:.3f}, %{customdata[1]:.3f}]",
+                           row=r + 1, col=c + 1)
+            seen_labels |= set(g["verdict"].dropna().astype(str)) | ({""} if g["verdict"].isna().any() else set())
+            if math.isfinite(lo) and math.isfinite(hi):
+                fig.add_trace(go.Scatter(x=[0, 100, 100, 0, 0], y=[lo, lo, hi, hi, lo], mode="lines",
+                                         fill="toself", fillcolor=color, opacity=0.15, line=dict(width=0),
+                                         legendgroup=backend, showlegend=False, hoverinfo="skip"),
+                              row=r + 1, col=c + 1)
+            # the geometric mean: a dotted line whose legend entry names it
+            fig.add_trace(go.Scatter(
+                x=[0, 100], y=[est, est], mode="lines", name=name, legendgroup=backend, showlegend=True,
+                line=dict(color=color, dash="dot", width=2),
+                meta={"geomean": est, "geomean_lo": lo, "geomean_hi": hi, "op": op, "dtype": dtype,
+                      "backend": backend, "cases": n},
+                hovertemplate=f"{backend} {op} {dtype} geomean {gtxt}<extra></extra>"), row=r + 1, col=c + 1)
+            nleg += 1
+        fig.add_hline(y=1.0, line_dash="dash", line_color="#555", line_width=1.5, row=r + 1, col=c + 1)
+        fig.update_yaxes(rangemode="tozero", row=r + 1, col=c + 1,
+                         title_text=f"speedup vs {base} (x)" if c == 0 else "")
+        fig.update_xaxes(range=[0, 100], row=r + 1, col=c + 1,
+                         title_text="share of cases (%), sorted by speedup" if i + ncol >= len(facets) else "")
+    fig.add_scatter(x=[None], y=[None], mode="lines", name="1.0x (baseline)",
+                    line=dict(color="#555", dash="dash", width=1.5), hoverinfo="skip")
+    seen_labels = [k for k in LABEL_SYMBOLS if k in seen_labels]
+    for lab in seen_labels:   # what each marker means
+        fig.add_scatter(x=[None], y=[None], mode="markers", name=lab or "no label", legendgroup="labels",
+                        marker=dict(color="#777", size=8, symbol=LABEL_SYMBOLS[lab]), hoverinfo="skip")
+    # the legend (geometric means: long names) below the panels, so they keep the width
+    fig.update_layout(showlegend=True, margin=dict(t=110, b=70 + 22 * (nleg + 1 + len(seen_labels))),
+                      legend=dict(orientation="v", yref="container", y=0.005, yanchor="bottom", x=0, xanchor="left"))
+    return fig
+
+
 # -- sweeps ----------------------------------------------------------------------------------
 _Y = {"time_ms": "time", "tflops": "TFLOP/s", "gbps": "GB/s"}
 
@@ -142,8 +245,15 @@ def case_params(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     ...: the keys of the rows' ``params`` JSON, :mod:`flyexplore.results.table`) as a column, filled
     from ``params`` where ``df`` has no such column or it is all missing; and the list of those
     parameter names (empty without a ``params`` column). ``df`` is not changed."""
-    p = pd.DataFrame([json.loads(v) if isinstance(v, str) and v else {} for v in df["params"]],
-                     index=df.index) if "params" in df else pd.DataFrame(index=df.index)
+    if "params" in df:
+        # each distinct params text parsed once (the rows of one case, in every backend and
+        # run, share it), then spread over the rows
+        codes, uniq = pd.factorize(df["params"].astype(object), use_na_sentinel=True)
+        missing = [{}] if (codes < 0).any() else []
+        parsed = pd.DataFrame([json.loads(v) if isinstance(v, str) and v else {} for v in uniq] + missing)
+        p = parsed.take(np.where(codes < 0, len(uniq), codes)).set_axis(df.index)
+    else:
+        p = pd.DataFrame(index=df.index)
     out = df.copy()
     for c in p.columns:
         if c not in out or out[c].isna().all():
@@ -155,6 +265,13 @@ def _num(v) -> str:
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return str(v)
+
+
+def _nums(s: pd.Series) -> pd.Series:
+    """:func:`_num` of every value of ``s``, each distinct value converted once."""
+    codes, uniq = pd.factorize(s, use_na_sentinel=True)
+    txt = np.asarray([_num(v) for v in uniq] + [_num(float("nan"))], dtype=object)
+    return pd.Series(txt[np.where(codes < 0, len(uniq), codes)], index=s.index)
 
 
 def sweep_figure(df: pd.DataFrame, x: str = "m", y: str = "time_ms", title: str | None = None,
@@ -184,12 +301,13 @@ def sweep_figure(df: pd.DataFrame, x: str = "m", y: str = "time_ms", title: str 
     for c, v in (fixed or {}).items():
         if c not in d:
             raise bad_choice("sweep fixed parameter", c, pcols)
-        d = d[d[c].map(_num) == _num(v)]
-    other = [c for c in pcols if c != x and d[c].map(_num).nunique() > 1]
+        d = d[_nums(d[c]) == _num(v)]
+    other = [c for c in pcols if c != x and _nums(d[c]).nunique() > 1]
     unit, scale = _Y[y], 1.0
     if y == "time_ms":
         unit, scale = ("time (µs)", 1e3) if d[y].max() < 1.0 else ("time (ms)", 1.0)
     fig = go.Figure()
+    trace = scatter_class(int(d.groupby(["op", "dtype", "backend", *other, x], sort=False, dropna=False).ngroups))
     dashes = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
     symbols = ("circle", "square", "diamond", "triangle-up", "x", "star")
     series, dropped, drawn = {}, 0, 0
@@ -204,11 +322,11 @@ def sweep_figure(df: pd.DataFrame, x: str = "m", y: str = "time_ms", title: str 
         idx = series.setdefault((op, dtype, tag), len(series))
         name = " ".join(p for p in (backend, op if d["op"].nunique() > 1 else "",
                                     dtype if d["dtype"].nunique() > 1 else "", tag) if p)
-        fig.add_scatter(x=pts.index.astype(float), y=pts.values.astype(float) * scale, mode="lines+markers",
-                        name=name, legendgroup=backend, line=dict(color=backend_color(backend),
-                                                                  dash=dashes[idx % len(dashes)], width=2),
-                        marker=dict(symbol=symbols[idx % len(symbols)], size=8),
-                        hovertemplate=f"<b>{name}</b><br>{x}=%{{x}}<br>{unit} %{{y:.4g}}<extra></extra>")
+        fig.add_trace(trace(x=pts.index.astype(float), y=pts.values.astype(float) * scale, mode="lines+markers",
+                            name=name, legendgroup=backend, line=dict(color=backend_color(backend),
+                                                                      dash=dashes[idx % len(dashes)], width=2),
+                            marker=dict(symbol=symbols[idx % len(symbols)], size=8),
+                            hovertemplate=f"<b>{name}</b><br>{x}=%{{x}}<br>{unit} %{{y:.4g}}<extra></extra>"))
     if not fig.data:
         raise UsageError(f"no series with {min_points} or more values of {x} to draw")
     xs = sorted(float(v) for v in d[x].unique())
@@ -409,18 +527,21 @@ def roofline_figure(df: pd.DataFrame, device: str | None = None, kind: str = "da
                                 hovertemplate=f"{peak.name} {cls_dtype} measured<br>%{{y:.0f}} TFLOP/s<extra></extra>")
     shapes = ("circle", "diamond", "square", "triangle-up", "star", "cross", "x", "hexagon")
     sym = {t: shapes[i % len(shapes)] for i, t in enumerate(sorted(d["dtype"].astype(str).unique()))}
+    trace = scatter_class(len(d))   # WebGL markers past a few thousand rows
     for backend, g in d.groupby("backend", sort=False):
-        fig.add_scatter(x=g["ai"], y=g["perf"], mode="markers", name=backend, legendgroup="backends",
-                        legendgrouptitle_text="backend (colour)",
-                        marker=dict(color=backend_color(backend), size=9, line=dict(width=0.5, color="white"),
-                                    symbol=[sym[str(t)] for t in g["dtype"]]),
-                        customdata=list(zip(g["op"], g["case"], g["dtype"], g["gbps"].astype(float),
-                                            g["pct_peak_tflops"].astype(float), g["pct_peak_gbps"].astype(float),
-                                            g["source"])),
-                        hovertemplate=("<b>" + backend + "</b> %{customdata[0]} %{customdata[1]} %{customdata[2]}"
-                                       "<br>%{y:.1f} TFLOP/s (%{customdata[4]:.1f}% of peak)"
-                                       "<br>%{customdata[3]:.0f} GB/s (%{customdata[5]:.1f}% of peak)"
-                                       "<br>intensity %{x:.1f} FLOP/byte<br>%{customdata[6]}<extra></extra>"))
+        dts = g["dtype"].astype(str)
+        fig.add_trace(trace(x=g["ai"].to_numpy(dtype=float), y=g["perf"].to_numpy(dtype=float), mode="markers",
+                            name=backend, legendgroup="backends", legendgrouptitle_text="backend (colour)",
+                            marker=dict(color=backend_color(backend), size=9 if len(d) <= 2000 else 6,
+                                        line=dict(width=0.5, color="white"),
+                                        symbol=sym[dts.iloc[0]] if dts.nunique() == 1 else dts.map(sym).to_numpy()),
+                            customdata=list(zip(g["op"], g["case"], g["dtype"], g["gbps"].astype(float),
+                                                g["pct_peak_tflops"].astype(float), g["pct_peak_gbps"].astype(float),
+                                                g["source"])),
+                            hovertemplate=("<b>" + backend + "</b> %{customdata[0]} %{customdata[1]} %{customdata[2]}"
+                                           "<br>%{y:.1f} TFLOP/s (%{customdata[4]:.1f}% of peak)"
+                                           "<br>%{customdata[3]:.0f} GB/s (%{customdata[5]:.1f}% of peak)"
+                                           "<br>intensity %{x:.1f} FLOP/byte<br>%{customdata[6]}<extra></extra>")))
     if len(sym) > 1:
         for t, sh in sym.items():
             fig.add_scatter(x=[None], y=[None], mode="markers", name=t, legendgroup="dtypes",
@@ -458,22 +579,23 @@ def error_figure(df: pd.DataFrame, metric: str = "err_rel", title: str | None = 
     d = d[pd.to_numeric(d[metric], errors="coerce").notna()] if metric in d else d.iloc[0:0]
     if d.empty:
         raise UsageError(f"no rows with {metric} to plot")
-    d = d.assign(x=d.apply(case_labeler(d, cols=("op",)), axis=1))
+    d = d.assign(x=case_labels(d, cols=("op",)))
     dtypes = sorted(d["dtype"].astype(str).unique())
     order = list(dict.fromkeys(d["x"]))
     fig = go.Figure()
     symbols = ("circle", "diamond", "square", "triangle-up", "cross", "star")
     backends = list(dict.fromkeys(d["backend"].astype(str)))
+    trace = scatter_class(len(d))   # WebGL markers past a few thousand rows
     for (dtype, backend, source), g in d.groupby(["dtype", "backend", "source"], sort=False):
         v = g.groupby("x", sort=False)[metric].median().astype(float)
         tol = g.groupby("x", sort=False)["err_tol"].first().astype(float) if "err_tol" in g else None
         c = SERIES_COLORS[dtypes.index(str(dtype)) % len(SERIES_COLORS)]
         sym = symbols[backends.index(str(backend)) % len(symbols)] + ("" if source == "measured" else "-open")
-        fig.add_scatter(x=list(v.index), y=v.values, mode="markers", name=f"{dtype} {backend} ({source})",
-                        legendgroup=str(dtype), marker=dict(color=c, size=11, symbol=sym, line=dict(width=2, color=c)),
-                        customdata=list(zip([source] * len(v), tol.values if tol is not None else [math.nan] * len(v))),
-                        hovertemplate=(f"<b>{dtype} {backend}</b> %{{x}}<br>{metric} %{{y:.3g}}<br>tolerance "
-                                       "%{customdata[1]:.3g}<br>source %{customdata[0]}<extra></extra>"))
+        fig.add_trace(trace(x=list(v.index), y=v.values, mode="markers", name=f"{dtype} {backend} ({source})",
+                            legendgroup=str(dtype), marker=dict(color=c, size=11, symbol=sym, line=dict(width=2, color=c)),
+                            customdata=list(zip([source] * len(v), tol.values if tol is not None else [math.nan] * len(v))),
+                            hovertemplate=(f"<b>{dtype} {backend}</b> %{{x}}<br>{metric} %{{y:.3g}}<br>tolerance "
+                                           "%{customdata[1]:.3g}<br>source %{customdata[0]}<extra></extra>")))
     if "err_tol" in d and metric == "err_rel":
         for dtype, g in d.groupby("dtype", sort=False):
             tols = pd.to_numeric(g["err_tol"], errors="coerce").dropna().unique()

@@ -15,12 +15,14 @@ from flyexplore.measure import stats as S
 from flyexplore.results import table as R
 from flyexplore.results.published import load
 from flyexplore.views.plot_style import (
+    BAR_MAX_CASES,
     HEIGHT,
     SERIES_COLORS,
     backend_color,
     baseline_name,
-    case_labeler,
+    case_labels,
     horizontal_bars,
+    rank_curve,
     ref_line,
     style_figure,
     whiskers,
@@ -30,47 +32,64 @@ from flyexplore.views.plot_style import (
 
 # -- A/B -------------------------------------------------------------------------------------
 def ab_figure(ab, title: str | None = None):
-    """Ratio time_A / time_B per paired case (bars, coloured by backend; > 1: B faster) and
-    the distribution of the ratios per backend (box with every point), from a
-    :class:`flyexplore.results.compare.ABResult`. Dashed 1.0x line, geometric means with their 95%
-    intervals in the legend, each ratio's interval as a whisker, SAME labels outlined, cases
-    present on one side only counted in the subtitle."""
+    """Ratio time_A / time_B per paired case (> 1: B faster; coloured by backend) and the
+    distribution of the ratios per backend, from a :class:`flyexplore.results.compare.ABResult`.
+    Up to :data:`~flyexplore.views.plot_style.BAR_MAX_CASES` cases: one bar per case, and a
+    box with every point. More: each backend's ratios sorted against their share of the cases
+    (a rank curve of WebGL markers, the label as the marker, the case in the hover) and a box
+    without points. Dashed 1.0x line, geometric means with their 95% intervals in the legend,
+    each ratio's interval as a whisker, SAME labels outlined (bars), cases present on one side
+    only counted in the subtitle. The data are not changed."""
     from plotly.subplots import make_subplots
 
     a, b = ab.names
     p = ab.pairs.copy()
-    p["x"] = p.apply(case_labeler(p), axis=1)
+    p["x"] = case_labels(p)
+    many = p["x"].nunique() > BAR_MAX_CASES
     fig = make_subplots(rows=1, cols=2, column_widths=[0.78, 0.22], horizontal_spacing=0.06,
-                        subplot_titles=("per case", "distribution"))
+                        subplot_titles=("per case, sorted" if many else "per case", "distribution"))
     bcol = "backend" if "backend" in p else None
     groups = p.groupby(bcol, sort=False) if bcol else [("all", p)]
     for be, g in groups:
         gm, glo, ghi = S.geomean_ci(g["ratio"], g["ratio_lo"], g["ratio_hi"])
         c = backend_color(str(be).split(" -> ")[-1])
         labels = g["verdict"].astype(object).where(g["verdict"].notna(), "")
-        fig.add_bar(x=g["x"], y=g["ratio"], name=f"{be}: geomean {S.fmt_interval(gm, glo, ghi)}",
-                    legendgroup=str(be), error_y=whiskers(g, "ratio", "ratio_lo", "ratio_hi"),
-                    marker_color=c, marker_line_width=[2.5 if t == "SAME" else 0 for t in labels],
-                    marker_line_color="black", row=1, col=1,
-                    customdata=list(zip(g["time_a_ms"] * 1e3, g["time_b_ms"] * 1e3, labels)),
-                    hovertemplate=(f"<b>{be}</b> %{{x}}<br>{a}/{b} %{{y:.3f}}x %{{customdata[2]}}<br>{a} "
-                                   f"%{{customdata[0]:.2f}} µs<br>{b} %{{customdata[1]:.2f}} µs<extra></extra>"))
-        fig.add_box(y=g["ratio"], name=str(be), legendgroup=str(be), showlegend=False, marker_color=c,
-                    boxpoints="all", jitter=0.4, pointpos=0, row=1, col=2,
+        name = f"{be}: geomean {S.fmt_interval(gm, glo, ghi)}"
+        if many:
+            rank_curve(fig, g, "ratio", "ratio_lo", "ratio_hi", g["x"], c, str(be),
+                       f"{a}/{b} %{{y:.3f}}x [%{{customdata[0]:.3f}}, %{{customdata[1]:.3f}}]", row=1, col=1)
+            counts = ", ".join(f"{int((labels == k).sum())} {k}" for k in S.LABELS if (labels == k).any())
+            fig.add_scatter(x=[None], y=[None], mode="markers", name=name + (f" ({counts})" if counts else ""),
+                            legendgroup=str(be), marker=dict(color=c, size=8), hoverinfo="skip", row=1, col=1)
+        else:
+            fig.add_bar(x=g["x"], y=g["ratio"], name=name,
+                        legendgroup=str(be), error_y=whiskers(g, "ratio", "ratio_lo", "ratio_hi"),
+                        marker_color=c, marker_line_width=[2.5 if t == "SAME" else 0 for t in labels],
+                        marker_line_color="black", row=1, col=1,
+                        customdata=list(zip(g["time_a_ms"] * 1e3, g["time_b_ms"] * 1e3, labels)),
+                        hovertemplate=(f"<b>{be}</b> %{{x}}<br>{a}/{b} %{{y:.3f}}x %{{customdata[2]}}<br>{a} "
+                                       f"%{{customdata[0]:.2f}} µs<br>{b} %{{customdata[1]:.2f}} µs<extra></extra>"))
+        fig.add_box(y=g["ratio"].to_numpy(dtype=float), name=str(be), legendgroup=str(be), showlegend=False,
+                    marker_color=c, boxpoints=False if many else "all", jitter=0.4, pointpos=0, row=1, col=2,
                     hovertemplate=f"{be}<br>%{{y:.3f}}x<extra></extra>")
     for col in (1, 2):
         fig.add_hline(y=1.0, line_dash="dash", line_color="#555", line_width=1.5, row=1, col=col)
     fig.add_scatter(x=[None], y=[None], mode="lines", name="1.0x (no change)",
                     line=dict(color="#555", dash="dash", width=1.5), hoverinfo="skip", row=1, col=1)
     only = f"{len(ab.only_a)} case(s) only in {a}, {len(ab.only_b)} only in {b}"
+    how = ("sorted per backend, x: share of cases; marker: label" if many else "outlined: SAME")
     ttl = (title or f"A/B: {b} vs {a}") + \
-        (f"<br><sup>time {a} / time {b} per case (> 1: {b} faster; whiskers: 95% interval; outlined: SAME); "
+        (f"<br><sup>time {a} / time {b} per case (> 1: {b} faster; {'whiskers or band' if many else 'whiskers'}: "
+         f"95% interval; {how}); "
          f"{len(p)} pairs, geomean {S.fmt_interval(*ab.geomean_ci)}; {only}</sup>")
     style_figure(fig, ttl, "", f"time {a} / time {b} (x)", legend_title="backend")
     fig.update_layout(barmode="group", margin=dict(t=110))
     fig.update_yaxes(rangemode="tozero", row=1, col=1)
     fig.update_yaxes(rangemode="tozero", title_text="", row=1, col=2)
-    fig.update_xaxes(type="category", title_text="case", row=1, col=1)
+    if many:
+        fig.update_xaxes(range=[0, 100], title_text="share of cases (%), sorted by ratio", row=1, col=1)
+    else:
+        fig.update_xaxes(type="category", title_text="case", row=1, col=1)
     return fig
 
 
@@ -116,7 +135,7 @@ def published_vs_measured_figure(measured: pd.DataFrame, published: pd.DataFrame
     if j.empty:
         raise UsageError("no (op, case, dtype, backend) of the measured set is in the published figures "
                          f"(published ops: {', '.join(sorted(published['op'].dropna().unique()))})")
-    j["x"] = j.apply(case_labeler(j), axis=1)
+    j["x"] = case_labels(j)
     horizontal = horizontal_bars(j["x"])
     v, c_ = ("y", "x") if horizontal else ("x", "y")  # category axis, value axis
 

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from flyexplore._version import __version__
@@ -37,14 +38,26 @@ from flyexplore.results.published import headlines, load, ranges, vllm_published
 from flyexplore.views import plots as F
 from flyexplore.views import plots_compare as FC
 from flyexplore.views.aotriton import report_section
+from flyexplore.views import export as E
 from flyexplore.views.export import (
     IMAGE_FORMATS,
     check_writable,
-    plain,
     save_figures,
     save_tables,
 )
 from flyexplore.views.plots import case_params
+from flyexplore.views import tables as T
+from flyexplore.views.tables import (  # noqa: F401 - fmt_num, scan_table: the report's table text, here since long
+    CONTEXT_COLS as _CONTEXT_COLS,
+    PAGER_CSS,
+    fmt_num,
+    fmt_nums,
+    paged_table,
+    pager_script,
+    scan_table,
+    static_table,
+    text_frame,
+)
 
 _TABLE_COLS = ["op", "case", "dtype", "backend", "status", "time_ms", "per_call_ms", "timing_mode", "order",
                "rounds", "converged", "tflops", "gbps", "err_rel", "accuracy_ok", "recheck_ok", "noisy",
@@ -62,93 +75,58 @@ _CSS = ("body{font-family:Arial,Helvetica,sans-serif;margin:2em;max-width:1500px
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     """The rows a report shows: key, status, time in µs (headline, its 95% interval, per
-    call), the speedup against the case's baseline as ``est [lo, hi]`` with its verdict,
-    rounds and convergence, TFLOP/s, GB/s, error, flags, clock, source, device and message."""
+    call), the speedup against the case's baseline as ``est [lo, hi] vs baseline`` with its
+    verdict, rounds and convergence, TFLOP/s, GB/s, error, flags, clock, source, device and
+    message. One row per row of ``df`` (same order); vectorized (no per-row Python loop)."""
     t = df[[c for c in _TABLE_COLS if c in df]].copy()
     t["time_us"] = t.pop("time_ms") * 1e3
-    t["time_ci_us"] = [
-        "" if pd.isna(lo) or pd.isna(hi) else f"[{fmt_num(lo * 1e3)}, {fmt_num(hi * 1e3)}]"
-        for lo, hi in zip(df.get("time_ci_lo_ms", pd.Series(pd.NA, index=df.index)),
-                          df.get("time_ci_hi_ms", pd.Series(pd.NA, index=df.index)))]
+    na = pd.Series(np.nan, index=df.index)
+    lo = pd.to_numeric(df.get("time_ci_lo_ms", na), errors="coerce").to_numpy(dtype=float, na_value=np.nan) * 1e3
+    hi = pd.to_numeric(df.get("time_ci_hi_ms", na), errors="coerce").to_numpy(dtype=float, na_value=np.nan) * 1e3
+    ci = np.full(len(df), "", dtype=object)
+    ok = ~(np.isnan(lo) | np.isnan(hi))
+    if ok.any():
+        ci[ok] = "[" + fmt_nums(lo[ok]) + ", " + fmt_nums(hi[ok]) + "]"
+    t["time_ci_us"] = ci
     t["per_call_us"] = t.pop("per_call_ms") * 1e3
-    sp = []
-    for _, r in df.iterrows():
-        if pd.isna(r.get("speedup")):
-            sp.append("")
-        else:
-            sp.append(f"{S.fmt_interval(r['speedup'], _f(r.get('speedup_lo')), _f(r.get('speedup_hi')))} vs {r.get('baseline')}")
-    t.insert(t.columns.get_loc("status") + 1, "speedup", sp)
+    t.insert(t.columns.get_loc("status") + 1, "speedup", _speedup_text(df))
     t.insert(t.columns.get_loc("speedup") + 1, "verdict", df["verdict"] if "verdict" in df else pd.NA)
     front = [c for c in t.columns if c not in ("time_us", "time_ci_us")]
     i = front.index("verdict") + 1
     return t[front[:i] + ["time_us", "time_ci_us"] + front[i:]]
 
 
-def _f(v) -> float:
-    return float(v) if v is not None and not pd.isna(v) else float("nan")
+def _floats(df: pd.DataFrame, col: str) -> np.ndarray:
+    if col not in df:
+        return np.full(len(df), np.nan)
+    return pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
 
 
-def fmt_num(v) -> str:
-    """A number as a reader scans it in a table column: 4 significant digits in plain notation
-    from 0.001 up (``31980``, ``7586``, ``12.35``, ``0.01235``; no ``3.198e+04`` beside
-    ``7586``), scientific only below 0.001 (errors such as ``1.19e-07``); ``""`` for NA."""
-    import math
+def _speedup_text(df: pd.DataFrame) -> np.ndarray:
+    """``"1.103x [1.098, 1.109] vs aten"`` per row (:func:`flyexplore.measure.stats.fmt_interval`'s
+    text without the label, then the baseline); ``""`` where the row has no speedup."""
+    n = len(df)
+    out = np.full(n, "", dtype=object)
+    if "speedup" not in df or n == 0:
+        return out
+    est, lo, hi = (_floats(df, c) for c in ("speedup", "speedup_lo", "speedup_hi"))
+    base = (df["baseline"].astype(object).map(str).to_numpy(dtype=object) if "baseline" in df
+            else np.full(n, "None", dtype=object))
+    has = ~np.isnan(est)
+    fin = has & np.isfinite(est)
+    both = fin & np.isfinite(lo) & np.isfinite(hi)
+    one = fin & ~both
 
-    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return str(v)
-    a = abs(float(v))
-    if isinstance(v, int):
-        return str(v)
-    if a == 0:
-        return "0"
-    if a >= 1000:
-        return f"{v:.0f}"
-    if a >= 1e-3:
-        return f"{v:.{3 - math.floor(math.log10(a))}f}"
-    return f"{v:.3g}"
+    def f3(v):
+        return np.char.mod("%.3f", v).astype(object)
 
-
-#: Columns that, when one value holds for every row, move from a table into its caption.
-_CONTEXT_COLS = ("device", "timing_mode", "order", "source", "baseline")
-
-
-def scan_table(t: pd.DataFrame, note_col: str = "message") -> tuple[pd.DataFrame, list[str], list[str]]:
-    """A table made for scanning (what reports and the sweep command show): columns that are
-    empty in every row dropped; :data:`_CONTEXT_COLS` that hold one value moved into the
-    caption; each distinct ``note_col`` text (an "unavailable" reason, say) replaced by a
-    footnote mark ``[n]``, the text given once; numbers as text via :func:`fmt_num`.
-
-    Returns ``(table of strings, caption parts such as "device: AMD EPYC", footnotes
-    "[1] reason")``. The input is not changed; files written from it keep every column."""
-    d = plain(t)
-    keep = [c for c in d.columns
-            if not d[c].isna().all() and not d[c].astype(str).str.strip().isin(["", "<NA>", "nan", "None"]).all()]
-    d = d[keep].copy()
-    caption = []
-    for c in _CONTEXT_COLS:
-        if c in d and len(d) > 1 and d[c].nunique() == 1:
-            caption.append(f"{c}: {d[c].dropna().iloc[0]}")
-            d = d.drop(columns=c)
-    notes: list[str] = []
-    if note_col in d:
-        marks = {}
-        col = []
-        for v in d[note_col]:
-            if v is None or (isinstance(v, float) and pd.isna(v)) or str(v).strip() == "":
-                col.append("")
-                continue
-            if v not in marks:
-                marks[v] = len(marks) + 1
-                notes.append(f"[{marks[v]}] {v}")
-            col.append(f"[{marks[v]}]")
-        d[note_col] = col
-        d = d.rename(columns={note_col: "note"})
-    for c in d.columns:
-        d[c] = [fmt_num(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
-                else ("" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)) for v in d[c]]
-    return d, caption, notes
+    out[has & ~fin] = "n/a"
+    if one.any():
+        out[one] = f3(est[one]) + "x [no interval]"
+    if both.any():
+        out[both] = f3(est[both]) + "x [" + f3(lo[both]) + ", " + f3(hi[both]) + "]"
+    out[has] = out[has] + " vs " + base[has]
+    return out
 
 
 def verdict_sentence(labels: pd.Series, faster: str = "faster", than: str = "the baseline") -> str:
@@ -195,10 +173,13 @@ class _Page:
 
     def __init__(self, title: str):
         self.title = title
-        self.parts: list[str] = [f"<h1>{html.escape(title)}</h1>"]
+        # HTML, or a function of {table name: its CSV file} giving HTML (paged tables, which say
+        # where every row is once the files are known)
+        self.parts: list = [f"<h1>{html.escape(title)}</h1>"]
         self.figs: dict[str, object] = {}
         self.tables: dict[str, pd.DataFrame] = {}
         self._js = True
+        self._pages = 0   # paged tables in the page
 
     def h2(self, text):
         self.parts.append(f"<h2>{html.escape(text)}</h2>")
@@ -225,27 +206,32 @@ class _Page:
               scan: bool = False):
         """Add a table (and, with ``name``, its files). ``scan``: show it through
         :func:`scan_table` (empty columns dropped, shared values in a caption, notes as
-        footnotes); the files keep every column. Numbers: :func:`fmt_num` unless ``fmt``."""
+        footnotes); the files keep every column. Numbers: :func:`fmt_num` unless ``fmt``.
+        ``highlight``: a boolean column whose true rows are marked (``diff``). A table of more
+        than :data:`flyexplore.views.tables.PAGE_ROWS` rows is a paged table
+        (:func:`~flyexplore.views.tables.paged_table`: its first page in the HTML, its rows
+        embedded compressed, paged, filtered and sorted in the browser)."""
         if name:
             self.tables[name] = df
-        classes = None
+        marked: set[int] = set()
         if highlight and highlight in df:
-            classes = list(df[highlight].fillna(False).astype(bool))
+            marked = set(np.flatnonzero(df[highlight].fillna(False).astype(bool).to_numpy()).tolist())
         notes: list[str] = []
         if scan:
             d, caption, notes = scan_table(df)
             if caption:
                 self.parts.append(f"<p>All rows: {html.escape('; '.join(caption))}.</p>")
         else:
-            d = plain(df)
-            for c in d.columns:
-                if d[c].dtype == object:
-                    d[c] = d[c].where(d[c].notna(), "")
-        h = d.to_html(index=False, na_rep="", escape=True,
-                      float_format=(lambda v: fmt.format(v)) if fmt else fmt_num)
-        if classes:
-            h = _mark_rows(h, classes)
-        self.parts.append(h)
+            d = text_frame(df, fmt)
+        if len(d) > T.PAGE_ROWS:
+            self._pages += 1
+            tid = "tbl-" + _safe(name or f"t{self._pages}")
+
+            def part(csv: dict[str, str], d=d, tid=tid, name=name, marked=marked) -> str:
+                return paged_table(d, tid, file_note=csv.get(name) if name else None, marked=sorted(marked))
+            self.parts.append(part)
+        else:
+            self.parts.append(static_table(d, marked))
         if notes:
             self.parts.append("<ol class='notes'>" + "".join(
                 f"<li value='{i}'>{html.escape(n.split('] ', 1)[1])}</li>" for i, n in enumerate(notes, 1))
@@ -313,8 +299,13 @@ class _Page:
 
     def _write_into(self, out: Path, static: bool, formats: Sequence[str], table_formats: Sequence[str]) -> Path:
         files = []
+        skipped: list[str] = []
         if self.tables and table_formats:
-            files += save_tables(self.tables, out / "tables", table_formats)
+            limit = E.TEXT_TABLE_MAX_ROWS
+            files += save_tables(self.tables, out / "tables", table_formats, text_max_rows=limit)
+            skipped = [f"{n} ({len(t):,} rows)" for n, t in self.tables.items() if len(t) > limit
+                       and any(f != "csv" for f in table_formats)]
+        csv = {p.stem: os.path.relpath(p, out) for p in files if p.suffix == ".csv"}
         if static and self.figs:
             why = None
             try:
@@ -328,14 +319,20 @@ class _Page:
             links = "".join(f"<li><a href='{html.escape(os.path.relpath(f, out))}'>"
                             f"{html.escape(os.path.relpath(f, out))}</a></li>" for f in files)
             self.parts.append(f"<h2>Files</h2><ul>{links}</ul>")
+            if skipped:
+                self.parts.append(f"<p>Tables over {limit:,} rows are written as CSV only (no "
+                                  f"Markdown or LaTeX copy): {html.escape(', '.join(skipped))}.</p>")
         if self.figs:
             from plotly.offline import get_plotlyjs
 
             (out / PLOTLYJS).write_text(get_plotlyjs(), encoding="utf-8")
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         self.parts.append(f"<p style='color:#777;font-size:11px'>written by flyexplore {__version__} at {stamp}</p>")
+        body = [p(csv) if callable(p) else p for p in self.parts]
+        if self._pages:
+            body.append(pager_script())
         page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + html.escape(self.title) +
-                f"</title><style>{_CSS}</style></head><body>" + "\n".join(self.parts) + "</body></html>")
+                f"</title><style>{_CSS}{PAGER_CSS}</style></head><body>" + "\n".join(body) + "</body></html>")
         path = out / "report.html"
         path.write_text(page, encoding="utf-8")
         return path
@@ -412,20 +409,25 @@ def check_report_dir(out_dir: str | Path, keep: Iterable[str] = ()) -> list[str]
     return sorted((present & (owned | {REPORT_MARKER})) | stale)
 
 
-def _mark_rows(h: str, flags: list[bool]) -> str:
-    """Give the flagged body rows of a pandas HTML table the ``diff`` class."""
-    head, sep, body = h.partition("<tbody>")
-    rows = body.split("<tr>")  # rows[0] is whitespace before the first row
-    for i, flag in enumerate(flags, start=1):
-        if flag and i < len(rows):
-            rows[i] = "<tr class='diff'>" + rows[i]
-        elif i < len(rows):
-            rows[i] = "<tr>" + rows[i]
-    return head + sep + "".join(rows)
+def _release_reader_memory() -> None:
+    """Hand back to the system the memory pyarrow's pool keeps after it was freed (mimalloc
+    keeps freed pages: about 140 MB after reading 10,000 Parquet rows, and each copy of rows
+    with arrow-backed strings adds more), so that building a report does not stack its own
+    peak on top of the reader's."""
+    try:
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()
+    except Exception:  # noqa: BLE001 - only an optimisation
+        pass
 
 
 def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
+
+
+#: The columns :func:`flyexplore.views.plots.sweep_figure` reads besides the case parameters.
+_SWEEP_COLS = ("op", "case", "dtype", "backend", "status", "time_ms", "tflops", "gbps", "params")
 
 
 def _sweep_candidates(d: pd.DataFrame) -> list[str]:
@@ -454,8 +456,12 @@ def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> No
     name = _safe(f"{idx:02d}_{op.split(' on ')[0]}")
     bname = baseline if isinstance(baseline, str) else "faster of " + ", ".join(baseline)
     try:
-        fig = F.speedup_figure(d, baseline, title=f"{op}: speedup over {bname}")
         sp = R.speedup(d, baseline)
+        ncase = len(sp.drop_duplicates(subset=["op", "case", "dtype"]))
+        if ncase > F.BAR_MAX_CASES:  # one bar per case is unreadable (and slow) past this: their distribution
+            fig = F.speedup_distribution_figure(d, baseline, title=f"{op}: speedup over {bname}, {ncase:,} cases")
+        else:
+            fig = F.speedup_figure(d, baseline, title=f"{op}: speedup over {bname}")
         page.p(verdict_sentence(sp["verdict"], than=bname))
         page.fig(f"{name}_speedup", fig)
         gm = R.geomean_speedup(d, baseline)
@@ -475,9 +481,12 @@ def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> No
     # the swept dimension whose lines cover the most rows (at least 40% of them, in at most
     # 8 lines: more is not readable; sweep_figure draws any set on request)
     best = None
-    for dim in _sweep_candidates(d):
+    # only the columns a sweep figure reads (not the samples: each figure copies its rows)
+    _, names = case_params(d[["params"]]) if "params" in d else (None, [])
+    sd = d[[c for c in d.columns if c in _SWEEP_COLS or c in names]]
+    for dim in _sweep_candidates(sd):
         try:
-            fig = F.sweep_figure(d, x=dim, y=y, min_points=3)
+            fig = F.sweep_figure(sd, x=dim, y=y, min_points=3)
         except UsageError:
             continue
         drawn, dropped, lines = fig._flyexplore_points
@@ -500,11 +509,14 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
 
     Contents: the environment (``env.to_text()`` when an :class:`~flyexplore.world.env.Environment`
     is given, and always the distinct environments found in the rows), per operator a speedup
-    figure against ``baseline`` (one backend, or a list: the faster of them) with its geometric
+    figure against ``baseline`` (one backend, or a list: the faster of them; past
+    :data:`flyexplore.views.plot_style.BAR_MAX_CASES` cases the speedup distribution instead of
+    one bar per case) with its geometric
     means and, when a case parameter takes three or more values, a sweep figure; a roofline
     and a % of peak table when the rows come from one device with known peaks
     (:mod:`flyexplore.results.peaks`); the published-vs-measured comparison when ``published`` is true
-    (or a published result set); and the result table.
+    (or a published result set); and the result table (every table of more than
+    :data:`flyexplore.views.tables.PAGE_ROWS` rows is paged in the page, :func:`~flyexplore.views.tables.paged_table`).
 
     ``static``: also write the figures as ``figures/*.{png,svg,pdf}`` (``formats``) with kaleido;
     when that is impossible here the report says why and is written without them.
@@ -520,6 +532,7 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
     out = Path(out_dir)
     check_report_dir(out, keep)
     check_writable(out, "report folder", folder=True)
+    _release_reader_memory()
     df = R.normalize(df)
     R.check_backends(df, baseline)
     page = _Page(title)
@@ -538,16 +551,18 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
     if "model_uses" in df.columns and df["model_uses"].notna().any():  # a sweep of a model's exported calls
         weighted_section(df, baseline if isinstance(baseline, str) else baseline[0])(page)
     # one section per operator and device: speedups never mix rows of different devices
-    groups = list(df.assign(_dev=df["device"].astype(object).where(df["device"].notna(), "unknown device"))
-                  .groupby(["op", "_dev"], sort=False))
+    # (one group's rows at a time: a copy of every group at once would double the memory)
+    dev_key = df["device"].astype(object).where(df["device"].notna(), "unknown device")
+    groups = df.groupby([df["op"], dev_key], sort=False).indices
     ndev = df["device"].nunique(dropna=False)
-    for i, ((op, dev), d) in enumerate(groups):
+    for i, ((op, dev), idx) in enumerate(groups.items()):
         label = f"{op} on {dev}" if ndev > 1 else str(op)
-        _op_section(page, label, d.drop(columns="_dev"), baseline, i)
+        _op_section(page, label, df.take(idx), baseline, i)
+        _release_reader_memory()   # the section's copy of its rows (arrow strings) back to the system
     devs = [v for v in df["device"].dropna().unique() if K.find_device(str(v))]
-    ok = df[df["status"].isin(["ok", "published"])]
+    ok = df["status"].isin(["ok", "published"])
     for j, dev in enumerate(devs):
-        od = ok[ok["device"] == dev]
+        od = df[ok & (df["device"] == dev)]
         if not od["flops"].fillna(0).gt(0).any() and not od["gbps"].notna().any():
             continue
         sfx = "" if len(devs) == 1 else f"_{j}"
@@ -625,6 +640,7 @@ def write_ab_report(sd: Sides, out_dir: str | Path, title: str | None = None, st
     (:func:`flyexplore.results.compare.sides`) to ``out_dir/report.html`` and return its path:
     result rows as :func:`write_compare_report` describes, ``vllm bench serve`` arms as
     :func:`write_vllm_report` does (``with_published``: the published MI355X A/B beside them)."""
+    _release_reader_memory()
     page = _compare_page(sd, title) if sd.kind == "rows" else _vllm_page(sd, title, with_published)
     return page.write(Path(out_dir), static, list(formats), list(table_formats))
 
@@ -637,8 +653,10 @@ def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,
     """Write the A/B report of two result sets to ``out_dir/report.html`` (see
     :func:`flyexplore.results.compare.pair`): the two environments side by side (differing fields
     marked), the summary per (op, dtype, backend) with geometric means, the ratio figure and its
-    distribution, the paired table and the cases present in one side only. Returns the path.
-    Raises ``UsageError`` when nothing pairs."""
+    distribution (a rank curve past :data:`flyexplore.views.plot_style.BAR_MAX_CASES` cases), the
+    paired table and the cases present in one side only (paged past
+    :data:`flyexplore.views.tables.PAGE_ROWS` rows). Returns the path. Raises ``UsageError`` when
+    nothing pairs."""
 
     na, nb = R.normalize(a), R.normalize(b)
     return write_ab_report(Sides("rows", na, nb, pair(na, nb, names, a_backend, b_backend), names), out_dir,
