@@ -118,22 +118,32 @@ def parse(texts: Sequence) -> list[Parsed]:
     return out
 
 
+#: Text parsed by pyarrow at once, characters: the parser's buffers (the text twice, the numbers,
+#: their per-round medians) are a few times this, so a batch bounds the memory a parse takes
+#: whatever the number of rows (10,000 CPU rows are about 60 MB of text: four batches).
+BATCH_CHARS = 16 * 2**20
+
+
 def _parse_many(texts: list[str]) -> list[Parsed]:
-    """Parse distinct texts: pyarrow for those it takes, the JSON module for the rest."""
+    """Parse distinct texts, in batches of about :data:`BATCH_CHARS`: pyarrow for those it takes,
+    the JSON module for the rest."""
+    out: list = []
+    start, size = 0, 0
+    for i, t in enumerate(texts):
+        size += len(t)
+        if size >= BATCH_CHARS or i == len(texts) - 1:
+            out += _parse_batch(texts[start:i + 1])
+            start, size = i + 1, 0
+    return out
+
+
+def _parse_batch(texts: list[str]) -> list[Parsed]:
     arrays = _arrow_rounds(texts)
     if arrays is None:
         return [_parse_one(t) for t in texts]
     rows, ok = arrays
-    parsed = _from_arrays(*rows)
-    out: list = [None] * len(texts)
-    k = 0
-    for i, t in enumerate(texts):
-        if ok[i]:
-            out[i] = parsed[k]
-            k += 1
-        else:
-            out[i] = _parse_one(t)
-    return out
+    parsed = iter(_from_arrays(*rows))
+    return [next(parsed) if good else _parse_one(t) for t, good in zip(texts, ok)]
 
 
 def _parse_one(text: str) -> Parsed:

@@ -409,19 +409,6 @@ def check_report_dir(out_dir: str | Path, keep: Iterable[str] = ()) -> list[str]
     return sorted((present & (owned | {REPORT_MARKER})) | stale)
 
 
-def _release_reader_memory() -> None:
-    """Hand back to the system the memory pyarrow's pool keeps after it was freed (mimalloc
-    keeps freed pages: about 140 MB after reading 10,000 Parquet rows, and each copy of rows
-    with arrow-backed strings adds more), so that building a report does not stack its own
-    peak on top of the reader's."""
-    try:
-        import pyarrow as pa
-
-        pa.default_memory_pool().release_unused()
-    except Exception:  # noqa: BLE001 - only an optimisation
-        pass
-
-
 def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
 
@@ -532,7 +519,7 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
     out = Path(out_dir)
     check_report_dir(out, keep)
     check_writable(out, "report folder", folder=True)
-    _release_reader_memory()
+    R.release_arrow_memory()
     df = R.normalize(df)
     R.check_backends(df, baseline)
     page = _Page(title)
@@ -558,7 +545,7 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
     for i, ((op, dev), idx) in enumerate(groups.items()):
         label = f"{op} on {dev}" if ndev > 1 else str(op)
         _op_section(page, label, df.take(idx), baseline, i)
-        _release_reader_memory()   # the section's copy of its rows (arrow strings) back to the system
+        R.release_arrow_memory()   # the section's copy of its rows (arrow strings) back to the system
     devs = [v for v in df["device"].dropna().unique() if K.find_device(str(v))]
     ok = df["status"].isin(["ok", "published"])
     for j, dev in enumerate(devs):
@@ -640,7 +627,7 @@ def write_ab_report(sd: Sides, out_dir: str | Path, title: str | None = None, st
     (:func:`flyexplore.results.compare.sides`) to ``out_dir/report.html`` and return its path:
     result rows as :func:`write_compare_report` describes, ``vllm bench serve`` arms as
     :func:`write_vllm_report` does (``with_published``: the published MI355X A/B beside them)."""
-    _release_reader_memory()
+    R.release_arrow_memory()
     page = _compare_page(sd, title) if sd.kind == "rows" else _vllm_page(sd, title, with_published)
     return page.write(Path(out_dir), static, list(formats), list(table_formats))
 
