@@ -139,6 +139,12 @@ def rank_positions(n: int):
 #: and upper ends, in the curve's order) instead of one whisker per point, which would cover it.
 BAND_POINTS = 300
 
+#: A rank curve of more cases than this is drawn through this many of them, evenly spaced by
+#: rank (the first and the last included), so that a figure -- and a report -- stays bounded
+#: in size (about 120 bytes a point) whatever the number of cases; the curve's shape is exact
+#: at the points drawn, and every case stays in the data (a report's tables/results.csv).
+CURVE_MAX_POINTS = 5000
+
 
 def rank_curve(fig, g: pd.DataFrame, value: str, lo: str, hi: str, text, color: str, legendgroup: str,
                hover: str, row: int | None = None, col: int | None = None) -> int:
@@ -149,23 +155,28 @@ def rank_curve(fig, g: pd.DataFrame, value: str, lo: str, hi: str, text, color: 
     trace per label, none in the legend; an array of symbols is checked value by value by
     plotly, seconds at 100,000 points). ``text``: one hover text per row of ``g`` (the case);
     ``hover``: the hover's value line, a plotly template (``%{y}``, ``%{customdata[0]}`` /
-    ``[1]``: the interval). Returns the row count. ``g`` is not changed."""
+    ``[1]``: the interval). Past :data:`CURVE_MAX_POINTS` rows the curve is drawn through that
+    many, evenly spaced by rank. Returns the row count (all rows, drawn or not). ``g`` is not
+    changed."""
     import numpy as np
     import plotly.graph_objects as go
 
     order = np.argsort(g[value].to_numpy(dtype=float), kind="stable")
-    g = g.iloc[order]
     n = len(g)
     x = rank_positions(n)
+    if n > CURVE_MAX_POINTS:   # evenly spaced by rank: the first and the last case included
+        keep = np.unique(np.linspace(0, n - 1, CURVE_MAX_POINTS).round().astype(np.int64))
+        order, x = order[keep], x[keep]
+    g = g.iloc[order]
     y = g[value].to_numpy(dtype=float)
     labels = (g["verdict"].astype(object).where(g["verdict"].notna(), "").to_numpy(dtype=object)
-              if "verdict" in g else np.full(n, "", dtype=object))
+              if "verdict" in g else np.full(len(g), "", dtype=object))
     txt = np.asarray(text, dtype=object)[order]
     txt = np.where(labels != "", txt + " · " + labels, txt)
     lo_v, hi_v = g[lo].to_numpy(dtype=float), g[hi].to_numpy(dtype=float)
     custom = np.column_stack([lo_v, hi_v])
     r, gg, b = (int(color[k:k + 2], 16) for k in (1, 3, 5)) if color.startswith("#") and len(color) == 7 else (85, 85, 85)
-    band = n > BAND_POINTS
+    band = len(g) > BAND_POINTS
     if band:   # one closed outline: the lower ends left to right, the upper ends back
         ok = ~(np.isnan(lo_v) | np.isnan(hi_v))
         fig.add_trace(go.Scattergl(x=np.concatenate([x[ok], x[ok][::-1]]),

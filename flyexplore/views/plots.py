@@ -29,6 +29,7 @@ from flyexplore.results import table as R
 from flyexplore.results.published import ranges as _r
 from flyexplore.views.plot_style import (
     BAR_MAX_CASES,
+    CURVE_MAX_POINTS,
     HEIGHT,
     LABEL_SYMBOLS,
     SERIES_COLORS,
@@ -177,7 +178,9 @@ def speedup_distribution_figure(df: pd.DataFrame, baseline: str | Sequence[str] 
     for op, dtype in facets:
         f = by_facet.get_group((op, dtype))
         nc, nb = f["case"].nunique(), f["backend"].nunique()
-        titles.append(f"{op} {dtype}: {nc:,} cases" + (f" x {nb} backends" if nb > 1 else ""))
+        thin = f.groupby("backend", sort=False).size().max() > CURVE_MAX_POINTS
+        titles.append(f"{op} {dtype}: {nc:,} cases" + (f" x {nb} backends" if nb > 1 else "")
+                      + (f" (curves through {CURVE_MAX_POINTS:,}, evenly by rank)" if thin else ""))
     fig = make_subplots(rows=nrow, cols=ncol, subplot_titles=titles, horizontal_spacing=0.07,
                         vertical_spacing=min(0.12, 0.3 / max(nrow - 1, 1)) if nrow > 1 else 0.1)
     base = baseline_name(baseline)

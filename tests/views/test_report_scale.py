@@ -311,3 +311,30 @@ def test_rank_curve_of_many_points_shades_the_intervals():
     order = np.argsort(sp["speedup"].to_numpy(), kind="stable")
     assert list(band[0].y[:n]) == pytest.approx(list(sp["speedup_lo"].to_numpy()[order]))      # lower ends
     assert list(band[0].y[n:]) == pytest.approx(list(sp["speedup_hi"].to_numpy()[order][::-1]))  # upper ends back
+
+
+def test_a_rank_curve_of_more_cases_than_its_limit_is_drawn_through_that_many(monkeypatch):
+    """Bounded figures: past CURVE_MAX_POINTS cases a curve is drawn through that many, evenly
+    spaced by rank with the first and the last case, at their exact ranks and values; the
+    geometric mean and the case count still come from every case."""
+    monkeypatch.setattr(ST, "CURVE_MAX_POINTS", 50)
+    monkeypatch.setattr(F, "CURVE_MAX_POINTS", 50)
+    df = many(400)
+    fig = F.speedup_distribution_figure(df, "aten")
+    pts = [t for t in fig.data if t.type == "scattergl" and t.mode == "markers"]
+    drawn = sorted((x, y) for t in pts for x, y in zip(t.x, t.y))
+    assert len(drawn) == 50
+    sp = R.speedup(df, "aten")
+    ys = np.sort(sp["speedup"].to_numpy())
+    xs = ST.rank_positions(400)
+    assert drawn[0] == (pytest.approx(xs[0]), pytest.approx(ys[0]))
+    assert drawn[-1] == (pytest.approx(xs[-1]), pytest.approx(ys[-1]))
+    for x, y in drawn:   # every point drawn is a case at its own rank
+        k = int(round(x / 100 * 400 - 0.5))
+        assert y == pytest.approx(ys[k])
+    line = next(t for t in fig.data if t.meta and "geomean" in t.meta)
+    gm = R.geomean_speedup(df, "aten").iloc[0]
+    assert line.meta["cases"] == 400 and line.meta["geomean"] == gm["geomean"]
+    assert "400 cases (curves through 50, evenly by rank)" in [a.text for a in fig.layout.annotations][0]
+    small = F.speedup_distribution_figure(many(40), "aten")
+    assert "evenly" not in small.layout.annotations[0].text
