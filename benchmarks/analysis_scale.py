@@ -23,8 +23,8 @@ What is timed (wall seconds on this machine; one run each unless ``--repeat``):
   report.html's size) and ``flyexplore compare`` of two 10,000-row files (the second the same
   rows as another run, its times scaled by 1.02) against a plain-pandas merge of the medians;
 * a sweep's own per-row cost: the journal's commit of row ``n`` (:meth:`flyexplore.run.journal.Journal.add`,
-  one SQLite transaction, fsynced) for the first and the last 1,000 rows of 20,000, and the one
-  final write of the result file;
+  one SQLite transaction, fsynced) over 50,000 rows, the median of each tenth and the trend,
+  and the one final write of the result file;
 * the live sweep panel at 2,000 rows (``benchmarks/panel_rows.py``, run as it is).
 
 Usage: ``python benchmarks/analysis_scale.py [--sizes 10000,100000] [--out data/bench/analysis_scale.txt]``.
@@ -159,17 +159,20 @@ def journal_rows(tmp: Path, rows: pd.DataFrame, n: int) -> list[str]:
         final = time.perf_counter() - t0
     finally:
         j.close()
-    first, last = np.median(cost[:1000]) * 1e3, np.median(cost[-1000:]) * 1e3
-    return [f"journal commit per row (median): rows 1-1,000 {first:.2f} ms, rows {n - 999:,}-{n:,} {last:.2f} ms "
-            f"(x{last / first:.2f}); p95 over all {np.percentile(cost, 95) * 1e3:.2f} ms; "
-            f"the final write of {n:,} rows once: {final:.1f} s"]
+    c = np.asarray(cost) * 1e3
+    tenth = np.array_split(c, 10)
+    meds = ", ".join(f"{np.median(t):.2f}" for t in tenth)
+    slope = np.polyfit(np.arange(c.size), c, 1)[0] * 10000   # ms more per row, per 10,000 rows
+    return [f"journal commit per row, median of each tenth of {n:,} rows (ms): {meds}",
+            f"  least-squares trend {slope:+.3f} ms per 10,000 rows; p95 over all {np.percentile(c, 95):.2f} ms; "
+            f"the final write of the {n:,} rows, once: {final:.1f} s"]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="10000,100000", help="row counts, comma-separated")
     ap.add_argument("--repeat", type=int, default=1, help="runs per in-process timing; the best is printed")
-    ap.add_argument("--journal-rows", type=int, default=20000)
+    ap.add_argument("--journal-rows", type=int, default=50000)
     ap.add_argument("--out", help="also write the report here (e.g. data/bench/analysis_scale.txt)")
     a = ap.parse_args(argv)
     sizes = [int(s) for s in a.sizes.split(",")]

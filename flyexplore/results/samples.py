@@ -124,6 +124,43 @@ def parse(texts: Sequence) -> list[Parsed]:
 BATCH_CHARS = 16 * 2**20
 
 
+#: Rows whose texts :func:`parse_column` takes out of a column at once: the Python text of
+#: at most this many rows exists at a time (besides what the cache keeps).
+COLUMN_ROWS = 4096
+
+
+def parse_column(column, positions: np.ndarray) -> list[Parsed]:
+    """:func:`parse` of the ``samples_ms`` cells at ``positions`` (int, in any order) of
+    ``column`` (a pandas Series), in that order, taken out :data:`COLUMN_ROWS` rows at a time.
+    An arrow-backed text column is read chunk by chunk, each touched chunk sliced where the rows
+    are: pyarrow's ``take`` on a column of many chunks (one per concatenated frame) copies them
+    all first, and the whole column as Python text is its size several times over."""
+    import pandas as pd
+    import pyarrow as pa
+
+    positions = np.asarray(positions, dtype=np.int64)
+    arrow = getattr(column.array, "__arrow_array__", None)
+    chunks = None
+    if arrow is not None:
+        data = arrow()
+        chunks = data.chunks if isinstance(data, pa.ChunkedArray) else [data]
+        ends = np.cumsum([len(c) for c in chunks])
+    out: list = []
+    for s in range(0, positions.size, COLUMN_ROWS):
+        at = positions[s:s + COLUMN_ROWS]
+        if chunks is None:
+            texts = column.iloc[at].to_numpy(dtype=object)
+        else:
+            texts = np.empty(at.size, dtype=object)
+            which = np.searchsorted(ends, at, side="right")
+            for c in np.unique(which).tolist():
+                sel = np.flatnonzero(which == c)
+                local = at[sel] - (ends[c - 1] if c else 0)
+                texts[sel] = chunks[c].take(pa.array(local)).to_pylist()
+        out += parse([None if t is None or t is pd.NA else t for t in texts])
+    return out
+
+
 def _parse_many(texts: list[str]) -> list[Parsed]:
     """Parse distinct texts, in batches of about :data:`BATCH_CHARS`: pyarrow for those it takes,
     the JSON module for the rest."""

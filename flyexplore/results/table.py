@@ -689,20 +689,15 @@ class _Rows:
 
     def parsed(self, pos: np.ndarray) -> np.ndarray:
         """The :class:`flyexplore.results.samples.Parsed` records of the rows at positions ``pos``
-        (an object array in that order); the rows not parsed yet are parsed in one batch."""
+        (an object array in that order); the rows not parsed yet are parsed together
+        (:func:`flyexplore.results.samples.parse_column`)."""
         pos = np.asarray(pos, dtype=np.int64)
         todo = np.unique(pos[np.equal(self._parsed[pos], None)])
         if todo.size:
             at = todo if self.keep is None else self.keep[todo]
-            if "samples_ms" not in self.df:
-                texts = np.full(todo.size, None, dtype=object)
-            elif 8 * at.size > len(self.df):  # most rows: the column at once (a take copies every chunk)
-                texts = self.df["samples_ms"].to_numpy(dtype=object)[at]
-            else:
-                texts = self.df["samples_ms"].iloc[at].to_numpy(dtype=object)
-            got = SP.parse(texts)
+            got = (SP.parse_column(self.df["samples_ms"], at) if "samples_ms" in self.df
+                   else [SP.EMPTY] * todo.size)
             self._parsed[todo] = np.fromiter(got, dtype=object, count=len(got))
-            del texts
             release_arrow_memory()   # the conversion's and the parser's buffers
         return self._parsed[pos]
 

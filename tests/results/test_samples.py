@@ -105,3 +105,22 @@ def test_the_scale_benchmark_copies_rows_with_samples_of_their_own():
     copy = texts.tolist()[:len(first)]          # copy 0 of each row, nudged
     assert not set(first) & set(copy)
     assert all(abs(p.median / q.median - 1) < 1e-5 for p, q in zip(SP.parse(first), SP.parse(copy)))
+
+
+@pytest.mark.parametrize("dtype", ["string[pyarrow]", "string[python]", object])
+def test_parse_column_reads_rows_in_any_order_from_any_column(dtype, monkeypatch):
+    """parse_column takes the texts out COLUMN_ROWS rows at a time, chunk by chunk for an arrow
+    column of many chunks (a concatenation), and gives parse()'s records in the order asked."""
+    import pandas as pd
+
+    monkeypatch.setattr(SP, "COLUMN_ROWS", 7)
+    texts = [timing.samples_json([[float(i), float(i) + 0.5], [float(i) + 1.0, float(i)]]) for i in range(40)]
+    texts[5] = None
+    parts = [pd.Series(texts[k:k + 9], dtype=dtype) for k in range(0, 40, 9)]
+    col = pd.concat(parts, ignore_index=True)
+    at = np.asarray([39, 0, 5, 17, 17, 3, 38, 9, 8, 26, 1])
+    SP.clear_cache()
+    got = SP.parse_column(col, at)
+    assert [g.rounds for g in got] == [0 if texts[k] is None else 2 for k in at]
+    for g, k in zip(got, at):
+        assert _equal(g, _want(texts[k]) if texts[k] is not None else SP.EMPTY)
