@@ -179,7 +179,8 @@ def run(a: argparse.Namespace) -> int:
                      out=a.out, shapes_from=a.shapes_from, resume=a.resume, overwrite=a.overwrite,
                      retry_failed=a.retry_failed, extend=a.extend, flags=True, **kw)
     from flyexplore.run.sweep import NOTES_ATTR, PROBLEMS_ATTR, run_sweep
-    from flyexplore.views.report import scan_table, summary_table
+    from flyexplore.views.report import summary_table
+    from flyexplore.views.tables import scan_table
 
     for n in getattr(spec.plan, "notes", ()):
         print(f"flyexplore: note: {n}", file=sys.stderr)

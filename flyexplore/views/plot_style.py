@@ -87,22 +87,11 @@ def baseline_name(baseline) -> str:
     return baseline if isinstance(baseline, str) else "the faster of " + ", ".join(baseline)
 
 
-def case_labeler(d: pd.DataFrame, cols=("op", "dtype")):
-    """A function of one row of ``d`` (``df.apply(..., axis=1)``) giving its case label on a
-    category axis: the ``case``, preceded by the ``op`` and followed by the other ``cols``
-    (default ``dtype``) where those vary within ``d``, so that labels stay short and unique."""
-    vary = [c for c in cols if c in d and d[c].nunique() > 1]
-
-    def f(r):
-        parts = [str(r[c]) for c in vary if c == "op"] + [str(r["case"])] + \
-                [str(r[c]) for c in vary if c != "op"]
-        return " ".join(parts)
-    return f
-
-
 def case_labels(d: pd.DataFrame, cols=("op", "dtype")) -> pd.Series:
-    """Every row's case label (what :func:`case_labeler` gives one row), for all rows of ``d``
-    at once: a string Series on ``d``'s index."""
+    """Every row's case label on a category axis, for all rows of ``d`` at once (a string
+    Series on ``d``'s index): the ``case``, preceded by the ``op`` and followed by the other
+    ``cols`` (default ``dtype``) where those vary within ``d``, so that labels stay short and
+    unique."""
     vary = [c for c in cols if c in d and d[c].nunique() > 1]
     parts = [d[c].astype(object).map(str) for c in vary if c == "op"] + [d["case"].astype(object).map(str)] + \
             [d[c].astype(object).map(str) for c in vary if c != "op"]

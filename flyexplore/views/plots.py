@@ -28,19 +28,16 @@ from flyexplore.results import peaks as P
 from flyexplore.results import table as R
 from flyexplore.results.published import ranges as _r
 from flyexplore.views.plot_style import (
-    BAR_MAX_CASES,
     CURVE_MAX_POINTS,
     HEIGHT,
     LABEL_SYMBOLS,
     SERIES_COLORS,
     backend_color,
     baseline_name,
-    case_labeler,
     case_labels,
     dtype_shade,
     horizontal_bars,
     rank_curve,
-    rank_positions,
     ref_line,
     scatter_class,
     style_figure,
@@ -158,7 +155,7 @@ def speedup_distribution_figure(df: pd.DataFrame, baseline: str | Sequence[str] 
     :func:`flyexplore.results.table.geomean_speedup`, also in that line's ``meta``. The y axis
     starts at zero. ``baseline``: one backend or several (the faster of them per case);
     ``backends`` limits the backends drawn; ``cols``: panels per row. What the report draws
-    instead of :func:`speedup_figure` past :data:`BAR_MAX_CASES` cases. Raises ``UsageError``
+    instead of :func:`speedup_figure` past :data:`flyexplore.views.plot_style.BAR_MAX_CASES` cases. Raises ``UsageError``
     when the baseline has no rows or no backend remains."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots

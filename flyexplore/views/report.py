@@ -37,20 +37,19 @@ from flyexplore.results.compare import Sides, pair
 from flyexplore.results.published import headlines, load, ranges, vllm_published
 from flyexplore.views import plots as F
 from flyexplore.views import plots_compare as FC
-from flyexplore.views.aotriton import report_section
 from flyexplore.views import export as E
+from flyexplore.views.aotriton import report_section
 from flyexplore.views.export import (
     IMAGE_FORMATS,
     check_writable,
     save_figures,
     save_tables,
 )
+from flyexplore.views.plot_style import BAR_MAX_CASES
 from flyexplore.views.plots import case_params
-from flyexplore.views import tables as T
-from flyexplore.views.tables import (  # noqa: F401 - fmt_num, scan_table: the report's table text, here since long
-    CONTEXT_COLS as _CONTEXT_COLS,
+from flyexplore.views.tables import (
+    PAGE_ROWS,
     PAGER_CSS,
-    fmt_num,
     fmt_nums,
     paged_table,
     pager_script,
@@ -103,29 +102,15 @@ def _floats(df: pd.DataFrame, col: str) -> np.ndarray:
 
 
 def _speedup_text(df: pd.DataFrame) -> np.ndarray:
-    """``"1.103x [1.098, 1.109] vs aten"`` per row (:func:`flyexplore.measure.stats.fmt_interval`'s
-    text without the label, then the baseline); ``""`` where the row has no speedup."""
-    n = len(df)
-    out = np.full(n, "", dtype=object)
-    if "speedup" not in df or n == 0:
+    """``"1.103x [1.098, 1.109] vs aten"`` per row (:func:`flyexplore.measure.stats.fmt_interval`
+    without the label, then the baseline); ``""`` where the row has no speedup."""
+    out = np.full(len(df), "", dtype=object)
+    if "speedup" not in df or not len(df):
         return out
     est, lo, hi = (_floats(df, c) for c in ("speedup", "speedup_lo", "speedup_hi"))
-    base = (df["baseline"].astype(object).map(str).to_numpy(dtype=object) if "baseline" in df
-            else np.full(n, "None", dtype=object))
-    has = ~np.isnan(est)
-    fin = has & np.isfinite(est)
-    both = fin & np.isfinite(lo) & np.isfinite(hi)
-    one = fin & ~both
-
-    def f3(v):
-        return np.char.mod("%.3f", v).astype(object)
-
-    out[has & ~fin] = "n/a"
-    if one.any():
-        out[one] = f3(est[one]) + "x [no interval]"
-    if both.any():
-        out[both] = f3(est[both]) + "x [" + f3(lo[both]) + ", " + f3(hi[both]) + "]"
-    out[has] = out[has] + " vs " + base[has]
+    base = df["baseline"].astype(object).map(str).to_numpy(dtype=object) if "baseline" in df else None
+    for k in np.flatnonzero(~np.isnan(est)).tolist():   # the rows with a speedup: one rule, stats'
+        out[k] = f"{S.fmt_interval(est[k], lo[k], hi[k])} vs {base[k] if base is not None else None}"
     return out
 
 
@@ -206,7 +191,7 @@ class _Page:
               scan: bool = False):
         """Add a table (and, with ``name``, its files). ``scan``: show it through
         :func:`scan_table` (empty columns dropped, shared values in a caption, notes as
-        footnotes); the files keep every column. Numbers: :func:`fmt_num` unless ``fmt``.
+        footnotes); the files keep every column. Numbers: :func:`flyexplore.views.tables.fmt_num` unless ``fmt``.
         ``highlight``: a boolean column whose true rows are marked (``diff``). A table of more
         than :data:`flyexplore.views.tables.PAGE_ROWS` rows is a paged table
         (:func:`~flyexplore.views.tables.paged_table`: its first page in the HTML, its rows
@@ -223,7 +208,7 @@ class _Page:
                 self.parts.append(f"<p>All rows: {html.escape('; '.join(caption))}.</p>")
         else:
             d = text_frame(df, fmt)
-        if len(d) > T.PAGE_ROWS:
+        if len(d) > PAGE_ROWS:
             self._pages += 1
             tid = "tbl-" + _safe(name or f"t{self._pages}")
 
@@ -301,7 +286,7 @@ class _Page:
         files = []
         skipped: list[str] = []
         if self.tables and table_formats:
-            limit = E.TEXT_TABLE_MAX_ROWS
+            limit = E.TEXT_TABLE_MAX_ROWS   # read at write time (a test lowers it)
             files += save_tables(self.tables, out / "tables", table_formats, text_max_rows=limit)
             skipped = [f"{n} ({len(t):,} rows)" for n, t in self.tables.items() if len(t) > limit
                        and any(f != "csv" for f in table_formats)]
@@ -445,7 +430,7 @@ def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> No
     try:
         sp = R.speedup(d, baseline)
         ncase = len(sp.drop_duplicates(subset=["op", "case", "dtype"]))
-        if ncase > F.BAR_MAX_CASES:  # one bar per case is unreadable (and slow) past this: their distribution
+        if ncase > BAR_MAX_CASES:  # one bar per case is unreadable (and slow) past this: their distribution
             fig = F.speedup_distribution_figure(d, baseline, title=f"{op}: speedup over {bname}, {ncase:,} cases")
         else:
             fig = F.speedup_figure(d, baseline, title=f"{op}: speedup over {bname}")

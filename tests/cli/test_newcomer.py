@@ -16,7 +16,8 @@ from flyexplore.cli import _shared as CS
 from flyexplore.cli import suites as CSU
 from flyexplore.cli import sweep as CSW
 from flyexplore.results import table as R
-from flyexplore.views.report import env_summary, fmt_num, scan_table, summary_table
+from flyexplore.views.report import env_summary, summary_table
+from flyexplore.views.tables import fmt_num, scan_table
 
 from conftest import ROOT
 from tests.views.test_export_report import _check_png, need_static
