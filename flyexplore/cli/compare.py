@@ -17,7 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--names", help="display names of A and B, comma-separated (default A,B)")
     p.add_argument("--a-backend", help="compare this backend of A ...")
-    p.add_argument("--b-backend", help="... with this backend of B (e.g. aten vs flydsl of one sweep)")
+    p.add_argument("--b-backend", help="... with this backend of B (e.g. aten vs flydsl of one sweep); "
+                   "one of the two alone compares that backend on both sides")
     p.add_argument("--title")
     p.add_argument("--no-images", action="store_true", help="skip the PNG/SVG/PDF figure files")
 

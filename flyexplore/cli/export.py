@@ -12,11 +12,13 @@ from flyexplore.errors import UsageError, bad_choice
 
 HELP = "one figure from result files, as .png/.svg/.pdf (kaleido) or .html"
 #: Figures ``flyexplore export`` draws from a result file (see :func:`run`).
-EXPORT_FIGURES = ("speedup", "sweep", "roofline", "error")
+EXPORT_FIGURES = ("speedup", "distribution", "sweep", "roofline", "error")
 #: Figure file formats, checked before any import (:data:`flyexplore.views.export.FIGURE_FORMATS`;
 #: a test keeps the two equal).
 FORMATS = ("png", "svg", "pdf", "html")
-EPILOG = ("figures: speedup (bars per case against --baseline, 95% whiskers), sweep "
+EPILOG = ("figures: speedup (bars per case against --baseline, 95% whiskers; past 80 cases the "
+          "distribution, as the report draws it), distribution (per op and dtype each backend's per-case "
+          "speedups sorted, WebGL), sweep "
           "(--y across case parameter --x, one line per backend), roofline (needs a known device), "
           "error (err_rel per case).\nWithout a browser for kaleido a .png/.svg/.pdf request writes "
           ".html instead and says so.\n\nexample:\n  flyexplore export flyexplore-demo/results.parquet "
@@ -68,10 +70,11 @@ def run(a: argparse.Namespace) -> int:
             if v not in set(df[col].dropna()):
                 raise bad_choice(f"{col} in {', '.join(a.results)}", v, sorted(set(df[col].dropna())))
             df = df[df[col] == v]
-    if a.figure == "speedup":
+    if a.figure in ("speedup", "distribution"):
         baseline = baseline_arg(a.baseline)
         R.check_backends(df, baseline, "--baseline", files + (" (the rows selected)" if a.op or a.dtype else ""))
-        fig = F.speedup_figure(df, baseline, title=a.title)
+        draw = F.speedup_overview_figure if a.figure == "speedup" else F.speedup_distribution_figure
+        fig = draw(df, baseline, title=a.title)
     elif a.figure == "sweep":
         from flyexplore.views.report import _sweep_candidates
 

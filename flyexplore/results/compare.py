@@ -109,16 +109,24 @@ def pair(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B"),
 
     ``a_backend``/``b_backend`` compare one backend of A with another of B (e.g. ``aten`` vs
     ``flydsl`` in one sweep, passed as both ``a`` and ``b``): rows are filtered to that backend
-    and ``backend`` leaves the key. The intervals are the speedup rules' own, for all pairs at
+    and ``backend`` leaves the key; with one of them given, the other side takes the same
+    backend. The intervals are the speedup rules' own, for all pairs at
     once (:func:`flyexplore.results.table.ratio_intervals`; each row's samples parsed once), so
     two 10,000-row files pair in about a second. Raises :class:`UsageError` when a given
-    backend has no rows or when no key is in both sides."""
+    backend has no rows or no timed row, or when no key is in both sides."""
     key = list(key)
     if a_backend or b_backend:
+        # one side named: the same backend on the other (never every backend of it pooled)
+        a_backend, b_backend = a_backend or b_backend, b_backend or a_backend
         for side, d, be in (("A", a, a_backend), ("B", b, b_backend)):
-            if be and not (d["backend"] == be).any():
+            rows = d["backend"] == be
+            if not rows.any():
                 raise UsageError(f"no rows for backend {be!r} in {side} "
                                  f"(backends present: {', '.join(sorted(d['backend'].dropna().unique()))})")
+            timed = rows & d["status"].isin(["ok", "published"]) & d["time_ms"].notna()
+            if not timed.any():
+                st = ", ".join(f"{n} {k}" for k, n in d.loc[rows, "status"].value_counts(dropna=False).items())
+                raise UsageError(f"backend {be!r} in {side} has no timed row (its rows: {st})")
         a = a[a["backend"] == a_backend] if a_backend else a
         b = b[b["backend"] == b_backend] if b_backend else b
         key = [k for k in key if k != "backend"]

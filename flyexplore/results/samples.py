@@ -134,7 +134,8 @@ def parse_column(column, positions: np.ndarray) -> list[Parsed]:
     ``column`` (a pandas Series), in that order, taken out :data:`COLUMN_ROWS` rows at a time.
     An arrow-backed text column is read chunk by chunk, each touched chunk sliced where the rows
     are: pyarrow's ``take`` on a column of many chunks (one per concatenated frame) copies them
-    all first, and the whole column as Python text is its size several times over."""
+    all first, and the whole column as Python text is its size several times over. Raises
+    :class:`BadSamples` naming the first row whose text does not parse."""
     import pandas as pd
     import pyarrow as pa
 
@@ -157,8 +158,27 @@ def parse_column(column, positions: np.ndarray) -> list[Parsed]:
                 sel = np.flatnonzero(which == c)
                 local = at[sel] - (ends[c - 1] if c else 0)
                 texts[sel] = chunks[c].take(pa.array(local)).to_pylist()
-        out += parse([None if t is None or t is pd.NA else t for t in texts])
+        texts = [None if t is None or t is pd.NA else t for t in texts]
+        try:
+            out += parse(texts)
+        except (ValueError, TypeError) as exc:   # which row: the first text that does not parse
+            for k, t in zip(at.tolist(), texts):
+                try:
+                    parse([t])
+                except (ValueError, TypeError) as why:
+                    raise BadSamples(k, why) from None
+            raise BadSamples(int(at[0]), exc) from None
     return out
+
+
+class BadSamples(ValueError):
+    """A ``samples_ms`` cell that is not a JSON list of lists of numbers: ``position`` (the
+    row's position in the column :func:`parse_column` read) and the parser's ``reason``."""
+
+    def __init__(self, position: int, reason: Exception):
+        self.position, self.reason = position, reason
+        super().__init__(f"row {position}: samples_ms is not a JSON list of rounds of numbers "
+                         f"({type(reason).__name__}: {reason})")
 
 
 def _parse_many(texts: list[str]) -> list[Parsed]:

@@ -690,13 +690,20 @@ class _Rows:
     def parsed(self, pos: np.ndarray) -> np.ndarray:
         """The :class:`flyexplore.results.samples.Parsed` records of the rows at positions ``pos``
         (an object array in that order); the rows not parsed yet are parsed together
-        (:func:`flyexplore.results.samples.parse_column`)."""
+        (:func:`flyexplore.results.samples.parse_column`). Raises :class:`UsageError` naming the
+        first row (op, case, dtype, backend, run) whose samples do not parse."""
         pos = np.asarray(pos, dtype=np.int64)
         todo = np.unique(pos[np.equal(self._parsed[pos], None)])
         if todo.size:
             at = todo if self.keep is None else self.keep[todo]
-            got = (SP.parse_column(self.df["samples_ms"], at) if "samples_ms" in self.df
-                   else [SP.EMPTY] * todo.size)
+            try:
+                got = (SP.parse_column(self.df["samples_ms"], at) if "samples_ms" in self.df
+                       else [SP.EMPTY] * todo.size)
+            except SP.BadSamples as exc:
+                row = self.df.iloc[exc.position]
+                what = " ".join(str(row.get(c)) for c in (*KEY, "run_id"))
+                raise UsageError(f"the samples of the row {what} cannot be read: {exc.reason} "
+                                 "(samples_ms must be a JSON list of rounds, each a list of times in ms)") from None
             self._parsed[todo] = np.fromiter(got, dtype=object, count=len(got))
             release_arrow_memory()   # the conversion's and the parser's buffers
         return self._parsed[pos]
@@ -736,7 +743,8 @@ def ratio_interval(base_rows: pd.DataFrame, x_rows: pd.DataFrame) -> tuple[float
     * ``none``: no interval (published rows); the estimate is the ratio of median times.
 
     Raises ``ValueError`` when paired rows' rounds differ in number once empty rounds are
-    skipped (:func:`flyexplore.measure.stats.paired_ratio`). Many pairs at once:
+    skipped (:func:`flyexplore.measure.stats.paired_ratio`), and :class:`UsageError` naming the
+    row whose ``samples_ms`` is not a JSON list of rounds. Many pairs at once:
     :func:`ratio_intervals`."""
     est = float(base_rows["time_ms"].astype(float).median() / x_rows["time_ms"].astype(float).median())
     e, lo, hi, how = ratio_intervals(base_rows, [np.arange(len(base_rows))], x_rows, [np.arange(len(x_rows))],

@@ -144,7 +144,27 @@ def _render(items: list[tuple[object, Path, str, int, int, float]], timeout: flo
         close_kaleido_session()
     else:
         why = f"{type(errs[0]).__name__}: {errs[0]}" if errs else "not written"
-    return {p: why for _, p, *_ in items if not p.exists()}
+    failed = {p: why for _, p, *_ in items if not p.exists()}
+    for _, p, f, w, h, _s in items:
+        if p not in failed and not _is_image(p, f):   # kaleido can "write" a few bytes and no error
+            failed[p] = (f"kaleido wrote no valid {f.upper()} ({p.stat().st_size} bytes) for a figure of "
+                         f"{w}x{h} px: too large for the browser to render")
+            p.unlink(missing_ok=True)
+    return failed
+
+
+#: The first bytes of a valid file of each static format.
+_MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF"}
+
+
+def _is_image(p: Path, fmt: str) -> bool:
+    """Whether ``p`` starts as a ``fmt`` file does (PNG and PDF signatures; SVG: an XML or
+    ``<svg`` start)."""
+    with open(p, "rb") as f:
+        head = f.read(256)
+    if fmt == "svg":
+        return b"<svg" in head or head.lstrip().startswith(b"<?xml")
+    return head.startswith(_MAGIC.get(fmt, b""))
 
 
 def write_html(fig, path: str | os.PathLike) -> Path:

@@ -28,6 +28,7 @@ from flyexplore.results import peaks as P
 from flyexplore.results import table as R
 from flyexplore.results.published import ranges as _r
 from flyexplore.views.plot_style import (
+    BAR_MAX_CASES,
     CURVE_MAX_POINTS,
     HEIGHT,
     LABEL_SYMBOLS,
@@ -137,6 +138,18 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
     return fig
 
 
+def speedup_overview_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", title: str | None = None):
+    """The speedup figure that stays readable at any number of cases: :func:`speedup_figure`
+    (a bar per case) up to :data:`flyexplore.views.plot_style.BAR_MAX_CASES` cases, past that
+    :func:`speedup_distribution_figure` (rank curves; its title gets the case count). What the
+    report and ``flyexplore export --figure speedup`` draw. Raises ``UsageError`` as those do."""
+    ncase = len(R.speedup(df, baseline).drop_duplicates(subset=["op", "case", "dtype"]))
+    if ncase > BAR_MAX_CASES:  # a bar per case is unreadable (and slow) past this
+        base = baseline_name(baseline)
+        return speedup_distribution_figure(df, baseline, title=f"{title or f'Speedup over {base}'}, {ncase:,} cases")
+    return speedup_figure(df, baseline, title=title)
+
+
 def speedup_distribution_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
                                 title: str | None = None, backends: Sequence[str] | None = None,
                                 cols: int = 2):
@@ -155,7 +168,7 @@ def speedup_distribution_figure(df: pd.DataFrame, baseline: str | Sequence[str] 
     :func:`flyexplore.results.table.geomean_speedup`, also in that line's ``meta``. The y axis
     starts at zero. ``baseline``: one backend or several (the faster of them per case);
     ``backends`` limits the backends drawn; ``cols``: panels per row. What the report draws
-    instead of :func:`speedup_figure` past :data:`flyexplore.views.plot_style.BAR_MAX_CASES` cases. Raises ``UsageError``
+    instead of :func:`speedup_figure` past :data:`BAR_MAX_CASES` cases. Raises ``UsageError``
     when the baseline has no rows or no backend remains."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots

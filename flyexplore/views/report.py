@@ -45,7 +45,6 @@ from flyexplore.views.export import (
     save_figures,
     save_tables,
 )
-from flyexplore.views.plot_style import BAR_MAX_CASES
 from flyexplore.views.plots import case_params
 from flyexplore.views.tables import (
     PAGE_ROWS,
@@ -429,11 +428,7 @@ def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> No
     bname = baseline if isinstance(baseline, str) else "faster of " + ", ".join(baseline)
     try:
         sp = R.speedup(d, baseline)
-        ncase = len(sp.drop_duplicates(subset=["op", "case", "dtype"]))
-        if ncase > BAR_MAX_CASES:  # one bar per case is unreadable (and slow) past this: their distribution
-            fig = F.speedup_distribution_figure(d, baseline, title=f"{op}: speedup over {bname}, {ncase:,} cases")
-        else:
-            fig = F.speedup_figure(d, baseline, title=f"{op}: speedup over {bname}")
+        fig = F.speedup_overview_figure(d, baseline, title=f"{op}: speedup over {bname}")
         page.p(verdict_sentence(sp["verdict"], than=bname))
         page.fig(f"{name}_speedup", fig)
         gm = R.geomean_speedup(d, baseline)

@@ -266,14 +266,19 @@ PAGER_CSS = (".fx-ctrl{margin:0.4em 0;font-size:13px}.fx-ctrl button{margin:0 2p
              ".fx-paged th.fx-desc::after{content:' ▼'}.fx-static{color:#555;font-size:12px}")
 
 #: The browser side of :func:`paged_table`: decodes every ``.fx-paged`` table's rows
-#: (``atob``, ``DecompressionStream('gzip')``, ``JSON.parse``) and pages, filters (a
-#: case-insensitive substring of any cell) and sorts (click a column title; again: descending)
-#: them. A column whose every non-empty cell starts with a number sorts by that number
-#: (``1.103x [...]`` by 1.103), others as text in natural order (``C#9`` before ``C#10``);
-#: empty cells last. Plain JavaScript, no library, no network.
+#: (``atob``, ``DecompressionStream('gzip')``, ``JSON.parse``) and pages, filters (every
+#: word typed, case-insensitive, somewhere in the row) and sorts (click a column title; again:
+#: descending) them. A column whose every non-empty cell is a number, or a speedup as written
+#: (``1.103x [1.098, 1.109] vs aten``), sorts by that number; others as text in natural order
+#: (``C#9`` before ``C#10``, ``64x8192`` before ``64x32768``); empty cells last. Past the
+#: embedded rows the counts say how many rows the table has. Plain JavaScript, no library,
+#: no network.
 PAGER_JS = r"""
 (function () {
   var NUM = /^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?/i;
+  // a number, alone or as a speedup is written ("1.103x [1.098, 1.109] vs aten"): a case label
+  // such as "64x8192" starts with a number but is text (natural order)
+  var NUMCELL = /^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?(x( \[[^\]]*\])?( vs .*)?)?$/i;
   function decode(b64) {
     var s = atob(b64), n = s.length, a = new Uint8Array(n);
     for (var i = 0; i < n; i++) a[i] = s.charCodeAt(i);
@@ -281,7 +286,7 @@ PAGER_JS = r"""
     return new Response(st).text().then(JSON.parse);
   }
   function setup(box, rows) {
-    var per = +box.dataset.pageRows, marked = new Set(JSON.parse(box.dataset.marked || '[]'));
+    var per = +box.dataset.pageRows, total = +box.dataset.rows, marked = new Set(JSON.parse(box.dataset.marked || '[]'));
     var tbody = box.querySelector('tbody'), ths = box.querySelectorAll('thead th');
     var ctrl = box.querySelector('.fx-ctrl'), info = box.querySelector('.fx-info');
     var pageno = box.querySelector('.fx-pageno'), pages = box.querySelector('.fx-pages');
@@ -301,12 +306,13 @@ PAGER_JS = r"""
       tbody.replaceChildren(frag);
       pageno.value = page + 1; pageno.max = npages(); pages.textContent = npages();
       var f = view.length < rows.length ? ' (filtered from ' + rows.length.toLocaleString('en') + ')' : '';
+      if (total > rows.length) f += ' in this page; the table has ' + total.toLocaleString('en') + ' rows';
       info.textContent = view.length ? 'rows ' + (lo + 1) + '–' + hi + ' of ' + view.length.toLocaleString('en') + f
                                      : 'no row matches' + f;
     }
     function numeric(j) {
       var any = false;
-      for (var i = 0; i < rows.length; i++) { var c = rows[i][j]; if (c === '') continue; if (!NUM.test(c)) return false; any = true; }
+      for (var i = 0; i < rows.length; i++) { var c = rows[i][j]; if (c === '') continue; if (!NUMCELL.test(c)) return false; any = true; }
       return any;
     }
     function sortBy(j) {
@@ -325,10 +331,10 @@ PAGER_JS = r"""
       apply(); page = 0; draw();
     }
     function apply() {
-      var q = filter.value.trim().toLowerCase();
-      if (!q) { view = order; return; }
+      var q = filter.value.trim().toLowerCase().split(/\s+/).filter(Boolean);
+      if (!q.length) { view = order; return; }
       if (!low) low = rows.map(function (r) { return r.join('\u0001').toLowerCase(); });
-      view = order.filter(function (i) { return low[i].indexOf(q) >= 0; });
+      view = order.filter(function (i) { return q.every(function (w) { return low[i].indexOf(w) >= 0; }); });
     }
     ths.forEach(function (th, j) { th.addEventListener('click', function () { sortBy(j); }); });
     filter.addEventListener('input', function () { clearTimeout(timer); timer = setTimeout(function () { apply(); page = 0; draw(); }, 150); });

@@ -915,3 +915,32 @@ def test_random_frames_pair_as_before(seed):
     if len(runs) > 1:
         _check_pair(df[df["run_id"] == runs[0]], df[df["run_id"] != runs[0]])
     _check_pair(df, df.assign(time_ms=df["time_ms"] * 1.5), a_backend="aten", b_backend="triton")
+
+
+def test_one_backend_named_compares_it_on_both_sides_and_an_untimed_one_is_named():
+    """--a-backend alone once pooled every backend of B into one median (made-up times); now
+    B takes the same backend. A backend whose rows are all unavailable is named as such, not
+    reported as cases missing."""
+    from flyexplore.results.compare import pair
+
+    rng = np.random.default_rng(5)
+    a = R.frame(_sweep(rng, ["x", "y"], ["aten", "triton"], run="r1"))
+    b = R.frame(_sweep(rng, ["x", "y"], ["aten", "triton"], run="r2"))
+    one = pair(a, b, a_backend="aten")
+    both = pair(a, b, a_backend="aten", b_backend="aten")
+    _same(one.pairs.drop(columns="backend"), both.pairs.drop(columns="backend"))
+    assert set(one.pairs["backend"]) == {"aten -> aten"}
+    assert one.pairs["time_b_ms"].tolist() == b[b.backend == "aten"]["time_ms"].tolist()
+    un = R.frame(_sweep(rng, ["x"], ["aten"]) + [_row("x", "flydsl", None, status="unavailable")])
+    with pytest.raises(UsageError, match="backend 'flydsl' in B has no timed row \\(its rows: 1 unavailable\\)"):
+        pair(un, un, a_backend="aten", b_backend="flydsl")
+
+
+def test_damaged_samples_are_one_line_naming_the_row():
+    rng = np.random.default_rng(8)
+    rows = _sweep(rng, ["a", "b"], ["aten", "triton"], run="r1", carried=None)
+    rows[3]["samples_ms"] = "[[0.1, 0.2], [0.3"          # case b, triton: cut short
+    df = R.frame(rows)
+    with pytest.raises(UsageError, match=r"the samples of the row gemm b bf16 triton r1 cannot be read: "):
+        R.speedup(df, "aten")
+    assert len(R.speedup(df[df["case"] == "a"], "aten")) == 1   # the other case is not touched

@@ -82,6 +82,43 @@ def test_paged_table_pages_filters_and_sorts_from_file_url(tmp_path):
             page.click(f"{box} th:text-is('time_us')")          # again: descending
             assert [r[col] for r in _body(page, box)] == sorted(times, key=float, reverse=True)[:100]
             assert "fx-desc" in page.get_attribute(f"{box} th:text-is('time_us')", "class")
+            # several words: each somewhere in the row
+            page.fill(f"{box} .fx-filter", "needle triton")
+            expect(info).to_have_text("rows 1–1 of 1 (filtered from 240)")
+            page.fill(f"{box} .fx-filter", "")
+            # case labels start with a number but are text: natural order, not by the leading number
+            c = list(expected.columns).index("case")
+            page.click(f"{box} th:text-is('case')")
+            page.click(f"{box} button[data-go='first']")
+            natural = sorted(rows, key=lambda r: (not r[c][0].isdigit(), int(r[c].split("x")[0]) if r[c][0].isdigit() else 0,
+                                                  r[c]))
+            assert [r[c] for r in _body(page, box)] == [r[c] for r in natural][:100]
+            # a speedup column ("0.745x [0.73, 0.76] vs aten") sorts by its number; blanks last
+            sc = list(expected.columns).index("speedup")
+            page.click(f"{box} th:text-is('speedup')")
+            got = [r[sc] for r in _body(page, box)]
+            want = sorted((r[sc] for r in rows if r[sc]), key=lambda v: float(v.split("x")[0]))
+            assert got == want[:100]
         finally:
             browser.close()
     assert not errors, errors
+
+
+def test_the_counts_say_when_a_table_has_more_rows_than_the_page(tmp_path, monkeypatch):
+    try:
+        from playwright.sync_api import expect, sync_playwright
+    except ImportError:
+        _need(False, "playwright is not installed (pip install playwright; no 'playwright install')")
+    _need(Path(CHROMIUM).exists(), f"no {CHROMIUM} (Debian: apt-get install chromium)")
+    monkeypatch.setattr(T, "MAX_EMBEDDED_ROWS", 150)
+    path = write_report(many(120), tmp_path / "rep", static=False)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True, timeout=60_000)
+        try:
+            page = browser.new_page()
+            page.goto(path.resolve().as_uri())
+            page.wait_for_selector("#tbl-results[data-ready='1']", timeout=30_000)
+            expect(page.locator("#tbl-results .fx-info")).to_have_text(
+                "rows 1–100 of 150 in this page; the table has 240 rows")
+        finally:
+            browser.close()

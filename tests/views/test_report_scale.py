@@ -338,3 +338,43 @@ def test_a_rank_curve_of_more_cases_than_its_limit_is_drawn_through_that_many(mo
     assert "400 cases (curves through 50, evenly by rank)" in [a.text for a in fig.layout.annotations][0]
     small = F.speedup_distribution_figure(many(40), "aten")
     assert "evenly" not in small.layout.annotations[0].text
+
+
+def test_an_image_kaleido_could_not_render_is_not_called_written(tmp_path):
+    """kaleido "writes" 3 bytes and no error for a figure too tall for the browser (a bar per
+    case of thousands of cases): such a file is no image, so the export says why and writes
+    HTML instead of reporting a PNG."""
+    for fmt, good in (("png", b"\x89PNG\r\n\x1a\n" + b"\0" * 20), ("pdf", b"%PDF-1.4\n"),
+                      ("svg", b'<svg xmlns="http://www.w3.org/2000/svg"></svg>')):
+        p = tmp_path / f"ok.{fmt}"
+        p.write_bytes(good)
+        bad = tmp_path / f"bad.{fmt}"
+        bad.write_bytes(b"\x00\x00\x00")
+        assert X._is_image(p, fmt) and not X._is_image(bad, fmt)
+
+
+@pytest.mark.slow
+def test_a_figure_too_tall_to_render_falls_back_to_html_with_the_reason(tmp_path):
+    if X.static_export_problem():
+        pytest.skip(f"no static export here: {X.static_export_problem()}")
+    fig = F.speedup_figure(many(3000), "aten")   # one bar per case: about 54,000 px tall
+    path, note = X.export_figure(fig, tmp_path / "bars.png")
+    assert path.suffix == ".html" and not (tmp_path / "bars.png").exists()
+    assert "no valid PNG" in note and "too large" in note
+
+
+def test_export_of_a_speedup_figure_past_the_case_limit_draws_the_distribution(tmp_path):
+    from flyexplore.cli import main
+
+    f = tmp_path / "many.parquet"
+    R.save(many(ST.BAR_MAX_CASES + 1), f)
+    out = tmp_path / "fig.html"
+    assert main(["export", str(f), "--figure", "speedup", "--out", str(out)]) == 0
+    page = out.read_text()
+    assert '"type":"scattergl"' in page and f"{ST.BAR_MAX_CASES + 1} cases" in page
+    few = tmp_path / "few.parquet"
+    R.save(many(ST.BAR_MAX_CASES), few)
+    assert main(["export", str(few), "--figure", "speedup", "--out", str(tmp_path / "bars.html")]) == 0
+    assert '"type":"bar"' in (tmp_path / "bars.html").read_text()
+    assert main(["export", str(few), "--figure", "distribution", "--out", str(tmp_path / "d.html")]) == 0
+    assert '"type":"scattergl"' in (tmp_path / "d.html").read_text()
