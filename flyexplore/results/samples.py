@@ -22,6 +22,7 @@ This module gives them as :class:`Parsed` records:
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -71,24 +72,30 @@ EMPTY = summarize(0, np.asarray([], dtype=float))
 
 _cache: dict[str, Parsed] = {}
 _cache_bytes = [0]
+#: The live sweep panel's UI thread and the caller's thread may both fill the cache.
+_lock = threading.Lock()
 
 
 def clear_cache() -> None:
     """Forget every parsed text (tests; memory)."""
-    _cache.clear()
-    _cache_bytes[0] = 0
+    with _lock:
+        _cache.clear()
+        _cache_bytes[0] = 0
 
 
 def _remember(text: str, p: Parsed) -> None:
     size = len(text) + p.values.nbytes + 200
     if size > CACHE_BYTES:
         return
-    _cache[text] = p
-    _cache_bytes[0] += size
-    while _cache_bytes[0] > CACHE_BYTES and _cache:
-        old = next(iter(_cache))
-        q = _cache.pop(old)
-        _cache_bytes[0] -= len(old) + q.values.nbytes + 200
+    with _lock:
+        if text in _cache:
+            return
+        _cache[text] = p
+        _cache_bytes[0] += size
+        while _cache_bytes[0] > CACHE_BYTES and _cache:
+            old = next(iter(_cache))
+            q = _cache.pop(old)
+            _cache_bytes[0] -= len(old) + q.values.nbytes + 200
 
 
 def parse(texts: Sequence) -> list[Parsed]:
