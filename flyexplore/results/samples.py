@@ -143,7 +143,6 @@ def parse_column(column, positions: np.ndarray) -> list[Parsed]:
     are: pyarrow's ``take`` on a column of many chunks (one per concatenated frame) copies them
     all first, and the whole column as Python text is its size several times over. Raises
     :class:`BadSamples` naming the first row whose text does not parse."""
-    import pandas as pd
     import pyarrow as pa
 
     positions = np.asarray(positions, dtype=np.int64)
@@ -165,8 +164,7 @@ def parse_column(column, positions: np.ndarray) -> list[Parsed]:
                 sel = np.flatnonzero(which == c)
                 local = at[sel] - (ends[c - 1] if c else 0)
                 texts[sel] = chunks[c].take(pa.array(local)).to_pylist()
-        texts = [None if t is None or t is pd.NA else t for t in texts]
-        try:
+        try:   # parse() reads a missing cell (None, NA, NaN) as no samples
             out += parse(texts)
         except (ValueError, TypeError) as exc:   # which row: the first text that does not parse
             for k, t in zip(at.tolist(), texts):
