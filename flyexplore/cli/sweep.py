@@ -85,6 +85,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "expensive first")
     p.add_argument("--workers", type=int, help="CPU: this many worker processes (sharding on the CPU); "
                    "ray: at most this many actors")
+    p.add_argument("--processes", type=int, metavar="N",
+                   help="measure every case in N fresh worker processes (one pass of the plan each, the "
+                   "case order rotated between passes) and combine them: each row's interval then covers "
+                   "what another run reads (default 1: one process, its own interval)")
     p.add_argument("--case-timeout", type=float, metavar="SECONDS",
                    help="a case (compile included) running longer gets timeout rows and its worker is "
                    "killed and replaced (default 900; 0 = none)")
@@ -172,7 +176,7 @@ def run(a: argparse.Namespace) -> int:
     kw = {"band": a.band} if a.band is not None else {}
     spec = SweepSpec(a.op, suite=a.suite, shapes=a.shapes, dtypes=dtypes_for(a), backends=a.backends,
                      device=a.device, seed=a.seed, order=a.order, timer=timer_of(a), baseline=a.baseline,
-                     trace=a.trace, engine=engine_of(a), devices=a.devices, workers=a.workers,
+                     trace=a.trace, engine=engine_of(a), devices=a.devices, workers=a.workers, processes=a.processes,
                      case_timeout=a.case_timeout, max_cases_per_worker=a.max_cases_per_worker,
                      ray_address=a.ray_address, worker_start_timeout=a.worker_start_timeout,
                      max_memory=parse_bytes(a.max_memory, "--max-memory") if a.max_memory is not None else None,

@@ -219,3 +219,111 @@ def fmt_interval(est: float, lo: float, hi: float, label: str | None = None) -> 
     else:
         s = f"{est:.3f}x [{lo:.3f}, {hi:.3f}]"
     return f"{s} {label}" if label else s
+
+
+# -- between processes and between runs -------------------------------------------------------------
+
+#: Normal quantile of the two-sided 95% interval (``scipy.stats.norm.ppf(0.975)``): turns an
+#: order-statistic 95% interval's half-width, in log space, into a standard error.
+Z95 = 1.959963984540054
+
+
+@functools.lru_cache(maxsize=256)
+def t_quantile(df: float, confidence: float = CONFIDENCE) -> float:
+    """Two-sided Student-t quantile (``scipy.stats.t.ppf(0.5 + confidence / 2, df)``) for ``df``
+    degrees of freedom (> 0; not necessarily an integer: Welch's df)."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.5 + confidence / 2, df))
+
+
+def log_se(lo, hi):
+    """Standard error, in log space, that a 95% interval ``[lo, hi]`` stands for:
+    ``(log hi - log lo) / (2 * 1.96)``. Scalars or arrays; NaN where a bound is missing or not
+    positive."""
+    lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se = np.where((lo > 0) & (hi >= lo), (np.log(hi) - np.log(lo)) / (2 * Z95), np.nan)
+    return float(se) if se.ndim == 0 else se
+
+
+def _spread(x: np.ndarray, se: np.ndarray) -> float:
+    """Variance of one process's log estimate: the sample variance of ``x`` (between processes,
+    which includes each process's own noise), but never below the mean within-process variance
+    ``se**2`` (with 2 or 3 processes the sample variance alone can come out near 0 by chance)."""
+    s2 = float(np.var(x, ddof=1)) if x.size > 1 else math.nan
+    w = se[np.isfinite(se)]
+    w2 = float(np.mean(w ** 2)) if w.size else 0.0
+    return max(s2, w2) if math.isfinite(s2) else w2
+
+
+def between_process(estimates: Sequence[float], ses: Sequence[float] | None = None,
+                    confidence: float = CONFIDENCE, shift: float = 0.0) -> tuple[float, float, float]:
+    """Combine one quantity (a median time in ms, or a speedup) measured in ``n`` fresh processes
+    into ``(estimate, lo, hi)``: the geometric mean of the per-process estimates and a
+    ``confidence`` **prediction interval for another run of n processes** -- the interval that
+    covers what the next run of the same sweep reads, not only this run's own noise.
+
+    In log space, with ``x_i = log(estimate_i)``: the variance of one process's estimate is the
+    sample variance of the ``x_i`` (it holds both the between-process variation and each
+    process's own noise), floored at the mean of ``ses**2`` (each process's within-process
+    standard error in log space, :func:`log_se` of its 95% interval); the difference of two runs'
+    means has twice the variance of one mean, so the half-width is
+    ``t(n - 1) * sqrt(2 * var / n)`` (Student t, the usual prediction interval for a future
+    mean of n; pyperf's lesson that run-to-run variation must be measured across processes, not
+    assumed). ``shift``: the standard deviation, in log space, of a shift that moves a whole run
+    and that its own processes cannot see (a machine whose speed wanders over minutes:
+    :data:`flyexplore.results.table.RUN_SHIFT`); it adds ``z * sqrt(2) * shift`` in quadrature.
+    Needs n >= 2 for an interval (else ``lo``/``hi`` are NaN); non-positive or missing
+    estimates are left out."""
+    x = np.asarray(estimates, dtype=float)
+    se = np.full(x.size, np.nan) if ses is None else np.asarray(ses, dtype=float)
+    keep = np.isfinite(x) & (x > 0)
+    x, se = np.log(x[keep]), se[keep]
+    if x.size == 0:
+        return (math.nan, math.nan, math.nan)
+    c = float(np.mean(x))
+    if x.size < 2:
+        return (math.exp(c), math.nan, math.nan)
+    half = t_quantile(x.size - 1, confidence) * math.sqrt(2 * _spread(x, se) / x.size)
+    half = math.hypot(half, _z(confidence) * math.sqrt(2) * shift)
+    return (math.exp(c), math.exp(c - half), math.exp(c + half))
+
+
+def _z(confidence: float) -> float:
+    return Z95 if confidence == CONFIDENCE else t_quantile(1e9, confidence)
+
+
+def between_runs(a: Sequence[float], a_ses: Sequence[float] | None, b: Sequence[float],
+                 b_ses: Sequence[float] | None, confidence: float = CONFIDENCE,
+                 shift: float = 0.0) -> tuple[float, float, float, float]:
+    """The ratio ``A / B`` of one quantity measured by two runs, each in several fresh processes
+    (``a``, ``b``: the per-process estimates, e.g. median times in ms; ``*_ses``: their
+    within-process log standard errors, or None): ``(ratio, lo, hi, half)`` where ``ratio`` is
+    the ratio of the two geometric means, ``[lo, hi]`` its ``confidence`` interval and ``half``
+    its half-width in log space (the cross-run allowance this pair was given).
+
+    Welch's interval on the log estimates: each side's variance as in :func:`between_process`
+    (sample variance floored by the within-process one), ``se**2 = var_a / n_a + var_b / n_b``,
+    Welch-Satterthwaite degrees of freedom, ``log ratio +- t(df) * se``. It uses each run's own
+    between-process variation, so two identical builds can read SAME when their processes agree.
+    ``shift`` as in :func:`between_process` (a run-wide shift no process sees), added in
+    quadrature. Needs two processes a side (else NaN bounds)."""
+    xa, xb = (np.asarray(v, dtype=float) for v in (a, b))
+    sa = np.full(xa.size, np.nan) if a_ses is None else np.asarray(a_ses, dtype=float)
+    sb = np.full(xb.size, np.nan) if b_ses is None else np.asarray(b_ses, dtype=float)
+    ka, kb = np.isfinite(xa) & (xa > 0), np.isfinite(xb) & (xb > 0)
+    xa, sa, xb, sb = np.log(xa[ka]), sa[ka], np.log(xb[kb]), sb[kb]
+    if xa.size == 0 or xb.size == 0:
+        return (math.nan, math.nan, math.nan, math.nan)
+    d = float(np.mean(xa) - np.mean(xb))
+    if xa.size < 2 or xb.size < 2:
+        return (math.exp(d), math.nan, math.nan, math.nan)
+    va, vb = _spread(xa, sa) / xa.size, _spread(xb, sb) / xb.size
+    v = va + vb
+    extra = _z(confidence) * math.sqrt(2) * shift
+    if v <= 0:
+        return (math.exp(d), math.exp(d - extra), math.exp(d + extra), extra)
+    df = v ** 2 / (va ** 2 / (xa.size - 1) + vb ** 2 / (xb.size - 1))
+    half = math.hypot(t_quantile(df, confidence) * math.sqrt(v), extra)
+    return (math.exp(d), math.exp(d - half), math.exp(d + half), half)

@@ -10,6 +10,7 @@ result says so in ``warnings`` instead of mixing them silently.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -60,8 +61,51 @@ class ABResult:
 
     @property
     def geomean_ci(self) -> tuple[float, float, float]:
-        """``(geomean, lo, hi)`` of all paired ratios (:func:`flyexplore.measure.stats.geomean_ci`)."""
-        return S.geomean_ci(self.pairs["ratio"], self.pairs["ratio_lo"], self.pairs["ratio_hi"])
+        """``(geomean, lo, hi)`` of all paired ratios (:func:`geomean_interval`)."""
+        return geomean_interval(self.pairs)
+
+
+def geomean_interval(pairs: pd.DataFrame) -> tuple[float, float, float]:
+    """``(geomean, lo, hi)`` of the ``ratio`` column of ``pairs`` (an :class:`ABResult`'s pairs).
+
+    The per-pair intervals combine as in :func:`flyexplore.measure.stats.geomean_ci` (independent
+    noise, in log space, shrinking as 1/sqrt(n)) -- except a run-to-run allowance
+    (``unpaired+run`` pairs, :data:`flyexplore.results.table.RUN_TO_RUN`): that is one machine
+    change shared by every case of the two runs, not noise that averages out, so it is taken off
+    each pair's interval first and put back once, whole, on the geometric mean's. Without that,
+    the geomean of 1,000 cross-run pairs read SLOWER while every pair read AMBIGUOUS."""
+    est, lo, hi = (pairs[c].to_numpy(dtype=float, na_value=np.nan) for c in ("ratio", "ratio_lo", "ratio_hi"))
+    run = (pairs["interval"] == "unpaired+run").to_numpy(dtype=bool) if "interval" in pairs else np.zeros(len(est), bool)
+    a = pairs["allowance"].to_numpy(dtype=float, na_value=np.nan) if "allowance" in pairs else np.full(len(est), np.nan)
+    run = run & np.isfinite(a)
+    if not run.any():
+        return S.geomean_ci(est, lo, hi)
+    lo, hi = np.where(run, lo * (1 + a), lo), np.where(run, hi / (1 + a), hi)
+    gm, glo, ghi = S.geomean_ci(est, lo, hi)
+    common = float(np.max(a[run]))
+    return gm, glo / (1 + common), ghi * (1 + common)
+
+
+def _platform(a: pd.DataFrame, b: pd.DataFrame) -> str:
+    vals = sorted({str(v) for d in (a, b) if "platform" in d for v in d["platform"].dropna().unique()})
+    return ",".join(vals) or "unknown"
+
+
+def _basis(hows: np.ndarray, allow: np.ndarray, platform: str) -> list:
+    """Why each pair's interval holds the cross-run allowance it does (text; NA where none)."""
+    out = []
+    for h, a in zip(hows.tolist(), allow.tolist()):
+        if h == "between-process" and math.isfinite(a):
+            out.append(f"±{math.expm1(a):.1%}: the runs' own between-process variation")
+        elif h == "unpaired+run" and math.isfinite(a):
+            default = max((R.RUN_TO_RUN.get(p, R.RUN_TO_RUN["cpu"]) for p in platform.split(",")), default=math.nan)
+            why = (f"the {platform} default (flyexplore.results.table.RUN_TO_RUN, calibrated on "
+                   f"{R.RUN_TO_RUN_SOURCE}); measure with --processes to use the runs' own"
+                   if abs(a - default) < 1e-12 else "how far a side drifted within its own run")
+            out.append(f"±{a:.1%} a side: {why}")
+        else:
+            out.append(pd.NA)
+    return out
 
 
 def env_warnings(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B")) -> tuple[str, ...]:
@@ -151,11 +195,13 @@ def pair(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B"),
         raise UsageError(f"no case is in both {names[0]} and {names[1]} "
                          f"({len(only_a)} only in {names[0]}, {len(only_b)} only in {names[1]})")
     rows_a, rows_b = _groups(ga), _groups(gb)
-    ests, los, his, hows = R.ratio_intervals(
+    ests, los, his, hows, allow = R.ratio_intervals(
         a, [ka[rows_a[g]] for g in p.pop("_order_a").astype(int)], b, [kb[rows_b[g]] for g in p.pop("_order_b").astype(int)],
-        (p["time_a_ms"] / p["time_b_ms"]).to_numpy(dtype=float))
+        (p["time_a_ms"] / p["time_b_ms"]).to_numpy(dtype=float), with_allowance=True)
     p["ratio"] = ests
     p["ratio_lo"], p["ratio_hi"], p["interval"] = los, his, hows
+    p["allowance"] = allow
+    p["allowance_basis"] = _basis(hows, allow, _platform(a, b))
     p["verdict"] = [pd.NA if h == "none" else S.verdict(lo, hi) for h, lo, hi in zip(hows, los.tolist(), his.tolist())]
     p["tie"] = (p["ratio"] - 1.0).abs() <= R.TIE_BAND
     if a_backend or b_backend:
@@ -165,7 +211,7 @@ def pair(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B"),
     for k, g in p.groupby(grp, sort=False, dropna=False):
         k = k if isinstance(k, tuple) else (k,)
         r = dict(zip(grp, k))
-        gm, lo, hi = S.geomean_ci(g["ratio"], g["ratio_lo"], g["ratio_hi"])
+        gm, lo, hi = geomean_interval(g)
         r.update({"pairs": len(g), "geomean": gm, "geomean_lo": lo, "geomean_hi": hi,
                   "verdict": S.verdict(lo, hi) if g["verdict"].notna().all() else pd.NA,
                   "min": g["ratio"].min(), "max": g["ratio"].max(),

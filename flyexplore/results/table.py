@@ -98,6 +98,10 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "band": ("Float64", "equivalence band of the SAME label (0.01 = +-1%)"),
     "wall_s": ("Float64", "wall time of the case's timing (warm-up and all rounds, all backends), s"),
     "verdict_s": ("Float64", "wall time until every speedup interval of the case first met ci_target, s"),
+    "processes": ("Int64", "fresh worker processes whose measurements this row combines (sweep --processes; "
+                  "flyexplore.run.processes); its intervals then cover another run. Missing: 1"),
+    "process_estimates": ("string", "JSON list, one object per process: time_ms, time_se (log standard error "
+                          "within that process), speedup, speedup_se, rounds, wall_s, verdict_s, clock_mhz_min, worker"),
     "recheck_ok": ("boolean", "output checked again after timing, on fresh input values, within tolerance"),
     "device_id": ("string", "physical device: GPU UUID (NVIDIA) or PCI bus id (AMD)"),
     "clock_mhz_start": ("Float64", "SM/GFX clock read at the start of the case, MHz (NVML / amdsmi)"),
@@ -628,7 +632,7 @@ SPEEDUP_COLUMNS = ("backend", "time_ms", "baseline", "baseline_ms", "speedup", "
 #: ``time_ms`` and ``backend`` must be there; any other may be missing (it reads as NA).
 SPEEDUP_INPUTS = ("status", "time_ms", "backend", "flydsl_taken", "run_id", "source", "band", "baseline",
                   "speedup", "speedup_lo", "speedup_hi", "order", "samples_ms", "platform",
-                  "time_ci_lo_ms", "time_ci_hi_ms")
+                  "time_ci_lo_ms", "time_ci_hi_ms", "processes", "process_estimates")
 
 
 def _eq(a, b) -> bool:
@@ -720,6 +724,19 @@ class _Rows:
 #: a shared CPU a difference between runs under 2x cannot be told from the machine. Where a side
 #: drifted more than this within its own run, :func:`ratio_interval` widens by that drift.
 RUN_TO_RUN = {"cuda": 0.02, "rocm": 0.02, "cpu": 1.00}
+#: A shift of a whole run that its own processes cannot see, as a standard deviation in log
+#: space, per platform: added (in quadrature) to the between-process intervals of rows measured
+#: with ``--processes`` and of cross-run pairs of such rows
+#: (:func:`flyexplore.measure.stats.between_process`, :func:`~flyexplore.measure.stats.between_runs`).
+#: Calibrated by ``benchmarks/reproducible.py`` as the variance of run means beyond what the runs'
+#: between-process variation explains (method of moments, pooled over rows): H200, 2 runs x 3
+#: processes x 24 rows: none (the between-run differences, -0.94% to +0.31%, are what the
+#: processes' own spread predicts: excess variance < 0), so 0; this 2-core shared CPU, 2 runs x 3
+#: processes x 12 rows: 2.6% (the machine's speed moves with its neighbours' load over minutes,
+#: more than over the seconds between passes), so 3%.
+RUN_SHIFT = {"cuda": 0.0, "rocm": 0.0, "cpu": 0.03}
+#: Where :data:`RUN_TO_RUN`'s figures come from (shown beside every verdict that uses them).
+RUN_TO_RUN_SOURCE = "data/h200/reproducible/calibration.json and data/bench/reproducible_cpu/calibration.json"
 
 
 def ratio_interval(base_rows: pd.DataFrame, x_rows: pd.DataFrame) -> tuple[float, float, float, str]:
@@ -753,8 +770,8 @@ def ratio_interval(base_rows: pd.DataFrame, x_rows: pd.DataFrame) -> tuple[float
 
 
 def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray], x: pd.DataFrame | _Rows,
-                    x_groups: Sequence[np.ndarray], est: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                    x_groups: Sequence[np.ndarray], est: np.ndarray, with_allowance: bool = False
+                    ) -> tuple[np.ndarray, ...]:
     """The rules of :func:`ratio_interval` for many pairs at once: pair ``k`` is the rows at
     positions ``base_groups[k]`` of ``base`` (the baseline side) against ``x_groups[k]`` of ``x``
     (positions in row order, not index labels; ``base`` and ``x`` may be one frame), and
@@ -766,15 +783,21 @@ def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray
     side -- what a sweep and a compare of two sweeps give -- are computed together with numpy,
     the paired ones for all pairs of one round count at once; only pairs with several rows on a
     side (several runs of a backend) concatenate their samples one pair at a time. Raises
-    ``ValueError`` as :func:`ratio_interval` does."""
+    ``ValueError`` as :func:`ratio_interval` does.
+
+    ``with_allowance``: also return a fifth array, the relative cross-run allowance each pair's
+    interval holds (NaN where none): for ``unpaired+run`` the fraction each side was widened by
+    (:data:`RUN_TO_RUN` or a drift), for ``between-process`` the half-width of the Welch
+    interval in log space (:func:`flyexplore.measure.stats.between_runs`)."""
     b = base if isinstance(base, _Rows) else _Rows(base)
     x = x if isinstance(x, _Rows) else _Rows(x)
     n = len(base_groups)
     est = np.array(est, dtype=float)
     lo, hi = np.full(n, np.nan), np.full(n, np.nan)
     how = np.full(n, "none", dtype=object)
+    allow = np.full(n, np.nan)
     if not n:
-        return est, lo, hi, how
+        return (est, lo, hi, how, allow) if with_allowance else (est, lo, hi, how)
     nb = np.fromiter((len(g) for g in base_groups), dtype=np.int64, count=n)
     nx = np.fromiter((len(g) for g in x_groups), dtype=np.int64, count=n)
     one = (nb == 1) & (nx == 1)
@@ -788,6 +811,13 @@ def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray
     rb[one] = [p.rounds for p in pb[first_b[one]]]
     rx[one] = [p.rounds for p in px[first_x[one]]]
 
+    # between-process: one row a side, each measured in >= 2 fresh processes (sweep --processes):
+    # the per-process estimates give the interval, within and between processes together
+    procs = one & (b.num("processes")[np.maximum(i, 0)] >= 2) & (x.num("processes")[np.maximum(j, 0)] >= 2)
+    if procs.any():
+        _between(np.flatnonzero(procs), b, i, x, j, est, lo, hi, how, allow)
+        one = one & ~(how == "between-process")
+
     # paired: one row a side, both interleaved in one run, the same number of stored rounds
     paired = one.copy()
     if paired.any():
@@ -800,7 +830,7 @@ def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray
         _paired(np.flatnonzero(paired), pb[first_b], px[first_x], est, lo, hi, how)
 
     # unpaired: samples on both sides; one row a side from the parsed records, together
-    rest = ~paired
+    rest = ~paired & ~(how == "between-process")
     if rest.any():
         kk = np.flatnonzero(rest & one)
         if kk.size:
@@ -810,7 +840,7 @@ def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray
             k1 = kk[has]
             if k1.size:
                 _unpaired(k1, sb[has], sx[has], ~_same(b.obj("run_id")[i[k1]], x.obj("run_id")[j[k1]]),
-                          np.maximum(b.allowance()[i[k1]], x.allowance()[j[k1]]), est, lo, hi, how)
+                          np.maximum(b.allowance()[i[k1]], x.allowance()[j[k1]]), est, lo, hi, how, allow)
             # notch: one row a side, a side without samples: the stored intervals of the medians
             k2 = kk[~has]
             if k2.size:
@@ -832,7 +862,7 @@ def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray
                 sb = SP.summarize_many([0] * k3.size, [v for v, h in zip(vb, has) if h])
                 sx = SP.summarize_many([0] * k3.size, [v for v, h in zip(vx, has) if h])
                 cross = np.zeros(k3.size, dtype=bool)
-                allow = np.zeros(k3.size)
+                allow_ = np.zeros(k3.size)
                 run_b, run_x = b.obj("run_id"), x.obj("run_id")
                 al_b, al_x = b.allowance(), x.allowance()
                 for m, k in enumerate(k3.tolist()):
@@ -840,10 +870,57 @@ def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray
                     runs_b = {v for v in run_b[ib] if not pd.isna(v)}
                     runs_x = {v for v in run_x[ix] if not pd.isna(v)}
                     cross[m] = runs_b != runs_x or len(runs_b) != 1
-                    allow[m] = max(al_b[ib].max(), al_x[ix].max())
-                _unpaired(k3, np.asarray(sb, dtype=object), np.asarray(sx, dtype=object), cross, allow,
-                          est, lo, hi, how)
-    return est, lo, hi, how
+                    allow_[m] = max(al_b[ib].max(), al_x[ix].max())
+                _unpaired(k3, np.asarray(sb, dtype=object), np.asarray(sx, dtype=object), cross, allow_,
+                          est, lo, hi, how, allow)
+    return (est, lo, hi, how, allow) if with_allowance else (est, lo, hi, how)
+
+
+def run_shift(platform) -> float:
+    """:data:`RUN_SHIFT` of ``platform`` (the CPU's for an unknown or missing one)."""
+    return RUN_SHIFT.get(str(platform), RUN_SHIFT["cpu"]) if not pd.isna(platform) else RUN_SHIFT["cpu"]
+
+
+def process_estimates(text) -> list[dict]:
+    """The per-process estimates of a row measured with ``--processes`` (its
+    ``process_estimates`` JSON text): a list of dicts (``time_ms``, ``time_se``, ``speedup``,
+    ``speedup_se``, ...; see :data:`COLUMNS`); ``[]`` for a missing or unreadable text."""
+    if not isinstance(text, str) or not text:
+        return []
+    try:
+        got = json.loads(text)
+    except ValueError:
+        return []
+    return [p for p in got if isinstance(p, dict)] if isinstance(got, list) else []
+
+
+def _between(k: np.ndarray, b: _Rows, i: np.ndarray, x: _Rows, j: np.ndarray, est, lo, hi, how, allow) -> None:
+    """Pairs ``k`` whose one row a side carries >= 2 per-process estimates: the ratio of the
+    sides' geometric-mean times with the Welch interval over processes
+    (:func:`flyexplore.measure.stats.between_runs`). Rows of one run (the same ``run_id``) were
+    timed process by process together: their per-process time ratios are combined instead
+    (:func:`flyexplore.measure.stats.between_process`, a prediction interval). A pair whose
+    estimates do not read is left to the other rules. Writes into the arrays."""
+    eb, ex, rb, rx = b.obj("process_estimates"), x.obj("process_estimates"), b.obj("run_id"), x.obj("run_id")
+    pl, px_ = b.obj("platform"), x.obj("platform")
+    for q in k.tolist():
+        pb, px = process_estimates(eb[i[q]]), process_estimates(ex[j[q]])
+        tb = [float(p.get("time_ms") or np.nan) for p in pb]
+        tx = [float(p.get("time_ms") or np.nan) for p in px]
+        sb = [float(p["time_se"]) if p.get("time_se") is not None else np.nan for p in pb]
+        sx = [float(p["time_se"]) if p.get("time_se") is not None else np.nan for p in px]
+        if len(tb) < 2 or len(tx) < 2:
+            continue
+        if _eq(rb[i[q]], rx[j[q]]) and len(tb) == len(tx):
+            r = np.asarray(tb) / np.asarray(tx)
+            se = np.sqrt(np.asarray(sb) ** 2 + np.asarray(sx) ** 2)
+            e, l_, h_ = S.between_process(r, se)
+            a = math.log(h_ / e) if math.isfinite(h_) and e > 0 else np.nan
+        else:
+            e, l_, h_, a = S.between_runs(tb, sb, tx, sx, shift=max(run_shift(pl[i[q]]), run_shift(px_[j[q]])))
+        if not all(math.isfinite(v) for v in (e, l_, h_)):
+            continue
+        est[q], lo[q], hi[q], how[q], allow[q] = e, l_, h_, "between-process", a
 
 
 def _allowance(platform: np.ndarray) -> np.ndarray:
@@ -884,12 +961,13 @@ def _paired(k: np.ndarray, pb: np.ndarray, px: np.ndarray, est, lo, hi, how) -> 
 
 
 def _unpaired(k: np.ndarray, pb: np.ndarray, px: np.ndarray, cross: np.ndarray, allow: np.ndarray,
-              est, lo, hi, how) -> None:
+              est, lo, hi, how, used=None) -> None:
     """Unpaired ratios (:func:`flyexplore.measure.stats.unpaired_ratio`) of pairs ``k`` from each
     side's parsed record (``pb``, ``px``: one :class:`~flyexplore.results.samples.Parsed` a pair:
     median, interval at the side confidence, drift), widened where ``cross`` (the sides come from
     different runs) by the larger of ``allow`` (the platforms' :data:`RUN_TO_RUN`; -inf: none
-    known, the CPU's) and the two drifts. Writes into the arrays."""
+    known, the CPU's) and the two drifts. Writes into the arrays; ``used`` (optional) gets the
+    allowance applied to each cross-run pair."""
     mb, blo, bhi, db = (np.fromiter((getattr(p, f) for p in pb), dtype=float, count=k.size)
                         for f in ("median", "lo", "hi", "drift"))
     mx, xlo, xhi, dx = (np.fromiter((getattr(p, f) for p in px), dtype=float, count=k.size)
@@ -904,6 +982,8 @@ def _unpaired(k: np.ndarray, pb: np.ndarray, px: np.ndarray, cross: np.ndarray, 
         lo[k] = np.where(cross, l_ / (1 + a), l_)
         hi[k] = np.where(cross, h_ * (1 + a), h_)
     how[k] = np.where(cross, "unpaired+run", "unpaired")
+    if used is not None:
+        used[k] = np.where(cross, a, np.nan)   # the allowance applied, shown beside the verdict
 
 
 def speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",

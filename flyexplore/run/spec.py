@@ -386,10 +386,10 @@ def gpu_indices(devices) -> list[int]:
 
 
 def choose_engine(engine: str, device=None, *, devices=None, workers=None, case_timeout=None,
-                  max_cases=None, op=None) -> str:
+                  max_cases=None, op=None, processes=None) -> str:
     """Check the engine options of a sweep and return the engine it will use: ``in-process``,
     ``local`` or ``ray``. ``auto``: ``local`` when the sweep's device is a GPU or when
-    ``devices``, ``workers`` or ``case_timeout`` are given, else ``in-process`` (see
+    ``devices``, ``workers``, ``case_timeout`` or ``processes`` > 1 are given, else ``in-process`` (see
     :mod:`flyexplore.run.engine` for why). Raises :class:`UsageError` naming the bad value: an
     unknown engine, ``workers`` < 1 or on a GPU, ``devices`` on the CPU or together with
     ``device``, a GPU index torch does not see, a negative ``case_timeout``, ``max_cases`` < 1,
@@ -425,7 +425,7 @@ def choose_engine(engine: str, device=None, *, devices=None, workers=None, case_
     elif engine == "local":
         kind = "local"
     else:
-        wants = devices is not None or workers is not None or case_timeout is not None
+        wants = devices is not None or workers is not None or case_timeout is not None or (processes or 1) > 1
         kind = "local" if dev.type == "cuda" or wants else "in-process"
     if kind != "in-process" and op is not None:
         op_ref(op)
@@ -572,6 +572,11 @@ class SweepSpec:
     most this many Ray actors), ``case_timeout`` (s, >= 0, 0 = none; default
     :data:`flyexplore.run.engine.CASE_TIMEOUT_S`), ``max_cases_per_worker`` (>= 1; default
     :data:`flyexplore.run.engine.MAX_CASES`), ``ray_address`` (with ``engine="ray"``).
+    ``processes`` (>= 1, default 1): measure every case in this many fresh worker processes, one
+    pass of the whole plan each, the case order rotated between passes, and combine each row's
+    measurements so that its interval covers another run (:mod:`flyexplore.run.processes`); 2 or
+    more needs local workers (interleaved order; not ``in-process`` or Ray) and is part of
+    :meth:`plan_dict`.
 
     Where the rows go: ``out`` (``.parquet``, ``.csv`` or ``.jsonl``; kept as a ``Path``),
     ``resume`` (skip the keys already there) or ``overwrite`` (replace it), not both;
@@ -608,6 +613,7 @@ class SweepSpec:
     engine: str = "auto"
     devices: str | tuple[int, ...] | None = None
     workers: int | None = None
+    processes: int | None = None
     case_timeout: float | None = None
     max_cases_per_worker: int | None = None
     ray_address: str | None = None
@@ -682,9 +688,19 @@ class SweepSpec:
         modes.check(timer.get("mode", modes.DEFAULT), self.order, dev.type == "cuda")
         if self.ray_address is not None and self.engine != "ray":
             raise UsageError("--ray-address needs --executor ray")
+        if self.processes is not None and not _int_ok(self.processes, 1):
+            raise UsageError(f"{'--processes' if flags else 'processes'} must be an integer >= 1, got {self.processes!r}")
+        many = (self.processes or 1) > 1
+        if many and self.engine in ("in-process", "ray"):
+            raise UsageError(f"{'--processes' if flags else 'processes'} {self.processes} starts fresh local worker "
+                             f"processes for each pass; it does not go with "
+                             f"{'--in-process' if self.engine == 'in-process' else '--executor ray'}")
+        if many and self.order != "interleaved":
+            raise UsageError(f"{'--processes' if flags else 'processes'} combines interleaved measurements; "
+                             f"it does not go with order {self.order!r}")
         put("engine_kind", choose_engine(self.engine, self.device, devices=self.devices, workers=self.workers,
                                          case_timeout=self.case_timeout, max_cases=self.max_cases_per_worker,
-                                         op=plan.op))
+                                         op=plan.op, processes=self.processes))
 
     def to_dict(self) -> dict:
         """Every field as JSON values (paths and devices as text, tuples as lists, cases by
@@ -712,14 +728,15 @@ class SweepSpec:
         """What the rows of this spec measure and how, as resolved (not as typed): the operator,
         the plan's ``"case dtype"`` entries in order (duplicates folded, a suite or shapes file
         expanded, default options spelled out), its backends, the device it resolves to, and the
-        seed, order, timer, band, baseline and trace. JSON values. ``--resume`` must not change it
+        seed, order, timer, band, baseline and trace (and ``processes`` when > 1). JSON values. ``--resume`` must not change it
         silently (:mod:`flyexplore.run.journal`); where the rows go (:data:`FILE_FIELDS`) and
         where and how safely they run (engine, devices, workers, time limits, ``max_memory``) are
         not part of it, so a resume may change them (a longer ``--case-timeout`` after a time-out)."""
         d = self.to_dict()
         return {"op": self.plan.op.name, "cases": [f"{c.label} {dt}" for c, dt in self.plan.pairs],
                 "backends": list(self.plan.backends), "device": str(check_device(self.device)),
-                **{k: d[k] for k in ("seed", "order", "timer", "band", "baseline", "trace")}}
+                **{k: d[k] for k in ("seed", "order", "timer", "band", "baseline", "trace")},
+                **({"processes": self.processes} if (self.processes or 1) > 1 else {})}
 
     def plan_fingerprint(self) -> str:
         """12 hex digits of SHA-256 over :meth:`plan_dict`: the plan a sweep's journal keeps

@@ -51,6 +51,7 @@ from flyexplore.run.cases import (
 )
 from flyexplore.run.engine import CaseSettings, Task, limits, run_tasks
 from flyexplore.run.journal import Journal, JournalError, journal_path  # noqa: F401 - journal_path: re-exported
+from flyexplore.run.processes import combine, rotated
 from flyexplore.run.spec import SweepSpec
 from flyexplore.world import env as ENV
 
@@ -188,7 +189,7 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
 
     bar = tqdm(total=len(todo), disable=not progress, unit="row", desc=f"{plan.op.name} sweep")
 
-    def emit(case, dtype, b, cols, info):
+    def emit(case, dtype, b, cols, info, tick=True):
         row = _base_row(plan.op, case, dtype, b, run_id, {**fp, **(info.get("fp") or {})})
         row["plan"] = record["plan_fingerprint"]
         row.update(cols)
@@ -197,7 +198,8 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
         if not row.get("device_id"):
             row["device_id"] = info.get("device_id")
         row["timestamp"] = _now()
-        bar.update(1)
+        if tick:
+            bar.update(1)
         if writer.add(row) and on_row is not None:
             on_row(row)
 
@@ -243,10 +245,19 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
                               should_stop=should_stop, status=bar.set_postfix_str, use_gpus=ray_gpus,
                               start_timeout=spec.worker_start_timeout)
             else:
-                got = run_tasks(tasks, settings, kind, device=device, env=env, devices=spec.devices,
-                                workers=spec.workers, case_timeout=spec.case_timeout,
-                                max_cases=spec.max_cases_per_worker, emit=task_row, should_stop=should_stop,
-                                status=bar.set_postfix_str, start_timeout=spec.worker_start_timeout)
+                def one_pass(ts, sink):
+                    return run_tasks(ts, settings, kind, device=device, env=env, devices=spec.devices,
+                                     workers=spec.workers, case_timeout=spec.case_timeout,
+                                     max_cases=spec.max_cases_per_worker, emit=sink, should_stop=should_stop,
+                                     status=bar.set_postfix_str, start_timeout=spec.worker_start_timeout)
+
+                n = spec.processes or 1
+                if n > 1:
+                    bar.total = len(refused) + len(todo) * n
+                    bar.refresh()
+                    got = _passes(tasks, n, one_pass, emit, spec.band, bar, should_stop, env.platform)
+                else:
+                    got = one_pass(tasks, task_row)
             problems += list(got or [])
     except JournalError:
         bar.close()  # every committed row is in the journal, for --resume: no final write now
@@ -262,3 +273,48 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
     result.attrs[PROBLEMS_ATTR] = problems
     result.attrs[NOTES_ATTR] = list(getattr(plan, "notes", ())) + list(writer.notes)
     return result
+
+
+def _passes(tasks, n: int, one_pass, emit, band: float, bar, should_stop, platform: str | None = None) -> list[str]:
+    """``--processes n``: run ``tasks`` ``n`` times, each pass in new worker processes
+    (``one_pass(tasks, sink)``: :func:`flyexplore.run.engine.run_tasks`, whose pool starts its own
+    workers and stops them at the end) with the case order rotated
+    (:func:`flyexplore.run.processes.rotated`), and emit each (case, dtype, backend) once, combined
+    (:func:`flyexplore.run.processes.combine`), when its last pass is done. Stopped or
+    interrupted, the rows measured so far are combined and emitted (their ``processes`` says how
+    many), then the stop or the exception goes on. Returns the passes' problems."""
+    got: dict = {}
+    done: set = set()
+    problems: list[str] = []
+
+    def flush(key) -> None:
+        t, rows = got.pop(key)
+        done.add(key)
+        row = combine(rows, n, band, platform)
+        info = {"worker": row.get("worker"), "device_id": row.get("device_id"),
+                "fp": next((r["_fp"] for r in rows if r.get("_fp")), None)}
+        row.pop("_fp", None)
+        emit(t.case, t.dtype, key[1], row, info, tick=False)
+
+    try:
+        for k in range(n):
+            if k and should_stop is not None and should_stop():
+                break
+            bar.set_description(f"{str(getattr(bar, 'desc', '') or 'sweep').split(' (pass')[0]} (pass {k + 1}/{n})")
+
+            def sink(t, b, cols, info, last=(k == n - 1)):
+                bar.update(1)
+                key = (t.index, b)
+                row = {**cols, "worker": info.get("worker"), "_fp": info.get("fp")}
+                if not row.get("device_id"):
+                    row["device_id"] = info.get("device_id")
+                got.setdefault(key, (t, []))[1].append(row)
+                if last or len(got[key][1]) >= n:
+                    flush(key)
+
+            problems += [f"pass {k + 1}/{n}: {p}" for p in one_pass(rotated(tasks, n, k), sink) or []]
+    finally:
+        for key in list(got):   # stopped, interrupted or a case missing from a pass: what was measured
+            with contextlib.suppress(JournalError):
+                flush(key)
+    return problems

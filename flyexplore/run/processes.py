@@ -1,0 +1,163 @@
+"""``--processes N``: each case of a sweep measured in N fresh worker processes, and the N
+measurements of one row combined into one row whose interval covers what another run sees.
+
+Why: within one process a row's interval is narrow (about +-0.3% for a GEMM on an H200), but a
+fresh process reads another time -- another clock regime, another allocation, another autotune
+choice -- and ratios moved up to 4% between processes while each run's interval was +-0.3%
+(issue 24; the figures of ``data/h200/reproducible/``). So the variation between processes is
+measured, not assumed (pyperf's lesson: a benchmark is several processes, each several values).
+
+How (:func:`flyexplore.run.sweep.run_sweep` with ``processes`` >= 2): the sweep runs its case list
+N times (*passes*), each pass in newly started worker processes, the case order rotated by
+``pass * cases / N`` (:func:`rotated`), so that each case is measured at N different points of
+the sweep, after different neighbours. The N rows of one (case, dtype, backend) are then
+combined (:func:`combine`): per-process estimates kept in ``process_estimates``, the headline
+time and speedup are their geometric means, and the intervals are
+:func:`flyexplore.measure.stats.between_process` prediction intervals (within- and between-process
+variation together). A row is written to the journal when its last pass is done; a sweep that is
+stopped or interrupted writes what it has, labelled with the number of processes that measured it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Sequence
+
+import numpy as np
+
+from flyexplore.measure import stats as S
+from flyexplore.results import table as R
+
+#: Columns taken from the first process's row as they are (what ran, errors, device): the
+#: measured numbers are recomputed by :func:`combine`.
+_TIMES = ("time_iqr_ms", "time_p20_ms", "time_p80_ms", "time_min_ms", "time_mean_ms")
+
+
+def rotated(items: Sequence, n: int, k: int) -> list:
+    """The order of pass ``k`` (0-based) of ``n``: ``items`` rotated left by ``k * len / n``
+    (rounded down), so that every pass starts at another point of the case list."""
+    items = list(items)
+    if not items or n <= 1:
+        return items
+    s = (k * len(items)) // n
+    return items[s:] + items[:s]
+
+
+def _num(v) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return f
+
+
+def _rounds(text) -> list:
+    if not isinstance(text, str) or not text:
+        return []
+    try:
+        got = json.loads(text)
+    except ValueError:
+        return []
+    return got if isinstance(got, list) else []
+
+
+def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: str | None = None) -> dict:
+    """One row from the rows of one (case, dtype, backend) measured in several fresh processes.
+
+    ``rows``: the row columns of each process, in pass order (as :func:`flyexplore.run.cases.run_case`
+    yields them, with ``worker``/``device_id`` added); ``wanted``: the number of processes asked
+    for (``--processes``); ``band``: the SAME band of the label; ``platform`` (cuda, rocm, cpu)
+    picks the run-wide shift added to every interval (:data:`flyexplore.results.table.RUN_SHIFT`).
+
+    - No ``ok`` row: the first row is returned (its failure), with a note of how many processes
+      failed alike.
+    - Otherwise the ``ok`` rows are combined: ``time_ms`` is the geometric mean of the per-process
+      medians (ms) and ``time_ci_lo_ms``/``time_ci_hi_ms`` the 95% prediction interval of another
+      run of as many processes (:func:`flyexplore.measure.stats.between_process`); ``speedup``,
+      ``speedup_lo``/``speedup_hi`` and ``verdict`` likewise from the per-process paired speedups.
+      ``process_estimates`` (JSON) keeps each process's ``time_ms``, ``time_se`` (its own log
+      standard error), ``speedup``, ``speedup_se``, ``rounds``, ``wall_s``, ``verdict_s``,
+      ``clock_mhz_min`` and ``worker``; ``processes`` is the number combined. ``samples_ms`` holds
+      every process's rounds, in pass order (so the rows of one case still pair round by round);
+      ``rounds``, ``n_samples``, ``wall_s`` are sums, ``converged``, ``accuracy_ok``,
+      ``recheck_ok`` hold for all, the clock minimum is the lowest. ``ci_method`` says
+      ``between-process``. Processes that failed are named in ``message``.
+
+    With one ok row and ``wanted`` > 1 the row keeps its own interval, with ``processes`` = 1 and
+    a note. Raises ``ValueError`` for an empty ``rows``."""
+    if not rows:
+        raise ValueError("combine needs the rows of at least one process")
+    ok = [r for r in rows if r.get("status") == "ok" and _num(r.get("time_ms")) > 0]
+    bad = [r for r in rows if r not in ok]
+    if not ok:
+        out = dict(rows[0])
+        if len(rows) > 1:
+            _note(out, f"{len(rows)} of {wanted} processes gave no time")
+        out["processes"] = 0
+        return out
+    out = dict(ok[0])
+    per = []
+    for r in ok:
+        t, lo, hi = _num(r.get("time_ms")), _num(r.get("time_ci_lo_ms")), _num(r.get("time_ci_hi_ms"))
+        sp, slo, shi = _num(r.get("speedup")), _num(r.get("speedup_lo")), _num(r.get("speedup_hi"))
+        per.append({"time_ms": t, "time_se": S.log_se(lo, hi), "speedup": sp, "speedup_se": S.log_se(slo, shi),
+                    "rounds": r.get("rounds"), "wall_s": _num(r.get("wall_s")), "verdict_s": _num(r.get("verdict_s")),
+                    "clock_mhz_min": _num(r.get("clock_mhz_min")), "worker": r.get("worker")})
+    msgs = list(dict.fromkeys(str(r["message"]) for r in ok if r.get("message")))
+    out["message"] = "; ".join(msgs) or None
+    out["processes"] = len(ok)
+    out["process_estimates"] = json.dumps([{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                                            for k, v in p.items()} for p in per])
+    if bad:
+        _note(out, f"{len(bad)} of {wanted} processes failed ({', '.join(sorted({str(b.get('status')) for b in bad}))}: "
+                   f"{bad[0].get('message') or 'no message'}); combined over {len(ok)}")
+    if len(ok) < 2:
+        if wanted > 1:
+            _note(out, f"measured in 1 of {wanted} processes: the interval is that process's own")
+        return out
+    shift = R.run_shift(platform)
+    t, tlo, thi = S.between_process([p["time_ms"] for p in per], [p["time_se"] for p in per], shift=shift)
+    out.update(time_ms=t, time_ci_lo_ms=tlo, time_ci_hi_ms=thi,
+               ci_method=f"between-process ({len(ok)} processes; prediction interval of another run)")
+    sps = [p["speedup"] for p in per]
+    if all(math.isfinite(s) for s in sps):
+        e, lo, hi = S.between_process(sps, [p["speedup_se"] for p in per], shift=shift)
+        out.update(speedup=e, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, band))
+    rounds = [rr for r in ok for rr in _rounds(r.get("samples_ms"))]
+    if rounds:
+        out["samples_ms"] = json.dumps(rounds, separators=(",", ":"))
+        v = np.asarray([x for rr in rounds for x in rr], dtype=float)
+        v = v[np.isfinite(v)]
+        if v.size:
+            q20, q25, q75, q80 = np.percentile(v, [20, 25, 75, 80])
+            out.update(time_iqr_ms=float(q75 - q25), time_p20_ms=float(q20), time_p80_ms=float(q80),
+                       time_min_ms=float(v.min()), time_mean_ms=float(v.mean()))
+    clocks = [c for r in ok for c in _rounds(r.get("round_clock_mhz"))]
+    out["round_clock_mhz"] = json.dumps(clocks) if any(c is not None for c in clocks) else None
+    for k in ("rounds", "n_samples"):
+        vals = [r.get(k) for r in ok]
+        out[k] = int(sum(int(x) for x in vals)) if all(x is not None for x in vals) else None
+    out["wall_s"] = float(np.nansum([p["wall_s"] for p in per]))
+    vs = [p["verdict_s"] for p in per if math.isfinite(p["verdict_s"])]
+    out["verdict_s"] = max(vs) if len(vs) == len(per) else None
+    cmin = [p["clock_mhz_min"] for p in per if math.isfinite(p["clock_mhz_min"])]
+    out["clock_mhz_min"] = min(cmin) if cmin else out.get("clock_mhz_min")
+    for k in ("converged", "accuracy_ok", "recheck_ok", "throttled", "noisy", "host_bound"):
+        vals = [r.get(k) for r in ok]
+        if k == "converged" or k in ("accuracy_ok", "recheck_ok"):
+            out[k] = (False if any(x is False for x in vals) else None if any(x is None for x in vals) else True)
+        else:
+            out[k] = True if any(x is True for x in vals) else out.get(k)
+    workers = [str(p["worker"]) for p in per if p["worker"]]
+    if workers:
+        out["worker"] = ",".join(dict.fromkeys(workers))
+    sec = t * 1e-3
+    for col, key in (("tflops", "flops"), ("gbps", "bytes")):
+        amount = _num(out.get(key))
+        div = 1e12 if col == "tflops" else 1e9
+        out[col] = amount / sec / div if amount > 0 and sec > 0 else None
+    return out
+
+
+def _note(row: dict, text: str) -> None:
+    row["message"] = f"{row['message']}; {text}" if row.get("message") else text
