@@ -37,6 +37,19 @@ def test_median_ci_is_order_statistics_and_covers():
         S.median_ci(v, confidence=1.5)
 
 
+def test_median_ci_ranks_are_scipy_quantile_tests():
+    """The ranks come from the binomial CDF (fast); they are the ones quantile_test picks."""
+    from scipy.stats import quantile_test
+
+    S.median_ci_ranks.cache_clear()
+    for conf in (0.95, 0.99, 0.9):
+        for n in [*range(1, 400), 1000, 2047, 4096, 10007, 65536]:
+            ci = quantile_test(np.arange(n, dtype=float), q=(n - 1) / 2, p=0.5).confidence_interval(conf)
+            lo, hi = float(ci.low), float(ci.high)
+            want = (int(lo) if math.isfinite(lo) else -1, int(hi) if math.isfinite(hi) else n)
+            assert S.median_ci_ranks(n, conf) == want, (n, conf)
+
+
 @pytest.mark.parametrize("lo,hi,label", [
     (0.995, 1.005, "SAME"), (0.99, 1.01, "SAME"), (1.02, 1.05, "FASTER"), (0.90, 0.98, "SLOWER"),
     (0.985, 1.002, "AMBIGUOUS"), (1.005, 1.03, "AMBIGUOUS"), (0.5, 2.0, "AMBIGUOUS"),
