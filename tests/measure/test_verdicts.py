@@ -261,6 +261,11 @@ def test_interleaved_sweep_rows_keep_samples_intervals_and_verdicts(tmp_path):
     ok = df[df["status"] == "ok"]
     assert set(ok["backend"]) == {"aten", "inductor"}
     assert (ok["order"] == "interleaved").all() and (ok["rounds"] == 8).all()
+    # rep=8 is a fixed number of rounds: each row says why its case stopped, and notes it when
+    # that was before the target
+    assert ok["stop_reason"].isin(["max_rounds", "target"]).all()
+    for _, r in ok[ok["stop_reason"] == "max_rounds"].iterrows():
+        assert r["converged"] == False and "unconverged after 8 rounds" in r["message"]  # noqa: E712
     for _, r in ok.iterrows():
         rr = rounds_from_json(r["samples_ms"])
         assert len(rr) == 8 and r["time_ci_lo_ms"] <= r["time_ms"] <= r["time_ci_hi_ms"]
@@ -565,6 +570,19 @@ def test_caps_are_seconds_of_the_case_and_checked():
     for kw in ({"precision_cap_s": 0}, {"label_cap_s": -1.0}, {"band": 0.0}):
         with pytest.raises(ValueError):
             measure_interleaved({"a": lambda: None}, "cpu", **kw)
+
+
+def test_the_caps_are_timer_options_of_a_sweep():
+    from flyexplore.errors import UsageError
+    from flyexplore.run.spec import check_timer, interleaved_kwargs
+
+    t = check_timer({"precision_cap_s": 0.5, "label_cap_s": 1.5}, "interleaved")
+    assert interleaved_kwargs(t) == {"precision_cap_s": 0.5, "label_cap_s": 1.5}
+    for bad in ({"precision_cap_s": 0}, {"label_cap_s": float("inf")}):
+        with pytest.raises(UsageError, match="_cap_s must be a finite number > 0"):
+            check_timer(bad, "interleaved")
+    with pytest.raises(UsageError):
+        check_timer({"label_cap_s": 1.0}, "block")
 
 
 def test_a_fixed_number_of_rounds_says_so():
