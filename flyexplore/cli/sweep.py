@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--order", default=modes.ORDERS[0], choices=modes.ORDERS,
                    help="interleaved (default): every backend of a case built and warmed, then timed in "
-                   "shared rounds until the 95%% intervals are tight; block: one backend after the other "
+                   "shared rounds until the labels are decided and the 95%% intervals tight; block: one backend after the other "
                    "(the old order; wider, unpaired intervals)")
     p.add_argument("--timing", default=modes.DEFAULT,
                    help="; ".join(f"{o}: {' | '.join(modes.names(o))}" for o in modes.ORDERS)

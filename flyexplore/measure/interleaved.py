@@ -369,9 +369,10 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
             if prof is not None:
                 prof.__exit__(None, None, None)
         for name, r, s, e in pending:
-            ev[name].append(s.elapsed_time(e))
+            ms = s.elapsed_time(e)
+            ev[name].append(ms)
             if how in ("event", "event-gated"):
-                out[name][r].append(s.elapsed_time(e))
+                out[name][r].append(ms)
         kern = {}
         if how == "kernel":
             per = ranges_device_ms(prof, {f"flyexplore::{nm}": nm for nm in names})
@@ -409,6 +410,7 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
             values = {nm: np.empty(0) for nm in names}
             events = {nm: [] for nm in names}
             round_clocks = []
+            run_s = 0.0
             continue
         chunk_s = clock() - chunk_t0
         run_s += chunk_s
