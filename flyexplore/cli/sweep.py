@@ -53,17 +53,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--order", default=modes.ORDERS[0], choices=modes.ORDERS,
                    help="interleaved (default): every backend of a case built and warmed, then timed in "
-                   "shared rounds until the 95%% intervals are tight; block: one backend after the other "
+                   "shared rounds until the labels are decided and the 95%% intervals tight; block: one backend after the other "
                    "(the old order; wider, unpaired intervals)")
     p.add_argument("--timing", default=modes.DEFAULT,
                    help="; ".join(f"{o}: {' | '.join(modes.names(o))}" for o in modes.ORDERS)
                    + f" (default {modes.DEFAULT}: {modes.auto_text()}; the table below)")
-    p.add_argument("--ci-target", type=float, help="stop a case when every 95%% interval (medians, "
-                   "speedups) is within ±this fraction (default 0.01)")
+    p.add_argument("--ci-target", type=float, help="stop a case when every speedup label is decided "
+                   "and every median's 95%% interval is within ±this fraction (default 0.01)")
     p.add_argument("--band", type=float, help=f"equivalence band of the SAME label (default {BAND:g} = "
                    f"±{_pct(BAND)})")
-    p.add_argument("--budget-s", type=float, help="time budget of one case after warm-up, s "
-                   "(default 10 on GPU, 2 on CPU); past it the row is flagged unconverged")
+    p.add_argument("--budget-s", type=float, help="hard time limit of one case after warm-up, s "
+                   "(default 10 on GPU, 2 on CPU; most cases stop earlier, at the time caps: 0.1 s per "
+                   "backend once the labels are decided, 0.3 s while one is not, twice that on CPU); "
+                   "past it the row is flagged unconverged")
     p.add_argument("--baseline", help="backend speedups are taken against (default: the operator's, "
                    "e.g. aten)")
     p.add_argument("--rep", type=int, help="interleaved: a fixed number of rounds; block: timed calls "

@@ -1,12 +1,17 @@
 """Interleaved timing: several backends of one case timed round by round (A B C, B C A, ...)
-until their intervals are tight -- :func:`measure_interleaved`, its outcome :class:`Interleaved`
-and its defaults (the named constants below).
+until their labels are decided and their intervals tight, or a time cap ends the case --
+:func:`measure_interleaved`, its outcome :class:`Interleaved` and its defaults (the named
+constants below).
 
 Every backend's calls run in the same rounds, so all see one clock regime and a speedup is taken
 over paired rounds (:func:`flyexplore.measure.stats.paired_ratio`). The rules are in
-:func:`_measure_interleaved`; the modes it takes are the ``interleaved`` ones of
-:data:`flyexplore.measure.modes.TABLE`. Times are milliseconds. Block-wise timing of one callable
-is :class:`flyexplore.measure.timing.Timer`; this module builds on
+:func:`_measure_interleaved`: in short, a case stops once every speedup's label can no longer
+change (its :data:`LOOK_CONFIDENCE` interval is wholly inside or wholly beyond the SAME band)
+and every median's 95% interval is within +-:data:`CI_TARGET`; with decided labels the medians
+get at most :data:`PRECISION_CAP_S` per backend, an undecided label at most :data:`LABEL_CAP_S`
+per backend, and no case more than :data:`CASE_BUDGET_S`. The modes it takes are the
+``interleaved`` ones of :data:`flyexplore.measure.modes.TABLE`. Times are milliseconds. Block-wise
+timing of one callable is :class:`flyexplore.measure.timing.Timer`; this module builds on
 :mod:`flyexplore.measure.timing` (:class:`~flyexplore.measure.timing.Measurement`, the flush,
 the profiler ranges), which never imports it.
 """
@@ -22,19 +27,66 @@ import numpy as np
 
 from flyexplore.measure import modes
 from flyexplore.measure.devstate import sampler_for
-from flyexplore.measure.stats import median_ci, paired_ratio, round_values, verdict
+from flyexplore.measure.stats import BAND, median_ci, paired_ratio, round_values, verdict
 from flyexplore.measure.timing import KernelTime, Measurement, cpu_threads, flush_bytes_for, ranges_device_ms
 
 #: Interleaved timing defaults: calls per backend per round, rounds before the first stopping
-#: check (6 is the fewest that give a finite 95% order-statistic interval), the stopping target
-#: (relative half-width of every interval), and the time budget of one case after warm-up (s).
+#: check (6 is the fewest that give a finite 95% order-statistic interval, 8 for 99%), the
+#: precision target (relative half-width of every median's 95% interval).
 CALLS_PER_ROUND = 5
 #: Longest block of one backend's calls in a round when ``calls_per_round`` is not given (ms).
 BLOCK_MS = {"cpu": 5.0, "cuda": 1.0}
 MIN_ROUNDS = 10
-MAX_ROUNDS = 2000
+#: A safety net on the number of rounds, not a stopping rule: the time caps below end a case
+#: long before it on any real device (a GPU round takes 0.1 ms or more: 100,000 rounds are 10 s,
+#: the whole budget); it keeps a clock that does not advance from timing for ever.
+MAX_ROUNDS = 100_000
 CI_TARGET = 0.01
+#: The hard limit of one case after warm-up (s): past it a case stops whatever its state
+#: (``stop_reason="budget"``, ``converged=False``). The time caps below, per backend, are lower
+#: for cases of up to 33 backends (GPU) or 3 (CPU), so they decide when most cases stop.
 CASE_BUDGET_S = {"cpu": 2.0, "cuda": 10.0}
+#: Precision cap, s per backend of the case, counted from the first warm-up call: once every
+#: label is decided, the medians get this long to reach +-``target``, then the case stops
+#: (``stop_reason="precision_cap"``). On a GPU 0.1 s per backend is triton's ``do_bench``
+#: (25 ms warm-up and 100 ms of repetitions per callable: a median 0.37 s for three backends
+#: of one case on an H200) minus the warm-up, which here is shared by the backends (:data:`WARMUP_MS`); a case
+#: of short calls whose labels decide early so costs about what ``do_bench`` costs. The CPU
+#: value is twice that: CPU timing is noisier and the CPU is for tests and small checks.
+PRECISION_CAP_S = {"cpu": 0.2, "cuda": 0.1}
+#: Label cap, s per backend of the case, counted from the first warm-up call: a speedup whose
+#: label is still undecided (AMBIGUOUS at :data:`LOOK_CONFIDENCE`, and its 95% interval wider
+#: than +-band/2) keeps the case going this long at most (``stop_reason="label_cap"``,
+#: ``converged=False``): 3x the precision cap, so that the slowest case costs about 3x what
+#: ``do_bench`` costs. Never before ``2 * min_rounds`` rounds (a long call gets some rounds).
+LABEL_CAP_S = {"cpu": 0.6, "cuda": 0.3}
+#: Confidence of the speedup interval at each stopping check ("look"): a label counts as decided
+#: when this interval, not only the reported 95% one, lies wholly inside the SAME band or wholly
+#: beyond one of its edges. The looks are repeated (a case stops at the first look that decides
+#: it), so each needs more than 95%: with looks at least :data:`LOOK_GROWTH` times as many
+#: rounds apart from 10 rounds on, the chance that *any* look's 99% interval misses the true
+#: median ratio is 4.3% up to 300 rounds (15 looks), 6.2% up to 1,000 (20 looks) and 8.0% up to
+#: 3,000 (25 looks), where looks at 95% would miss 26% of the time up to 1,000 rounds
+#: (``benchmarks/sequential_looks.py``: seeded, exact for any continuous distribution of the
+#: ratios, since order-statistic intervals depend only on ranks). A wrong label needs a miss on
+#: one side, beyond a band edge: 2.2%, 3.2% and 4.1%, against the 2.5% of a single 95% interval.
+#: Bonferroni over 20 looks would ask for 99.75% per look, and some 38% more rounds than 99%
+#: for a label near a band edge, ignoring that successive looks share most of their rounds.
+LOOK_CONFIDENCE = 0.99
+#: Stopping checks ("looks") are at least this factor apart in rounds (a case stops at most
+#: 25% later than the round its labels were decided in, and the number of looks, which sets
+#: the figures of :data:`LOOK_CONFIDENCE`, grows with the log of the rounds). With decided
+#: labels and medians not yet tight, the next look is where the medians should reach the
+#: target (at most 4x the rounds so far); every look is also placed no later than the cap or
+#: budget that applies. ``kernel`` mode looks at 2x steps (each look is a profiler session).
+LOOK_GROWTH = 1.25
+#: Why a case stopped (:attr:`Interleaved.stop_reason`, the row column ``stop_reason``):
+#: ``target`` every label decided (or settled at a band edge) and every median within
+#: +-target (``converged=True``); ``precision_cap`` labels decided, medians not yet within
+#: target when the precision cap passed; ``label_cap`` a label still undecided at the label cap;
+#: ``budget`` the case budget ran out first; ``max_rounds`` the round limit (a fixed number of
+#: rounds: ``rep``).
+STOP_REASONS = ("target", "precision_cap", "label_cap", "budget", "max_rounds")
 #: Interleaved warm-up before the first timed round (ms): long enough for the clock to leave
 #: idle (do_bench warms up for 25 ms).
 WARMUP_MS = {"cpu": 20.0, "cuda": 50.0}
@@ -49,14 +101,16 @@ class Interleaved:
     """The outcome of :func:`measure_interleaved`.
 
     ``measurements``: one :class:`~flyexplore.measure.timing.Measurement` per backend name
-    (``order="interleaved"``, with ``rounds``); ``baseline``: the name speedups are taken against; ``converged``: every
-    interval met ``target`` before the budget or ``max_rounds`` ran out; ``wall_s``: wall time
-    from the first warm-up call to the end (s); ``round_clocks``: the SM clock (MHz) read at the
+    (``order="interleaved"``, with ``rounds``); ``baseline``: the name speedups are taken
+    against; ``converged``: every label was decided (or settled at a band edge) and every
+    median's interval met ``target`` (``stop_reason == "target"``); ``wall_s``: wall time from
+    the first warm-up call to the end (s); ``round_clocks``: the SM clock (MHz) read at the
     start of each round (``None`` where there is no reading); ``state_start``/``state_end``:
-    :meth:`flyexplore.measure.devstate.NvmlSampler.sample` readings; ``max_clock_mhz``: the device's
-    maximum; ``device_id``: GPU UUID or PCI bus id; ``verdict_s``: wall time from the start
-    until every speedup interval first met ``target`` (``None`` if never; with one backend,
-    ``None``)."""
+    :meth:`flyexplore.measure.devstate.NvmlSampler.sample` readings; ``max_clock_mhz``: the
+    device's maximum; ``device_id``: GPU UUID or PCI bus id; ``verdict_s``: wall time from the
+    start until the first stopping check at which every speedup's label was decided (or settled
+    at a band edge; ``None`` if never; with one backend, ``None``); ``stop_reason``: why the
+    rounds ended, one of :data:`STOP_REASONS`."""
 
     measurements: dict
     baseline: str | None
@@ -70,6 +124,7 @@ class Interleaved:
     device_id: str | None = None
     notes: tuple[str, ...] = ()
     verdict_s: float | None = None
+    stop_reason: str | None = None
 
     @property
     def rounds(self) -> int:
@@ -98,11 +153,14 @@ def measure_interleaved(fns, device="cpu", **kw) -> Interleaved:
 
 def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str | None = None,
                         calls_per_round: int | None = None, min_rounds: int = MIN_ROUNDS,
-                        max_rounds: int = MAX_ROUNDS, target: float = CI_TARGET,
-                        budget_s: float | None = None, warmup_ms: float | None = None,
-                        warmup_rounds: int | None = None, band: float | None = None, enter=None, sampler=None, flush: bool | None = None,
+                        max_rounds: int | None = MAX_ROUNDS, target: float = CI_TARGET,
+                        budget_s: float | None = None, precision_cap_s: float | None = None,
+                        label_cap_s: float | None = None, warmup_ms: float | None = None,
+                        warmup_rounds: int | None = None, band: float | None = BAND, enter=None,
+                        sampler=None, flush: bool | None = None,
                         clock: Callable[[], float] = time.perf_counter) -> Interleaved:
-    """Time several callables of one case interleaved, until their intervals are tight.
+    """Time several callables of one case interleaved, until their labels are decided and their
+    intervals tight, or a time cap ends the case.
 
     ``fns`` maps backend names to zero-argument callables, already built and compiled (their
     first call done). After an interleaved warm-up of ``warmup_ms`` (default 50 ms on GPU,
@@ -113,17 +171,41 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     each kernel's power within milliseconds), each call preceded by the same cache flush as
     :class:`~flyexplore.measure.timing.Timer`'s. ``enter(name)`` (optional) returns a context manager entered around each
     block of one backend's calls (its switches, e.g. FlyDSL overrides off for ATen).
-    ``warmup_rounds`` replaces the warm-up time by a number of rounds. With ``band`` (the SAME
-    band of :func:`flyexplore.measure.stats.verdict`), a speedup whose label is still AMBIGUOUS keeps
-    the case going until its interval is within ``+-band/2`` (or the budget ends), so that
-    AMBIGUOUS means "at a band edge", not "too few rounds".
+    ``warmup_rounds`` replaces the warm-up time by a number of rounds.
 
-    Stopping: after ``min_rounds`` rounds and then after each chunk of rounds, the
-    order-statistic 95% interval of every backend's median round time and of every speedup
-    against ``baseline`` (paired rounds) is checked; when all lie within ``+-target`` of their
-    estimate (default 1%, nvbench's ``stdrel`` idea applied to intervals) the case has
-    converged. Otherwise rounds continue until ``max_rounds`` or ``budget_s`` seconds after
-    warm-up (default 10 s on GPU, 2 s on CPU), and ``converged`` is False.
+    Stopping (a sequential rule): after ``min_rounds`` rounds, and then at looks at least
+    :data:`LOOK_GROWTH` (1.25) times as many rounds apart, each speedup against ``baseline``
+    (paired rounds) and each backend's median are checked.
+
+    * A speedup's label is *decided* when its :data:`LOOK_CONFIDENCE` (99%) order-statistic
+      interval gives a label other than AMBIGUOUS with ``band`` (the SAME band of
+      :func:`flyexplore.measure.stats.verdict`, default :data:`~flyexplore.measure.stats.BAND`
+      = 1%): the whole interval inside ``[1 - band, 1 + band]`` (SAME) or wholly beyond an edge
+      (FASTER, SLOWER), so that at the stated confidence more rounds cannot change it. 99%, not
+      the reported 95%, because the case looks many times (the figures are at
+      :data:`LOOK_CONFIDENCE`); the reported 95% interval lies inside the 99% one, so the row's
+      label is the decided one. A label that stays AMBIGUOUS is *settled* once its 95% interval
+      is within ``+-band/2`` (the effect sits at a band edge: a firm answer, not too few rounds).
+    * The medians are *tight* when every backend's 95% interval is within ``+-target`` of its
+      median (default 1%, nvbench's ``stdrel`` idea applied to intervals).
+
+    The case stops at the first look where (in this order): every label is decided or settled
+    and the medians are tight (``stop_reason="target"``, ``converged=True``); ``max_rounds``
+    rounds have run (``"max_rounds"``: a fixed number of rounds when ``min_rounds ==
+    max_rounds``; otherwise a safety net, :data:`MAX_ROUNDS`; ``None``: none); the labels are
+    decided or settled and ``precision_cap_s`` has passed (``"precision_cap"``: the medians got
+    what the time allows); a label is still undecided, ``label_cap_s`` has passed and at least
+    ``2 * min_rounds`` rounds ran (``"label_cap"``); ``budget_s`` has passed after warm-up
+    (``"budget"``). Only ``target`` is ``converged``. The caps are seconds of the whole case,
+    counted from the first warm-up call, by default :data:`PRECISION_CAP_S` and
+    :data:`LABEL_CAP_S` per backend (GPU 0.1 s and 0.3 s: about ``do_bench``'s time and 3x
+    it; CPU 0.2 s and 0.6 s); the label cap is raised to the precision cap where it is lower.
+    ``budget_s`` (default :data:`CASE_BUDGET_S`: 10 s on GPU, 2 s on CPU) is the hard limit; to
+    measure longer, raise the caps too. With one backend there are no labels: the medians'
+    target and the precision cap. Each look is placed no later than the cap or budget then in
+    force, so a case overshoots it by at most one round. A look costs a few sorts of the
+    per-round values (numpy; the order-statistic ranks from
+    :func:`flyexplore.measure.stats.median_ci_ranks`), kept as arrays as the rounds come in.
 
     Modes: the ``interleaved`` ones of :data:`flyexplore.measure.modes.TABLE`: ``auto`` (CPU:
     ``cpu-thread`` -- ``cpu-wall`` when a custom ``clock`` is given --; GPU: ``event-gated``;
@@ -141,7 +223,7 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     ``clock`` (s) can be swapped for tests.
 
     Raises ``ValueError`` for an empty ``fns``, a ``baseline`` not in ``fns``, or non-positive
-    counts, target or budget; :class:`~flyexplore.errors.UsageError` (a ``ValueError``) for a mode
+    counts, target, band, budget or caps; :class:`~flyexplore.errors.UsageError` (a ``ValueError``) for a mode
     this timer does not take or one for the other device (:func:`flyexplore.measure.modes.check`)."""
     import torch
 
@@ -154,11 +236,14 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     if baseline not in fns:
         raise ValueError(f"baseline {baseline!r} is not among {names}")
     for k, v in (("calls_per_round", calls_per_round or 1), ("min_rounds", min_rounds),
-                 ("max_rounds", max_rounds)):
+                 ("max_rounds", 1 if max_rounds is None else max_rounds)):
         if int(v) < 1:
             raise ValueError(f"{k} must be >= 1, got {v!r}")
     if not (target > 0):
         raise ValueError(f"target must be > 0, got {target!r}")
+    band = BAND if band is None else float(band)
+    if not (0 < band < 1):
+        raise ValueError(f"band must be in (0, 1), got {band!r}")
     dev = torch.device(device)
     gpu = dev.type == "cuda"
     eff = modes.effective(mode, "interleaved", gpu, clock is not time.perf_counter)
@@ -166,6 +251,13 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     budget_s = CASE_BUDGET_S[kind] if budget_s is None else float(budget_s)
     if not budget_s > 0:
         raise ValueError(f"budget_s must be > 0, got {budget_s!r}")
+    precision_cap_s = (PRECISION_CAP_S[kind] * len(names) if precision_cap_s is None
+                       else float(precision_cap_s))
+    label_cap_s = LABEL_CAP_S[kind] * len(names) if label_cap_s is None else float(label_cap_s)
+    for k, v in (("precision_cap_s", precision_cap_s), ("label_cap_s", label_cap_s)):
+        if not v > 0:
+            raise ValueError(f"{k} must be > 0, got {v!r}")
+    label_cap_s = max(label_cap_s, precision_cap_s)
     warmup_ms = WARMUP_MS[kind] if warmup_ms is None else float(warmup_ms)
     if sampler is None:
         sampler = sampler_for(dev)
@@ -179,7 +271,7 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     sync = (lambda: torch.cuda.synchronize(dev)) if gpu else (lambda: None)
     notes: list[str] = []
 
-    import scipy.stats  # noqa: F401 - the stopping checks need it; loading it (~1 s) must not eat the budget
+    import scipy.special  # noqa: F401 - the stopping checks need it; loading it must not eat the budget
 
     t_start = clock()
     state_start = sampler.sample()
@@ -277,9 +369,10 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
             if prof is not None:
                 prof.__exit__(None, None, None)
         for name, r, s, e in pending:
-            ev[name].append(s.elapsed_time(e))
+            ms = s.elapsed_time(e)
+            ev[name].append(ms)
             if how in ("event", "event-gated"):
-                out[name][r].append(s.elapsed_time(e))
+                out[name][r].append(ms)
         kern = {}
         if how == "kernel":
             per = ranges_device_ms(prof, {f"flyexplore::{nm}": nm for nm in names})
@@ -293,14 +386,16 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
         return out, ev, kern, clocks
 
     rounds = {nm: [] for nm in names}
+    values = {nm: np.empty(0) for nm in names}  # per-round values (round_values), as they come in
     events = {nm: [] for nm in names}
     kdur: dict[str, dict[str, list[float]]] = {nm: {} for nm in names}
     round_clocks: list = []
     how = eff
     t0 = clock()
     chunk = max(int(min_rounds), 1)
-    converged = False
     verdict_s = None
+    stop_reason = None
+    label_min = 2 * max(int(min_rounds), 1)
     run_s = 0.0  # time spent in rounds (the stopping checks between chunks excluded)
     while True:
         chunk_t0 = clock()
@@ -312,38 +407,55 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
             notes.append("profiler attributed no device time to the calls; per-call events used")
             how = "event"
             rounds = {nm: [] for nm in names}
+            values = {nm: np.empty(0) for nm in names}
             events = {nm: [] for nm in names}
             round_clocks = []
+            run_s = 0.0
             continue
         chunk_s = clock() - chunk_t0
         run_s += chunk_s
         for nm in names:
             rounds[nm] += got[nm]
+            values[nm] = np.concatenate([values[nm], round_values(got[nm])])
             events[nm] += ev[nm]
             for kname, d in kern.get(nm, {}).items():
                 kdur[nm].setdefault(kname, []).extend(d)
         round_clocks += clocks
         n = len(round_clocks)
-        worst = _worst_width(rounds, baseline) / target
-        converged = worst <= 1.0
-        elapsed = clock() - t0
-        if verdict_s is None and _worst_width(rounds, baseline, speedups_only=True) <= target:
-            verdict_s = clock() - t_start
-        if converged and band is not None:
-            # an AMBIGUOUS label goes on until its interval is within +-band/2: then it is a
-            # firm answer (the effect sits at a band edge), not a lack of rounds
-            amb = _ambiguous_width(rounds, baseline, band)
-            if amb > band / 2:
-                converged = False
-                worst = max(worst, amb / (band / 2))
-        if converged or n >= max_rounds or elapsed >= budget_s:
+        settled, med_w = _look(values, baseline, band)
+        now = clock()
+        case_s, after_warmup_s = now - t_start, now - t0
+        if settled and verdict_s is None:
+            verdict_s = case_s
+        if settled and med_w <= target:
+            stop_reason = "target"
+        elif max_rounds is not None and n >= max_rounds:
+            stop_reason = "max_rounds"
+        elif settled and case_s >= precision_cap_s:
+            stop_reason = "precision_cap"
+        elif not settled and case_s >= label_cap_s and n >= label_min:
+            stop_reason = "label_cap"
+        elif after_warmup_s >= budget_s:
+            stop_reason = "budget"
+        if stop_reason is not None:
             break
-        per_round = run_s / max(n, 1)
-        room = max(1, int((budget_s - elapsed) / per_round)) if per_round > 0 else max_rounds
-        # an interval narrows as 1/sqrt(rounds): ask for the rounds that should reach the
-        # target (+20%), at least 2 and at most 4x what ran, within the budget
-        need = int(math.ceil(n * min(worst, 3.0) ** 2 * 1.2)) - n if math.isfinite(worst) else n
-        chunk = max(1, min(max(need, 2), 4 * n, max_rounds - n, room))
+        # the next look: LOOK_GROWTH x the rounds so far; with the labels decided, where the
+        # medians should reach the target (an interval narrows as 1/sqrt(rounds); +20%, at most
+        # 4x the rounds so far); no later than the cap or budget now in force
+        growth = 2.0 if how == "kernel" else LOOK_GROWTH
+        nxt = math.ceil(n * growth)
+        if settled:
+            want = n * (med_w / target) ** 2 * 1.2 if math.isfinite(med_w) else math.inf
+            nxt = max(nxt, math.ceil(min(want, 4 * n)))
+        step = max(nxt - n, 1)
+        deadline = min(precision_cap_s if settled else label_cap_s, (t0 - t_start) + budget_s)
+        per_round = run_s / n
+        fit = math.ceil((deadline - case_s) / per_round) if per_round > 0 else step
+        if not settled and n < label_min:
+            fit = max(fit, label_min - n)
+        chunk = max(1, min(step, fit))
+        if max_rounds is not None:
+            chunk = min(chunk, max_rounds - n)
     if how == "event-gated":  # one profiled round: which kernels each backend ran
         try:
             _, _, kern, _ = run_chunk(1, len(round_clocks), "kernel")
@@ -370,39 +482,42 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
                                           else per_call[nm] if how == "event-gated" else None),
                              flush_bytes=flush_b, warmup=warm_rounds * k_warm,
                              kernels=kts, notes=tuple(notes), rounds=rr, order="interleaved")
-    return Interleaved(ms, baseline, converged, target, wall, tuple(round_clocks), state_start,
-                       state_end, getattr(sampler, "max_clock_mhz", None),
+    return Interleaved(ms, baseline, stop_reason == "target", target, wall, tuple(round_clocks),
+                       state_start, state_end, getattr(sampler, "max_clock_mhz", None),
                        getattr(sampler, "device_id", None), tuple(notes),
-                       verdict_s if len(names) > 1 else None)
+                       verdict_s if len(names) > 1 else None, stop_reason)
 
 
-def _ambiguous_width(rounds: dict, baseline: str, band: float) -> float:
-    """The largest relative half-width among speedups whose label is AMBIGUOUS (0 if none)."""
+def _half_width(est: float, lo: float, hi: float) -> float:
+    """The larger relative half-width ``max((hi - est) / est, (est - lo) / est)``; ``inf``
+    where an interval is missing (too few rounds) or ``est`` is not positive."""
+    if not all(math.isfinite(x) for x in (est, lo, hi)) or est <= 0:
+        return math.inf
+    return max((hi - est) / est, (est - lo) / est)
 
-    worst = 0.0
-    for nm, rr in rounds.items():
+
+def _look(values: dict, baseline: str, band: float) -> tuple[bool, float]:
+    """One stopping check over the per-round values of each backend (in round order, the same
+    for every backend). Returns ``(settled, medians)``: ``settled``, every speedup against
+    ``baseline`` (the paired per-round ratios, as :func:`flyexplore.measure.stats.paired_ratio`)
+    has a label other than AMBIGUOUS at :data:`LOOK_CONFIDENCE`, or its 95% interval within
+    ``+-band/2``; ``medians``, the largest relative half-width of a backend's 95% median
+    interval (:func:`_half_width`)."""
+    medians = 0.0
+    for v in values.values():
+        medians = max(medians, _half_width(float(np.median(v)), *median_ci(v)) if v.size else math.inf)
+    base = values[baseline]
+    settled = True
+    for nm, v in values.items():
         if nm == baseline:
             continue
-        est, lo, hi = paired_ratio(rounds[baseline], rr)
-        if verdict(lo, hi, band) == "AMBIGUOUS":
-            if not all(math.isfinite(x) for x in (est, lo, hi)) or est <= 0:
-                return math.inf
-            worst = max(worst, (hi - est) / est, (est - lo) / est)
-    return worst
-
-
-def _worst_width(rounds: dict, baseline: str, speedups_only: bool = False) -> float:
-    """The largest relative half-width (max of ``(hi - est) / est`` and ``(est - lo) / est``)
-    over every backend's median interval and every speedup interval against ``baseline``;
-    ``inf`` where an interval is missing (too few rounds)."""
-    worst = 0.0
-    for nm, rr in rounds.items():
-        v = round_values(rr)
-        ests = [] if speedups_only else [(float(np.median(v)), *median_ci(v))]
-        if nm != baseline:
-            ests.append(paired_ratio(rounds[baseline], rr))
-        for est, lo, hi in ests:
-            if not all(math.isfinite(x) for x in (est, lo, hi)) or est <= 0:
-                return math.inf
-            worst = max(worst, (hi - est) / est, (est - lo) / est)
-    return worst
+        if not v.size:
+            return False, medians
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = base / v
+        if verdict(*median_ci(r, LOOK_CONFIDENCE), band) != "AMBIGUOUS":
+            continue
+        if _half_width(float(np.median(r)), *median_ci(r)) > band / 2:
+            settled = False
+            break
+    return settled, medians

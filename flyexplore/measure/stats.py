@@ -84,12 +84,36 @@ def median_ci_ranks(n: int, confidence: float) -> tuple[int, int]:
     """Positions, in sorted order, of the two order statistics that bound the ``confidence``
     interval of the median of ``n`` values (-1 or ``n`` where there is none): the ones
     ``scipy.stats.quantile_test(..., p=0.5).confidence_interval`` picks, which depend on ``n``
-    alone; read off by asking it about the values 0, 1, ..., n - 1 (once per ``n``)."""
-    from scipy.stats import quantile_test
+    alone. With ``X ~ Binomial(n, 1/2)`` and ``a = (1 - confidence) / 2``, the low one is
+    ``binom.ppf(a) - 1`` and the high one ``binom.isf(a)``, found here from the binomial CDF
+    (``scipy.special.bdtr``, started at its inverse ``bdtrik``) in some 20 us, where asking
+    ``quantile_test`` takes 0.7 ms -- the stopping checks of
+    :func:`flyexplore.measure.interleaved.measure_interleaved` ask for a new ``n`` at every look.
+    The test suite checks both ways agree for every ``n`` up to 3000 and some larger ones."""
+    n = int(n)
+    if n < 1:
+        return (-1, max(n, 0))
+    a = (1.0 - float(confidence)) / 2.0
+    lo = _first_cdf_over(a, n, strict=False) - 1          # binom.ppf(a) - 1
+    hi = n - _first_cdf_over(a, n, strict=True)           # binom.isf(a), by the symmetry at p=1/2
+    return (max(lo, -1), min(hi, n))
 
-    ci = quantile_test(np.arange(n, dtype=float), q=(n - 1) / 2, p=0.5).confidence_interval(confidence)
-    lo, hi = float(ci.low), float(ci.high)
-    return (int(lo) if math.isfinite(lo) else -1, int(hi) if math.isfinite(hi) else n)
+
+def _first_cdf_over(a: float, n: int, strict: bool) -> int:
+    """The smallest ``k`` in ``[0, n]`` with ``P(X <= k) >= a`` (``> a`` when ``strict``),
+    ``X ~ Binomial(n, 1/2)``."""
+    from scipy.special import bdtr, bdtrik
+
+    guess = float(bdtrik(a, n, 0.5))
+    k = int(min(max(math.ceil(guess), 0), n)) if math.isfinite(guess) else 0
+
+    def ok(c: float) -> bool:
+        return c > a if strict else c >= a
+    while k > 0 and ok(float(bdtr(k - 1, n, 0.5))):
+        k -= 1
+    while k < n and not ok(float(bdtr(k, n, 0.5))):
+        k += 1
+    return k
 
 
 def median_ci(values: Iterable[float], confidence: float = CONFIDENCE) -> tuple[float, float]:

@@ -88,7 +88,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "time_ci_hi_ms": ("Float64", "95% interval of time_ms, high end, ms"),
     "ci_method": ("string", "how the intervals were computed: order-statistic | notch (schema 1: "
                   "median +- 1.57 IQR/sqrt(n), approximate) | none"),
-    "converged": ("boolean", "every interval of the case reached ci_target before its budget ran out"),
+    "converged": ("boolean", "the case stopped at its target: every speedup label decided (99% interval) "
+                  "or settled at a band edge, and every median's interval within ci_target (stop_reason=target)"),
     "ci_target": ("Float64", "stopping target: relative half-width of every interval (0.01 = +-1%)"),
     "baseline": ("string", "backend the speedup columns compare with (same case, same rounds)"),
     "speedup": ("Float64", "baseline time / this backend's time (median of paired per-round ratios)"),
@@ -97,7 +98,11 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "verdict": ("string", "FASTER | SAME | SLOWER | AMBIGUOUS against the baseline (flyexplore.measure.stats.verdict)"),
     "band": ("Float64", "equivalence band of the SAME label (0.01 = +-1%)"),
     "wall_s": ("Float64", "wall time of the case's timing (warm-up and all rounds, all backends), s"),
-    "verdict_s": ("Float64", "wall time until every speedup interval of the case first met ci_target, s"),
+    "verdict_s": ("Float64", "wall time until every speedup label of the case was first decided (99% interval "
+                  "inside the band or beyond an edge) or settled at a band edge, s"),
+    "stop_reason": ("string", "why the case's rounds ended: target | precision_cap (labels decided, medians "
+                    "not yet within ci_target) | label_cap (a label undecided) | budget | max_rounds "
+                    "(flyexplore.measure.interleaved.STOP_REASONS)"),
     "processes": ("Int64", "fresh worker processes whose measurements this row combines (sweep --processes; "
                   "flyexplore.run.processes); its intervals then cover another run. Missing: 1"),
     "process_estimates": ("string", "JSON list, one object per process: time_ms, time_se (log standard error "

@@ -183,7 +183,8 @@ def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], 
        :func:`flyexplore.run.spec.interleaved_kwargs`) against ``baseline`` (default:
        the operator's baseline backend if timed, else the first timed backend).
     3. Each row gets its speedup against the baseline (paired rounds), its interval and label
-       (:func:`flyexplore.measure.stats.verdict` with ``band``), the device state, and ``recheck_ok``:
+       (:func:`flyexplore.measure.stats.verdict` with ``band``), the device state, why the
+       rounds ended (``stop_reason``; a note in ``message`` when not ``converged``), and ``recheck_ok``:
        after timing, the inputs are refilled with new values (``seed + 1``), each backend is
        built again and its output checked against the new reference.
     Exceptions while timing become ``error``/``oom`` rows for every timed backend."""
@@ -240,17 +241,29 @@ def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], 
         row.update(case_columns(res.state_start, res.state_end, rclocks, res.max_clock_mhz,
                                 list(S.round_values(m.rounds))))
         row.update(device_id=res.device_id, converged=res.converged, ci_target=res.target,
-                   wall_s=res.wall_s, verdict_s=res.verdict_s, band=band, baseline=base,
+                   wall_s=res.wall_s, verdict_s=res.verdict_s, stop_reason=res.stop_reason,
+                   band=band, baseline=base,
                    round_clock_mhz=json.dumps(rclocks) if any(c is not None for c in rclocks) else None)
         if b != base:
             est, lo, hi = res.speedup(b)
             row.update(speedup=est, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, band))
         if not res.converged:
-            _note(row, f"unconverged: intervals not within +-{res.target:.1%} after {m.n // max(1, len(m.rounds[0]))} rounds")
+            _note(row, _unconverged(res))
         if ref is not None:
             row["recheck_ok"] = _recheck(op, case, dtype, bks[b], ctx, inputs, ref2, row)
         rows[b] = row
     return rows
+
+
+def _unconverged(res) -> str:
+    """The note of a case that stopped before its target, by its
+    :attr:`~flyexplore.measure.interleaved.Interleaved.stop_reason`."""
+    t = f"+-{res.target:.1%}"
+    why = {"precision_cap": f"labels decided; medians not all within {t} at the precision cap",
+           "label_cap": "a speedup label still undecided at the label cap",
+           "budget": f"intervals not within {t} when the case budget ran out",
+           "max_rounds": f"intervals not within {t} in the fixed number of rounds"}
+    return f"unconverged after {res.rounds} rounds: " + why.get(res.stop_reason, str(res.stop_reason))
 
 
 def _recheck(op, case, dtype, bk, ctx, inputs, ref2, row) -> bool | None:

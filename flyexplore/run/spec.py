@@ -455,6 +455,8 @@ TIMER_OPTIONS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "max_rounds": (("interleaved",), "an integer >= 1"),
     "target": (("interleaved",), _fraction_rule()),
     "budget_s": (("interleaved",), "a finite number > 0"),
+    "precision_cap_s": (("interleaved",), "a finite number > 0"),
+    "label_cap_s": (("interleaved",), "a finite number > 0"),
 }
 _TIMER_CHECKS: dict[str, Callable[[Any], bool]] = {
     "rep": lambda v: _int_ok(v, 1), "warmup": lambda v: _int_ok(v, 0),
@@ -463,6 +465,7 @@ _TIMER_CHECKS: dict[str, Callable[[Any], bool]] = {
     "flush": lambda v: isinstance(v, bool), "calls_per_round": lambda v: _int_ok(v, 1),
     "min_rounds": lambda v: _int_ok(v, 1), "max_rounds": lambda v: _int_ok(v, 1),
     "budget_s": lambda v: _num_ok(v, True), "target": _fraction_ok,
+    "precision_cap_s": lambda v: _num_ok(v, True), "label_cap_s": lambda v: _num_ok(v, True),
 }
 #: The command line's flags for timer options whose flag is not ``--`` + the key.
 _FLAGS = {"target": "--ci-target", "budget_s": "--budget-s", "mode": "--timing"}

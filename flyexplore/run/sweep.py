@@ -15,9 +15,10 @@ is :mod:`flyexplore.run.engine`'s part; the unit of work is :func:`run_case`. Th
 with the rows: the result frame's ``attrs["sweeps"]`` (:func:`sweep_record`).
 
 Order (``order=``): ``interleaved`` (the default, GPU and CPU) builds, compiles and warms every
-backend of a case first, then times them in shared rounds until every interval is tight
-(:func:`flyexplore.measure.interleaved.measure_interleaved`), so that all backends see one clock regime; each
-row gets its raw samples, the 95% interval of its median, and its speedup against the case's
+backend of a case first, then times them in shared rounds until every label is decided and every
+median's interval tight, or a time cap ends the case
+(:func:`flyexplore.measure.interleaved.measure_interleaved`), so that all backends see one clock
+regime; each row gets its raw samples, the 95% interval of its median, and its speedup against the case's
 baseline with an interval and a label (:mod:`flyexplore.measure.stats`), plus the device state
 (:mod:`flyexplore.measure.devstate`). ``block`` is the old order: each backend's calls in one block
 (:class:`flyexplore.measure.timing.Timer`), then the next backend; its speedups get only the wider,
