@@ -77,7 +77,7 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
       ``speedup_lo``/``speedup_hi`` and ``verdict`` likewise from the per-process paired speedups.
       ``process_estimates`` (JSON) keeps each process's ``time_ms``, ``time_se`` (its own log
       standard error), ``speedup``, ``speedup_se``, ``rounds``, ``wall_s``, ``verdict_s``,
-      ``clock_mhz_min`` and ``worker``; ``processes`` is the number combined. ``samples_ms`` holds
+      ``clock_mhz_min``, ``stop_reason`` and ``worker``; ``processes`` is the number combined. ``samples_ms`` holds
       every process's rounds, in pass order (so the rows of one case still pair round by round);
       ``rounds``, ``n_samples``, ``wall_s`` are sums, ``converged``, ``accuracy_ok``,
       ``recheck_ok`` hold for all, the clock minimum is the lowest. ``ci_method`` says
@@ -102,7 +102,8 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
         sp, slo, shi = _num(r.get("speedup")), _num(r.get("speedup_lo")), _num(r.get("speedup_hi"))
         per.append({"time_ms": t, "time_se": S.log_se(lo, hi), "speedup": sp, "speedup_se": S.log_se(slo, shi),
                     "rounds": r.get("rounds"), "wall_s": _num(r.get("wall_s")), "verdict_s": _num(r.get("verdict_s")),
-                    "clock_mhz_min": _num(r.get("clock_mhz_min")), "worker": r.get("worker")})
+                    "clock_mhz_min": _num(r.get("clock_mhz_min")), "stop_reason": r.get("stop_reason"),
+                    "worker": r.get("worker")})
     msgs = list(dict.fromkeys(str(r["message"]) for r in ok if r.get("message")))
     out["message"] = "; ".join(msgs) or None
     out["processes"] = len(ok)
@@ -138,6 +139,8 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
         vals = [r.get(k) for r in ok]
         out[k] = int(sum(int(x) for x in vals)) if all(x is not None for x in vals) else None
     out["wall_s"] = float(np.nansum([p["wall_s"] for p in per]))
+    reasons = [str(p["stop_reason"]) for p in per if p.get("stop_reason")]
+    out["stop_reason"] = ",".join(dict.fromkeys(reasons)) or out.get("stop_reason")
     vs = [p["verdict_s"] for p in per if math.isfinite(p["verdict_s"])]
     out["verdict_s"] = max(vs) if len(vs) == len(per) else None
     cmin = [p["clock_mhz_min"] for p in per if math.isfinite(p["clock_mhz_min"])]
