@@ -9,7 +9,8 @@
     read 2.00x +- 1%.
 (c) ``aten`` vs ``triton`` (torch.compile max-autotune, Triton templates) through the sweep:
     the ratio from 3 fresh processes must spread by at most 2%, and the labels must agree.
-(d) Wall time to a converged verdict (warm-up and all rounds, both backends; compile excluded)
+(d) Wall time to decided labels and of the whole case (warm-up and all rounds, both backends;
+    compile excluded; why each case stopped: ``stop_reason``)
     beside ``triton.testing.do_bench`` (its defaults: 25 ms warm-up, 100 ms of repetitions,
     median) run on the same two callables, for the (c) cases.
 
@@ -56,6 +57,7 @@ def _interleaved(fns: dict, dev, baseline: str):
     est, lo, hi = r.speedup(other)
     return {"speedup": est, "speedup_lo": lo, "speedup_hi": hi, "verdict": S.verdict(lo, hi),
             "rounds": r.rounds, "converged": r.converged, "wall_s": r.wall_s,
+            "verdict_s": r.verdict_s, "stop_reason": r.stop_reason,
             "kernels_a": json.dumps([k.name[:80] for k in r.measurements[baseline].kernels]),
             "kernels_b": json.dumps([k.name[:80] for k in r.measurements[other].kernels]),
             "clock_mhz_min": min((c for c in r.round_clocks if c), default=None)}
@@ -145,7 +147,8 @@ def worker(out: Path, proc: int, quick: bool) -> None:
         rows.append({"check": "c", "op": "gemm", "case": c.label, "a": "aten", "b": "triton",
                      "speedup": r["speedup"], "speedup_lo": r["speedup_lo"], "speedup_hi": r["speedup_hi"],
                      "verdict": r["verdict"], "rounds": r["rounds"], "converged": r["converged"],
-                     "wall_s": r["wall_s"], "verdict_s": r["verdict_s"], "kernel_ms_a": float(gc[(gc["case"] == c.label) & (gc["backend"] == "aten")]["time_ms"].iloc[0]),
+                     "wall_s": r["wall_s"], "verdict_s": r["verdict_s"], "stop_reason": r["stop_reason"],
+                     "kernel_ms_a": float(gc[(gc["case"] == c.label) & (gc["backend"] == "aten")]["time_ms"].iloc[0]),
                      "kernel_ms_b": r["time_ms"], "do_bench_ms_a": ta, "do_bench_ms_b": tt,
                      "do_bench_ratio": ta / tt, "do_bench_wall_s": wall,
                      "clock_mhz_min": r["clock_mhz_min"]})
@@ -190,19 +193,21 @@ def summarize(tmp: Path, out: Path, procs: int) -> None:
                  f"across {procs} processes; largest spread {g['spread'].max():.2%} "
                  f"(do_bench's ratio, same callables: largest spread {g['do_bench_spread'].max():.2%})")
     lines += ["", g.reset_index().to_markdown(index=False, floatfmt=".4f"), ""]
-    d = c[["proc", "case", "wall_s", "verdict_s", "do_bench_wall_s", "kernel_ms_a", "kernel_ms_b", "converged", "rounds"]].copy()
+    d = c[["proc", "case", "wall_s", "verdict_s", "do_bench_wall_s", "kernel_ms_a", "kernel_ms_b", "converged",
+           "stop_reason", "rounds"]].copy()
     d["ratio_wall"] = d["wall_s"] / d["do_bench_wall_s"]
     d["ratio_verdict"] = d["verdict_s"] / d["do_bench_wall_s"]
-    d["long_call"] = d[["kernel_ms_a", "kernel_ms_b"]].min(axis=1) >= 0.05
+    d["long_call"] = d[["kernel_ms_a", "kernel_ms_b"]].min(axis=1) >= 0.005  # the goals: calls >= 5 us
     d.to_csv(out / "d_walltime.csv", index=False)
     dl = d[d["long_call"]]
-    lines.append(f"(d) wall time / do_bench's for the same two callables, calls >= 50 us "
-                 f"({len(dl)} case-process pairs): to a converged verdict (every speedup interval "
-                 f"within +-1%): median {dl['ratio_verdict'].median():.2f}x, max "
+    lines.append(f"(d) wall time / do_bench's for the same two callables, calls >= 5 us "
+                 f"({len(dl)} case-process pairs): to decided labels (verdict_s: every label's 99% "
+                 f"interval inside the band or beyond an edge): median {dl['ratio_verdict'].median():.2f}x, max "
                  f"{dl['ratio_verdict'].max():.2f}x ({int((dl['ratio_verdict'] <= 1).sum())}/{len(dl)} "
-                 f"within do_bench's time); whole case (also every median within +-1%): median "
+                 f"within do_bench's time); whole case (goals: median <= 1x, max <= 3x): median "
                  f"{dl['ratio_wall'].median():.2f}x, max {dl['ratio_wall'].max():.2f}x; "
-                 f"{int(d['converged'].sum())}/{len(d)} cases converged")
+                 f"{int(d['converged'].sum())}/{len(d)} cases converged; stopped by: "
+                 + ", ".join(f"{k} {v}" for k, v in d["stop_reason"].value_counts().items()))
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -50,9 +50,10 @@ CASE_BUDGET_S = {"cpu": 2.0, "cuda": 10.0}
 #: label is decided, the medians get this long to reach +-``target``, then the case stops
 #: (``stop_reason="precision_cap"``). On a GPU 0.1 s per backend is triton's ``do_bench``
 #: (25 ms warm-up and 100 ms of repetitions per callable: a median 0.37 s for three backends
-#: of one case on an H200) minus the warm-up, which here is shared by the backends (:data:`WARMUP_MS`); a case
-#: of short calls whose labels decide early so costs about what ``do_bench`` costs. The CPU
-#: value is twice that: CPU timing is noisier and the CPU is for tests and small checks.
+#: of one case on an H200) less its warm-up, which here is one for all backends
+#: (:data:`WARMUP_MS`); a case of short calls whose labels decide early so costs about what
+#: ``do_bench`` costs. The CPU value is twice that: CPU timing is noisier, and the CPU is for
+#: tests and small checks.
 PRECISION_CAP_S = {"cpu": 0.2, "cuda": 0.1}
 #: Label cap, s per backend of the case, counted from the first warm-up call: a speedup whose
 #: label is still undecided (AMBIGUOUS at :data:`LOOK_CONFIDENCE`, and its 95% interval wider
@@ -173,9 +174,10 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     block of one backend's calls (its switches, e.g. FlyDSL overrides off for ATen).
     ``warmup_rounds`` replaces the warm-up time by a number of rounds.
 
-    Stopping (a sequential rule): after ``min_rounds`` rounds, and then at looks at least
-    :data:`LOOK_GROWTH` (1.25) times as many rounds apart, each speedup against ``baseline``
-    (paired rounds) and each backend's median are checked.
+    Stopping (a sequential rule): after ``min_rounds`` rounds, and then at looks
+    :data:`LOOK_GROWTH` (1.25) times as many rounds apart or more (closer only where a cap or
+    the budget comes first), each speedup against ``baseline`` (paired rounds) and each
+    backend's median are checked.
 
     * A speedup's label is *decided* when its :data:`LOOK_CONFIDENCE` (99%) order-statistic
       interval gives a label other than AMBIGUOUS with ``band`` (the SAME band of
