@@ -60,7 +60,16 @@ PRECISION_CAP_S = {"cpu": 0.2, "cuda": 0.1}
 #: than +-band/2) keeps the case going this long at most (``stop_reason="label_cap"``,
 #: ``converged=False``): 3x the precision cap, so that the slowest case costs about 3x what
 #: ``do_bench`` costs. Never before ``2 * min_rounds`` rounds (a long call gets some rounds).
-LABEL_CAP_S = {"cpu": 0.6, "cuda": 0.3}
+LABEL_CAP_S = {"cpu": 0.6, "cuda": 0.2}
+#: Least time in timed rounds before a case may stop at ``target``, s per backend. On an H200
+#: (``benchmarks/reproducible.py``, first GPU run of the sequential rule) cases that stopped
+#: after 10-13 rounds (20-40 ms of rounds after the 50 ms warm-up) read absolute times 2-3.5%
+#: apart between fresh processes -- the clock had not settled after the GPU idled through the
+#: case's compile -- where the same cases read 0.15-0.7% apart with longer timing. Speedups were
+#: unaffected (the rounds pair them). 50 ms per backend of rounds, as do_bench's 100 ms of
+#: repetitions, keeps the medians of one process comparable with the next. The label cap above
+#: was lowered to 0.2 s per backend (3 x 0.2 s for three backends ~ 3 x do_bench's 0.2-0.37 s).
+MIN_TIMED_S = {"cpu": 0.0, "cuda": 0.05}
 #: Confidence of the speedup interval at each stopping check ("look"): a label counts as decided
 #: when this interval, not only the reported 95% one, lies wholly inside the SAME band or wholly
 #: beyond one of its edges. The looks are repeated (a case stops at the first look that decides
@@ -200,7 +209,7 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     ``2 * min_rounds`` rounds ran (``"label_cap"``); ``budget_s`` has passed after warm-up
     (``"budget"``). Only ``target`` is ``converged``. The caps are seconds of the whole case,
     counted from the first warm-up call, by default :data:`PRECISION_CAP_S` and
-    :data:`LABEL_CAP_S` per backend (GPU 0.1 s and 0.3 s: about ``do_bench``'s time and 3x
+    :data:`LABEL_CAP_S` per backend (GPU 0.1 s and 0.2 s: about ``do_bench``'s time and 3x
     it; CPU 0.2 s and 0.6 s); the label cap is raised to the precision cap where it is lower.
     ``budget_s`` (default :data:`CASE_BUDGET_S`: 10 s on GPU, 2 s on CPU) is the hard limit; to
     measure longer, raise the caps too. With one backend there are no labels: the medians'
@@ -256,6 +265,7 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     precision_cap_s = (PRECISION_CAP_S[kind] * len(names) if precision_cap_s is None
                        else float(precision_cap_s))
     label_cap_s = LABEL_CAP_S[kind] * len(names) if label_cap_s is None else float(label_cap_s)
+    min_timed_s = MIN_TIMED_S[kind] * len(names) if clock is time.perf_counter else 0.0
     for k, v in (("precision_cap_s", precision_cap_s), ("label_cap_s", label_cap_s)):
         if not v > 0:
             raise ValueError(f"{k} must be > 0, got {v!r}")
@@ -429,7 +439,7 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
         case_s, after_warmup_s = now - t_start, now - t0
         if settled and verdict_s is None:
             verdict_s = case_s
-        if settled and med_w <= target:
+        if settled and med_w <= target and run_s >= min_timed_s:
             stop_reason = "target"
         elif max_rounds is not None and n >= max_rounds:
             stop_reason = "max_rounds"
