@@ -582,8 +582,9 @@ def summary_lines(x: "ABResult | Sides", gate_result: GateResult | None = None, 
         return _vllm_lines(ab, names)
     na, nb = names
     c = label_counts(ab)
-    out = _wrap(f"flyexplore compare: {nb} vs {na}, {len(ab.pairs)} pairs, {len(ab.only_a)} only in {na}, "
-                f"{len(ab.only_b)} only in {nb}; ratio = time {na} / time {nb} (> 1: {nb} faster)")
+    out = _wrap(f"flyexplore compare: {nb} vs {na}, {len(ab.pairs)} pairs ({len(ab.only_a)} only in {na}, "
+                f"{len(ab.only_b)} only in {nb})")
+    out += _wrap(f"ratio = time {na} / time {nb} per pair (> 1: {nb} faster), with its 95% interval")
     counts = [f"{label_name(lab, names)} {c[lab]}" for lab in S.LABELS]
     if c["none"]:
         counts.append(f"no label {c['none']}")
