@@ -58,6 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace) -> int:
     # imported here, as in every command module: `flyexplore --help` imports neither torch nor pandas
     from flyexplore.results import compare as C
+    from flyexplore.results.aotriton_ab import summary_notes
     from flyexplore.results.table import check_writable
 
     # every value checked before any file is read or written
@@ -84,12 +85,13 @@ def run(a: argparse.Namespace) -> int:
         static_note(a.no_images)
         path = write_ab_report(sd, a.out, title=a.title, static=not a.no_images)
         print(f"report: {path}", file=say)
-    for line in C.summary_lines(sd, result):
+    notes = summary_notes(sd)   # the published AOTriton range: shown or why not
+    for line in C.summary_lines(sd, result, notes=notes):
         print(line, file=say)
     if a.json is not None:
-        _write_json(C.summary_dict(sd, result), a.json)
+        _write_json(C.summary_dict(sd, result, notes=notes), a.json)
     if a.summary_md is not None:
-        _append(a.summary_md, C.summary_markdown(sd, result))
+        _append(a.summary_md, C.summary_markdown(sd, result, notes=notes))
     return EXIT_NO if result is not None and result.failed else 0
 
 

@@ -19,7 +19,7 @@ from flyexplore.ops import get_op
 from flyexplore.ops.attention.aotriton import flyc_support, parse_version, release_name
 from flyexplore.paths import data_dir
 from flyexplore.results import table as R
-from flyexplore.results.compare import pair
+from flyexplore.results.compare import Sides, pair
 from flyexplore.results.published import RANGES
 
 #: A field of the example result files that marks them as made up (as in :mod:`flyexplore.results.vllm`).
@@ -119,6 +119,22 @@ def range_note(view: pd.DataFrame) -> str | None:
                                                     r.get("aotriton_b")) for _, r in view[~shown].iterrows())))
     part = "" if k == 0 else f" for {n - k} of {n} attention pairs"
     return f"{what} not shown{part}: {'; '.join(why) or 'not the published setup'}"
+
+
+def summary_notes(sd: Sides) -> list[str]:
+    """The lines an A/B summary (:func:`flyexplore.results.compare.summary_lines`, ``notes``)
+    adds for the attention pairs of two sides read by :func:`flyexplore.results.compare.sides`:
+    the published range's line (:func:`range_note`: how many pairs lie within it, or why it is
+    not shown). Empty for a vllm A/B, without attention pairs, or when the attention
+    catalogue cannot read a pair's case (the report's section raises for that)."""
+    if sd.kind != "rows" or "op" not in sd.ab.pairs or not (sd.ab.pairs["op"] == "attention").any():
+        return []
+    try:
+        view = ab_view(sd.ab, sd.a, sd.b)
+    except (UsageError, ValueError, KeyError):
+        return []
+    note = range_note(view)
+    return [note] if note else []
 
 
 def is_synthetic(df: pd.DataFrame) -> bool:

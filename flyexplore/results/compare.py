@@ -371,7 +371,9 @@ class GateResult:
         if not self.failed:
             return f"no pair, nor the geometric mean, is {rule}"
         n = len(self.tripped)
-        what = ([f"{n} pair{'s' if n != 1 else ''}"] if n else []) + (["the geometric mean"] if self.geomean_tripped else [])
+        what = [f"{n} pair{'s' if n != 1 else ''}"] if n else []
+        if self.geomean_tripped:
+            what.append("the geometric mean")
         verb = "is" if what in (["1 pair"], ["the geometric mean"]) else "are"
         return f"{' and '.join(what)} {verb} {rule}"
 
@@ -393,10 +395,10 @@ class GateResult:
     def as_dict(self) -> dict:
         """JSON-ready (NaN as None): ``fail_on`` (text), ``label``, ``threshold`` (fraction),
         ``limit`` (ratio), ``failed``, ``geomean_tripped``, ``tripped`` (one dict per pair:
-        ``case_key`` (the key values as one text), the key columns, ``ratio``, ``ratio_lo``, ``ratio_hi``, ``verdict``)."""
-        tripped = [{"case_key": case_text(r, self.key), **{k: r[k] for k in self.key},
-                    **{c: r[c] for c in ("ratio", "ratio_lo", "ratio_hi", "verdict")}}
-                   for _, r in self.tripped.iterrows()]
+        ``case_key`` (the key values as one text), the key columns, ``ratio``, ``ratio_lo``,
+        ``ratio_hi``, ``verdict``)."""
+        t = self.tripped
+        tripped = _pair_records(t[[c for c in t if c not in ("time_a_ms", "time_b_ms")]], self.key)
         return jsonable({"fail_on": self.fail_on.text, "label": self.fail_on.label,
                          "threshold": self.fail_on.threshold, "limit": self.fail_on.limit,
                          "failed": self.failed, "geomean_tripped": self.geomean_tripped, "tripped": tripped})
@@ -441,6 +443,10 @@ def jsonable(v: Any) -> Any:
     """``v`` with every value JSON can hold as itself: NaN, infinities, ``pd.NA`` and ``None``
     as ``None``; numpy scalars as Python numbers; tuples and arrays as lists; dict keys as
     text. Containers are copied, never changed."""
+    if isinstance(v, str):   # the common cases first: a pair's record is texts and floats
+        return v
+    if isinstance(v, (float, np.floating)):
+        return float(v) if math.isfinite(v) else None
     if isinstance(v, dict):
         return {str(k): jsonable(x) for k, x in v.items()}
     if isinstance(v, (list, tuple, np.ndarray)):
@@ -449,11 +455,9 @@ def jsonable(v: Any) -> Any:
         return bool(v)
     if isinstance(v, (int, np.integer)):
         return int(v)
-    if isinstance(v, (float, np.floating)):
-        return float(v) if math.isfinite(v) else None
     if v is None or _missing(v):
         return None
-    return v if isinstance(v, str) else str(v)
+    return str(v)
 
 
 def allowance_text(pairs: pd.DataFrame) -> str | None:
@@ -527,26 +531,12 @@ def _case_lines(rows: pd.DataFrame, key: Sequence[str], extra: Sequence[tuple] =
 
 
 def _parts(x: "ABResult | Sides"):
-    """``(kind, ab, a, b, names)`` of an A/B given as an :class:`ABResult` or :class:`Sides`."""
+    """``(kind, ab, names)`` of an A/B given as an :class:`ABResult` or :class:`Sides`."""
     if isinstance(x, Sides):
-        return x.kind, x.ab, x.a, x.b, tuple(x.names)
+        return x.kind, x.ab, tuple(x.names)
     if isinstance(x, ABResult):
-        return "rows", x, None, None, tuple(x.names)
+        return "rows", x, tuple(x.names)
     raise TypeError(f"an A/B summary needs an ABResult or Sides, got {type(x).__name__}")
-
-
-def _aotriton_note(ab: ABResult, a, b) -> str | None:
-    """One line on the published AOTriton range where attention cases paired (needs both sides'
-    rows): how many pairs lie within it, or why it is not shown. None otherwise."""
-    if a is None or b is None or "op" not in ab.pairs or not (ab.pairs["op"] == "attention").any():
-        return None
-    from flyexplore.results.aotriton_ab import ab_view, range_note   # that module imports this one
-
-    try:
-        view = ab_view(ab, a, b)
-    except (UsageError, ValueError, KeyError):   # a case text the attention catalogue cannot read
-        return None
-    return range_note(view)
 
 
 def _vllm_lines(tab: pd.DataFrame, names: tuple[str, str]) -> list[str]:
@@ -565,19 +555,22 @@ def _vllm_lines(tab: pd.DataFrame, names: tuple[str, str]) -> list[str]:
     return [ln for s in out for ln in _wrap(s)]
 
 
-def summary_lines(x: "ABResult | Sides", gate_result: GateResult | None = None, top: int = TOP) -> list[str]:
+def summary_lines(x: "ABResult | Sides", gate_result: GateResult | None = None, top: int = TOP,
+                  notes: Sequence[str] = ()) -> list[str]:
     """The A/B in a few plain-text lines of at most :data:`WIDTH` characters, what
     ``flyexplore compare`` prints: the number of pairs and of cases in one side only; the
     pairs per label (FASTER / SAME / SLOWER / AMBIGUOUS, saying which side is faster); the
     geometric mean of ``time A / time B`` with its 95% interval and label; the cross-run
     allowance when the pairs carry one (:func:`allowance_text`); the ``top`` largest changes
-    (:func:`largest_changes`: case, ratio, interval, label); where attention pairs are given
-    with their sides (``x`` a :class:`Sides`), the published AOTriton range's line; one line per
-    environment warning; the gate's lines (``gate_result``, :func:`gate`). A vllm A/B
+    (:func:`largest_changes`: case, ratio, interval, label); the ``notes`` (lines a caller
+    adds: ``flyexplore compare`` the published AOTriton range's,
+    :func:`flyexplore.results.aotriton_ab.summary_notes`); one line per environment warning;
+    the gate's lines (``gate_result``, :func:`gate`). ``x``: an :class:`ABResult` or the
+    :class:`Sides` of :func:`sides`. A vllm A/B
     (:class:`Sides` of kind ``"vllm"``) gets a short summary of its per-metric speedups.
     Returns the lines (no newlines). Raises ``TypeError`` for anything but an
     :class:`ABResult` or :class:`Sides`."""
-    kind, ab, a, b, names = _parts(x)
+    kind, ab, names = _parts(x)
     if kind != "rows":
         return _vllm_lines(ab, names)
     na, nb = names
@@ -598,8 +591,7 @@ def summary_lines(x: "ABResult | Sides", gate_result: GateResult | None = None, 
     if len(big):
         out.append(f"largest changes (by |log ratio|, {min(top, len(big))} of {len(ab.pairs)}):")
         out += _case_lines(big, ab.key)
-    note = _aotriton_note(ab, a, b)
-    if note:
+    for note in notes:
         out += _wrap(note)
     for w in ab.warnings:
         out += _wrap(f"warning: {w}")
@@ -608,42 +600,48 @@ def summary_lines(x: "ABResult | Sides", gate_result: GateResult | None = None, 
     return out
 
 
-def _pair_record(r: pd.Series, key: Sequence[str], extra: Sequence[str]) -> dict:
-    return {"case_key": case_text(r, key), **{k: r[k] for k in key},
-            **{c: r[c] for c in ("time_a_ms", "time_b_ms", "ratio", "ratio_lo", "ratio_hi", "verdict",
-                                 "interval", *extra) if c in r}}
+def _pair_records(pairs: pd.DataFrame, key: Sequence[str]) -> list[dict]:
+    """One dict per pair: ``case_key`` (:func:`case_text`), the key columns, times, ratio,
+    interval, label, method and the allowance columns where present (a column pass, no
+    per-row Series: 100,000 pairs in about a second)."""
+    cols = [c for c in (*key, "time_a_ms", "time_b_ms", "ratio", "ratio_lo", "ratio_hi", "verdict", "interval",
+                        "allowance", "allowance_basis") if c in pairs]
+    texts = [" ".join(str(v) for v in row if not _missing(v))
+             for row in pairs[list(key)].itertuples(index=False, name=None)]
+    return [{"case_key": t, **r} for t, r in zip(texts, pairs[cols].to_dict("records"))]
 
 
-def summary_dict(x: "ABResult | Sides", gate_result: GateResult | None = None, top: int = TOP) -> dict:
+def summary_dict(x: "ABResult | Sides", gate_result: GateResult | None = None, top: int = TOP,
+                 notes: Sequence[str] = ()) -> dict:
     """The A/B as a JSON-ready dict (NaN and NA as None; ``json.dumps(..., allow_nan=False)``
-    takes it), what ``flyexplore compare --json`` writes. Result rows: ``kind`` ``"rows"``,
-    ``names``, ``ratio`` (its definition), ``key`` (the pairing columns), ``pairs_count``,
-    ``only_a`` / ``only_b`` (counts of cases in one side only), ``counts`` (pairs per label,
-    :func:`label_counts`), ``geomean`` (``ratio``, ``lo``, ``hi``, ``label``),
-    ``allowance`` (:func:`allowance_text` or None), ``largest`` (the ``top`` largest changes),
-    ``pairs`` (every pair: ``case_key`` (the key values as one text), the key columns, ``time_a_ms``, ``time_b_ms`` in
-    ms, ``ratio``, ``ratio_lo``, ``ratio_hi``, ``verdict``, ``interval`` (method), and
-    ``allowance`` / ``allowance_basis`` where the pairs have them), ``aotriton_range`` (the
-    published range's line where attention pairs are given with their sides, else None),
-    ``warnings`` and ``gate`` (:meth:`GateResult.as_dict`, None without a gate). A vllm A/B:
-    ``kind`` ``"vllm"``, ``names``, ``pairs`` (its per-metric rows), ``only_a`` / ``only_b``
-    (counts), ``warnings`` (empty), ``gate`` (None). Raises ``TypeError`` as
+    takes it), what ``flyexplore compare --json`` writes.
+
+    Result rows: ``kind`` ``"rows"``, ``names``, ``ratio`` (its definition), ``key`` (the
+    pairing columns), ``pairs_count``, ``only_a`` / ``only_b`` (counts of cases in one side
+    only), ``counts`` (pairs per label, :func:`label_counts`), ``geomean`` (``ratio``, ``lo``,
+    ``hi``, ``label``), ``allowance`` (:func:`allowance_text` or None), ``largest`` (the
+    ``top`` largest changes, as in ``pairs``), ``pairs`` (every pair: ``case_key``, the key
+    values as one text; the key columns; ``time_a_ms``, ``time_b_ms`` in ms; ``ratio``,
+    ``ratio_lo``, ``ratio_hi``; ``verdict``; ``interval``, the method; ``allowance`` /
+    ``allowance_basis`` where the pairs have them), ``notes`` (as :func:`summary_lines` takes
+    them), ``warnings`` and ``gate`` (:meth:`GateResult.as_dict`, None without a gate).
+    A vllm A/B: ``kind`` ``"vllm"``, ``names``, ``pairs`` (its per-metric rows), ``only_a`` /
+    ``only_b`` (counts), ``warnings`` (empty), ``gate`` (None). Raises ``TypeError`` as
     :func:`summary_lines`."""
-    kind, ab, a, b, names = _parts(x)
+    kind, ab, names = _parts(x)
     if kind != "rows":
         return jsonable({"kind": "vllm", "names": names, "pairs": ab.to_dict("records"),
                          "only_a": len(ab.attrs.get("only_a", [])), "only_b": len(ab.attrs.get("only_b", [])),
                          "warnings": [], "gate": None})
     gm = ab.geomean_ci
-    extra = [c for c in ("allowance", "allowance_basis") if c in ab.pairs]
     d = {"kind": "rows", "names": names, "ratio": f"time {names[0]} / time {names[1]} (> 1: {names[1]} faster)",
          "key": ab.key, "pairs_count": len(ab.pairs), "only_a": len(ab.only_a), "only_b": len(ab.only_b),
          "counts": label_counts(ab),
          "geomean": {"ratio": gm[0], "lo": gm[1], "hi": gm[2], "label": _geomean_label(gm)},
          "allowance": allowance_text(ab.pairs),
-         "largest": [_pair_record(r, ab.key, extra) for _, r in largest_changes(ab, top).iterrows()],
-         "pairs": [_pair_record(r, ab.key, extra) for _, r in ab.pairs.iterrows()],
-         "aotriton_range": _aotriton_note(ab, a, b),
+         "largest": _pair_records(largest_changes(ab, top), ab.key),
+         "pairs": _pair_records(ab.pairs, ab.key),
+         "notes": list(notes),
          "warnings": list(ab.warnings),
          "gate": gate_result.as_dict() if gate_result is not None else None}
     return jsonable(d)
@@ -662,17 +660,18 @@ def _num(v: Any, fmt: str) -> str:
     return "" if _missing(v) or not math.isfinite(float(v)) else format(float(v), fmt)
 
 
-def summary_markdown(x: "ABResult | Sides", gate_result: GateResult | None = None, top: int = TOP) -> str:
+def summary_markdown(x: "ABResult | Sides", gate_result: GateResult | None = None, top: int = TOP,
+                     notes: Sequence[str] = ()) -> str:
     """The A/B as GitHub-flavoured Markdown for a GitHub Actions job summary
     (``$GITHUB_STEP_SUMMARY``), what ``flyexplore compare --summary-md`` appends: a heading
     (with the gate's outcome when there is a gate), the number of pairs, a table of pairs per
     label, the geometric mean with its interval and label, the cross-run allowance when the
     pairs carry one, a table of the ``top`` largest changes (case, times in ms, ratio, 95%
-    interval, label), the published AOTriton range's line where it applies or why not,
-    the environment warnings and the gate's outcome with the cases that tripped it. A vllm A/B
+    interval, label), the ``notes`` (as :func:`summary_lines` takes them), the environment
+    warnings and the gate's outcome with the cases that tripped it. A vllm A/B
     gets its summary lines as a list. Returns the text, ending in a newline. Raises
     ``TypeError`` as :func:`summary_lines`."""
-    kind, ab, a, b, names = _parts(x)
+    kind, ab, names = _parts(x)
     na, nb = names
     if kind != "rows":
         body = "\n".join(f"- {_md(ln.strip())}" for ln in _vllm_lines(ab, names))
@@ -703,8 +702,7 @@ def summary_markdown(x: "ABResult | Sides", gate_result: GateResult | None = Non
             out.append(f"| {_md_code(case_text(r, ab.key))} | {_num(r['time_a_ms'], '.4g')} | "
                        f"{_num(r['time_b_ms'], '.4g')} | {_num(r['ratio'], '.3f')}x | "
                        f"{f'[{lo}, {hi}]' if lo and hi else 'none'} | {_md(label_name(r['verdict'], names))} |")
-    note = _aotriton_note(ab, a, b)
-    if note:
+    for note in notes:
         out += ["", _md(note)]
     if ab.warnings:
         out += ["", "### Environment warnings", ""] + [f"- {_md(w)}" for w in ab.warnings]

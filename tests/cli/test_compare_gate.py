@@ -124,7 +124,7 @@ def test_json_file_writes_null_for_a_missing_interval(tmp_path, capsys):
     assert d["counts"]["none"] == 10 and d["only_b"] == 1
     assert d["geomean"]["lo"] is None and d["geomean"]["label"] is None and d["gate"] is None
     assert all(p["ratio_lo"] is None and p["verdict"] is None for p in d["pairs"])
-    assert "10 of 10 attention pairs within it" in d["aotriton_range"]
+    assert len(d["notes"]) == 1 and d["notes"][0].endswith("10 of 10 attention pairs within it")
     assert "labels:" in capsys.readouterr().out
 
 
@@ -237,3 +237,13 @@ def test_parse_fail_on():
     for bad in ("SLOWER:inf", "SLOWER:nan", "SLOWER:5%%", "SAME", ""):
         with pytest.raises(UsageError, match="bad --fail-on"):
             C.parse_fail_on(bad)
+
+
+def test_the_summary_says_why_the_aotriton_range_is_not_shown_on_an_h200(tmp_path, capsys):
+    h200 = str(ROOT / "data/h200/layers_smoke/attention.parquet")   # flash, efficient, cudnn, math on sm_90
+    md = tmp_path / "s.md"
+    assert main(["compare", h200, h200, "--fail-on", "SLOWER", "--summary-md", str(md)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    why = "not shown: arch sm_90 on both sides, not gfx950; no AOTriton version recorded on either side"
+    assert "published AOTriton range (0.14.2b vs 0.13b on gfx950" in out and why in out
+    assert why in md.read_text()
