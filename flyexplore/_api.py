@@ -157,7 +157,9 @@ def compare(a, b, *, names: Sequence[str] | str = ("A", "B"), a_backend: str | N
     ``a`` / ``b``: result rows (DataFrames) or result file paths -- then the return value is a
     :class:`flyexplore.results.compare.ABResult` (``pairs``: time A / time B per paired
     (op, case, dtype, backend) with its 95% interval and label, > 1: B faster; ``summary``,
-    ``only_a`` / ``only_b``, ``env``, ``warnings``; :func:`flyexplore.results.compare.pair`).
+    ``only_a`` / ``only_b``, ``env``, ``warnings``; :func:`flyexplore.results.compare.pair`;
+    ``ab.summary_lines()`` the terminal summary, ``ab.gate("SLOWER:5%").failed`` the CI gate
+    of ``flyexplore compare --fail-on``).
     Or both ``vllm bench serve --save-result`` JSON files or folders of them -- then a
     DataFrame of per-metric speedups of B over A per (model, concurrency, request rate)
     (:func:`flyexplore.results.vllm.ab_table`). ``names``: the two sides' display names (a pair

@@ -12,7 +12,8 @@ importing torch or pandas (well under a second): a command module imports only l
 its top and its layer when it runs.
 
 Exit codes (:mod:`flyexplore.cli._shared`): 0 success (``explain``: FlyDSL YES / AOTriton
-eligible); 1 ``explain``: NO / not eligible (``xray``: the X-ray cannot run here); 2 usage error
+eligible); 1 ``explain``: NO / not eligible (``xray``: the X-ray cannot run here; ``compare
+--fail-on``: B is slower beyond the threshold); 2 usage error
 (also a damaged input file, an unwritable output, a full disk: one line naming the file);
 3 ``explain --op attention``: unverified (a condition cannot be evaluated away from the device);
 4 ``sweep``: workers could not start, so some cases got ``crashed`` rows without running;
@@ -66,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="flyexplore", description="Measure and explain PyTorch's FlyDSL, ATen, "
                 "Triton and vendor paths (MI350 gfx950, any CUDA/ROCm GPU, or CPU).",
                 epilog="flyexplore COMMAND --help lists a command's valid values (sweep --help: operators, "
-                "backends, dtypes, suites, timing modes).\nexit codes: 0 ok (explain: FlyDSL YES), 1 explain: NO, "
+                "backends, dtypes, suites, timing modes).\nexit codes: 0 ok (explain: FlyDSL YES), 1 explain: NO (compare --fail-on: B slower), "
                 "2 usage error (or a damaged file, a full disk), 3 explain --op attention: unverified, 4 sweep: "
                 "workers could not start (crashed rows written), 130 interrupted, 141 output pipe closed.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)

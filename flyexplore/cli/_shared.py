@@ -14,7 +14,8 @@ from flyexplore.ops import get_op, list_ops
 # `flyexplore --help` imports neither torch nor pandas.
 
 #: Exit codes (documented in :mod:`flyexplore.cli` and README): 0 success (``explain``: FlyDSL
-#: YES / AOTriton eligible), 1 ``explain``: NO / not eligible (``xray``: cannot run here),
+#: YES / AOTriton eligible), 1 ``explain``: NO / not eligible (``xray``: cannot run here;
+#: ``compare --fail-on``: the gate tripped, B slower beyond the threshold),
 #: 2 usage error (also: a damaged input file, a full disk), 3 ``explain --op attention``:
 #: unverified, 4 ``sweep``: workers could not start, so some cases got ``crashed`` rows without
 #: running (every row written), 130 interrupted, 141 closed pipe, 143 ``sweep`` stopped by SIGTERM

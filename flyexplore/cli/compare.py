@@ -1,41 +1,120 @@
-"""``flyexplore compare``: an A/B report of two result files paired by case, or of two
-``vllm bench serve --save-result`` files or folders (:mod:`flyexplore.views.report`)."""
+"""``flyexplore compare``: an A/B of two result files paired by case, or of two
+``vllm bench serve --save-result`` files or folders: a summary on the terminal
+(:func:`flyexplore.results.compare.summary_lines`), with ``--out`` the A/B report
+(:mod:`flyexplore.views.report`), with ``--json`` / ``--summary-md`` the summary as JSON or as
+a GitHub Actions job summary, and with ``--fail-on`` a CI gate (exit 1 when B is slower beyond
+a threshold; :func:`flyexplore.results.compare.gate`)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
-from flyexplore.cli._shared import static_note
+from flyexplore.cli._shared import EXIT_NO, static_note
 from flyexplore.errors import UsageError
 
-HELP = ("A/B report of two result files paired by case (or two "
-        "vllm bench serve --save-result files/folders)")
+HELP = ("A/B of two result files paired by case (or two vllm bench serve --save-result "
+        "files/folders): a summary, a report (--out), JSON/Markdown for CI and a gate (--fail-on)")
+
+DESCRIPTION = """\
+Pairs two result files by (op, case, dtype, backend) and prints a summary: pairs per label
+(FASTER: B faster, SAME, SLOWER: B slower, AMBIGUOUS), the geometric mean of time A / time B
+with its 95% interval, the five largest changes and any difference between the two
+environments. --out also writes the HTML report.
+
+exit status: 0 done (gate passed); 1 --fail-on tripped: a pair, or the geometric mean, is
+labelled SLOWER and B is slower by more than the threshold even at its interval's upper end;
+2 usage error (a bad --fail-on value, a damaged or missing file, an unwritable output).
+
+CI example (GitHub Actions):
+  flyexplore compare main.parquet pr.parquet --names main,pr \\
+      --fail-on SLOWER:5% --summary-md "$GITHUB_STEP_SUMMARY" --json ab.json
+"""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = DESCRIPTION
     p.add_argument("a", help="side A (baseline): result file, or vllm JSON file/folder")
     p.add_argument("b", help="side B: result file, or vllm JSON file/folder")
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--out", help="also write the A/B report (report.html, tables, figures) into this folder "
+                   "(default: no report, only the summary)")
     p.add_argument("--names", help="display names of A and B, comma-separated (default A,B)")
     p.add_argument("--a-backend", help="compare this backend of A ...")
     p.add_argument("--b-backend", help="... with this backend of B (e.g. aten vs flydsl of one sweep); "
                    "one of the two alone compares that backend on both sides")
     p.add_argument("--title")
     p.add_argument("--no-images", action="store_true", help="skip the PNG/SVG/PDF figure files")
+    p.add_argument("--json", metavar="FILE", help="write the summary as JSON (counts, geometric mean, every "
+                   "pair, warnings, the gate's outcome; NaN as null); - writes it to stdout and the "
+                   "terminal summary to stderr")
+    p.add_argument("--summary-md", metavar="FILE", help="append the summary as Markdown (counts table, "
+                   "geometric mean, largest changes, warnings, the gate's outcome) to FILE, e.g. "
+                   "\"$GITHUB_STEP_SUMMARY\" in GitHub Actions; the file is created if missing")
+    p.add_argument("--fail-on", metavar="SLOWER[:THRESHOLD]", help="exit 1 when any pair, or the geometric "
+                   "mean, is labelled SLOWER (B slower) and its interval's upper end is below 1/(1+THRESHOLD): "
+                   "B slower by more than THRESHOLD even at the favourable end. THRESHOLD: a percentage "
+                   "(5%%) or a fraction below 1 (0.05); default 0, any SLOWER fails")
 
 
 def run(a: argparse.Namespace) -> int:
     # imported here, as in every command module: `flyexplore --help` imports neither torch nor pandas
-    from flyexplore.results.compare import sides
-    from flyexplore.views.export import check_writable
-    from flyexplore.views.report import check_report_dir, write_ab_report
+    from flyexplore.results import compare as C
+    from flyexplore.results.aotriton_ab import summary_notes
+    from flyexplore.results.table import check_writable
 
+    # every value checked before any file is read or written
     names = tuple(n.strip() for n in a.names.split(",")) if a.names else ("A", "B")
     if len(names) != 2 or not all(names):
         raise UsageError(f"--names needs two comma-separated names, got {a.names!r}")
-    check_report_dir(a.out)   # the output first: nothing is read or written for a folder that is refused
-    check_writable(a.out, "report folder", folder=True)
-    sd = sides(a.a, a.b, names, a.a_backend, a.b_backend)   # result files read with validation
-    static_note(a.no_images)
-    path = write_ab_report(sd, a.out, title=a.title, static=not a.no_images)
-    print(f"report: {path}")
-    return 0
+    rule = C.parse_fail_on(a.fail_on) if a.fail_on is not None else None
+    if a.json is not None and a.json != "-":
+        check_writable(a.json, "JSON file")
+    if a.summary_md is not None:
+        check_writable(a.summary_md, "Markdown summary file")
+    if a.out is not None:
+        from flyexplore.views.report import check_report_dir
+
+        check_report_dir(a.out)   # the output first: nothing is read or written for a folder that is refused
+        check_writable(a.out, "report folder", folder=True)
+    sd = C.sides(a.a, a.b, names, a.a_backend, a.b_backend)   # result files read with validation
+    result = C.gate(sd, rule) if rule is not None else None   # a vllm A/B refused here, before writing
+    # with --json -, stdout carries the JSON alone
+    say = sys.stderr if a.json == "-" else sys.stdout
+    if a.out is not None:
+        from flyexplore.views.report import write_ab_report
+
+        static_note(a.no_images)
+        path = write_ab_report(sd, a.out, title=a.title, static=not a.no_images)
+        print(f"report: {path}", file=say)
+    notes = summary_notes(sd)   # the published AOTriton range: shown or why not
+    for line in C.summary_lines(sd, result, notes=notes):
+        print(line, file=say)
+    if a.json is not None:
+        _write_json(C.summary_dict(sd, result, notes=notes), a.json)
+    if a.summary_md is not None:
+        _append(a.summary_md, C.summary_markdown(sd, result, notes=notes))
+    return EXIT_NO if result is not None and result.failed else 0
+
+
+def _write_json(d: dict, where: str) -> None:
+    import json
+    from pathlib import Path
+
+    text = json.dumps(d, indent=2, allow_nan=False) + "\n"
+    if where == "-":
+        sys.stdout.write(text)
+        return
+    p = Path(where)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+
+
+def _append(where: str, text: str) -> None:
+    """Append ``text`` to the file ``where`` (created if missing), a blank line before it when
+    the file already holds text (GitHub's convention for ``$GITHUB_STEP_SUMMARY``)."""
+    from pathlib import Path
+
+    p = Path(where)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    gap = "\n" if p.exists() and p.stat().st_size > 0 else ""
+    with p.open("a", encoding="utf-8") as f:
+        f.write(gap + text)

@@ -19,7 +19,7 @@ from flyexplore.ops import get_op
 from flyexplore.ops.attention.aotriton import flyc_support, parse_version, release_name
 from flyexplore.paths import data_dir
 from flyexplore.results import table as R
-from flyexplore.results.compare import pair
+from flyexplore.results.compare import Sides, pair
 from flyexplore.results.published import RANGES
 
 #: A field of the example result files that marks them as made up (as in :mod:`flyexplore.results.vllm`).
@@ -80,6 +80,63 @@ def published_range(pass_: str) -> tuple[float, float]:
     return float(r["low"]), float(r["high"])
 
 
+def range_why_not(arch_a: Any, arch_b: Any, aotriton_a: Any, aotriton_b: Any) -> str | None:
+    """Why the published AOTriton range (two AOTriton versions on gfx950) does not apply to a
+    pair whose sides ran on ``arch_a`` / ``arch_b`` with AOTriton versions ``aotriton_a`` /
+    ``aotriton_b`` (version text or release names; ``"not present"`` or missing: none), in a
+    few words; None when it applies: both archs start with ``gfx950`` and both versions are
+    known and differ."""
+    why = []
+    archs = [None if a is None or (not isinstance(a, str) and pd.isna(a)) else str(a) for a in (arch_a, arch_b)]
+    if not all(a and a.startswith("gfx950") for a in archs):
+        why.append("arch " + (archs[0] or "unknown") + (f" vs {archs[1] or 'unknown'}" if archs[1] != archs[0] else
+                                                          " on both sides") + ", not gfx950")
+    va, vb = (parse_version(v) if isinstance(v, str) else None for v in (aotriton_a, aotriton_b))
+    if va is None or vb is None:
+        why.append("no AOTriton version recorded on " + ("either side" if va is None and vb is None else
+                                                          "side A" if va is None else "side B"))
+    elif va == vb:
+        why.append(f"the same AOTriton ({release_name(aotriton_a)}) on both sides")
+    return "; ".join(why) or None
+
+
+def range_note(view: pd.DataFrame) -> str | None:
+    """One line on the published range of an A/B view (:func:`ab_view`): where it applies to
+    every pair, how many pairs lie within it; where it applies to none or some, why it is not
+    shown for the others (:func:`range_why_not`). None for an empty view."""
+    if view is None or view.empty:
+        return None
+    lo_f, hi_f = published_range("fwd")
+    lo_b, hi_b = published_range("bwd")
+    what = (f"published AOTriton range (0.14.2b vs 0.13b on gfx950: fwd {lo_f:.2f}x-{hi_f:.2f}x, "
+            f"bwd {lo_b:.2f}x-{hi_b:.2f}x)")
+    shown = view["published_range"].notna()
+    n, k = len(view), int(shown.sum())
+    if k == n:
+        inside = int(view["in_published_range"].fillna(False).astype(bool).sum())
+        return f"{what}: {inside} of {n} attention pairs within it"
+    why = dict.fromkeys(filter(None, (range_why_not(r.get("arch_a"), r.get("arch_b"), r.get("aotriton_a"),
+                                                    r.get("aotriton_b")) for _, r in view[~shown].iterrows())))
+    part = "" if k == 0 else f" for {n - k} of {n} attention pairs"
+    return f"{what} not shown{part}: {'; '.join(why) or 'not the published setup'}"
+
+
+def summary_notes(sd: Sides) -> list[str]:
+    """The lines an A/B summary (:func:`flyexplore.results.compare.summary_lines`, ``notes``)
+    adds for the attention pairs of two sides read by :func:`flyexplore.results.compare.sides`:
+    the published range's line (:func:`range_note`: how many pairs lie within it, or why it is
+    not shown). Empty for a vllm A/B, without attention pairs, or when the attention
+    catalogue cannot read a pair's case (the report's section raises for that)."""
+    if sd.kind != "rows" or "op" not in sd.ab.pairs or not (sd.ab.pairs["op"] == "attention").any():
+        return []
+    try:
+        view = ab_view(sd.ab, sd.a, sd.b)
+    except (UsageError, ValueError, KeyError):
+        return []
+    note = range_note(view)
+    return [note] if note else []
+
+
 def is_synthetic(df: pd.DataFrame) -> bool:
     """True when any row of ``df`` is marked made-up (the :data:`SYNTHETIC_FIELD` column)."""
     return SYNTHETIC_FIELD in df and df[SYNTHETIC_FIELD].notna().any()
@@ -110,7 +167,10 @@ def ab_view(ab, a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     the call in build B, :func:`flyc_support`), ``time_a_ms, time_b_ms, speedup`` (time A / time
     B: > 1 means B faster), ``speedup_lo``/``speedup_hi`` (its 95% interval) and ``label``
     (FASTER/SAME/SLOWER/AMBIGUOUS, :func:`flyexplore.measure.stats.verdict`; from ``ab.pairs``),
-    ``published_range`` (text), ``in_published_range``, ``published_setup`` (True when both
+    ``published_range`` (text) and ``in_published_range`` (boolean) -- NA unless the pair
+    really compares two AOTriton versions on gfx950 (both sides' ``arch`` start with
+    ``gfx950``, both ``aotriton`` versions known and different; :func:`range_why_not`,
+    :func:`range_note` says why in one line), ``published_setup`` (True when both
     sides are gfx950 and the builds are 0.13.x vs 0.14.2 -- the published comparison) and
     ``source`` (``synthetic example`` when either input is marked made-up, else
     ``measured``). ``df.attrs["names"]`` keeps the two side names. Empty (same columns) when no
@@ -152,6 +212,7 @@ def ab_view(ab, a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
         ok_b, _ = flyc_support(arch_b, str(r["dtype"]), int(prm.get("d", 0)), pas, ver_b)
         sp = float(r["ratio"])
         ta, tb = parse_version(ver_a), parse_version(ver_b)
+        applies = range_why_not(arch_a, arch_b, ver_a, ver_b) is None
         row = {"case": r["case"], "dtype": r["dtype"], "backend": r.get("backend"), "pass": pas,
                "d": prm.get("d"), "causal": bool(prm.get("causal", False)),
                "aotriton_a": release_name(ver_a), "aotriton_b": release_name(ver_b),
@@ -159,13 +220,15 @@ def ab_view(ab, a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
                "ran_a": ran_text(r.get("observed_a"), r.get("kernels_a")),
                "ran_b": ran_text(r.get("observed_b"), r.get("kernels_b")), "flyc_b": ok_b,
                "time_a_ms": float(r["time_a_ms"]), "time_b_ms": float(r["time_b_ms"]), "speedup": sp,
-               "published_range": f"{lo:.2f}x-{hi:.2f}x", "in_published_range": bool(lo <= sp <= hi),
+               "published_range": f"{lo:.2f}x-{hi:.2f}x" if applies else pd.NA,
+               "in_published_range": bool(lo <= sp <= hi) if applies else pd.NA,
                "published_setup": bool(arch_a == arch_b == "gfx950" and ta is not None and tb is not None
                                        and ta[:2] == (0, 13) and tb == (0, 14, 2)),
                "source": "synthetic example" if synthetic else "measured"}
         row.update(speedup_lo=r.get("ratio_lo"), speedup_hi=r.get("ratio_hi"), label=r.get("verdict"))
         rows.append(row)
     out = pd.DataFrame(rows, columns=cols)
+    out["in_published_range"] = out["in_published_range"].astype("boolean")
     out.attrs["names"] = tuple(ab.names)
     return out
 

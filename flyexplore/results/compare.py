@@ -7,13 +7,19 @@ SAME, SLOWER, AMBIGUOUS; :mod:`flyexplore.measure.stats`): paired when both side
 interleaved run, otherwise the unpaired interval. Cases present in one side only are listed,
 never dropped silently; when the two environments differ (device, versions, clocks) the
 result says so in ``warnings`` instead of mixing them silently.
+
+What CI reads of an A/B: :func:`summary_lines` (the terminal summary), :func:`summary_dict`
+(JSON-ready), :func:`summary_markdown` (a GitHub Actions job summary) and the gate
+(:func:`parse_fail_on`, :func:`gate`: B slower beyond a threshold fails).
 """
 from __future__ import annotations
 
 import math
 import os
+import re
+import textwrap
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -106,6 +112,18 @@ def _basis(hows: np.ndarray, allow: np.ndarray, platform: str) -> list:
         else:
             out.append(pd.NA)
     return out
+
+    def gate(self, fail_on: "str | FailOn" = "SLOWER") -> "GateResult":
+        """The CI gate of this A/B (:func:`gate`): ``ab.gate("SLOWER:5%").failed`` is True when
+        a pair, or the geometric mean, has B slower by more than 5% at its interval's most
+        favourable end. Raises :class:`UsageError` for a bad ``fail_on``."""
+        return gate(self, fail_on)
+
+    def summary_lines(self, fail_on: "str | FailOn | None" = None) -> list[str]:
+        """The terminal summary of this A/B, as ``flyexplore compare`` prints it
+        (:func:`summary_lines`), with the gate's lines when ``fail_on`` is given. Raises
+        :class:`UsageError` for a bad ``fail_on``."""
+        return summary_lines(self, None if fail_on is None else gate(self, fail_on))
 
 
 def env_warnings(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B")) -> tuple[str, ...]:
@@ -268,3 +286,481 @@ def sides(a, b, names: tuple[str, str] = ("A", "B"), a_backend: str | None = Non
         return Sides("vllm", ra, rb, V.ab_table(ra, rb, names=names), names)
     da, db = (R.normalize(x) if isinstance(x, pd.DataFrame) else R.load(x, validated=True) for x in (a, b))
     return Sides("rows", da, db, pair(da, db, names, a_backend, b_backend), names)
+
+
+# -- the summary and the CI gate ---------------------------------------------------------------
+
+#: Labels the gate (``--fail-on``) accepts: only SLOWER (B slower than A).
+GATE_LABELS = ("SLOWER",)
+#: Cases the summary lists as the largest changes, and the gate as the ones that tripped it.
+TOP = 5
+#: Width of the terminal summary, in characters.
+WIDTH = 100
+
+
+def label_name(label: Any, names: tuple[str, str] = ("A", "B")) -> str:
+    """A label as the summaries show it, saying which side is faster: ``"FASTER (B faster)"``,
+    ``"SLOWER (B slower)"``, ``"SAME"``, ``"AMBIGUOUS"``; ``"no label"`` for a missing one
+    (published figures, no interval)."""
+    if label is None or (not isinstance(label, str) and pd.isna(label)):
+        return "no label"
+    return {"FASTER": f"FASTER ({names[1]} faster)", "SLOWER": f"SLOWER ({names[1]} slower)"}.get(label, str(label))
+
+
+def case_text(row: Any, key: Sequence[str]) -> str:
+    """One pair's key values as one text, in key order, missing ones left out
+    (``"gemm 2048x4096x4096 bf16 aten"``)."""
+    return " ".join(str(row[k]) for k in key if k in row and not _missing(row[k]))
+
+
+def _missing(v: Any) -> bool:
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _pct(fraction: float) -> str:
+    """``0.05`` -> ``"5%"``, ``0.008`` -> ``"0.8%"`` (up to 3 significant digits)."""
+    return f"{fraction * 100:.3g}%"
+
+
+@dataclass(frozen=True)
+class FailOn:
+    """A gate rule (``--fail-on``): fail when a pair, or the geometric mean, is labelled
+    ``label`` (SLOWER: B slower) and its interval's upper end is below ``1 / (1 + threshold)``,
+    i.e. B is slower by more than ``threshold`` (a fraction: 0.05 = 5%) even at the interval's
+    most favourable end. ``threshold`` 0: any SLOWER fails."""
+
+    label: str = "SLOWER"
+    threshold: float = 0.0
+
+    @property
+    def limit(self) -> float:
+        """``1 / (1 + threshold)``: a ratio (time A / time B) whose interval lies wholly below
+        it trips the gate."""
+        return 1.0 / (1.0 + self.threshold)
+
+    @property
+    def text(self) -> str:
+        """The rule as ``--fail-on`` takes it: ``"SLOWER"`` or ``"SLOWER:5%"``."""
+        return self.label if self.threshold == 0 else f"{self.label}:{_pct(self.threshold)}"
+
+
+_NUMBER = re.compile(r"^[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?$")
+
+
+def parse_fail_on(text: "str | FailOn") -> FailOn:
+    """Read a ``--fail-on`` value: ``SLOWER`` (any pair or geomean labelled SLOWER fails) or
+    ``SLOWER:THRESHOLD``, THRESHOLD a percentage (``5%``) or a fraction below 1 (``0.05``); a
+    bare number of 1 or more is refused as ambiguous (write ``150%``). The label is read
+    case-insensitively. Returns a :class:`FailOn` (a :class:`FailOn` is returned as it is).
+    Raises :class:`UsageError` naming the bad value: another label (only SLOWER gates), a
+    threshold that is no number, negative or not finite."""
+    if isinstance(text, FailOn):
+        if text.label not in GATE_LABELS or not (math.isfinite(text.threshold) and text.threshold >= 0):
+            raise UsageError(f"bad --fail-on {text!r}: label must be SLOWER, threshold a fraction >= 0")
+        return text
+    raw = str(text)
+    label, sep, thr = raw.strip().partition(":")
+    hint = "(valid: SLOWER or SLOWER:THRESHOLD, THRESHOLD a percentage such as 5% or a fraction such as 0.05)"
+    if label.strip().upper() not in GATE_LABELS:
+        raise UsageError(f"bad --fail-on {raw!r}: only SLOWER (B slower than A) can gate {hint}")
+    if not sep:
+        return FailOn(label.strip().upper(), 0.0)
+    t = thr.strip()
+    percent = t.endswith("%")
+    num = t[:-1].strip() if percent else t
+    if not _NUMBER.match(num):
+        why = "a negative threshold" if num.startswith("-") else "the threshold is no number"
+        raise UsageError(f"bad --fail-on {raw!r}: {why} {hint}")
+    value = float(num) / 100 if percent else float(num)
+    if not math.isfinite(value):
+        raise UsageError(f"bad --fail-on {raw!r}: the threshold is not finite {hint}")
+    if not percent and value >= 1:
+        raise UsageError(f"bad --fail-on {raw!r}: a bare threshold is a fraction below 1; "
+                         f"write {num}% for {num} percent, or {_pct(value)} for {value:g} as a fraction")
+    return FailOn(label.strip().upper(), value)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The outcome of :func:`gate`. ``fail_on``: the rule; ``failed``: True when a pair or the
+    geometric mean tripped it; ``tripped``: the pairs that did (the key columns, ``time_a_ms``,
+    ``time_b_ms``, ``ratio``, ``ratio_lo``, ``ratio_hi``, ``verdict``), the most slowed first;
+    ``geomean``: ``(geomean, lo, hi)`` of all pairs; ``geomean_label`` its label (None without
+    an interval); ``geomean_tripped``: whether the geometric mean tripped it; ``names``,
+    ``key``: as in the :class:`ABResult`."""
+
+    fail_on: FailOn
+    failed: bool
+    tripped: pd.DataFrame
+    geomean: tuple[float, float, float]
+    geomean_label: str | None
+    geomean_tripped: bool
+    names: tuple[str, str] = ("A", "B")
+    key: tuple[str, ...] = ()
+
+    @property
+    def headline(self) -> str:
+        """The outcome in one sentence (not wrapped): ``gate --fail-on SLOWER:5%: FAILED: 2 pairs
+        are B slower by more than 5% (interval's upper end below 0.952x)`` or ``...: passed: ...``."""
+        return f"gate --fail-on {self.fail_on.text}: {'FAILED' if self.failed else 'passed'}: {self.reason}"
+
+    @property
+    def reason(self) -> str:
+        """:attr:`headline` after the outcome: what tripped the gate, or that nothing did."""
+        nb = self.names[1]
+        rule = (f"{nb} slower by more than {_pct(self.fail_on.threshold)} (interval's upper end "
+                f"below {self.fail_on.limit:.3f}x)") if self.fail_on.threshold > 0 else f"{nb} slower (SLOWER)"
+        if not self.failed:
+            return f"no pair, nor the geometric mean, is {rule}"
+        n = len(self.tripped)
+        what = [f"{n} pair{'s' if n != 1 else ''}"] if n else []
+        if self.geomean_tripped:
+            what.append("the geometric mean")
+        verb = "is" if what in (["1 pair"], ["the geometric mean"]) else "are"
+        return f"{' and '.join(what)} {verb} {rule}"
+
+    @property
+    def lines(self) -> list[str]:
+        """The gate's outcome as text lines of at most :data:`WIDTH` characters:
+        :attr:`headline` (wrapped), then, when it failed, up to :data:`TOP` of the pairs that
+        tripped it, most slowed first (case, ratio, interval, label), how many more, and the
+        geometric mean when it tripped it."""
+        out = _wrap(self.headline)
+        if not self.failed:
+            return out
+        extra = [("geometric mean", *self.geomean, self.geomean_label)] if self.geomean_tripped else []
+        lines = _case_lines(self.tripped.head(TOP), self.key, extra)
+        if len(self.tripped) > TOP:
+            lines.insert(TOP, f"  ... and {len(self.tripped) - TOP} more")
+        return out + lines
+
+    def as_dict(self) -> dict:
+        """JSON-ready (NaN as None): ``fail_on`` (text), ``label``, ``threshold`` (fraction),
+        ``limit`` (ratio), ``failed``, ``geomean_tripped``, ``tripped`` (one dict per pair:
+        ``case_key`` (the key values as one text), the key columns, ``ratio``, ``ratio_lo``,
+        ``ratio_hi``, ``verdict``)."""
+        t = self.tripped
+        tripped = _pair_records(t[[c for c in t if c not in ("time_a_ms", "time_b_ms")]], self.key)
+        return jsonable({"fail_on": self.fail_on.text, "label": self.fail_on.label,
+                         "threshold": self.fail_on.threshold, "limit": self.fail_on.limit,
+                         "failed": self.failed, "geomean_tripped": self.geomean_tripped, "tripped": tripped})
+
+
+def gate(ab: "ABResult | Sides", fail_on: "str | FailOn" = "SLOWER") -> GateResult:
+    """Judge an A/B for CI: it fails when any pair, or the geometric mean of all pairs
+    (:attr:`ABResult.geomean_ci`, labelled by :func:`flyexplore.measure.stats.verdict`), is
+    labelled SLOWER (B slower) and its interval's upper end ``ratio_hi`` is below
+    ``1 / (1 + threshold)`` (:class:`FailOn`), so that B is slower by more than the threshold
+    even at the interval's most favourable end. Pairs without a label (published figures, no
+    interval) never trip it; a pair of a result set with itself never does (its ratios are
+    1). ``fail_on``: ``--fail-on`` text (:func:`parse_fail_on`) or a :class:`FailOn`.
+    Returns a :class:`GateResult`. Raises :class:`UsageError` for a bad ``fail_on`` or for a
+    vllm A/B (its speedups carry no interval to gate on)."""
+    rule = parse_fail_on(fail_on)
+    if isinstance(ab, Sides):
+        if ab.kind != "rows":
+            raise UsageError("--fail-on gates flyexplore result rows; vllm bench results carry no "
+                             "per-case interval to gate on")
+        ab = ab.ab
+    p = ab.pairs
+    hi = pd.to_numeric(p["ratio_hi"], errors="coerce").astype(float)
+    bad = (p["verdict"] == rule.label).fillna(False).astype(bool) & (hi < rule.limit).fillna(False).astype(bool)
+    cols = [*ab.key, "time_a_ms", "time_b_ms", "ratio", "ratio_lo", "ratio_hi", "verdict"]
+    tripped = p.loc[bad.to_numpy(), [c for c in cols if c in p]]
+    tripped = tripped.iloc[np.argsort(pd.to_numeric(tripped["ratio"], errors="coerce").to_numpy(dtype=float),
+                                      kind="stable")].reset_index(drop=True)
+    gm = ab.geomean_ci
+    gl = _geomean_label(gm)
+    g_bad = bool(gl == rule.label and math.isfinite(gm[2]) and gm[2] < rule.limit)
+    return GateResult(rule, bool(len(tripped)) or g_bad, tripped, gm, gl, g_bad, tuple(ab.names), tuple(ab.key))
+
+
+def _geomean_label(gm: tuple[float, float, float]) -> str | None:
+    """The label of a geometric mean's interval (:func:`flyexplore.measure.stats.verdict`), None without one."""
+    _, lo, hi = gm
+    return S.verdict(lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
+
+
+def jsonable(v: Any) -> Any:
+    """``v`` with every value JSON can hold as itself: NaN, infinities, ``pd.NA`` and ``None``
+    as ``None``; numpy scalars as Python numbers; tuples and arrays as lists; dict keys as
+    text. Containers are copied, never changed."""
+    if isinstance(v, str):   # the common cases first: a pair's record is texts and floats
+        return v
+    if isinstance(v, (float, np.floating)):
+        return float(v) if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [jsonable(x) for x in v]
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if v is None or _missing(v):
+        return None
+    return str(v)
+
+
+def allowance_text(pairs: pd.DataFrame) -> str | None:
+    """The cross-run allowance of the pairs (columns ``allowance``, a fraction, NaN where none,
+    and ``allowance_basis``, why), as one text: ``"cross-run allowance ±0.8% (from the files'
+    between-process variation)"``, a range (``±0.5% to 2%``) when pairs differ. None when the
+    pairs have no ``allowance`` column or none has an allowance."""
+    if "allowance" not in pairs:
+        return None
+    v = pd.to_numeric(pairs["allowance"], errors="coerce").astype(float)
+    has = np.isfinite(v.to_numpy())
+    if not has.any():
+        return None
+    lo, hi = float(v[has].min()), float(v[has].max())
+    amount = f"±{_pct(lo)}" if math.isclose(lo, hi, rel_tol=1e-9, abs_tol=1e-12) else f"±{_pct(lo)} to {_pct(hi)}"
+    basis = []
+    if "allowance_basis" in pairs:
+        basis = list(dict.fromkeys(str(b).strip() for b in pairs.loc[has, "allowance_basis"]
+                                   if not _missing(b) and str(b).strip()))
+    if not basis:
+        return f"cross-run allowance {amount}"
+    why = "; ".join(basis)
+    return f"cross-run allowance {amount} ({why if why.lower().startswith('from ') else 'from ' + why})"
+
+
+def largest_changes(ab: ABResult, n: int = TOP) -> pd.DataFrame:
+    """The ``n`` pairs whose ratio is farthest from 1 in either direction (largest
+    ``|log ratio|``; pairs without a positive finite ratio left out), largest first, with the
+    columns of ``ab.pairs``."""
+    r = pd.to_numeric(ab.pairs["ratio"], errors="coerce").to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        size = np.abs(np.log(r))
+    ok = np.flatnonzero(np.isfinite(size))
+    order = ok[np.argsort(-size[ok], kind="stable")][:n]
+    return ab.pairs.iloc[order]
+
+
+def label_counts(ab: ABResult) -> dict[str, int]:
+    """Pairs per label: ``{"FASTER": n, "SAME": n, "SLOWER": n, "AMBIGUOUS": n, "none": n}``
+    (``none``: pairs without a label: published figures, no interval)."""
+    v = ab.pairs["verdict"]
+    out = {lab: int((v == lab).fillna(False).sum()) for lab in S.LABELS}
+    out["none"] = int(len(v) - sum(out.values()))
+    return out
+
+
+def _wrap(text: str, width: int = WIDTH) -> list[str]:
+    return textwrap.wrap(text, width, subsequent_indent="    ", break_long_words=True, break_on_hyphens=False) or [""]
+
+
+def _fmt(est, lo, hi, label) -> str:
+    """``"0.333x [0.331, 0.336] SLOWER"`` (:func:`flyexplore.measure.stats.fmt_interval`; NA read as NaN)."""
+    lab = None if label is None or _missing(label) else str(label)
+    return S.fmt_interval(*(float(x) if not _missing(x) else math.nan for x in (est, lo, hi)), lab)
+
+
+def _case_lines(rows: pd.DataFrame, key: Sequence[str], extra: Sequence[tuple] = (),
+                width: int = WIDTH) -> list[str]:
+    """One line per pair of ``rows`` (columns ``ratio``, ``ratio_lo``, ``ratio_hi``,
+    ``verdict``), then one per ``extra`` ``(name, est, lo, hi, label)``: ``"  <case>  0.333x
+    [0.331, 0.336] SLOWER"``, the numbers in one column, each line within ``width`` (a long
+    case cut with ``...``)."""
+    items = [(case_text(r, key), _fmt(r["ratio"], r["ratio_lo"], r["ratio_hi"], r["verdict"]))
+             for _, r in rows.iterrows()]
+    items += [(name, _fmt(*vals)) for name, *vals in extra]
+    if not items:
+        return []
+    room = max(width - 4 - max(len(num) for _, num in items), 12)
+    col = min(max(len(c) for c, _ in items), room)
+    return [f"  {(c if len(c) <= col else c[:col - 3] + '...'):<{col}}  {num}" for c, num in items]
+
+
+def _parts(x: "ABResult | Sides"):
+    """``(kind, ab, names)`` of an A/B given as an :class:`ABResult` or :class:`Sides`."""
+    if isinstance(x, Sides):
+        return x.kind, x.ab, tuple(x.names)
+    if isinstance(x, ABResult):
+        return "rows", x, tuple(x.names)
+    raise TypeError(f"an A/B summary needs an ABResult or Sides, got {type(x).__name__}")
+
+
+def _vllm_lines(tab: pd.DataFrame, names: tuple[str, str]) -> list[str]:
+    keys = tab[["model", "concurrency", "request_rate"]].drop_duplicates() if len(tab) else tab
+    out = [f"flyexplore compare (vllm serve): {names[1]} vs {names[0]}, {len(keys)} (model, concurrency, "
+           f"request rate) pairs; speedup > 1: {names[1]} better (latency A/B, throughput B/A)"]
+    for m, g in tab.groupby("metric", sort=False):
+        sp = pd.to_numeric(g["speedup"], errors="coerce")
+        sp = sp[np.isfinite(sp) & (sp > 0)]
+        if len(sp):
+            out.append(f"  {str(g['label'].iloc[0]) if 'label' in g else m}: geomean {R.geomean(sp):.3f}x "
+                       f"(min {sp.min():.3f}x, max {sp.max():.3f}x)")
+    oa, ob = tab.attrs.get("only_a", []), tab.attrs.get("only_b", [])
+    out.append(f"only in {names[0]}: {len(oa)}, only in {names[1]}: {len(ob)}; no intervals (vllm bench "
+               "results keep no per-request samples), so no labels and no gate")
+    return [ln for s in out for ln in _wrap(s)]
+
+
+def summary_lines(x: "ABResult | Sides", gate_result: GateResult | None = None, top: int = TOP,
+                  notes: Sequence[str] = ()) -> list[str]:
+    """The A/B in a few plain-text lines of at most :data:`WIDTH` characters, what
+    ``flyexplore compare`` prints: the number of pairs and of cases in one side only; the
+    pairs per label (FASTER / SAME / SLOWER / AMBIGUOUS, saying which side is faster); the
+    geometric mean of ``time A / time B`` with its 95% interval and label; the cross-run
+    allowance when the pairs carry one (:func:`allowance_text`); the ``top`` largest changes
+    (:func:`largest_changes`: case, ratio, interval, label); the ``notes`` (lines a caller
+    adds: ``flyexplore compare`` the published AOTriton range's,
+    :func:`flyexplore.results.aotriton_ab.summary_notes`); one line per environment warning;
+    the gate's lines (``gate_result``, :func:`gate`). ``x``: an :class:`ABResult` or the
+    :class:`Sides` of :func:`sides`. A vllm A/B
+    (:class:`Sides` of kind ``"vllm"``) gets a short summary of its per-metric speedups.
+    Returns the lines (no newlines). Raises ``TypeError`` for anything but an
+    :class:`ABResult` or :class:`Sides`."""
+    kind, ab, names = _parts(x)
+    if kind != "rows":
+        return _vllm_lines(ab, names)
+    na, nb = names
+    c = label_counts(ab)
+    out = _wrap(f"flyexplore compare: {nb} vs {na}, {len(ab.pairs)} pairs ({len(ab.only_a)} only in {na}, "
+                f"{len(ab.only_b)} only in {nb})")
+    out += _wrap(f"ratio = time {na} / time {nb} per pair (> 1: {nb} faster), with its 95% interval")
+    counts = [f"{label_name(lab, names)} {c[lab]}" for lab in S.LABELS]
+    if c["none"]:
+        counts.append(f"no label {c['none']}")
+    out += _wrap("labels: " + ", ".join(counts))
+    gm = ab.geomean_ci
+    out.append(f"geometric mean: {_fmt(*gm, _geomean_label(gm))}{' (95% interval)' if _geomean_label(gm) else ''}")
+    al = allowance_text(ab.pairs)
+    if al:
+        out += _wrap(al)
+    big = largest_changes(ab, top)
+    if len(big):
+        out.append(f"largest changes (by |log ratio|, {min(top, len(big))} of {len(ab.pairs)}):")
+        out += _case_lines(big, ab.key)
+    for note in notes:
+        out += _wrap(note)
+    for w in ab.warnings:
+        out += _wrap(f"warning: {w}")
+    if gate_result is not None:
+        out += gate_result.lines
+    return out
+
+
+def _pair_records(pairs: pd.DataFrame, key: Sequence[str]) -> list[dict]:
+    """One dict per pair: ``case_key`` (:func:`case_text`), the key columns, times, ratio,
+    interval, label, method and the allowance columns where present (a column pass, no
+    per-row Series: 100,000 pairs in about a second)."""
+    cols = [c for c in (*key, "time_a_ms", "time_b_ms", "ratio", "ratio_lo", "ratio_hi", "verdict", "interval",
+                        "allowance", "allowance_basis") if c in pairs]
+    texts = [" ".join(str(v) for v in row if not _missing(v))
+             for row in pairs[list(key)].itertuples(index=False, name=None)]
+    return [{"case_key": t, **r} for t, r in zip(texts, pairs[cols].to_dict("records"))]
+
+
+def summary_dict(x: "ABResult | Sides", gate_result: GateResult | None = None, top: int = TOP,
+                 notes: Sequence[str] = ()) -> dict:
+    """The A/B as a JSON-ready dict (NaN and NA as None; ``json.dumps(..., allow_nan=False)``
+    takes it), what ``flyexplore compare --json`` writes.
+
+    Result rows: ``kind`` ``"rows"``, ``names``, ``ratio`` (its definition), ``key`` (the
+    pairing columns), ``pairs_count``, ``only_a`` / ``only_b`` (counts of cases in one side
+    only), ``counts`` (pairs per label, :func:`label_counts`), ``geomean`` (``ratio``, ``lo``,
+    ``hi``, ``label``), ``allowance`` (:func:`allowance_text` or None), ``largest`` (the
+    ``top`` largest changes, as in ``pairs``), ``pairs`` (every pair: ``case_key``, the key
+    values as one text; the key columns; ``time_a_ms``, ``time_b_ms`` in ms; ``ratio``,
+    ``ratio_lo``, ``ratio_hi``; ``verdict``; ``interval``, the method; ``allowance`` /
+    ``allowance_basis`` where the pairs have them), ``notes`` (as :func:`summary_lines` takes
+    them), ``warnings`` and ``gate`` (:meth:`GateResult.as_dict`, None without a gate).
+    A vllm A/B: ``kind`` ``"vllm"``, ``names``, ``pairs`` (its per-metric rows), ``only_a`` /
+    ``only_b`` (counts), ``warnings`` (empty), ``gate`` (None). Raises ``TypeError`` as
+    :func:`summary_lines`."""
+    kind, ab, names = _parts(x)
+    if kind != "rows":
+        return jsonable({"kind": "vllm", "names": names, "pairs": ab.to_dict("records"),
+                         "only_a": len(ab.attrs.get("only_a", [])), "only_b": len(ab.attrs.get("only_b", [])),
+                         "warnings": [], "gate": None})
+    gm = ab.geomean_ci
+    d = {"kind": "rows", "names": names, "ratio": f"time {names[0]} / time {names[1]} (> 1: {names[1]} faster)",
+         "key": ab.key, "pairs_count": len(ab.pairs), "only_a": len(ab.only_a), "only_b": len(ab.only_b),
+         "counts": label_counts(ab),
+         "geomean": {"ratio": gm[0], "lo": gm[1], "hi": gm[2], "label": _geomean_label(gm)},
+         "allowance": allowance_text(ab.pairs),
+         "largest": _pair_records(largest_changes(ab, top), ab.key),
+         "pairs": _pair_records(ab.pairs, ab.key),
+         "notes": list(notes),
+         "warnings": list(ab.warnings),
+         "gate": gate_result.as_dict() if gate_result is not None else None}
+    return jsonable(d)
+
+
+def _md(text: Any) -> str:
+    """Text for a Markdown table cell: pipes escaped, newlines as spaces."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _md_code(text: Any) -> str:
+    return "`" + _md(text).replace("`", "'") + "`"
+
+
+def _num(v: Any, fmt: str) -> str:
+    return "" if _missing(v) or not math.isfinite(float(v)) else format(float(v), fmt)
+
+
+def summary_markdown(x: "ABResult | Sides", gate_result: GateResult | None = None, top: int = TOP,
+                     notes: Sequence[str] = ()) -> str:
+    """The A/B as GitHub-flavoured Markdown for a GitHub Actions job summary
+    (``$GITHUB_STEP_SUMMARY``), what ``flyexplore compare --summary-md`` appends: a heading
+    (with the gate's outcome when there is a gate), the number of pairs, a table of pairs per
+    label, the geometric mean with its interval and label, the cross-run allowance when the
+    pairs carry one, a table of the ``top`` largest changes (case, times in ms, ratio, 95%
+    interval, label), the ``notes`` (as :func:`summary_lines` takes them), the environment
+    warnings and the gate's outcome with the cases that tripped it. A vllm A/B
+    gets its summary lines as a list. Returns the text, ending in a newline. Raises
+    ``TypeError`` as :func:`summary_lines`."""
+    kind, ab, names = _parts(x)
+    na, nb = names
+    if kind != "rows":
+        body = "\n".join(f"- {_md(ln.strip())}" for ln in _vllm_lines(ab, names))
+        return f"## flyexplore compare (vllm serve): {_md(nb)} vs {_md(na)}\n\n{body}\n"
+    head = f"## flyexplore compare: {_md(nb)} vs {_md(na)}"
+    if gate_result is not None:
+        head += f" (gate {'FAILED' if gate_result.failed else 'passed'})"
+    out = [head, "",
+           f"{len(ab.pairs)} pairs, ratio = time {_md(na)} / time {_md(nb)} (> 1: {_md(nb)} faster); "
+           f"{len(ab.only_a)} only in {_md(na)}, {len(ab.only_b)} only in {_md(nb)}.", "",
+           "| label | pairs |", "| --- | ---: |"]
+    c = label_counts(ab)
+    out += [f"| {_md(label_name(lab, names))} | {c[lab]} |" for lab in S.LABELS]
+    if c["none"]:
+        out.append(f"| no label | {c['none']} |")
+    gm = ab.geomean_ci
+    out += ["", f"**Geometric mean:** {_fmt(*gm, _geomean_label(gm))}{' (95% interval)' if _geomean_label(gm) else ''}"]
+    al = allowance_text(ab.pairs)
+    if al:
+        out += ["", al[0].upper() + al[1:] + "."]
+    big = largest_changes(ab, top)
+    if len(big):
+        out += ["", f"### Largest changes ({len(big)} of {len(ab.pairs)}, by \\|log ratio\\|)", "",
+                f"| case | {_md(na)} ms | {_md(nb)} ms | ratio | 95% interval | label |",
+                "| --- | ---: | ---: | ---: | --- | --- |"]
+        for _, r in big.iterrows():
+            lo, hi = _num(r["ratio_lo"], ".3f"), _num(r["ratio_hi"], ".3f")
+            out.append(f"| {_md_code(case_text(r, ab.key))} | {_num(r['time_a_ms'], '.4g')} | "
+                       f"{_num(r['time_b_ms'], '.4g')} | {_num(r['ratio'], '.3f')}x | "
+                       f"{f'[{lo}, {hi}]' if lo and hi else 'none'} | {_md(label_name(r['verdict'], names))} |")
+    for note in notes:
+        out += ["", _md(note)]
+    if ab.warnings:
+        out += ["", "### Environment warnings", ""] + [f"- {_md(w)}" for w in ab.warnings]
+    if gate_result is not None:
+        g = gate_result
+        out += ["", f"### Gate `--fail-on {g.fail_on.text}`: {'FAILED' if g.failed else 'passed'}", "",
+                _md(g.reason[0].upper() + g.reason[1:]) + "."]
+        items = [f"- {_md_code(case_text(r, ab.key))}: {_fmt(r['ratio'], r['ratio_lo'], r['ratio_hi'], r['verdict'])}"
+                 for _, r in g.tripped.head(TOP).iterrows()]
+        if len(g.tripped) > TOP:
+            items.append(f"- ... and {len(g.tripped) - TOP} more (all in the JSON summary, --json)")
+        if g.geomean_tripped:
+            items.append(f"- geometric mean: {_fmt(*g.geomean, g.geomean_label)}")
+        if items:
+            out += [""] + items
+    return "\n".join(out) + "\n"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from flyexplore.errors import UsageError
-from flyexplore.results.aotriton_ab import ab_view, published_range
+from flyexplore.results.aotriton_ab import ab_view, published_range, range_note
 from flyexplore.views.plot_style import style_figure, whiskers
 
 _RAN_COLORS = {"FlyDSL": "#2CA02C", "aiter": "#FF7F0E", "Triton": "#1F77B4"}
@@ -21,8 +21,8 @@ def aotriton_ab_figure(view: pd.DataFrame, title: str | None = None):
     """The A/B view as a figure: per pass (forward, backward) one panel of bars, the paired
     speedup (time A / time B; > 1: B faster) per case, coloured by the AOTriton backend that ran
     on side B, each bar labelled with its verdict (``label``) when the view has one, else its
-    value; the published range (0.14.2b vs 0.13b on gfx950) shaded behind, and a dashed 1.0x
-    line. Titles of synthetic views start with ``SYNTHETIC EXAMPLE``. Raises
+    value; the published range (0.14.2b vs 0.13b on gfx950) shaded behind where it applies (a
+    pass with a ``published_range``: two AOTriton versions on gfx950), and a dashed 1.0x line. Titles of synthetic views start with ``SYNTHETIC EXAMPLE``. Raises
     :class:`UsageError` for an empty view."""
     from plotly.subplots import make_subplots
 
@@ -53,19 +53,21 @@ def aotriton_ab_figure(view: pd.DataFrame, title: str | None = None):
                                        "<extra></extra>"), row=1, col=i)
             seen.add(ran)
         # shapes after the bars: plotly skips shapes on subplots that have no trace yet
-        fig.add_hrect(y0=lo, y1=hi, fillcolor="#BBBBBB", opacity=0.25, line_width=0, layer="below", row=1, col=i)
+        if "published_range" not in g or g["published_range"].notna().any():
+            fig.add_hrect(y0=lo, y1=hi, fillcolor="#BBBBBB", opacity=0.25, line_width=0, layer="below", row=1, col=i)
+            fig.add_annotation(text=f"published {lo:.2f}x-{hi:.2f}x (gfx950, range only)",
+                               xref=f"x{i if i > 1 else ''} domain", yref=f"y{i if i > 1 else ''}", x=0.0, y=hi,
+                               xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=11, color="#555"))
         fig.add_hline(y=1.0, line_dash="dash", line_color="#555", line_width=1.5, row=1, col=i)
-        fig.add_annotation(text=f"published {lo:.2f}x-{hi:.2f}x (gfx950, range only)", xref=f"x{i if i > 1 else ''} domain",
-                           yref=f"y{i if i > 1 else ''}", x=0.0, y=hi, xanchor="left", yanchor="bottom",
-                           showarrow=False, font=dict(size=11, color="#555"))
     fig.add_scatter(x=[None], y=[None], mode="lines", name="1.0x (no change)",
                     line=dict(color="#555", dash="dash", width=1.5), hoverinfo="skip", row=1, col=1)
     synthetic = (view["source"] == "synthetic example").any()
     ttl = title or f"AOTriton A/B: {nb} vs {na}, per case"
     if synthetic and not ttl.startswith("SYNTHETIC EXAMPLE"):
         ttl = "SYNTHETIC EXAMPLE (made-up numbers): " + ttl
-    ttl += (f"<br><sup>time {na} / time {nb} (> 1: {nb} faster); bar colour: the AOTriton backend {nb} ran; "
-            "grey band: the published range</sup>")
+    band = "published_range" not in view or view["published_range"].notna().any()
+    ttl += (f"<br><sup>time {na} / time {nb} (> 1: {nb} faster); bar colour: the AOTriton backend {nb} ran"
+            + ("; grey band: the published range</sup>" if band else "</sup>"))
     style_figure(fig, ttl, "", f"time {na} / time {nb} (x)", legend_title="")
     fig.update_layout(margin=dict(t=110))
     fig.update_yaxes(rangemode="tozero")
@@ -87,7 +89,10 @@ def report_section(page, ab, a: pd.DataFrame, b: pd.DataFrame) -> None:
     page.p("AOTriton picks Triton, aiter or FlyDSL (flyc, 0.14 and later) per call from its own tuning table; "
            "torch has no switch for it. 'ran' is read from the kernel names each row recorded (sweep with "
            "--trace on ROCm); 'not traced' means the row has no kernel record. The published range (AOTriton "
-           "0.14.2b vs 0.13b on gfx950, forward 0.92x-2.34x, backward 0.93x-2.47x) applies where "
-           "published_setup is true.")
+           "0.14.2b vs 0.13b on gfx950, forward 0.92x-2.34x, backward 0.93x-2.47x) is shown only where both "
+           "sides ran on gfx950 with two different AOTriton versions (published_setup: exactly 0.13 vs 0.14.2).")
+    note = range_note(view)
+    if note:
+        page.p(note[0].upper() + note[1:] + ".", cls="note")
     page.fig("aotriton_ab", aotriton_ab_figure(view))
     page.table("aotriton_backends", view)

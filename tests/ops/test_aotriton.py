@@ -216,3 +216,40 @@ def test_flyc_table_lists_every_head_dim_and_pass():
     assert not A.flyc_table(version="0.13.0")["flyc"].any()
     with pytest.raises(UsageError, match="positive"):
         A.flyc_table(head_dims=[0])
+
+
+def test_published_range_only_for_two_aotriton_versions_on_gfx950(tmp_path):
+    """A flash-vs-flash A/B on an H200 (sm_90, no AOTriton; data/h200/layers_smoke) once read
+    ``in_published_range True`` against 0.92x-2.34x; the range is NA there, and the report
+    says why in one line."""
+    h200 = data_dir() / "h200" / "layers_smoke" / "attention.parquet"
+    sd = compare.sides(str(h200), str(h200))
+    v = AB.ab_view(sd.ab, sd.a, sd.b)
+    assert len(v) == 8 and set(v["arch_a"]) == {"sm_90"} and (v["speedup"] == 1.0).all()
+    assert v["published_range"].isna().all() and v["in_published_range"].isna().all()
+    note = AB.range_note(v)
+    assert note.startswith("published AOTriton range") and "not shown: arch sm_90 on both sides, not gfx950" in note
+    assert "no AOTriton version recorded on either side" in note
+    fig = AV.aotriton_ab_figure(v)   # no published band drawn for it
+    assert not [s for s in fig.layout.shapes if s.type == "rect"] and "grey band" not in fig.layout.title.text
+    assert AB.summary_notes(sd) == [note]   # flyexplore compare's summary says it too
+    html = write_compare_report(sd.a, sd.b, tmp_path / "r", static=False, table_formats=()).read_text()
+    assert "not shown: arch sm_90 on both sides, not gfx950" in html
+    # the rule, case by case: both gfx950 (any gfx950 variant), both versions known and different
+    assert AB.range_why_not("gfx950", "gfx950:sramecc+:xnack-", "0.13.0", "0.14.2b") is None
+    assert AB.range_why_not("gfx950", "gfx950", "0.14.2", "0.14.2b") == "the same AOTriton (0.14.2b) on both sides"
+    assert AB.range_why_not("gfx950", "gfx942", "0.13.0", "0.14.2") == "arch gfx950 vs gfx942, not gfx950"
+    assert AB.range_why_not("gfx950", "gfx950", "0.13.0", "not present") == "no AOTriton version recorded on side B"
+    assert AB.range_why_not(None, "gfx950", None, "0.14.2") == \
+        "arch unknown vs gfx950, not gfx950; no AOTriton version recorded on side A"
+
+
+def test_published_range_is_na_for_one_aotriton_version_on_gfx950(sides):
+    a, b = sides
+    same = b.assign(aotriton="0.13.0")
+    v = AB.ab_view(compare.pair(a, same), a, same)
+    assert len(v) == 10 and v["published_range"].isna().all() and v["in_published_range"].isna().all()
+    assert AB.range_note(v).endswith("not shown: the same AOTriton (0.13b) on both sides")
+    # the synthetic example itself: 0.13b vs 0.14.2b on gfx950, the range shown for every pair
+    ex = AB.ab_view(compare.pair(a, b), a, b)
+    assert ex["published_range"].notna().all() and AB.range_note(ex).endswith("attention pairs within it")
