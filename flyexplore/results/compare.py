@@ -99,16 +99,15 @@ def _platform(a: pd.DataFrame, b: pd.DataFrame) -> str:
 
 def _basis(hows: np.ndarray, allow: np.ndarray, platform: str) -> list:
     """Why each pair's interval holds the cross-run allowance it does (text; NA where none)."""
+    default = max((R.RUN_TO_RUN.get(p, R.RUN_TO_RUN["cpu"]) for p in platform.split(",")), default=math.nan)
     out = []
     for h, a in zip(hows.tolist(), allow.tolist()):
         if h == "between-process" and math.isfinite(a):
-            out.append(f"±{math.expm1(a):.1%}: the runs' own between-process variation")
+            out.append("the runs' own between-process variation (sweep --processes)")
         elif h == "unpaired+run" and math.isfinite(a):
-            default = max((R.RUN_TO_RUN.get(p, R.RUN_TO_RUN["cpu"]) for p in platform.split(",")), default=math.nan)
-            why = (f"the {platform} default (flyexplore.results.table.RUN_TO_RUN, calibrated on "
-                   f"{R.RUN_TO_RUN_SOURCE}); measure with --processes to use the runs' own"
-                   if abs(a - default) < 1e-12 else "how far a side drifted within its own run")
-            out.append(f"±{a:.1%} a side: {why}")
+            out.append(f"the {platform} default a side (flyexplore.results.table.RUN_TO_RUN, calibrated on "
+                       f"{R.RUN_TO_RUN_SOURCE}); sweep --processes measures the runs' own"
+                       if abs(a - default) < 1e-12 else "how far a side drifted within its own run")
         else:
             out.append(pd.NA)
     return out

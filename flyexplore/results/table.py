@@ -792,8 +792,8 @@ def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray
 
     ``with_allowance``: also return a fifth array, the relative cross-run allowance each pair's
     interval holds (NaN where none): for ``unpaired+run`` the fraction each side was widened by
-    (:data:`RUN_TO_RUN` or a drift), for ``between-process`` the half-width of the Welch
-    interval in log space (:func:`flyexplore.measure.stats.between_runs`)."""
+    (:data:`RUN_TO_RUN` or a drift), for ``between-process`` the relative half-width of the
+    interval (:func:`flyexplore.measure.stats.between_runs`: ``exp(half) - 1``)."""
     b = base if isinstance(base, _Rows) else _Rows(base)
     x = x if isinstance(x, _Rows) else _Rows(x)
     n = len(base_groups)
@@ -920,9 +920,10 @@ def _between(k: np.ndarray, b: _Rows, i: np.ndarray, x: _Rows, j: np.ndarray, es
             r = np.asarray(tb) / np.asarray(tx)
             se = np.sqrt(np.asarray(sb) ** 2 + np.asarray(sx) ** 2)
             e, l_, h_ = S.between_process(r, se)
-            a = math.log(h_ / e) if math.isfinite(h_) and e > 0 else np.nan
+            a = h_ / e - 1 if math.isfinite(h_) and e > 0 else np.nan
         else:
             e, l_, h_, a = S.between_runs(tb, sb, tx, sx, shift=max(run_shift(pl[i[q]]), run_shift(px_[j[q]])))
+            a = math.expm1(a)   # the allowance as a fraction, as for unpaired+run
         if not all(math.isfinite(v) for v in (e, l_, h_)):
             continue
         est[q], lo[q], hi[q], how[q], allow[q] = e, l_, h_, "between-process", a
