@@ -130,7 +130,8 @@ def verdict_sentence(labels: pd.Series, faster: str = "faster", than: str = "the
         parts.append(f"{n['SAME']} no difference (SAME: the interval lies within ±1%)")
     if n["AMBIGUOUS"]:
         parts.append(f"{n['AMBIGUOUS']} cannot be told apart from noise at ±1% (AMBIGUOUS: the interval "
-                     "crosses a band edge; more rounds or a quieter machine may decide)")
+                     "crosses a band edge; within one run more rounds may decide, across runs the "
+                     "run-to-run allowance sets the width: sweep --processes measures it)")
     return "Of " + str(len(lab)) + " comparisons: " + "; ".join(parts) + "."
 
 

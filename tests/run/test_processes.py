@@ -1,0 +1,169 @@
+"""--processes: rows measured in several fresh processes, combined so that their interval covers
+another run (flyexplore.run.processes, flyexplore.measure.stats.between_process / between_runs),
+and cross-run compare from the files' own between-process variation."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from flyexplore.errors import UsageError
+from flyexplore.measure import stats as S
+from flyexplore.results import compare as C
+from flyexplore.results import table as R
+from flyexplore.run.processes import combine, rotated
+from flyexplore.run.spec import SweepSpec
+
+
+def test_rotated_starts_each_pass_elsewhere():
+    items = list(range(6))
+    assert rotated(items, 3, 0) == items
+    assert rotated(items, 3, 1) == [2, 3, 4, 5, 0, 1]
+    assert rotated(items, 3, 2) == [4, 5, 0, 1, 2, 3]
+    assert rotated(items, 1, 0) == items and rotated([], 3, 1) == []
+
+
+def test_between_process_is_a_prediction_interval_that_covers_the_next_run():
+    """Simulated runs of 3 processes with a between-process spread 10x the within one: the
+    prediction interval of one run holds the next run's estimate about 95% of the time, a
+    within-process interval far less often."""
+    rng = np.random.default_rng(7)
+    hit = naive = 0
+    n = 2000
+    for _ in range(n):
+        a = np.exp(rng.normal(0, 0.01, 3))
+        b = np.exp(rng.normal(0, 0.01, 3))
+        e, lo, hi = S.between_process(a, [0.001] * 3)
+        nb = math.exp(np.mean(np.log(b)))
+        hit += lo <= nb <= hi
+        naive += math.exp(-1.96 * 0.001) * e <= nb <= math.exp(1.96 * 0.001) * e
+    assert 0.92 <= hit / n <= 0.98
+    assert naive / n < 0.3
+
+
+def test_between_process_floor_and_shift():
+    # identical estimates: the within-process error is the floor, not a zero-width interval
+    e, lo, hi = S.between_process([1.0, 1.0, 1.0], [0.002] * 3)
+    assert lo < 1.0 < hi and hi / lo - 1 > 0.01
+    # a run-wide shift widens it
+    _, lo2, hi2 = S.between_process([1.0, 1.0, 1.0], [0.002] * 3, shift=0.03)
+    assert lo2 < lo and hi2 > hi
+    # one process: no interval
+    assert math.isnan(S.between_process([1.0])[1])
+
+
+def test_between_runs_identical_builds_can_read_same_and_a_regression_reads_slower():
+    a = [1.000, 1.002, 0.999]
+    b = [1.001, 0.999, 1.000]
+    r, lo, hi, half = S.between_runs(a, [0.0005] * 3, b, [0.0005] * 3)
+    assert S.verdict(lo, hi) == "SAME" and 0 < half < 0.01
+    r, lo, hi, _ = S.between_runs(a, [0.0005] * 3, [3 * x for x in b], [0.0005] * 3)
+    assert r == pytest.approx(1 / 3, rel=0.01) and S.verdict(lo, hi) == "SLOWER"
+
+
+def _proc_row(t, lo, hi, sp=None, slo=None, shi=None, rounds=20, worker="w"):
+    r = {"status": "ok", "time_ms": t, "time_ci_lo_ms": lo, "time_ci_hi_ms": hi, "rounds": rounds,
+         "n_samples": rounds, "samples_ms": json.dumps([[t]] * rounds), "wall_s": 0.3, "verdict_s": 0.1,
+         "clock_mhz_min": 1900.0, "converged": True, "accuracy_ok": True, "recheck_ok": True,
+         "flops": 2e12, "worker": worker, "message": None, "stop_reason": "target"}
+    if sp is not None:
+        r.update(speedup=sp, speedup_lo=slo, speedup_hi=shi, verdict=S.verdict(slo, shi))
+    return r
+
+
+def test_combine_keeps_each_process_and_widens_to_the_spread():
+    rows = [_proc_row(1.00, 0.999, 1.001, 0.90, 0.899, 0.901, worker="a"),
+            _proc_row(1.03, 1.029, 1.031, 0.93, 0.929, 0.931, worker="b"),
+            _proc_row(0.98, 0.979, 0.981, 0.88, 0.879, 0.881, worker="c")]
+    out = combine(rows, 3, platform="cuda")
+    assert out["processes"] == 3
+    per = json.loads(out["process_estimates"])
+    assert [p["time_ms"] for p in per] == [1.00, 1.03, 0.98] and [p["worker"] for p in per] == ["a", "b", "c"]
+    assert out["time_ms"] == pytest.approx(math.exp(np.mean(np.log([1.00, 1.03, 0.98]))))
+    # the interval covers every process's estimate (each within-process interval alone did not)
+    assert out["time_ci_lo_ms"] < 0.98 and out["time_ci_hi_ms"] > 1.03
+    assert out["speedup_lo"] < 0.88 and out["speedup_hi"] > 0.93
+    assert out["verdict"] == "AMBIGUOUS"   # 0.88..0.93 over 3 processes: t(2) cannot rule out 0.99
+    assert out["rounds"] == 60 and len(json.loads(out["samples_ms"])) == 60
+    assert out["ci_method"].startswith("between-process") and out["worker"] == "a,b,c"
+    assert out["tflops"] == pytest.approx(2e12 / (out["time_ms"] * 1e-3) / 1e12)
+
+
+def test_combine_names_failed_processes_and_keeps_a_lone_failure():
+    rows = [_proc_row(1.0, 0.99, 1.01), {"status": "crashed", "message": "worker crashed (SIGSEGV)"},
+            _proc_row(1.01, 1.0, 1.02)]
+    out = combine(rows, 3)
+    assert out["status"] == "ok" and out["processes"] == 2 and "1 of 3 processes failed (crashed" in out["message"]
+    bad = combine([{"status": "error", "message": "boom"}] * 2, 2)
+    assert bad["status"] == "error" and bad["processes"] == 0 and "2 of 2 processes gave no time" in bad["message"]
+    with pytest.raises(ValueError):
+        combine([], 3)
+
+
+@pytest.mark.parametrize("kw, bad", [({"processes": 0}, "0"), ({"processes": "3"}, "'3'"),
+                                     ({"processes": 2, "engine": "in-process"}, "--in-process"),
+                                     ({"processes": 2, "order": "block"}, "block")])
+def test_processes_option_is_checked(kw, bad):
+    with pytest.raises(UsageError, match=bad):
+        SweepSpec("gemm", shapes="64x64x64", dtypes="fp32", backends="aten", device="cpu", **kw)
+
+
+def test_processes_picks_local_workers_and_enters_the_plan():
+    one = SweepSpec("gemm", shapes="64x64x64", dtypes="fp32", backends="aten", device="cpu")
+    three = SweepSpec("gemm", shapes="64x64x64", dtypes="fp32", backends="aten", device="cpu", processes=3)
+    assert one.engine_kind == "in-process" and three.engine_kind == "local"
+    assert "processes" not in one.plan_dict() and three.plan_dict()["processes"] == 3
+
+
+def _file(run, times, backend="aten", platform="cuda"):
+    rows = []
+    for case, per in times.items():
+        c = combine([_proc_row(t, t * 0.999, t * 1.001) for t in per], len(per), platform=platform)
+        c.update(op="gemm", case=case, dtype="bf16", backend=backend, run_id=run, platform=platform,
+                 source="measured", order="interleaved")
+        rows.append(c)
+    return R.frame(rows)
+
+
+def test_cross_run_compare_uses_the_files_own_variation():
+    a = _file("r1", {"c1": [1.000, 1.002, 0.999], "c2": [2.0, 2.004, 1.998]})
+    b = _file("r2", {"c1": [1.001, 0.999, 1.000], "c2": [2.001, 1.999, 2.003]})
+    ab = C.pair(a, b)
+    assert list(ab.pairs["interval"]) == ["between-process"] * 2
+    assert list(ab.pairs["verdict"]) == ["SAME", "SAME"]
+    assert (ab.pairs["allowance"] < 0.01).all() and ab.pairs["allowance_basis"].str.contains("between-process").all()
+    slow = _file("r3", {"c1": [3.0, 3.006, 2.997], "c2": [6.0, 6.01, 5.99]})
+    assert list(C.pair(a, slow).pairs["verdict"]) == ["SLOWER", "SLOWER"]
+
+
+def test_geomean_keeps_a_common_allowance_whole():
+    """1,000 cross-run pairs, each 5% slower within a 10% allowance: every pair AMBIGUOUS, and the
+    geometric mean too (the allowance is one machine change, not noise that averages out)."""
+    n = 1000
+    p = pd.DataFrame({"ratio": np.full(n, 1 / 1.05), "interval": "unpaired+run", "allowance": 0.10})
+    p["ratio_lo"] = p["ratio"] * 0.995 / 1.10
+    p["ratio_hi"] = p["ratio"] / 0.995 * 1.10
+    gm, lo, hi = C.geomean_interval(p)
+    assert S.verdict(lo, hi) == "AMBIGUOUS" and lo < 0.90 and hi > 1.0
+    naive = S.geomean_ci(p["ratio"], p["ratio_lo"], p["ratio_hi"])
+    assert S.verdict(naive[1], naive[2]) == "SLOWER"   # what the independent rule said
+
+
+@pytest.mark.slow
+def test_sweep_with_processes_on_cpu(tmp_path):
+    """A real CPU sweep in 2 fresh worker processes a case: one row per backend, 2 process
+    estimates from 2 different worker pids, a between-process interval."""
+    import flyexplore as fx
+
+    df = fx.sweep("gemm", shapes="64x64x64", dtypes="fp32", backends="aten,inductor", device="cpu",
+                  processes=2, progress=False, out=tmp_path / "p.parquet")
+    assert len(df) == 2 and (df["processes"] == 2).all()
+    for _, r in df.iterrows():
+        per = R.process_estimates(r["process_estimates"])
+        assert len(per) == 2 and len({p["worker"] for p in per}) == 2
+        assert r["ci_method"].startswith("between-process")
+    back = fx.load(tmp_path / "p.parquet")
+    assert (back["processes"] == 2).all()
