@@ -71,6 +71,19 @@ class ABResult:
         return geomean_interval(self.pairs)
 
 
+    def gate(self, fail_on: "str | FailOn" = "SLOWER") -> "GateResult":
+        """The CI gate of this A/B (:func:`gate`): ``ab.gate("SLOWER:5%").failed`` is True when
+        a pair, or the geometric mean, has B slower by more than 5% at its interval's most
+        favourable end. Raises :class:`UsageError` for a bad ``fail_on``."""
+        return gate(self, fail_on)
+
+    def summary_lines(self, fail_on: "str | FailOn | None" = None) -> list[str]:
+        """The terminal summary of this A/B, as ``flyexplore compare`` prints it
+        (:func:`summary_lines`), with the gate's lines when ``fail_on`` is given. Raises
+        :class:`UsageError` for a bad ``fail_on``."""
+        return summary_lines(self, None if fail_on is None else gate(self, fail_on))
+
+
 def geomean_interval(pairs: pd.DataFrame) -> tuple[float, float, float]:
     """``(geomean, lo, hi)`` of the ``ratio`` column of ``pairs`` (an :class:`ABResult`'s pairs).
 
@@ -111,18 +124,6 @@ def _basis(hows: np.ndarray, allow: np.ndarray, platform: str) -> list:
         else:
             out.append(pd.NA)
     return out
-
-    def gate(self, fail_on: "str | FailOn" = "SLOWER") -> "GateResult":
-        """The CI gate of this A/B (:func:`gate`): ``ab.gate("SLOWER:5%").failed`` is True when
-        a pair, or the geometric mean, has B slower by more than 5% at its interval's most
-        favourable end. Raises :class:`UsageError` for a bad ``fail_on``."""
-        return gate(self, fail_on)
-
-    def summary_lines(self, fail_on: "str | FailOn | None" = None) -> list[str]:
-        """The terminal summary of this A/B, as ``flyexplore compare`` prints it
-        (:func:`summary_lines`), with the gate's lines when ``fail_on`` is given. Raises
-        :class:`UsageError` for a bad ``fail_on``."""
-        return summary_lines(self, None if fail_on is None else gate(self, fail_on))
 
 
 def env_warnings(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B")) -> tuple[str, ...]:
