@@ -889,17 +889,23 @@ def run_shift(platform) -> float:
     return RUN_SHIFT.get(str(platform), RUN_SHIFT["cpu"]) if not pd.isna(platform) else RUN_SHIFT["cpu"]
 
 
-def process_estimates(text) -> list[dict]:
-    """The per-process estimates of a row measured with ``--processes`` (its
-    ``process_estimates`` JSON text): a list of dicts (``time_ms``, ``time_se``, ``speedup``,
-    ``speedup_se``, ...; see :data:`COLUMNS`); ``[]`` for a missing or unreadable text."""
+def json_list(text) -> list:
+    """A row's JSON list column (``samples_ms``, ``round_clock_mhz``, ``process_estimates``) as a
+    list; ``[]`` for a missing, unreadable or non-list text."""
     if not isinstance(text, str) or not text:
         return []
     try:
         got = json.loads(text)
     except ValueError:
         return []
-    return [p for p in got if isinstance(p, dict)] if isinstance(got, list) else []
+    return got if isinstance(got, list) else []
+
+
+def process_estimates(text) -> list[dict]:
+    """The per-process estimates of a row measured with ``--processes`` (its
+    ``process_estimates`` JSON text): a list of dicts (``time_ms``, ``time_se``, ``speedup``,
+    ``speedup_se``, ...; see :data:`COLUMNS`); ``[]`` for a missing or unreadable text."""
+    return [p for p in json_list(text) if isinstance(p, dict)]
 
 
 def _between(k: np.ndarray, b: _Rows, i: np.ndarray, x: _Rows, j: np.ndarray, est, lo, hi, how, allow) -> None:

@@ -51,16 +51,6 @@ def _num(v) -> float:
     return f
 
 
-def _rounds(text) -> list:
-    if not isinstance(text, str) or not text:
-        return []
-    try:
-        got = json.loads(text)
-    except ValueError:
-        return []
-    return got if isinstance(got, list) else []
-
-
 def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: str | None = None) -> dict:
     """One row from the rows of one (case, dtype, backend) measured in several fresh processes.
 
@@ -124,7 +114,7 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
     if all(math.isfinite(s) for s in sps):
         e, lo, hi = S.between_process(sps, [p["speedup_se"] for p in per], shift=shift)
         out.update(speedup=e, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, band))
-    rounds = [rr for r in ok for rr in _rounds(r.get("samples_ms"))]
+    rounds = [rr for r in ok for rr in R.json_list(r.get("samples_ms"))]
     if rounds:
         out["samples_ms"] = json.dumps(rounds, separators=(",", ":"))
         v = np.asarray([x for rr in rounds for x in rr], dtype=float)
@@ -133,7 +123,7 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
             q20, q25, q75, q80 = np.percentile(v, [20, 25, 75, 80])
             out.update(time_iqr_ms=float(q75 - q25), time_p20_ms=float(q20), time_p80_ms=float(q80),
                        time_min_ms=float(v.min()), time_mean_ms=float(v.mean()))
-    clocks = [c for r in ok for c in _rounds(r.get("round_clock_mhz"))]
+    clocks = [c for r in ok for c in R.json_list(r.get("round_clock_mhz"))]
     out["round_clock_mhz"] = json.dumps(clocks) if any(c is not None for c in clocks) else None
     for k in ("rounds", "n_samples"):
         vals = [r.get(k) for r in ok]
@@ -145,12 +135,12 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
     out["verdict_s"] = max(vs) if len(vs) == len(per) else None
     cmin = [p["clock_mhz_min"] for p in per if math.isfinite(p["clock_mhz_min"])]
     out["clock_mhz_min"] = min(cmin) if cmin else out.get("clock_mhz_min")
-    for k in ("converged", "accuracy_ok", "recheck_ok", "throttled", "noisy", "host_bound"):
+    for k in ("converged", "accuracy_ok", "recheck_ok"):   # true only when true in every process
         vals = [r.get(k) for r in ok]
-        if k == "converged" or k in ("accuracy_ok", "recheck_ok"):
-            out[k] = (False if any(x is False for x in vals) else None if any(x is None for x in vals) else True)
-        else:
-            out[k] = True if any(x is True for x in vals) else out.get(k)
+        out[k] = False if any(x is False for x in vals) else None if any(x is None for x in vals) else True
+    for k in ("throttled", "noisy", "host_bound"):          # true when true in any process
+        if any(r.get(k) is True for r in ok):
+            out[k] = True
     workers = [str(p["worker"]) for p in per if p["worker"]]
     if workers:
         out["worker"] = ",".join(dict.fromkeys(workers))
