@@ -257,12 +257,14 @@ def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], 
 
 def _unconverged(res) -> str:
     """The note of a case that stopped before its target, by its
-    :attr:`~flyexplore.measure.interleaved.Interleaved.stop_reason`."""
+    :attr:`~flyexplore.measure.interleaved.Interleaved.stop_reason` (the row's ``stop_reason``
+    names the cap). Kept within the panel's 60 characters (:data:`flyexplore.ui.tables.NOTE_CHARS`)
+    up to 99,999 rounds, so that it shows in the row instead of as a numbered note."""
     t = f"+-{res.target:.1%}"
-    why = {"precision_cap": f"labels decided; medians not all within {t} at the precision cap",
-           "label_cap": "a speedup label still undecided at the label cap",
-           "budget": f"intervals not within {t} when the case budget ran out",
-           "max_rounds": f"intervals not within {t} in the fixed number of rounds"}
+    why = {"precision_cap": f"medians not within {t}",
+           "label_cap": "a label still undecided",
+           "budget": "case budget ran out",
+           "max_rounds": f"intervals not within {t}"}
     return f"unconverged after {res.rounds} rounds: " + why.get(res.stop_reason, str(res.stop_reason))
 
 
