@@ -174,7 +174,9 @@ def pair(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B"),
     and ``backend`` leaves the key; with one of them given, the other side takes the same
     backend. The intervals are the speedup rules' own, for all pairs at
     once (:func:`flyexplore.results.table.ratio_intervals`; each row's samples parsed once), so
-    two 10,000-row files pair in about a second. Raises :class:`UsageError` when a given
+    two 10,000-row files pair in about a second. Each pair also gets ``same_within``
+    (fraction): ``max(1 - ratio_lo, ratio_hi - 1)``, the narrowest SAME band its interval fits
+    (an AMBIGUOUS A-vs-A pair still bounds the change by it). Raises :class:`UsageError` when a given
     backend has no rows or no timed row, or when no key is in both sides."""
     key = list(key)
     if a_backend or b_backend:
@@ -221,6 +223,8 @@ def pair(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B"),
     p["allowance"] = allow
     p["allowance_basis"] = _basis(hows, allow, _platform(a, b))
     p["verdict"] = [pd.NA if h == "none" else S.verdict(lo, hi) for h, lo, hi in zip(hows, los.tolist(), his.tolist())]
+    with np.errstate(invalid="ignore"):
+        p["same_within"] = np.maximum(1.0 - np.asarray(los, dtype=float), np.asarray(his, dtype=float) - 1.0)
     p["tie"] = (p["ratio"] - 1.0).abs() <= R.TIE_BAND
     if a_backend or b_backend:
         p["backend"] = f"{a_backend or '*'} -> {b_backend or '*'}"
@@ -528,6 +532,24 @@ def allowance_text(pairs: pd.DataFrame) -> str | None:
     return f"cross-run allowance {amount} ({why if why.lower().startswith('from ') else 'from ' + why})"
 
 
+def same_within_text(pairs: pd.DataFrame) -> str | None:
+    """What the AMBIGUOUS pairs still say, as one text: every such pair's 95% interval lies
+    within ``±largest`` of 1 (column ``same_within``: ``max(1 - ratio_lo, ratio_hi - 1)``, the
+    narrowest ``--band`` at which the pair would read SAME), with the median of them. An
+    A-vs-A compare across runs on a GPU is AMBIGUOUS at the ±1% band whenever fresh processes
+    spread by more than that (``benchmarks/process_spread.py``); this line is then the bound it
+    does give. None when no AMBIGUOUS pair has a finite ``same_within``."""
+    if "same_within" not in pairs or "verdict" not in pairs:
+        return None
+    amb = (pairs["verdict"] == "AMBIGUOUS").fillna(False).to_numpy(dtype=bool)
+    v = pd.to_numeric(pairs["same_within"], errors="coerce").to_numpy(dtype=float)[amb]
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return None
+    return (f"AMBIGUOUS pairs: each 95% interval lies within ±{_pct(float(v.max()))} of 1 "
+            f"(median ±{_pct(float(np.median(v)))}; the --band that would read it SAME)")
+
+
 def largest_changes(ab: ABResult, n: int = TOP) -> pd.DataFrame:
     """The ``n`` pairs whose ratio is farthest from 1 in either direction (largest
     ``|log ratio|``; pairs without a positive finite ratio left out), largest first, with the
@@ -606,7 +628,8 @@ def summary_lines(x: "ABResult | Sides", gate_result: GateResult | None = None, 
     ``flyexplore compare`` prints: the number of pairs and of cases in one side only; the
     pairs per label (FASTER / SAME / SLOWER / AMBIGUOUS, saying which side is faster); the
     geometric mean of ``time A / time B`` with its 95% interval and label; the cross-run
-    allowance when the pairs carry one (:func:`allowance_text`); the ``top`` largest changes
+    allowance when the pairs carry one (:func:`allowance_text`); the bound the AMBIGUOUS pairs
+    still give (:func:`same_within_text`); the ``top`` largest changes
     (:func:`largest_changes`: case, ratio, interval, label); the ``notes`` (lines a caller
     adds: ``flyexplore compare`` the published AOTriton range's,
     :func:`flyexplore.results.aotriton_ab.summary_notes`); one line per environment warning;
@@ -632,6 +655,9 @@ def summary_lines(x: "ABResult | Sides", gate_result: GateResult | None = None, 
     al = allowance_text(ab.pairs)
     if al:
         out += _wrap(al)
+    sw = same_within_text(ab.pairs)
+    if sw:
+        out += _wrap(sw)
     big = largest_changes(ab, top)
     if len(big):
         out.append(f"largest changes (by |log ratio|, {min(top, len(big))} of {len(ab.pairs)}):")
@@ -650,7 +676,7 @@ def _pair_records(pairs: pd.DataFrame, key: Sequence[str]) -> list[dict]:
     interval, label, method and the allowance columns where present (a column pass, no
     per-row Series: 100,000 pairs in about a second)."""
     cols = [c for c in (*key, "time_a_ms", "time_b_ms", "ratio", "ratio_lo", "ratio_hi", "verdict", "interval",
-                        "allowance", "allowance_basis") if c in pairs]
+                        "allowance", "allowance_basis", "same_within") if c in pairs]
     texts = [" ".join(str(v) for v in row if not _missing(v))
              for row in pairs[list(key)].itertuples(index=False, name=None)]
     return [{"case_key": t, **r} for t, r in zip(texts, pairs[cols].to_dict("records"))]
@@ -668,8 +694,8 @@ def summary_dict(x: "ABResult | Sides", gate_result: GateResult | None = None, t
     ``top`` largest changes, as in ``pairs``), ``pairs`` (every pair: ``case_key``, the key
     values as one text; the key columns; ``time_a_ms``, ``time_b_ms`` in ms; ``ratio``,
     ``ratio_lo``, ``ratio_hi``; ``verdict``; ``interval``, the method; ``allowance`` /
-    ``allowance_basis`` where the pairs have them), ``notes`` (as :func:`summary_lines` takes
-    them), ``warnings`` and ``gate`` (:meth:`GateResult.as_dict`, None without a gate).
+    ``allowance_basis`` where the pairs have them; ``same_within``, the narrowest SAME band the
+    pair's interval fits), ``notes`` (as :func:`summary_lines` takes them), ``warnings`` and ``gate`` (:meth:`GateResult.as_dict`, None without a gate).
     A vllm A/B: ``kind`` ``"vllm"``, ``names``, ``pairs`` (its per-metric rows), ``only_a`` /
     ``only_b`` (counts), ``warnings`` (empty), ``gate`` (None). Raises ``TypeError`` as
     :func:`summary_lines`."""
@@ -737,6 +763,9 @@ def summary_markdown(x: "ABResult | Sides", gate_result: GateResult | None = Non
     al = allowance_text(ab.pairs)
     if al:
         out += ["", al[0].upper() + al[1:] + "."]
+    sw = same_within_text(ab.pairs)
+    if sw:
+        out += ["", _md(sw) + "."]
     big = largest_changes(ab, top)
     if len(big):
         out += ["", f"### Largest changes ({len(big)} of {len(ab.pairs)}, by \\|log ratio\\|)", "",

@@ -725,7 +725,8 @@ class _Rows:
 #: neighbours on a shared CPU). Calibrated by ``benchmarks/reproducible.py`` (``calibration.json``:
 #: for every row, every two single processes of different runs, ``|t_p / t_q - 1|``), the 95th
 #: percentile rounded up: H200, 8 GEMM shapes x 3 backends x 3 runs x 3 processes (648 pairs):
-#: median 0.45%, p95 3.61%, largest 8.7% -> 4% (the 2% used before gave FASTER to 4 of 72
+#: median 0.45%, p95 3.61%, largest 8.7% (``label_cap_0.2/``), and the same again a day later:
+#: median 0.35%, p95 3.34%, largest 7.7% -> 4% (the 2% used before gave FASTER to 4 of 72
 #: cross-run A-vs-A pairs); this 2-core shared CPU, 6 shapes x 2 backends x 2 runs x 3 processes,
 #: twice (data/bench/reproducible_cpu): p95 9.5% and 34%, largest 13% and 50% -> 50% (was 100%;
 #: 10% gave one SLOWER of 12 identical pairs). Rows measured with ``--processes`` carry their own
@@ -744,7 +745,8 @@ RUN_TO_RUN = {"cuda": 0.04, "rocm": 0.04, "cpu": 0.50}
 #: more than over the seconds between passes), so 3%.
 RUN_SHIFT = {"cuda": 0.0, "rocm": 0.0, "cpu": 0.03}
 #: Where :data:`RUN_TO_RUN`'s figures come from (shown beside every verdict that uses them).
-RUN_TO_RUN_SOURCE = "data/h200/reproducible/calibration.json and data/bench/reproducible_cpu/calibration.json"
+RUN_TO_RUN_SOURCE = ("data/h200/reproducible/calibration.json (and label_cap_0.2/) and "
+                     "data/bench/reproducible_cpu/calibration.json")
 
 
 def ratio_interval(base_rows: pd.DataFrame, x_rows: pd.DataFrame) -> tuple[float, float, float, str]:

@@ -2,9 +2,10 @@
 measurements of one row combined into one row whose interval covers what another run sees.
 
 Why: within one process a row's interval is narrow (about +-0.3% for a GEMM on an H200), but a
-fresh process reads another time -- another clock regime, another allocation, another autotune
-choice -- and ratios moved up to 4% between processes while each run's interval was +-0.3%
-(issue 24; the figures of ``data/h200/reproducible/``). So the variation between processes is
+fresh process reads another time -- another clock regime under the power limit, another autotune
+choice; where the inputs lie moves it far less (``data/h200/process_spread/``) -- and ratios
+moved up to 4% between processes while each run's interval was +-0.3% (issue 24; the figures of
+``data/h200/reproducible/``). So the variation between processes is
 measured, not assumed (pyperf's lesson: a benchmark is several processes, each several values).
 
 How (:func:`flyexplore.run.sweep.run_sweep` with ``processes`` >= 2): the sweep runs its case list

@@ -247,3 +247,37 @@ def test_the_summary_says_why_the_aotriton_range_is_not_shown_on_an_h200(tmp_pat
     why = "not shown: arch sm_90 on both sides, not gfx950; no AOTriton version recorded on either side"
     assert "published AOTriton range (0.14.2b vs 0.13b on gfx950" in out and why in out
     assert why in md.read_text()
+
+
+def test_ambiguous_pairs_still_state_the_band_they_fit(files, tmp_path, capsys):
+    """Another run of the same sweep (times unchanged, a new run id): cross-run pairs carry the
+    default allowance, so they read AMBIGUOUS at the 1% band; each says the narrowest band at
+    which it would read SAME, and the summary, the JSON and the Markdown give the bound."""
+    again = R.save(slowed(R.load(SWEEP), 1.0), tmp_path / "again.parquet")
+    ab = C.sides(files["main"], str(again)).ab
+    p = ab.pairs
+    assert (p["verdict"] == "AMBIGUOUS").all()
+    sw = p["same_within"].to_numpy(dtype=float)
+    assert sw == pytest.approx(np_max(1 - p["ratio_lo"], p["ratio_hi"] - 1))
+    assert (sw > 0.01).all()
+    # the pair reads SAME at its own same_within band, not just below it
+    from flyexplore.measure.stats import verdict
+    for lo, hi, b in zip(p["ratio_lo"], p["ratio_hi"], sw):
+        assert verdict(lo, hi, b * (1 + 1e-9)) == "SAME" and verdict(lo, hi, b * 0.99) == "AMBIGUOUS"
+    text = C.same_within_text(p)
+    assert text.startswith(f"AMBIGUOUS pairs: each 95% interval lies within ±{C._pct(sw.max())} of 1")
+    js = tmp_path / "ab.json"
+    md = tmp_path / "ab.md"
+    assert main(["compare", files["main"], str(again), "--json", str(js), "--summary-md", str(md)]) == 0
+    out = capsys.readouterr().out
+    assert "AMBIGUOUS pairs: each 95% interval lies within" in out
+    d = json.loads(js.read_text())
+    assert [r["same_within"] for r in d["pairs"]] == pytest.approx(list(sw))
+    assert "AMBIGUOUS pairs: each 95% interval lies within" in md.read_text()
+    # an identical file: every pair SAME, no such line
+    assert C.same_within_text(C.sides(files["main"], files["copy"]).ab.pairs) is None
+
+
+def np_max(a, b):
+    import numpy as np
+    return np.maximum(a.to_numpy(dtype=float), b.to_numpy(dtype=float))

@@ -872,8 +872,12 @@ def _check_pair(a, b, **kw):
     assert nerr is oerr, (nerr, oerr)
     if oerr is None:
         # issue 24 added the allowance columns, and a geomean interval that keeps a cross-run
-        # allowance whole (tests/run/test_processes.py): those are compared there, the rest here
-        pairs = new.pairs.drop(columns=["allowance", "allowance_basis"], errors="ignore")
+        # allowance whole (tests/run/test_processes.py): those are compared there, the rest here;
+        # same_within (max(1 - lo, hi - 1)) is checked here on the frozen loop's own intervals
+        sw = new.pairs["same_within"].to_numpy(dtype=float)
+        want_sw = np.maximum(1 - old[0]["ratio_lo"].to_numpy(dtype=float), old[0]["ratio_hi"].to_numpy(dtype=float) - 1)
+        np.testing.assert_allclose(sw, want_sw, rtol=1e-12, atol=1e-15, equal_nan=True)
+        pairs = new.pairs.drop(columns=["allowance", "allowance_basis", "same_within"], errors="ignore")
         summary, want_summary = new.summary, old[3]
         if (new.pairs["interval"] == "unpaired+run").any():
             drop = ["geomean_lo", "geomean_hi", "verdict"]
