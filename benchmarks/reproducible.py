@@ -121,6 +121,36 @@ def _est(r) -> list[dict]:
     return process_estimates(r.get("process_estimates"))
 
 
+def _current_rule(d):
+    """The rows with their time and speedup intervals and labels recomputed from their
+    ``process_estimates`` by the current rule (:func:`flyexplore.measure.stats.between_process`
+    with :data:`~flyexplore.results.table.RUN_SHIFT` and
+    :data:`~flyexplore.results.table.RUN_SHIFT_PER_SD` of the row's platform), so that files
+    measured before a change of the rule are read as a sweep would write them now."""
+    from flyexplore.measure import stats as S
+    from flyexplore.results import table as R
+
+    d = d.copy()
+    for i, r in d.iterrows():
+        pe = R.process_estimates(r["process_estimates"])
+        if len(pe) < 2:
+            continue
+        kw = {"shift": R.run_shift(r["platform"]), "shift_per_sd": R.run_shift_per_sd(r["platform"])}
+        t, lo, hi = S.between_process([p["time_ms"] for p in pe], [p["time_se"] for p in pe], **kw)
+        d.loc[i, ["time_ms", "time_ci_lo_ms", "time_ci_hi_ms"]] = [t, lo, hi]
+        sps = [p.get("speedup") for p in pe]
+        if all(v is not None and math.isfinite(v) for v in sps):
+            e, slo, shi = S.between_process(sps, [p.get("speedup_se") for p in pe], **kw)
+            d.loc[i, ["speedup", "speedup_lo", "speedup_hi"]] = [e, slo, shi]
+            d.loc[i, "verdict"] = S.verdict(slo, shi, float(r["band"]) if pd_notna(r.get("band")) else S.BAND)
+    return d
+
+
+def pd_notna(v) -> bool:
+    import pandas as pd
+    return bool(pd.notna(v))
+
+
 def analyze(out: Path) -> None:
     import numpy as np
     import pandas as pd
@@ -133,11 +163,14 @@ def analyze(out: Path) -> None:
     if len(runs) < 2:
         raise SystemExit(f"analyze needs at least two run*.parquet files in {out}")
     dfs = {p.stem: R.load(p) for p in runs}
-    dfs = {n: d[d["status"] == "ok"].reset_index(drop=True) for n, d in dfs.items()}
+    dfs = {n: _current_rule(d[d["status"] == "ok"].reset_index(drop=True)) for n, d in dfs.items()}
     platform = str(next(iter(dfs.values()))["platform"].iloc[0])
     lines = [f"# Reproducible verdicts ({platform}; benchmarks/reproducible.py)", "",
              f"Runs: {', '.join(dfs)}; each `flyexplore sweep --processes "
-             f"{int(next(iter(dfs.values()))['processes'].max())}`, a fresh driver per run.", ""]
+             f"{int(next(iter(dfs.values()))['processes'].max())}`, a fresh driver per run. Row intervals "
+             f"and labels recomputed from each row's `process_estimates` by the current rule (run shift "
+             f"{R.run_shift(platform):.3g}, or {R.run_shift_per_sd(platform):.3g} x the row's between-process "
+             f"sd where more).", ""]
 
     # coverage: run j's estimate inside run i's interval
     cov = []

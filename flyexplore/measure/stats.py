@@ -282,7 +282,8 @@ def _spread(x: np.ndarray, se: np.ndarray) -> float:
 
 
 def between_process(estimates: Sequence[float], ses: Sequence[float] | None = None,
-                    confidence: float = CONFIDENCE, shift: float = 0.0) -> tuple[float, float, float]:
+                    confidence: float = CONFIDENCE, shift: float = 0.0,
+                    shift_per_sd: float = 0.0) -> tuple[float, float, float]:
     """Combine one quantity (a median time in ms, or a speedup) measured in ``n`` fresh processes
     into ``(estimate, lo, hi)``: the geometric mean of the per-process estimates and a
     ``confidence`` **prediction interval for another run of n processes** -- the interval that
@@ -298,6 +299,10 @@ def between_process(estimates: Sequence[float], ses: Sequence[float] | None = No
     assumed). ``shift``: the standard deviation, in log space, of a shift that moves a whole run
     and that its own processes cannot see (a machine whose speed wanders over minutes:
     :data:`flyexplore.results.table.RUN_SHIFT`); it adds ``z * sqrt(2) * shift`` in quadrature.
+    ``shift_per_sd``: a run shift that grows with the quantity's own between-process spread --
+    the shift used is ``max(shift, shift_per_sd * sd)``, ``sd`` the standard deviation of one
+    process's log estimate (:data:`flyexplore.results.table.RUN_SHIFT_PER_SD`: a GPU under its
+    power limit moves between runs minutes apart as it moves between processes).
     Needs n >= 2 for an interval (else ``lo``/``hi`` are NaN); non-positive or missing
     estimates are left out."""
     x = np.asarray(estimates, dtype=float)
@@ -309,8 +314,9 @@ def between_process(estimates: Sequence[float], ses: Sequence[float] | None = No
     c = float(np.mean(x))
     if x.size < 2:
         return (math.exp(c), math.nan, math.nan)
-    half = t_quantile(x.size - 1, confidence) * math.sqrt(2 * _spread(x, se) / x.size)
-    half = math.hypot(half, _z(confidence) * math.sqrt(2) * shift)
+    var = _spread(x, se)
+    half = t_quantile(x.size - 1, confidence) * math.sqrt(2 * var / x.size)
+    half = math.hypot(half, _z(confidence) * math.sqrt(2) * max(shift, shift_per_sd * math.sqrt(var)))
     return (math.exp(c), math.exp(c - half), math.exp(c + half))
 
 
@@ -320,7 +326,7 @@ def _z(confidence: float) -> float:
 
 def between_runs(a: Sequence[float], a_ses: Sequence[float] | None, b: Sequence[float],
                  b_ses: Sequence[float] | None, confidence: float = CONFIDENCE,
-                 shift: float = 0.0) -> tuple[float, float, float, float]:
+                 shift: float = 0.0, shift_per_sd: float = 0.0) -> tuple[float, float, float, float]:
     """The ratio ``A / B`` of one quantity measured by two runs, each in several fresh processes
     (``a``, ``b``: the per-process estimates, e.g. median times in ms; ``*_ses``: their
     within-process log standard errors, or None): ``(ratio, lo, hi, half)`` where ``ratio`` is
@@ -332,7 +338,9 @@ def between_runs(a: Sequence[float], a_ses: Sequence[float] | None, b: Sequence[
     Welch-Satterthwaite degrees of freedom, ``log ratio +- t(df) * se``. It uses each run's own
     between-process variation, so two identical builds can read SAME when their processes agree.
     ``shift`` as in :func:`between_process` (a run-wide shift no process sees), added in
-    quadrature. Needs two processes a side (else NaN bounds)."""
+    quadrature; with ``shift_per_sd`` the shift is ``max(shift, shift_per_sd * sd)``, ``sd`` the
+    root mean of the two sides' per-process variances (as in :func:`between_process`). Needs
+    two processes a side (else NaN bounds)."""
     xa, xb = (np.asarray(v, dtype=float) for v in (a, b))
     sa = np.full(xa.size, np.nan) if a_ses is None else np.asarray(a_ses, dtype=float)
     sb = np.full(xb.size, np.nan) if b_ses is None else np.asarray(b_ses, dtype=float)
@@ -343,9 +351,10 @@ def between_runs(a: Sequence[float], a_ses: Sequence[float] | None, b: Sequence[
     d = float(np.mean(xa) - np.mean(xb))
     if xa.size < 2 or xb.size < 2:
         return (math.exp(d), math.nan, math.nan, math.nan)
-    va, vb = _spread(xa, sa) / xa.size, _spread(xb, sb) / xb.size
+    pa, pb = _spread(xa, sa), _spread(xb, sb)
+    va, vb = pa / xa.size, pb / xb.size
     v = va + vb
-    extra = _z(confidence) * math.sqrt(2) * shift
+    extra = _z(confidence) * math.sqrt(2) * max(shift, shift_per_sd * math.sqrt((pa + pb) / 2))
     if v <= 0:
         return (math.exp(d), math.exp(d - extra), math.exp(d + extra), extra)
     df = v ** 2 / (va ** 2 / (xa.size - 1) + vb ** 2 / (xb.size - 1))

@@ -742,8 +742,21 @@ RUN_TO_RUN = {"cuda": 0.04, "rocm": 0.04, "cpu": 0.50}
 #: processes x 24 rows: none (the between-run differences, -0.94% to +0.31%, are what the
 #: processes' own spread predicts: excess variance < 0), so 0; this 2-core shared CPU, 2 runs x 3
 #: processes x 12 rows: 2.6% (the machine's speed moves with its neighbours' load over minutes,
-#: more than over the seconds between passes), so 3%.
+#: more than over the seconds between passes), so 3%. On a GPU the shift grows with the row's own
+#: spread instead: :data:`RUN_SHIFT_PER_SD`.
 RUN_SHIFT = {"cuda": 0.0, "rocm": 0.0, "cpu": 0.03}
+#: A run shift in proportion to a row's own between-process spread, per platform: the shift used
+#: for a row (or a cross-run pair) of ``--processes`` rows is ``max(RUN_SHIFT, RUN_SHIFT_PER_SD x
+#: sd)``, ``sd`` the standard deviation of one process's log estimate. A GPU under its power limit
+#: moves between runs a few minutes apart as it moves between processes, and the more a shape
+#: moves between processes, the more it moves between runs: on an H200, two sweeps of 8 processes
+#: each (``benchmarks/reproducible.py --processes 8``, ``data/h200/reproducible/processes8/``) read
+#: 8192x8192x8192 4% apart, past their Welch interval (A-vs-A read FASTER on 2 of 24 pairs, and
+#: each run's interval held the other run's time on 39 of 48 rows). Method of moments over those
+#: 24 rows x 1 pair of runs: excess variance of run means / per-process variance = 0.47, so 0.7
+#: (the 3-process runs cannot see it: their excess is 0.005 and below 0). The CPU's flat
+#: ``RUN_SHIFT`` stands.
+RUN_SHIFT_PER_SD = {"cuda": 0.7, "rocm": 0.7, "cpu": 0.0}
 #: Where :data:`RUN_TO_RUN`'s figures come from (shown beside every verdict that uses them).
 RUN_TO_RUN_SOURCE = ("data/h200/reproducible/calibration.json (and label_cap_0.2/) and "
                      "data/bench/reproducible_cpu/calibration.json")
@@ -891,6 +904,12 @@ def run_shift(platform) -> float:
     return RUN_SHIFT.get(str(platform), RUN_SHIFT["cpu"]) if not pd.isna(platform) else RUN_SHIFT["cpu"]
 
 
+def run_shift_per_sd(platform) -> float:
+    """:data:`RUN_SHIFT_PER_SD` of ``platform`` (the CPU's for an unknown or missing one)."""
+    d = RUN_SHIFT_PER_SD
+    return d.get(str(platform), d["cpu"]) if not pd.isna(platform) else d["cpu"]
+
+
 def json_list(text) -> list:
     """A row's JSON list column (``samples_ms``, ``round_clock_mhz``, ``process_estimates``) as a
     list; ``[]`` for a missing, unreadable or non-list text."""
@@ -933,7 +952,8 @@ def _between(k: np.ndarray, b: _Rows, i: np.ndarray, x: _Rows, j: np.ndarray, es
             e, l_, h_ = S.between_process(r, se)
             a = h_ / e - 1 if math.isfinite(h_) and e > 0 else np.nan
         else:
-            e, l_, h_, a = S.between_runs(tb, sb, tx, sx, shift=max(run_shift(pl[i[q]]), run_shift(px_[j[q]])))
+            e, l_, h_, a = S.between_runs(tb, sb, tx, sx, shift=max(run_shift(pl[i[q]]), run_shift(px_[j[q]])),
+                                          shift_per_sd=max(run_shift_per_sd(pl[i[q]]), run_shift_per_sd(px_[j[q]])))
             a = math.expm1(a)   # the allowance as a fraction, as for unpaired+run
         if not all(math.isfinite(v) for v in (e, l_, h_)):
             continue

@@ -58,7 +58,8 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
     ``rows``: the row columns of each process, in pass order (as :func:`flyexplore.run.cases.run_case`
     yields them, with ``worker``/``device_id`` added); ``wanted``: the number of processes asked
     for (``--processes``); ``band``: the SAME band of the label; ``platform`` (cuda, rocm, cpu)
-    picks the run-wide shift added to every interval (:data:`flyexplore.results.table.RUN_SHIFT`).
+    picks the run-wide shift added to every interval (:data:`flyexplore.results.table.RUN_SHIFT`,
+    and :data:`~flyexplore.results.table.RUN_SHIFT_PER_SD` in proportion to the spread).
 
     - No ``ok`` row: the first row is returned (its failure), with a note of how many processes
       failed alike.
@@ -107,13 +108,14 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
         if wanted > 1:
             _note(out, f"measured in 1 of {wanted} processes: the interval is that process's own")
         return out
-    shift = R.run_shift(platform)
-    t, tlo, thi = S.between_process([p["time_ms"] for p in per], [p["time_se"] for p in per], shift=shift)
+    shift, per_sd = R.run_shift(platform), R.run_shift_per_sd(platform)
+    t, tlo, thi = S.between_process([p["time_ms"] for p in per], [p["time_se"] for p in per], shift=shift,
+                                    shift_per_sd=per_sd)
     out.update(time_ms=t, time_ci_lo_ms=tlo, time_ci_hi_ms=thi,
                ci_method=f"between-process ({len(ok)} processes; prediction interval of another run)")
     sps = [p["speedup"] for p in per]
     if all(math.isfinite(s) for s in sps):
-        e, lo, hi = S.between_process(sps, [p["speedup_se"] for p in per], shift=shift)
+        e, lo, hi = S.between_process(sps, [p["speedup_se"] for p in per], shift=shift, shift_per_sd=per_sd)
         out.update(speedup=e, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, band))
     rounds = [rr for r in ok for rr in R.json_list(r.get("samples_ms"))]
     if rounds:

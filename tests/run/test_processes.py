@@ -167,3 +167,41 @@ def test_sweep_with_processes_on_cpu(tmp_path):
         assert r["ci_method"].startswith("between-process")
     back = fx.load(tmp_path / "p.parquet")
     assert (back["processes"] == 2).all()
+
+
+# 8192x8192x8192 bf16 aten on an H200, two sweeps of 8 processes each, minutes apart
+# (data/h200/reproducible/processes8/run1.parquet, run2.parquet: process_estimates time_ms)
+_RUN1 = [1.5253, 1.4801, 1.5289, 1.5093, 1.5252, 1.4261, 1.4478, 1.4797]
+_RUN2 = [1.4376, 1.4224, 1.4495, 1.3816, 1.5065, 1.3892, 1.4142, 1.4580]
+
+
+def test_a_run_shift_in_proportion_to_the_spread_keeps_a_power_limited_a_vs_a_from_reading_faster():
+    ses = [0.004] * 8
+    # without it, the Welch interval of 8 + 8 processes calls the same build 4% faster
+    _, lo, hi, _ = S.between_runs(_RUN1, ses, _RUN2, ses)
+    assert S.verdict(lo, hi) == "FASTER"
+    per_sd = R.run_shift_per_sd("cuda")
+    r, lo, hi, half = S.between_runs(_RUN1, ses, _RUN2, ses, shift_per_sd=per_sd)
+    assert r == pytest.approx(1.04, abs=0.005) and S.verdict(lo, hi) == "AMBIGUOUS"
+    sd = math.sqrt((np.var(np.log(_RUN1), ddof=1) + np.var(np.log(_RUN2), ddof=1)) / 2)
+    assert half >= S.Z95 * math.sqrt(2) * per_sd * sd
+    # a flat shift larger than the proportional one wins; the CPU has no proportional term
+    assert S.between_runs(_RUN1, ses, _RUN2, ses, shift=0.05, shift_per_sd=per_sd)[3] > half
+    assert R.run_shift_per_sd("cpu") == 0.0 and R.run_shift_per_sd(None) == 0.0
+    # a shape that barely moves between processes keeps an interval narrow enough for SAME
+    a, b = [1.000, 1.001, 0.999, 1.000], [1.0005, 0.9995, 1.000, 1.001]
+    _, lo, hi, _ = S.between_runs(a, [0.0005] * 4, b, [0.0005] * 4, shift_per_sd=per_sd)
+    assert S.verdict(lo, hi) == "SAME"
+
+
+def test_combine_and_cross_run_compare_apply_the_proportional_shift():
+    # the row interval of 8 processes covers the other run's estimate only with the shift
+    rows = [_proc_row(t, t * 0.996, t * 1.004) for t in _RUN1]
+    out = combine(rows, 8, platform="cuda")
+    other = math.exp(np.mean(np.log(_RUN2)))
+    assert out["time_ci_lo_ms"] < other
+    t, lo, hi = S.between_process(_RUN1, [S.log_se(t * 0.996, t * 1.004) for t in _RUN1])
+    assert lo > other                       # the bare prediction interval misses it
+    # compare of the two files: AMBIGUOUS, not FASTER
+    a, b = _file("r1", {"c": _RUN1}), _file("r2", {"c": _RUN2})
+    assert list(C.pair(a, b).pairs["verdict"]) == ["AMBIGUOUS"]
