@@ -214,8 +214,8 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     ``2 * min_rounds`` rounds ran (``"label_cap"``); ``budget_s`` has passed after warm-up
     (``"budget"``). Only ``target`` is ``converged``. The caps are seconds of the whole case,
     counted from the first warm-up call, by default :data:`PRECISION_CAP_S` and
-    :data:`LABEL_CAP_S` per backend (GPU 0.1 s and 0.18 s: about ``do_bench``'s time and, with the warm-up, 3x
-    it; CPU 0.2 s and 0.6 s); the label cap is raised to the precision cap where it is lower.
+    :data:`LABEL_CAP_S` per backend (GPU 0.1 s and 0.18 s: about ``do_bench``'s time and, with
+    the warm-up, 3x it; CPU 0.2 s and 0.6 s); the label cap is raised to the precision cap where it is lower.
     ``budget_s`` (default :data:`CASE_BUDGET_S`: 10 s on GPU, 2 s on CPU) is the hard limit; to
     measure longer, raise the caps too. With one backend there are no labels: the medians'
     target and the precision cap. Each look is placed no later than the cap or budget then in

@@ -695,7 +695,8 @@ def summary_dict(x: "ABResult | Sides", gate_result: GateResult | None = None, t
     values as one text; the key columns; ``time_a_ms``, ``time_b_ms`` in ms; ``ratio``,
     ``ratio_lo``, ``ratio_hi``; ``verdict``; ``interval``, the method; ``allowance`` /
     ``allowance_basis`` where the pairs have them; ``same_within``, the narrowest SAME band the
-    pair's interval fits), ``notes`` (as :func:`summary_lines` takes them), ``warnings`` and ``gate`` (:meth:`GateResult.as_dict`, None without a gate).
+    pair's interval fits), ``notes`` (as :func:`summary_lines` takes them), ``warnings`` and
+    ``gate`` (:meth:`GateResult.as_dict`, None without a gate).
     A vllm A/B: ``kind`` ``"vllm"``, ``names``, ``pairs`` (its per-metric rows), ``only_a`` /
     ``only_b`` (counts), ``warnings`` (empty), ``gate`` (None). Raises ``TypeError`` as
     :func:`summary_lines`."""

@@ -753,8 +753,9 @@ RUN_SHIFT = {"cuda": 0.0, "rocm": 0.0, "cpu": 0.03}
 #: each (``benchmarks/reproducible.py --processes 8``, ``data/h200/reproducible/processes8/``) read
 #: 8192x8192x8192 4% apart, past their Welch interval (A-vs-A read FASTER on 2 of 24 pairs, and
 #: each run's interval held the other run's time on 39 of 48 rows). Method of moments over those
-#: 24 rows x 1 pair of runs: excess variance of run means / per-process variance = 0.47, so 0.7
-#: (the 3-process runs cannot see it: their excess is 0.005 and below 0). The CPU's flat
+#: 24 rows x 1 pair of runs: excess variance of run means / per-process variance = 0.47, whose
+#: square root, 0.69, is rounded to 0.7
+#: (the 3-process runs cannot see it: their ratios are 0.005 and below 0). The CPU's flat
 #: ``RUN_SHIFT`` stands.
 RUN_SHIFT_PER_SD = {"cuda": 0.7, "rocm": 0.7, "cpu": 0.0}
 #: Where :data:`RUN_TO_RUN`'s figures come from (shown beside every verdict that uses them).
