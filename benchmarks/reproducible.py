@@ -123,32 +123,23 @@ def _est(r) -> list[dict]:
 
 def _current_rule(d):
     """The rows with their time and speedup intervals and labels recomputed from their
-    ``process_estimates`` by the current rule (:func:`flyexplore.measure.stats.between_process`
-    with :data:`~flyexplore.results.table.RUN_SHIFT` and
-    :data:`~flyexplore.results.table.RUN_SHIFT_PER_SD` of the row's platform), so that files
-    measured before a change of the rule are read as a sweep would write them now."""
+    ``process_estimates`` by the current rule (:func:`flyexplore.run.processes.intervals`, as a
+    sweep combines them), so that files measured before a change of the rule are read as a sweep
+    would write them now."""
+    import pandas as pd
+
     from flyexplore.measure import stats as S
     from flyexplore.results import table as R
+    from flyexplore.run.processes import intervals
 
     d = d.copy()
     for i, r in d.iterrows():
         pe = R.process_estimates(r["process_estimates"])
         if len(pe) < 2:
             continue
-        kw = {"shift": R.run_shift(r["platform"]), "shift_per_sd": R.run_shift_per_sd(r["platform"])}
-        t, lo, hi = S.between_process([p["time_ms"] for p in pe], [p["time_se"] for p in pe], **kw)
-        d.loc[i, ["time_ms", "time_ci_lo_ms", "time_ci_hi_ms"]] = [t, lo, hi]
-        sps = [p.get("speedup") for p in pe]
-        if all(v is not None and math.isfinite(v) for v in sps):
-            e, slo, shi = S.between_process(sps, [p.get("speedup_se") for p in pe], **kw)
-            d.loc[i, ["speedup", "speedup_lo", "speedup_hi"]] = [e, slo, shi]
-            d.loc[i, "verdict"] = S.verdict(slo, shi, float(r["band"]) if pd_notna(r.get("band")) else S.BAND)
+        new = intervals(pe, r["platform"], float(r["band"]) if pd.notna(r.get("band")) else S.BAND)
+        d.loc[i, list(new)] = list(new.values())
     return d
-
-
-def pd_notna(v) -> bool:
-    import pandas as pd
-    return bool(pd.notna(v))
 
 
 def analyze(out: Path) -> None:

@@ -900,15 +900,18 @@ def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray
     return (est, lo, hi, how, allow) if with_allowance else (est, lo, hi, how)
 
 
+def _of_platform(table: dict, platform) -> float:
+    return table.get(str(platform), table["cpu"]) if not pd.isna(platform) else table["cpu"]
+
+
 def run_shift(platform) -> float:
     """:data:`RUN_SHIFT` of ``platform`` (the CPU's for an unknown or missing one)."""
-    return RUN_SHIFT.get(str(platform), RUN_SHIFT["cpu"]) if not pd.isna(platform) else RUN_SHIFT["cpu"]
+    return _of_platform(RUN_SHIFT, platform)
 
 
 def run_shift_per_sd(platform) -> float:
     """:data:`RUN_SHIFT_PER_SD` of ``platform`` (the CPU's for an unknown or missing one)."""
-    d = RUN_SHIFT_PER_SD
-    return d.get(str(platform), d["cpu"]) if not pd.isna(platform) else d["cpu"]
+    return _of_platform(RUN_SHIFT_PER_SD, platform)
 
 
 def json_list(text) -> list:

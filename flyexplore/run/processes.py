@@ -44,6 +44,25 @@ def rotated(items: Sequence, n: int, k: int) -> list:
     return items[s:] + items[:s]
 
 
+def intervals(per: Sequence[dict], platform: str | None, band: float = S.BAND) -> dict:
+    """The combined row's time and speedup from its per-process estimates ``per`` (dicts with
+    ``time_ms``, ``time_se``, ``speedup``, ``speedup_se``, as in ``process_estimates``; None or
+    NaN where missing): ``time_ms``, ``time_ci_lo_ms``, ``time_ci_hi_ms`` and, when every
+    process has a speedup, ``speedup``, ``speedup_lo``, ``speedup_hi`` and ``verdict`` (with
+    ``band``). Geometric means with :func:`flyexplore.measure.stats.between_process` prediction
+    intervals, the run shift of ``platform`` added (:data:`flyexplore.results.table.RUN_SHIFT`,
+    :data:`~flyexplore.results.table.RUN_SHIFT_PER_SD`). Needs two or more estimates for an
+    interval (NaN bounds otherwise)."""
+    kw = {"shift": R.run_shift(platform), "shift_per_sd": R.run_shift_per_sd(platform)}
+    t, tlo, thi = S.between_process([_num(p.get("time_ms")) for p in per], [_num(p.get("time_se")) for p in per], **kw)
+    out = {"time_ms": t, "time_ci_lo_ms": tlo, "time_ci_hi_ms": thi}
+    sps = [_num(p.get("speedup")) for p in per]
+    if all(math.isfinite(s) for s in sps):
+        e, lo, hi = S.between_process(sps, [_num(p.get("speedup_se")) for p in per], **kw)
+        out.update(speedup=e, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, band))
+    return out
+
+
 def _num(v) -> float:
     try:
         f = float(v)
@@ -108,15 +127,8 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
         if wanted > 1:
             _note(out, f"measured in 1 of {wanted} processes: the interval is that process's own")
         return out
-    shift, per_sd = R.run_shift(platform), R.run_shift_per_sd(platform)
-    t, tlo, thi = S.between_process([p["time_ms"] for p in per], [p["time_se"] for p in per], shift=shift,
-                                    shift_per_sd=per_sd)
-    out.update(time_ms=t, time_ci_lo_ms=tlo, time_ci_hi_ms=thi,
+    out.update(intervals(per, platform, band),
                ci_method=f"between-process ({len(ok)} processes; prediction interval of another run)")
-    sps = [p["speedup"] for p in per]
-    if all(math.isfinite(s) for s in sps):
-        e, lo, hi = S.between_process(sps, [p["speedup_se"] for p in per], shift=shift, shift_per_sd=per_sd)
-        out.update(speedup=e, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, band))
     rounds = [rr for r in ok for rr in R.json_list(r.get("samples_ms"))]
     if rounds:
         out["samples_ms"] = json.dumps(rounds, separators=(",", ":"))
@@ -147,7 +159,7 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
     workers = [str(p["worker"]) for p in per if p["worker"]]
     if workers:
         out["worker"] = ",".join(dict.fromkeys(workers))
-    sec = t * 1e-3
+    sec = out["time_ms"] * 1e-3
     for col, key in (("tflops", "flops"), ("gbps", "bytes")):
         amount = _num(out.get(key))
         div = 1e12 if col == "tflops" else 1e9
