@@ -149,9 +149,10 @@ def _two_names(names) -> tuple[str, str]:
     return got[0], got[1]
 
 
-def compare(a, b, *, names: Sequence[str] | str = ("A", "B"), a_backend: str | None = None,
+def compare(a, b=None, *, names: Sequence[str] | str | None = None, a_backend: str | None = None,
             b_backend: str | None = None, out: str | os.PathLike | None = None, title: str | None = None,
-            static: bool = True, formats: Sequence[str] | None = None):
+            static: bool = True, formats: Sequence[str] | None = None, a_env: str | None = None,
+            b_env: str | None = None):
     """A/B of two result sets paired by case, as ``flyexplore compare`` does.
 
     ``a`` / ``b``: result rows (DataFrames) or result file paths -- then the return value is a
@@ -163,8 +164,11 @@ def compare(a, b, *, names: Sequence[str] | str = ("A", "B"), a_backend: str | N
     Or both ``vllm bench serve --save-result`` JSON files or folders of them -- then a
     DataFrame of per-metric speedups of B over A per (model, concurrency, request rate)
     (:func:`flyexplore.results.vllm.ab_table`). ``names``: the two sides' display names (a pair
-    or ``"A,B"`` text); ``a_backend`` / ``b_backend``: compare one backend of A with one of B
-    (e.g. ``aten`` vs ``flydsl`` of one sweep). ``out``: also write the A/B report there
+    or ``"A,B"`` text; default ``A``, ``B``); ``a_backend`` / ``b_backend``: compare one backend of
+    A with one of B (e.g. ``aten`` vs ``flydsl`` of one sweep). ``b`` None: ``a`` is one
+    environment A/B (``fx.sweep(..., envs=...)``), whose environments are the sides (``a_env`` /
+    ``b_env`` pick them; names default to theirs), paired round by round with no cross-run
+    allowance (:func:`flyexplore.results.compare.env_sides`). ``out``: also write the A/B report there
     (``report.html``, its tables and, with ``static``, figure images in ``formats``; an
     AOTriton section where attention rows pair; :func:`flyexplore.views.report.write_compare_report`
     / ``write_vllm_report``). Raises :class:`~flyexplore.errors.UsageError` for a missing file,
@@ -174,8 +178,8 @@ def compare(a, b, *, names: Sequence[str] | str = ("A", "B"), a_backend: str | N
     rep: dict[str, Any] = {"title": title, "static": static}
     if formats is not None:
         rep["formats"] = list(formats)
-    a, b = (x if isinstance(x, _PathLike) else _rows(x, "compare") for x in (a, b))
-    sd = sides(a, b, _two_names(names), a_backend, b_backend)
+    a, b = (x if isinstance(x, _PathLike) or x is None else _rows(x, "compare") for x in (a, b))
+    sd = sides(a, b, _two_names(names) if names is not None else None, a_backend, b_backend, a_env, b_env)
     if out is not None:
         write_ab_report(sd, out, **rep)
     return sd.ab
@@ -525,13 +529,16 @@ def mx_errors(x, formats=None):
     return _mx.format_errors(x) if formats is None else _mx.format_errors(x, formats)
 
 
-def aotriton_ab(a, b, *, names: Sequence[str] | None = None, backend: str | None = None):
+def aotriton_ab(a, b=None, *, names: Sequence[str] | None = None, backend: str | None = None):
     """Which AOTriton backend ran on each side of an A/B of two result files (e.g. AOTriton
     0.13b against 0.14.2b): loads ``a`` and ``b``, pairs their attention rows by case and
     returns ``(ab, view)`` -- the :class:`flyexplore.results.compare.ABResult` and one row per
     paired case with ``ran_a`` / ``ran_b`` (Triton, aiter or FlyDSL, from the recorded kernel
     names), ``flyc_b``, ``speedup`` (time A / time B) with its interval and label, and the
     published gfx950 range beside it (:func:`flyexplore.results.aotriton_ab.compare_files`).
+    ``b`` None: ``a`` is one environment A/B file (two torch builds timed round by round,
+    ``flyexplore sweep --op attention --env 0.13b=... --env 0.14.2b=...``), read as paired
+    in-run data.
     ``names`` default to the AOTriton releases the files record; ``backend`` keeps one SDPA
     backend. Draw it with ``fx.figure("aotriton", view)``. Raises
     :class:`~flyexplore.errors.UsageError` for a missing file, a file without attention rows,

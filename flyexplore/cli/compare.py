@@ -19,7 +19,9 @@ DESCRIPTION = """\
 Pairs two result files by (op, case, dtype, backend) and prints a summary: pairs per label
 (FASTER: B faster, SAME, SLOWER: B slower, AMBIGUOUS), the geometric mean of time A / time B
 with its 95% interval, the five largest changes and any difference between the two
-environments. --out also writes the HTML report.
+environments. --out also writes the HTML report. One file of an environment A/B (flyexplore
+sweep --env) compares its two environments: the arms were timed round by round in one run, so
+the intervals are paired, with no cross-run allowance.
 
 exit status: 0 done (gate passed); 1 --fail-on tripped: a pair, or the geometric mean, is
 labelled SLOWER and B is slower by more than the threshold even at its interval's upper end;
@@ -33,8 +35,11 @@ CI example (GitHub Actions):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = DESCRIPTION
-    p.add_argument("a", help="side A (baseline): result file, or vllm JSON file/folder")
-    p.add_argument("b", help="side B: result file, or vllm JSON file/folder")
+    p.add_argument("a", help="side A (baseline): result file, or vllm JSON file/folder; alone, an environment "
+                   "A/B file (sweep --env) whose two environments are the sides")
+    p.add_argument("b", nargs="?", help="side B: result file, or vllm JSON file/folder")
+    p.add_argument("--a-env", help="environment A/B file: the environment of side A (default: the A/B's base)")
+    p.add_argument("--b-env", help="environment A/B file: the environment of side B (default: the other one)")
     p.add_argument("--out", help="also write the A/B report (report.html, tables, figures) into this folder "
                    "(default: no report, only the summary)")
     p.add_argument("--names", help="display names of A and B, comma-separated (default A,B)")
@@ -62,8 +67,8 @@ def run(a: argparse.Namespace) -> int:
     from flyexplore.results.table import check_writable
 
     # every value checked before any file is read or written
-    names = tuple(n.strip() for n in a.names.split(",")) if a.names else ("A", "B")
-    if len(names) != 2 or not all(names):
+    names = tuple(n.strip() for n in a.names.split(",")) if a.names else None
+    if names is not None and (len(names) != 2 or not all(names)):
         raise UsageError(f"--names needs two comma-separated names, got {a.names!r}")
     rule = C.parse_fail_on(a.fail_on) if a.fail_on is not None else None
     if a.json is not None and a.json != "-":
@@ -75,7 +80,7 @@ def run(a: argparse.Namespace) -> int:
 
         check_report_dir(a.out)   # the output first: nothing is read or written for a folder that is refused
         check_writable(a.out, "report folder", folder=True)
-    sd = C.sides(a.a, a.b, names, a.a_backend, a.b_backend)   # result files read with validation
+    sd = C.sides(a.a, a.b, names, a.a_backend, a.b_backend, a.a_env, a.b_env)   # files read with validation
     result = C.gate(sd, rule) if rule is not None else None   # a vllm A/B refused here, before writing
     # with --json -, stdout carries the JSON alone
     say = sys.stderr if a.json == "-" else sys.stdout

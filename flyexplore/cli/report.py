@@ -12,8 +12,9 @@ HELP = "one HTML report (environment, tables, figures) plus static images"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("results", nargs="+", help="result files (.parquet, .csv, .jsonl)")
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--baseline", default="aten", help="backend for speedups, or several comma-separated "
-                   "(the faster of them per case); default aten")
+    p.add_argument("--baseline", help="backend for speedups, or several comma-separated "
+                   "(the faster of them per case); default aten (an environment A/B file: its baseline arm, "
+                   "e.g. flash@0.13b)")
     p.add_argument("--with-published", action="store_true", help="add measured vs published (MI355X) figures")
     p.add_argument("--title")
     p.add_argument("--no-images", action="store_true", help="skip the PNG/SVG/PDF figure files")
@@ -29,10 +30,12 @@ def run(a: argparse.Namespace) -> int:
     from flyexplore.views.report import check_report_dir, write_report
 
     keep = inputs_in(a.results, a.out)
-    baseline = baseline_arg(a.baseline)
+    baseline = baseline_arg(a.baseline) if a.baseline is not None else None
     check_report_dir(a.out, keep)
     check_writable(a.out, "report folder", folder=True)
     df = R.load_set(a.results)
+    if baseline is None:
+        baseline = R.default_baseline(df)
     R.check_backends(df, baseline, "--baseline", ", ".join(repr(r) for r in a.results))
     static_note(a.no_images)
     path = write_report(df, a.out, title=a.title or f"flyexplore report: {', '.join(a.results)}",

@@ -36,7 +36,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.epilog = (values_text() + "\n\n" + modes.listing()
                 + "\n\nexamples:\n  flyexplore sweep --op gemm --suite cpu-small --out r.parquet\n"
                 "  flyexplore sweep --op rmsnorm --shapes '2048x4096;8192x4096' --backends aten,inductor "
-                "--out r.csv")
+                "--out r.csv\n"
+                "  flyexplore sweep --op attention --shapes 4x32x2048x2048x128:causal=1 --dtypes bf16 --backends "
+                "flash \\\n      --env 0.13b=/opt/envs/aot013/bin/python --env 0.14.2b=/opt/envs/aot0142/bin/python "
+                "--out ab.parquet\n"
+                "  flyexplore sweep --op gemm --suite published-bf16 --backends aten --env base "
+                "--env lt:TORCH_BLAS_PREFER_HIPBLASLT=0 --out lt.parquet")
     p.add_argument("--op", required=True, help="operator: " + ", ".join(catalogue()))
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--suite", help="a named shape set of the operator (below; flyexplore suites)")
@@ -111,6 +116,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "with another plan is otherwise refused, naming what differs)")
     p.add_argument("--ray-address", help="Ray cluster to join, e.g. ray://head:10001 (default: "
                    "$RAY_ADDRESS, else a local Ray instance for this sweep)")
+    g = p.add_argument_group(
+        "environment A/B (two torch builds, flydsl versions or library settings, timed round by round on one GPU)")
+    g.add_argument("--env", action="append", metavar="NAME[=PYTHON][:VAR=VALUE,...]",
+                   help="an environment: NAME alone is this interpreter; NAME=/path/to/python another one (a conda "
+                   "env, a venv); :VAR=VALUE,... variables set at its start (VAR= empty, -VAR removed). Give two or "
+                   "more; each case's arms (backend@NAME) are timed in one worker per environment, the workers "
+                   "taking turns round by round")
+    g.add_argument("--pairs", type=int, metavar="K", help="fresh pairs of workers, one pass of the plan each, the "
+                   "case order rotated; each row's interval includes the spread between pairs (default 3)")
+    g.add_argument("--aa", action="store_true", help="A/A: the one --env (default: this interpreter) against a "
+                   "copy of itself, the floor of an A/B")
+    g.add_argument("--worker-code", choices=("driver", "env"), default="driver",
+                   help="driver (default): every environment runs this flyexplore's source; env: each "
+                   "environment's own installed flyexplore (the same version)")
 
 
 def dtypes_for(a: argparse.Namespace) -> str | None:
@@ -183,7 +202,8 @@ def run(a: argparse.Namespace) -> int:
                      ray_address=a.ray_address, worker_start_timeout=a.worker_start_timeout,
                      max_memory=parse_bytes(a.max_memory, "--max-memory") if a.max_memory is not None else None,
                      out=a.out, shapes_from=a.shapes_from, resume=a.resume, overwrite=a.overwrite,
-                     retry_failed=a.retry_failed, extend=a.extend, flags=True, **kw)
+                     retry_failed=a.retry_failed, extend=a.extend, flags=True,
+                     envs=a.env, pairs=a.pairs, aa=a.aa, worker_code=a.worker_code, **kw)
     from flyexplore.run.sweep import NOTES_ATTR, PROBLEMS_ATTR, run_sweep
     from flyexplore.views.report import summary_table
     from flyexplore.views.tables import scan_table

@@ -263,30 +263,13 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     dev = torch.device(device)
     gpu = dev.type == "cuda"
     eff = modes.effective(mode, "interleaved", gpu, clock is not time.perf_counter)
-    kind = "cuda" if gpu else "cpu"
-    budget_s = CASE_BUDGET_S[kind] if budget_s is None else float(budget_s)
-    if not budget_s > 0:
-        raise ValueError(f"budget_s must be > 0, got {budget_s!r}")
-    precision_cap_s = (PRECISION_CAP_S[kind] * len(names) if precision_cap_s is None
-                       else float(precision_cap_s))
-    label_cap_s = LABEL_CAP_S[kind] * len(names) if label_cap_s is None else float(label_cap_s)
-    min_timed_s = MIN_TIMED_S[kind] * len(names) if clock is time.perf_counter else 0.0
-    for k, v in (("precision_cap_s", precision_cap_s), ("label_cap_s", label_cap_s)):
-        if not v > 0:
-            raise ValueError(f"{k} must be > 0, got {v!r}")
-    label_cap_s = max(label_cap_s, precision_cap_s)
-    warmup_ms = WARMUP_MS[kind] if warmup_ms is None else float(warmup_ms)
+    limits = Limits.of(len(names), gpu, budget_s=budget_s, precision_cap_s=precision_cap_s,
+                       label_cap_s=label_cap_s, timed=clock is time.perf_counter)
+    warmup_ms = WARMUP_MS["cuda" if gpu else "cpu"] if warmup_ms is None else float(warmup_ms)
     if sampler is None:
         sampler = sampler_for(dev)
-    call_clock = time.thread_time if eff == "cpu-thread" else clock
-    use_flush = gpu if flush is None else flush
-    cache = None
-    if use_flush:
-        nbytes = flush_bytes_for(dev) if gpu else 64 * 2**20
-        cache = torch.empty(nbytes // 4, dtype=torch.int32, device=dev)
-    enter = enter or (lambda name: contextlib.nullcontext())
-    sync = (lambda: torch.cuda.synchronize(dev)) if gpu else (lambda: None)
-    notes: list[str] = []
+    runner = RoundRunner(fns, dev, eff, enter=enter, sampler=sampler, flush=flush, clock=clock)
+    runner.mode_fixed = mode == "kernel"
 
     import scipy.special  # noqa: F401 - the stopping checks need it; loading it must not eat the budget
 
@@ -295,47 +278,202 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     # interleaved warm-up: whole rounds until warmup_ms has passed (at least one)
     w0 = clock()
     warm_rounds = 0
-    warm_ev: dict = {nm: [] for nm in names}
-    warm_wall: dict = {nm: [] for nm in names}
     k_warm = calls_per_round or 2
     while warmup_rounds != 0:
-        for name in names:
-            with enter(name):
-                for _ in range(k_warm):
-                    if cache is not None:
-                        cache.zero_()
-                    if gpu:
-                        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        s.record()
-                        fns[name]()
-                        e.record()
-                        warm_ev[name].append((s, e))
-                    else:
-                        c0 = call_clock()
-                        fns[name]()
-                        warm_wall[name].append((call_clock() - c0) * 1e3)
-        sync()
+        runner.warm(k_warm)
         warm_rounds += 1
         if warmup_rounds is not None:
             if warm_rounds >= warmup_rounds:
                 break
         elif (clock() - w0) * 1e3 >= warmup_ms or warm_rounds >= 1000:
             break
+    runner.size(calls_per_round)
+    out = sequential_rounds(runner, {nm: (baseline if nm != baseline else None) for nm in names},
+                            band=band, target=target, min_rounds=min_rounds, max_rounds=max_rounds,
+                            limits=limits, clock=clock, t_start=t_start)
+    if runner.how == "event-gated":  # one profiled round: which kernels each backend ran
+        try:
+            kern = runner.run(1, out.n, "kernel").kernels
+            for nm in names:
+                for kname, d in kern.get(nm, {}).items():
+                    out.kernels[nm].setdefault(kname, []).extend(d)
+            kcalls = runner.calls_per_round
+        except Exception as exc:  # noqa: BLE001 - no profiler: the times stand, kernels unknown
+            runner.notes.append(f"kernel names not recorded: {type(exc).__name__}")
+            kcalls = 0
+    else:
+        kcalls = None
+    state_end = sampler.sample()
+    wall = clock() - t_start
+    ms = {nm: measurement(out, nm, runner.how, runner.calls_per_round, kcalls, runner.per_call_ms(nm),
+                          runner.flush_bytes, warm_rounds * k_warm, runner.notes) for nm in names}
+    return Interleaved(ms, baseline, out.stop_reason == "target", target, wall, tuple(out.round_clocks),
+                       state_start, state_end, getattr(sampler, "max_clock_mhz", None),
+                       getattr(sampler, "device_id", None), tuple(runner.notes),
+                       out.verdict_s if len(names) > 1 else None, out.stop_reason)
 
-    per_call = {nm: (float(np.median([s.elapsed_time(e) for s, e in warm_ev[nm]])) if warm_ev[nm]
-                     else float(np.median(warm_wall[nm])) if warm_wall[nm] else None) for nm in names}
-    del warm_ev
-    if calls_per_round is None:
-        slowest = max((v for v in per_call.values() if v), default=0.0)
-        calls_per_round = (CALLS_PER_ROUND if slowest <= 0 else
-                           int(min(CALLS_PER_ROUND, max(1, BLOCK_MS[kind] // slowest))))
-    if not gpu:
-        per_call = {nm: None for nm in names}
-    gate = {"cycles": GATE_CYCLES[1] // 20}
 
-    def run_chunk(n_rounds: int, first: int, how: str):
-        """n_rounds rounds; returns (samples per name: list of rounds, per-call event ms per
-        name, kernel durations per name, round clocks)."""
+def measurement(out: "Rounds", name: str, how: str, calls_per_round: int, kcalls: int | None,
+                per_call_ms: float | None, flush_bytes: int, warmup: int, notes: list) -> Measurement:
+    """The :class:`~flyexplore.measure.timing.Measurement` of backend ``name`` from the rounds of
+    :func:`sequential_rounds` (``out``): its rounds, the kernels seen (per call: the profiled
+    round's ``kcalls`` calls when ``kcalls`` is given, else every timed call), ``per_call_ms``
+    (``kernel`` mode: the median event time of a call; ``event-gated``: the warm-up's ungated
+    per-call time), ``flush_bytes``, the ``warmup`` calls and ``notes``. Shared by
+    :func:`measure_interleaved` and an environment A/B's driver (:mod:`flyexplore.run.envab`)."""
+    calls = len(out.rounds[name]) * calls_per_round if kcalls is None else max(kcalls, 1)
+    kts = tuple(KernelTime(k, len(d) / calls, sum(d) * 1e3 / calls)
+                for k, d in sorted(out.kernels[name].items(), key=lambda kv: -sum(kv[1])))
+    rr = tuple(tuple(r) for r in out.rounds[name])
+    pc = (float(np.median(out.events[name])) if how == "kernel" and out.events[name]
+          else per_call_ms if how == "event-gated" else None)
+    return Measurement(tuple(x for r in rr for x in r), how, per_call_ms=pc, flush_bytes=flush_bytes,
+                       warmup=warmup, kernels=kts, notes=tuple(notes), rounds=rr, order="interleaved")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The time limits of one case of ``n`` timed callables, s, counted from the first warm-up
+    call: ``budget_s`` after warm-up (:data:`CASE_BUDGET_S`), ``precision_cap_s``
+    (:data:`PRECISION_CAP_S` x n), ``label_cap_s`` (:data:`LABEL_CAP_S` x n, at least the
+    precision cap) and ``min_timed_s`` (:data:`MIN_TIMED_S` x n of timed rounds before a case may
+    stop at target; 0 with a test's clock). :meth:`of` checks given values."""
+
+    budget_s: float
+    precision_cap_s: float
+    label_cap_s: float
+    min_timed_s: float
+
+    @classmethod
+    def of(cls, n: int, gpu: bool, *, budget_s=None, precision_cap_s=None, label_cap_s=None,
+           timed: bool = True) -> "Limits":
+        """The limits of ``n`` callables on a GPU (``gpu``) or the CPU, the defaults where a value
+        is None. Raises ``ValueError`` for a value that is not > 0."""
+        kind = "cuda" if gpu else "cpu"
+        budget_s = CASE_BUDGET_S[kind] if budget_s is None else float(budget_s)
+        if not budget_s > 0:
+            raise ValueError(f"budget_s must be > 0, got {budget_s!r}")
+        pcap = PRECISION_CAP_S[kind] * n if precision_cap_s is None else float(precision_cap_s)
+        lcap = LABEL_CAP_S[kind] * n if label_cap_s is None else float(label_cap_s)
+        for k, v in (("precision_cap_s", pcap), ("label_cap_s", lcap)):
+            if not v > 0:
+                raise ValueError(f"{k} must be > 0, got {v!r}")
+        return cls(budget_s, pcap, max(lcap, pcap), MIN_TIMED_S[kind] * n if timed else 0.0)
+
+
+@dataclass
+class Chunk:
+    """What a chunk of rounds gave (:meth:`RoundRunner.run`): per name the rounds (each a list of
+    call times, ms), the per-call event times (ms; GPU), the kernels the profiler saw (name ->
+    durations, ``kernel`` mode) and the clock read at the start of each round (MHz or None)."""
+
+    rounds: dict
+    events: dict
+    kernels: dict
+    clocks: list
+
+
+class RestartRounds(Exception):
+    """Raised by a round source's ``run`` when its timing mode changed midway (the profiler gave
+    no device time): :func:`sequential_rounds` drops what it collected and starts again."""
+
+
+class RoundRunner:
+    """The rounds of several built callables of one case, timed as :func:`measure_interleaved`
+    times them: per round, the order rotated (A B C, B C A, ...), each callable
+    ``calls_per_round`` calls in a row, each call after the same cache flush, inside ``enter(name)``.
+
+    ``fns``: name -> zero-argument callable (built, first call done); ``device``: a torch device;
+    ``how``: the effective mode (:func:`flyexplore.measure.modes.effective`); ``sampler``: read
+    once per round (its ``clock_mhz``); ``flush``: the cache flush (default: on a GPU);
+    ``lead_call``: before the timed calls of each round, one untimed call of the round's first
+    callable (an environment A/B's worker: the first call after the GPU was handed over from
+    another process is not timed, :mod:`flyexplore.run.envworker`). ``clock`` (s) as in
+    :func:`measure_interleaved`. A round source of :func:`sequential_rounds` (:attr:`how`,
+    :meth:`run`)."""
+
+    def __init__(self, fns: dict, device, how: str, *, enter=None, sampler=None, flush: bool | None = None,
+                 clock: Callable[[], float] = time.perf_counter, lead_call: bool = False):
+        import torch
+
+        self.fns, self.names, self.how = fns, list(fns), how
+        self.device = torch.device(device)
+        self.gpu = self.device.type == "cuda"
+        self.enter = enter or (lambda name: contextlib.nullcontext())
+        self.sampler = sampler
+        self.clock = clock
+        self.call_clock = time.thread_time if how == "cpu-thread" else clock
+        self.lead_call = lead_call
+        self.cache = None
+        if (self.gpu if flush is None else flush):
+            nbytes = flush_bytes_for(self.device) if self.gpu else 64 * 2**20
+            self.cache = torch.empty(nbytes // 4, dtype=torch.int32, device=self.device)
+        self.flush_bytes = int(self.cache.numel() * 4) if self.cache is not None else 0
+        self.sync = (lambda: torch.cuda.synchronize(self.device)) if self.gpu else (lambda: None)
+        self.gate = GATE_CYCLES[1] // 20
+        self.calls_per_round = 0
+        self.notes: list[str] = []
+        self._warm_ev: dict = {nm: [] for nm in self.names}
+        self._warm_wall: dict = {nm: [] for nm in self.names}
+
+    def warm(self, calls: int) -> dict:
+        """One warm-up round: each callable ``calls`` times, after the flush, timed by events (GPU)
+        or the call clock (CPU). Returns this round's per-call times (ms) per name; all of them are
+        kept for :meth:`size` and :meth:`per_call_ms`."""
+        import torch
+
+        got = {nm: [] for nm in self.names}
+        ev = []
+        for name in self.names:
+            with self.enter(name):
+                for _ in range(calls):
+                    if self.cache is not None:
+                        self.cache.zero_()
+                    if self.gpu:
+                        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        s.record()
+                        self.fns[name]()
+                        e.record()
+                        ev.append((name, s, e))
+                    else:
+                        c0 = self.call_clock()
+                        self.fns[name]()
+                        got[name].append((self.call_clock() - c0) * 1e3)
+        self.sync()
+        for name, s, e in ev:
+            got[name].append(s.elapsed_time(e))
+        for nm in self.names:
+            (self._warm_ev if self.gpu else self._warm_wall)[nm].extend(got[nm])
+        return got
+
+    def per_call_ms(self, name: str) -> float | None:
+        """The median warm-up call of ``name`` (ms; GPU: events, ungated), None without one."""
+        v = self._warm_ev[name] or self._warm_wall[name]
+        return float(np.median(v)) if v else None
+
+    def size(self, calls_per_round: int | None = None, slowest_ms: float | None = None) -> int:
+        """Set and return :attr:`calls_per_round`: as given, else as many calls as fit in
+        :data:`BLOCK_MS` of the slowest callable's warm-up call (``slowest_ms``, default this
+        runner's own warm-up), 1 to :data:`CALLS_PER_ROUND`."""
+        if calls_per_round is None:
+            slowest = slowest_ms if slowest_ms is not None else max(
+                (v for v in (self.per_call_ms(n) for n in self.names) if v), default=0.0)
+            calls_per_round = (CALLS_PER_ROUND if not slowest or slowest <= 0 else
+                               int(min(CALLS_PER_ROUND, max(1, BLOCK_MS["cuda" if self.gpu else "cpu"] // slowest))))
+        self.calls_per_round = int(calls_per_round)
+        return self.calls_per_round
+
+    def run(self, n_rounds: int, first: int, how: str | None = None) -> Chunk:
+        """``n_rounds`` rounds, the first numbered ``first`` (its rotation), in mode ``how``
+        (default :attr:`how`; ``"kernel"``: one profiler session over the chunk). Raises
+        :class:`RestartRounds` when the profiler attributes no device time in ``kernel`` mode
+        that was not asked for (the mode becomes ``event``, with a note), and ``RuntimeError``
+        when it was asked for (``mode="kernel"``)."""
+        import torch
+
+        how = how or self.how
+        names, fns, cache, gpu = self.names, self.fns, self.cache, self.gpu
+        calls = self.calls_per_round
         out = {nm: [] for nm in names}
         ev = {nm: [] for nm in names}
         clocks = []
@@ -348,22 +486,26 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
         try:
             from torch.autograd.profiler import record_function
             for r in range(n_rounds):
-                clocks.append(sampler.clock_mhz())
+                clocks.append(self.sampler.clock_mhz() if self.sampler is not None else None)
                 k0 = (first + r) % len(names)
+                order = names[k0:] + names[:k0]
                 if how == "event-gated":
-                    h0 = clock()
-                    torch.cuda._sleep(gate["cycles"])
-                for name in names[k0:] + names[:k0]:
+                    h0 = self.clock()
+                    torch.cuda._sleep(self.gate)
+                if self.lead_call:  # the first call after a hand-off: not timed
+                    with self.enter(order[0]):
+                        fns[order[0]]()
+                for name in order:
                     fn = fns[name]
                     times = []
-                    with enter(name):
-                        for _ in range(calls_per_round):
+                    with self.enter(name):
+                        for _ in range(calls):
                             if cache is not None:
                                 cache.zero_()
                             if not gpu:
-                                t0 = call_clock()
+                                t0 = self.call_clock()
                                 fn()
-                                times.append((call_clock() - t0) * 1e3)
+                                times.append((self.call_clock() - t0) * 1e3)
                                 continue
                             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                             s.record()
@@ -376,12 +518,12 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
                             pending.append((name, r, s, e))
                     out[name].append(times)
                 if how == "event-gated":
-                    h = clock() - h0
-                    gate["cycles"] = int(min(max(h * 1.5 * 2e9, GATE_CYCLES[0]), GATE_CYCLES[1]))
-                    sync()  # the next round's gate must start on an idle stream
+                    h = self.clock() - h0
+                    self.gate = int(min(max(h * 1.5 * 2e9, GATE_CYCLES[0]), GATE_CYCLES[1]))
+                    self.sync()  # the next round's gate must start on an idle stream
                 elif gpu and r % 8 == 7:
-                    sync()  # keep the host within a few rounds of the device
-            sync()
+                    self.sync()  # keep the host within a few rounds of the device
+            self.sync()
         finally:
             if prof is not None:
                 prof.__exit__(None, None, None)
@@ -395,19 +537,62 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
             per = ranges_device_ms(prof, {f"flyexplore::{nm}": nm for nm in names})
             for nm in names:
                 got = per.get(nm, ([], {}))
-                if len(got[0]) != n_rounds * calls_per_round or min(got[0], default=0) <= 0:
-                    raise _ProfilerGaveNothing(nm)
+                if len(got[0]) != n_rounds * calls or min(got[0], default=0) <= 0:
+                    if how != self.how:   # an extra profiled round (which kernels ran): the caller's
+                        raise _ProfilerGaveNothing(nm)
+                    if self.mode_fixed:
+                        raise RuntimeError(f"the profiler attributed no device time to backend {nm}")
+                    self.notes.append("profiler attributed no device time to the calls; per-call events used")
+                    self.how = "event"
+                    raise RestartRounds(nm)
                 it = iter(got[0])
-                out[nm] = [[next(it) for _ in range(calls_per_round)] for _ in range(n_rounds)]
+                out[nm] = [[next(it) for _ in range(calls)] for _ in range(n_rounds)]
                 kern[nm] = got[1]
-        return out, ev, kern, clocks
+        return Chunk(out, ev, kern, clocks)
 
+    #: ``mode="kernel"`` was asked for (not a fallback): no device time is an error.
+    mode_fixed = False
+
+
+@dataclass
+class Rounds:
+    """The outcome of :func:`sequential_rounds`: per name the rounds (lists of call times, ms), the
+    per-call event times (ms), the kernels seen (name -> durations, ms), the clock read at the start
+    of each round, why the rounds ended (:data:`STOP_REASONS`) and when the labels were decided
+    (``verdict_s``, s from ``t_start``; None if never)."""
+
+    rounds: dict
+    events: dict
+    kernels: dict
+    round_clocks: list
+    stop_reason: str
+    verdict_s: float | None
+
+    @property
+    def n(self) -> int:
+        return len(self.round_clocks)
+
+
+def sequential_rounds(source, baselines: dict, *, band: float, target: float, min_rounds: int,
+                      max_rounds: int | None, limits: Limits, clock: Callable[[], float],
+                      t_start: float) -> Rounds:
+    """The sequential stopping rule of :func:`_measure_interleaved` over a round source.
+
+    ``source``: has ``how`` (the mode now: ``kernel`` looks at 2x steps) and ``run(n_rounds,
+    first) -> Chunk`` (a :class:`RoundRunner` in this process; an environment A/B's turns across
+    worker processes, :mod:`flyexplore.run.envab`); ``run`` may raise :class:`RestartRounds`
+    (what was collected is dropped). ``baselines``: every timed name -> the name its speedup is
+    taken against (None: none; the labels decided at each look are these pairs'). ``band``,
+    ``target``, ``min_rounds``, ``max_rounds`` (None: none) as in :func:`_measure_interleaved`;
+    ``limits`` its caps (:class:`Limits`); ``clock`` and ``t_start`` (the first warm-up call) in
+    seconds. Rounds start after warm-up. Returns :class:`Rounds`."""
+    names = list(baselines)
+    pairs = [(nm, b) for nm, b in baselines.items() if b is not None]
     rounds = {nm: [] for nm in names}
     values = {nm: np.empty(0) for nm in names}  # per-round values (round_values), as they come in
     events = {nm: [] for nm in names}
     kdur: dict[str, dict[str, list[float]]] = {nm: {} for nm in names}
     round_clocks: list = []
-    how = eff
     t0 = clock()
     chunk = max(int(min_rounds), 1)
     verdict_s = None
@@ -417,55 +602,50 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
     while True:
         chunk_t0 = clock()
         try:
-            got, ev, kern, clocks = run_chunk(chunk, len(round_clocks), how)
-        except _ProfilerGaveNothing as exc:
-            if mode == "kernel":
-                raise RuntimeError(f"the profiler attributed no device time to backend {exc}") from None
-            notes.append("profiler attributed no device time to the calls; per-call events used")
-            how = "event"
+            got = source.run(chunk, len(round_clocks))
+        except RestartRounds:
             rounds = {nm: [] for nm in names}
             values = {nm: np.empty(0) for nm in names}
             events = {nm: [] for nm in names}
             round_clocks = []
             run_s = 0.0
             continue
-        chunk_s = clock() - chunk_t0
-        run_s += chunk_s
+        run_s += clock() - chunk_t0
         for nm in names:
-            rounds[nm] += got[nm]
-            values[nm] = np.concatenate([values[nm], round_values(got[nm])])
-            events[nm] += ev[nm]
-            for kname, d in kern.get(nm, {}).items():
+            rounds[nm] += got.rounds[nm]
+            values[nm] = np.concatenate([values[nm], round_values(got.rounds[nm])])
+            events[nm] += got.events.get(nm, [])
+            for kname, d in got.kernels.get(nm, {}).items():
                 kdur[nm].setdefault(kname, []).extend(d)
-        round_clocks += clocks
+        round_clocks += got.clocks
         n = len(round_clocks)
-        settled, med_w = _look(values, baseline, band)
+        settled, med_w = _look(values, pairs, band)
         now = clock()
         case_s, after_warmup_s = now - t_start, now - t0
         if settled and verdict_s is None:
             verdict_s = case_s
-        if settled and med_w <= target and run_s >= min_timed_s:
+        if settled and med_w <= target and run_s >= limits.min_timed_s:
             stop_reason = "target"
         elif max_rounds is not None and n >= max_rounds:
             stop_reason = "max_rounds"
-        elif settled and case_s >= precision_cap_s:
+        elif settled and case_s >= limits.precision_cap_s:
             stop_reason = "precision_cap"
-        elif not settled and case_s >= label_cap_s and n >= label_min:
+        elif not settled and case_s >= limits.label_cap_s and n >= label_min:
             stop_reason = "label_cap"
-        elif after_warmup_s >= budget_s:
+        elif after_warmup_s >= limits.budget_s:
             stop_reason = "budget"
         if stop_reason is not None:
             break
         # the next look: LOOK_GROWTH x the rounds so far; with the labels decided, where the
         # medians should reach the target (an interval narrows as 1/sqrt(rounds); +20%, at most
         # 4x the rounds so far); no later than the cap or budget now in force
-        growth = 2.0 if how == "kernel" else LOOK_GROWTH
+        growth = 2.0 if source.how == "kernel" else LOOK_GROWTH
         nxt = math.ceil(n * growth)
         if settled:
             want = n * (med_w / target) ** 2 * 1.2 if math.isfinite(med_w) else math.inf
             nxt = max(nxt, math.ceil(min(want, 4 * n)))
         step = max(nxt - n, 1)
-        deadline = min(precision_cap_s if settled else label_cap_s, (t0 - t_start) + budget_s)
+        deadline = min(limits.precision_cap_s if settled else limits.label_cap_s, (t0 - t_start) + limits.budget_s)
         per_round = run_s / n
         fit = math.ceil((deadline - case_s) / per_round) if per_round > 0 else step
         if not settled and n < label_min:
@@ -473,36 +653,7 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
         chunk = max(1, min(step, fit))
         if max_rounds is not None:
             chunk = min(chunk, max_rounds - n)
-    if how == "event-gated":  # one profiled round: which kernels each backend ran
-        try:
-            _, _, kern, _ = run_chunk(1, len(round_clocks), "kernel")
-            for nm in names:
-                for kname, d in kern.get(nm, {}).items():
-                    kdur[nm].setdefault(kname, []).extend(d)
-            kcalls = calls_per_round
-        except Exception as exc:  # noqa: BLE001 - no profiler: the times stand, kernels unknown
-            notes.append(f"kernel names not recorded: {type(exc).__name__}")
-            kcalls = 0
-    else:
-        kcalls = None
-    state_end = sampler.sample()
-    wall = clock() - t_start
-    flush_b = int(cache.numel() * 4) if cache is not None else 0
-    ms = {}
-    for nm in names:
-        calls = len(rounds[nm]) * calls_per_round if kcalls is None else max(kcalls, 1)
-        kts = tuple(KernelTime(k, len(d) / calls, sum(d) * 1e3 / calls)
-                    for k, d in sorted(kdur[nm].items(), key=lambda kv: -sum(kv[1])))
-        rr = tuple(tuple(r) for r in rounds[nm])
-        ms[nm] = Measurement(tuple(x for r in rr for x in r), how,
-                             per_call_ms=(float(np.median(events[nm])) if how == "kernel"
-                                          else per_call[nm] if how == "event-gated" else None),
-                             flush_bytes=flush_b, warmup=warm_rounds * k_warm,
-                             kernels=kts, notes=tuple(notes), rounds=rr, order="interleaved")
-    return Interleaved(ms, baseline, stop_reason == "target", target, wall, tuple(round_clocks),
-                       state_start, state_end, getattr(sampler, "max_clock_mhz", None),
-                       getattr(sampler, "device_id", None), tuple(notes),
-                       verdict_s if len(names) > 1 else None, stop_reason)
+    return Rounds(rounds, events, kdur, round_clocks, stop_reason, verdict_s)
 
 
 def _half_width(est: float, lo: float, hi: float) -> float:
@@ -513,22 +664,20 @@ def _half_width(est: float, lo: float, hi: float) -> float:
     return max((hi - est) / est, (est - lo) / est)
 
 
-def _look(values: dict, baseline: str, band: float) -> tuple[bool, float]:
+def _look(values: dict, pairs, band: float) -> tuple[bool, float]:
     """One stopping check over the per-round values of each backend (in round order, the same
-    for every backend). Returns ``(settled, medians)``: ``settled``, every speedup against
-    ``baseline`` (the paired per-round ratios, as :func:`flyexplore.measure.stats.paired_ratio`)
-    has a label other than AMBIGUOUS at :data:`LOOK_CONFIDENCE`, or its 95% interval within
-    ``+-band/2``; ``medians``, the largest relative half-width of a backend's 95% median
-    interval (:func:`_half_width`)."""
+    for every backend). ``pairs``: ``(name, baseline name)`` of every speedup that needs a label.
+    Returns ``(settled, medians)``: ``settled``, every such speedup (the paired per-round ratios,
+    as :func:`flyexplore.measure.stats.paired_ratio`) has a label other than AMBIGUOUS at
+    :data:`LOOK_CONFIDENCE`, or its 95% interval within ``+-band/2``; ``medians``, the largest
+    relative half-width of a backend's 95% median interval (:func:`_half_width`)."""
     medians = 0.0
     for v in values.values():
         medians = max(medians, _half_width(float(np.median(v)), *median_ci(v)) if v.size else math.inf)
-    base = values[baseline]
     settled = True
-    for nm, v in values.items():
-        if nm == baseline:
-            continue
-        if not v.size:
+    for nm, b in pairs:
+        v, base = values[nm], values[b]
+        if not v.size or not base.size:
             return False, medians
         with np.errstate(divide="ignore", invalid="ignore"):
             r = base / v

@@ -283,7 +283,7 @@ def _spread(x: np.ndarray, se: np.ndarray) -> float:
 
 def between_process(estimates: Sequence[float], ses: Sequence[float] | None = None,
                     confidence: float = CONFIDENCE, shift: float = 0.0,
-                    shift_per_sd: float = 0.0) -> tuple[float, float, float]:
+                    shift_per_sd: float = 0.0, prediction: bool = True) -> tuple[float, float, float]:
     """Combine one quantity (a median time in ms, or a speedup) measured in ``n`` fresh processes
     into ``(estimate, lo, hi)``: the geometric mean of the per-process estimates and a
     ``confidence`` **prediction interval for another run of n processes** -- the interval that
@@ -303,6 +303,10 @@ def between_process(estimates: Sequence[float], ses: Sequence[float] | None = No
     the shift used is ``max(shift, shift_per_sd * sd)``, ``sd`` the standard deviation of one
     process's log estimate (:data:`flyexplore.results.table.RUN_SHIFT_PER_SD`: a GPU under its
     power limit moves between runs minutes apart as it moves between processes).
+    ``prediction=False`` gives the ``confidence`` interval of the mean instead,
+    ``t(n - 1) * sqrt(var / n)``: what an environment A/B's fresh pairs of workers give for a
+    ratio paired round by round within each pair (both environments shared each pair's device
+    state, so a run shift cancels and no other run is predicted; :mod:`flyexplore.run.envab`).
     Needs n >= 2 for an interval (else ``lo``/``hi`` are NaN); non-positive or missing
     estimates are left out."""
     x = np.asarray(estimates, dtype=float)
@@ -315,7 +319,7 @@ def between_process(estimates: Sequence[float], ses: Sequence[float] | None = No
     if x.size < 2:
         return (math.exp(c), math.nan, math.nan)
     var = _spread(x, se)
-    half = t_quantile(x.size - 1, confidence) * math.sqrt(2 * var / x.size)
+    half = t_quantile(x.size - 1, confidence) * math.sqrt((2 if prediction else 1) * var / x.size)
     half = math.hypot(half, _z(confidence) * math.sqrt(2) * max(shift, shift_per_sd * math.sqrt(var)))
     return (math.exp(c), math.exp(c - half), math.exp(c + half))
 

@@ -19,7 +19,7 @@ from flyexplore.ops import get_op
 from flyexplore.ops.attention.aotriton import flyc_support, parse_version, release_name
 from flyexplore.paths import data_dir
 from flyexplore.results import table as R
-from flyexplore.results.compare import Sides, pair
+from flyexplore.results.compare import Sides, env_sides, pair
 from flyexplore.results.published import RANGES
 
 #: A field of the example result files that marks them as made up (as in :mod:`flyexplore.results.vllm`).
@@ -240,13 +240,30 @@ def example_paths() -> tuple[Path, Path]:
     return tuple(data_dir() / f for f in EXAMPLE_FILES)  # type: ignore[return-value]
 
 
-def compare_files(path_a, path_b, names: Sequence[str] | None = None, backend: str | None = None):
+def compare_files(path_a, path_b=None, names: Sequence[str] | None = None, backend: str | None = None):
     """Load two result files, pair their attention rows by case (:func:`flyexplore.results.compare.pair`)
     and return ``(ab, view)`` (:func:`ab_view`). ``names`` default to the AOTriton releases the
     files record (``AOTriton 0.13b``, ``AOTriton 0.14.2b``); ``backend`` keeps one SDPA backend
-    (e.g. ``flash``). Raises :class:`UsageError` for a missing file, a file without attention
+    (e.g. ``flash``). ``path_b`` None: ``path_a`` is one environment A/B file (the two torch
+    builds timed round by round: :func:`flyexplore.results.compare.env_sides`; names default to
+    the environments'). Raises :class:`UsageError` for a missing file, a file without attention
     rows, or when no case pairs."""
 
+    if path_b is None:
+        if not Path(path_a).exists():
+            raise UsageError(f"result file not found: {str(path_a)!r}")
+        d = R.load(path_a)
+        d = d[d["op"] == "attention"]
+        if d.empty:
+            raise UsageError(f"no attention rows in {str(path_a)!r}")
+        a, b, envs = env_sides(d)
+        if backend is not None:
+            a, b = a[a["backend"] == backend], b[b["backend"] == backend]
+            if a.empty or b.empty:
+                raise UsageError(f"no attention rows for backend {backend!r} in {str(path_a)!r}")
+        names = tuple(names) if names is not None else envs
+        ab = pair(a, b, tuple(names))
+        return ab, ab_view(ab, a, b)
     sides = []
     for path in (path_a, path_b):
         if not Path(path).exists():

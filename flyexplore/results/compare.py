@@ -267,16 +267,63 @@ class Sides:
     names: tuple[str, str]
 
 
-def sides(a, b, names: tuple[str, str] = ("A", "B"), a_backend: str | None = None,
-          b_backend: str | None = None) -> Sides:
+def env_sides(df: pd.DataFrame, a_env: str | None = None, b_env: str | None = None
+              ) -> tuple[pd.DataFrame, pd.DataFrame, tuple[str, str]]:
+    """The two sides of an environment A/B file (``flyexplore sweep --env``): the rows of
+    environment ``a_env`` (default: the A/B's base environment, whose arm the speedups are
+    taken against) and of ``b_env`` (default: the one other environment), each with its arms'
+    backend names (``flash@B`` -> ``flash``) so that :func:`pair` pairs the same backend; and
+    the two environment names. The pairs' intervals are then the A/B's own, paired round by
+    round in the same run (:func:`flyexplore.results.table.ratio_intervals`: ``paired`` or, with
+    several pairs of workers, ``between-pair``), with no cross-run allowance. Raises
+    :class:`UsageError` for rows of fewer than two environments, an environment not in the rows,
+    or no ``b_env`` where there are several others (naming them)."""
+    envs = R.ab_envs(df)
+    if len(envs) < 2:
+        raise UsageError("the rows are not an environment A/B (sweep --env): give two result files to compare"
+                         if not envs else f"the A/B rows hold one environment ({envs[0]}): give two result files")
+    for what, e in (("--a-env", a_env), ("--b-env", b_env)):
+        if e is not None and e not in envs:
+            raise UsageError(f"{what} {e!r} is not an environment of the rows (environments: {', '.join(envs)})")
+    if a_env is None:
+        a_env = R.split_arm(R.default_baseline(df))[1] or envs[0]
+    if b_env is None:
+        others = [e for e in envs if e != a_env]
+        if len(others) > 1:
+            raise UsageError(f"the A/B has {len(envs)} environments: name the one to compare with {a_env} by "
+                             f"--b-env ({', '.join(others)})")
+        b_env = others[0]
+    if a_env == b_env:
+        raise UsageError(f"--a-env and --b-env are both {a_env!r}")
+    out = []
+    for e in (a_env, b_env):
+        d = df[df["env"] == e].copy()
+        d["backend"] = [R.split_arm(b)[0] for b in d["backend"].astype(object)]
+        out.append(R.normalize(d))
+    return out[0], out[1], (a_env, b_env)
+
+
+def sides(a, b=None, names: tuple[str, str] | None = None, a_backend: str | None = None,
+          b_backend: str | None = None, a_env: str | None = None, b_env: str | None = None) -> Sides:
     """Read the two sides of an A/B and pair them, once, whatever they are: both
     ``vllm bench serve`` result files or folders (paths; :func:`flyexplore.results.vllm.looks_like_vllm`),
     or result rows -- DataFrames or result file paths (read by :func:`flyexplore.results.table.load`
     with ``validated=True``: the checks of saving), paired by :func:`pair` (``a_backend`` /
     ``b_backend`` as there). What ``flyexplore compare``, ``fx.compare`` and the A/B report share.
+    ``b`` None: ``a`` is one environment A/B's rows (``flyexplore sweep --env``), whose two
+    environments are the sides (:func:`env_sides`; ``a_env`` / ``b_env`` pick them, ``names``
+    default to their names). Otherwise ``names`` default to ``("A", "B")``.
     Raises :class:`UsageError` for a vllm side against a result side, backends given for a vllm
-    A/B, a missing, damaged, foreign or invalid result file (one line naming it), or when nothing
-    pairs."""
+    A/B, a missing, damaged, foreign or invalid result file (one line naming it), rows that are
+    no environment A/B where ``b`` is None, or when nothing pairs."""
+    if b is None:
+        d = R.normalize(a) if isinstance(a, pd.DataFrame) else R.load(a, validated=True)
+        da, db, envs = env_sides(d, a_env, b_env)
+        names = tuple(names) if names is not None else envs
+        return Sides("rows", da, db, pair(da, db, names, a_backend, b_backend), names)
+    if a_env is not None or b_env is not None:
+        raise UsageError("--a-env / --b-env pick the sides of one environment A/B file; give one file")
+    names = tuple(names) if names is not None else ("A", "B")
     is_vllm = [isinstance(x, (str, os.PathLike)) and V.looks_like_vllm(x) for x in (a, b)]
     if any(is_vllm):
         if not all(is_vllm):

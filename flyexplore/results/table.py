@@ -169,12 +169,66 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "host": ("string", "host name"),
     "env_id": ("string", "hash of the environment fingerprint"),
     "flyexplore": ("string", "flyexplore version that wrote the row"),
+    "torch_git": ("string", "torch's git version (torch.version.git_version)"),
+    "blas_library": ("string", "the BLAS library torch prefers for GEMMs (cublas, cublaslt, hipblaslt, ck; "
+                     "'cpu: mkl' on the CPU): with tunableop, what decides ATen's GEMM kernel "
+                     "(flyexplore.world.env.blas_state)"),
+    "tunableop": ("string", "TunableOp: off | on, tuning | on, no tuning (PYTORCH_TUNABLEOP_ENABLED)"),
+    # -- environment A/B (flyexplore sweep --env; flyexplore.run.envab): rows of one case timed
+    # round by round across worker processes of several environments; backend reads backend@env
+    "env": ("string", "the environment of an environment A/B (sweep --env NAME...); its backend column "
+            "reads backend@env (an arm)"),
+    "env_python": ("string", "the interpreter the environment's worker ran"),
+    "env_changes": ("string", "JSON object: the environment variables the environment set (null: removed)"),
+    "inputs_digest": ("string", "BLAKE2b digest of the case's inputs as this environment built them from the "
+                      "seed (flyexplore.run.build.inputs_digest): equal across the environments of an A/B"),
+    "cross_env_err_rel": ("Float64", "||output - base environment's output|| / ||base output|| for the same "
+                          "case (the base environment's own backend, or its baseline's)"),
+    "cross_env_ok": ("boolean", "cross_env_err_rel within 2x the dtype's tolerance and the same NaN/Inf "
+                     "(flyexplore.run.build.output_difference)"),
+    "cross_env_note": ("string", "what else differs between this output and the base environment's"),
     # -- engine (flyexplore.run.engine): where the case ran
     "worker": ("string", "where the case ran: in-process | <place>/pid<pid> of a worker process (cuda:1, "
                "cpu0) | ray:<node ip>:<slot>/pid<pid> of a Ray actor"),
 }
 
 KEY = ("op", "case", "dtype", "backend")
+
+#: Between a backend and its environment in an arm's name: ``flash@0.14.2b`` (an environment A/B's
+#: rows keep it in ``backend``, so that every rule keyed by backend tells the arms apart).
+ARM_SEP = "@"
+
+
+def arm_name(backend: str, env: str | None) -> str:
+    """``backend@env`` (an arm of an environment A/B); ``backend`` when ``env`` is None."""
+    return backend if env is None else f"{backend}{ARM_SEP}{env}"
+
+
+def ab_envs(df: pd.DataFrame) -> list[str]:
+    """The environments of an environment A/B's rows (column ``env``), in order of first
+    appearance; ``[]`` for other rows."""
+    if "env" not in df:
+        return []
+    return [str(e) for e in pd.unique(df["env"].dropna())]
+
+
+def default_baseline(df: pd.DataFrame) -> str:
+    """The backend speedups are taken against when none is named: an environment A/B's baseline
+    arm (its rows' own: the arm whose ``baseline`` is itself), else ``aten``."""
+    if ab_envs(df) and "baseline" in df:
+        d = df[df["env"].notna() & df["baseline"].notna()]
+        own = d.loc[d["baseline"] == d["backend"], "baseline"]
+        got = own if len(own) else d["baseline"]
+        if len(got):
+            return str(got.value_counts().index[0])
+    return "aten"
+
+
+def split_arm(name) -> tuple[str, str | None]:
+    """``(backend, env)`` of an arm's name (``"flash@0.14.2b"`` -> ``("flash", "0.14.2b")``);
+    ``(name, None)`` for a plain backend."""
+    b, sep, e = str(name).partition(ARM_SEP)
+    return (b, e) if sep and e else (str(name), None)
 
 
 def empty_frame() -> pd.DataFrame:
@@ -637,7 +691,7 @@ SPEEDUP_COLUMNS = ("backend", "time_ms", "baseline", "baseline_ms", "speedup", "
 #: ``time_ms`` and ``backend`` must be there; any other may be missing (it reads as NA).
 SPEEDUP_INPUTS = ("status", "time_ms", "backend", "flydsl_taken", "run_id", "source", "band", "baseline",
                   "speedup", "speedup_lo", "speedup_hi", "order", "samples_ms", "platform",
-                  "time_ci_lo_ms", "time_ci_hi_ms", "processes", "process_estimates")
+                  "time_ci_lo_ms", "time_ci_hi_ms", "processes", "process_estimates", "env")
 
 
 def _eq(a, b) -> bool:
@@ -835,6 +889,24 @@ def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray
     rb[one] = [p.rounds for p in pb[first_b[one]]]
     rx[one] = [p.rounds for p in px[first_x[one]]]
 
+    # an environment A/B's own pairs: x's row carries its speedup over base's arm, measured round
+    # by round in the same run (paired; with --pairs, the interval over the fresh pairs of workers)
+    envp = one.copy()
+    if envp.any():
+        ii, jj = np.maximum(i, 0), np.maximum(j, 0)
+        eb, ex = b.obj("env"), x.obj("env")
+        envp &= ~pd.isna(eb[ii]) & ~pd.isna(ex[jj]) & _same(b.obj("run_id")[ii], x.obj("run_id")[jj])
+        arms = np.asarray([_arm_of(bk, e) for bk, e in zip(b.obj("backend")[ii], eb[ii])], dtype=object)
+        envp &= _same(x.obj("baseline")[jj], arms)
+        lo_s, hi_s, sp_s = x.num("speedup_lo")[jj], x.num("speedup_hi")[jj], x.num("speedup")[jj]
+        envp &= np.isfinite(lo_s) & np.isfinite(hi_s) & np.isfinite(sp_s)
+        if envp.any():
+            k = np.flatnonzero(envp)
+            est[k], lo[k], hi[k] = sp_s[k], lo_s[k], hi_s[k]
+            many_pairs = x.num("processes")[jj[k]] >= 2
+            how[k] = np.where(many_pairs, "between-pair", "paired")
+            one = one & ~envp
+
     # between-process: one row a side, each measured in >= 2 fresh processes (sweep --processes):
     # the per-process estimates give the interval, within and between processes together
     procs = one & (b.num("processes")[np.maximum(i, 0)] >= 2) & (x.num("processes")[np.maximum(j, 0)] >= 2)
@@ -854,7 +926,7 @@ def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray
         _paired(np.flatnonzero(paired), pb[first_b], px[first_x], est, lo, hi, how)
 
     # unpaired: samples on both sides; one row a side from the parsed records, together
-    rest = ~paired & ~(how == "between-process")
+    rest = ~paired & ~np.isin(how, ("between-process", "between-pair")) & ~envp
     if rest.any():
         kk = np.flatnonzero(rest & one)
         if kk.size:
@@ -950,18 +1022,33 @@ def _between(k: np.ndarray, b: _Rows, i: np.ndarray, x: _Rows, j: np.ndarray, es
         sx = [float(p["time_se"]) if p.get("time_se") is not None else np.nan for p in px]
         if len(tb) < 2 or len(tx) < 2:
             continue
+        in_ab = False
         if _eq(rb[i[q]], rx[j[q]]) and len(tb) == len(tx):
             r = np.asarray(tb) / np.asarray(tx)
             se = np.sqrt(np.asarray(sb) ** 2 + np.asarray(sx) ** 2)
-            e, l_, h_ = S.between_process(r, se)
-            a = h_ / e - 1 if math.isfinite(h_) and e > 0 else np.nan
+            # an environment A/B's two arms took turns in each pair of workers: the interval of
+            # the mean over the pairs (nothing to predict); --processes rows predict another run
+            in_ab = not (pd.isna(b.obj("env")[i[q]]) or pd.isna(x.obj("env")[j[q]]))
+            e, l_, h_ = S.between_process(r, se, prediction=not in_ab)
+            a = h_ / e - 1 if math.isfinite(h_) and e > 0 and not in_ab else np.nan
         else:
             e, l_, h_, a = S.between_runs(tb, sb, tx, sx, shift=max(run_shift(pl[i[q]]), run_shift(px_[j[q]])),
                                           shift_per_sd=max(run_shift_per_sd(pl[i[q]]), run_shift_per_sd(px_[j[q]])))
             a = math.expm1(a)   # the allowance as a fraction, as for unpaired+run
         if not all(math.isfinite(v) for v in (e, l_, h_)):
             continue
-        est[q], lo[q], hi[q], how[q], allow[q] = e, l_, h_, "between-process", a
+        est[q], lo[q], hi[q], how[q], allow[q] = e, l_, h_, "between-pair" if in_ab else "between-process", a
+
+
+def _arm_of(backend, env):
+    """The arm a row stands for: its ``backend`` when that is already an arm's name
+    (``flash@A``), else ``backend@env`` (a side of an environment A/B whose backend column was
+    read without its environment: :func:`flyexplore.results.compare.env_sides`)."""
+    if pd.isna(backend):
+        return pd.NA
+    if split_arm(backend)[1] is not None or pd.isna(env):
+        return backend
+    return arm_name(str(backend), str(env))
 
 
 def _allowance(platform: np.ndarray) -> np.ndarray:

@@ -14,36 +14,26 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import time
 import traceback
 from typing import Any, Callable, Mapping, Sequence
 
 from flyexplore.errors import UsageError
-from flyexplore.insight.autotune import capture_autotune
-from flyexplore.insight.case_trace import trace_columns
-from flyexplore.insight.trace import Trace, from_kernels
-from flyexplore.insight.trace import trace as run_trace
 from flyexplore.measure import stats as S
 from flyexplore.measure.devstate import _bdf, case_columns, free_memory, sampler_for
 from flyexplore.measure.interleaved import measure_interleaved
 from flyexplore.measure.timing import MIN_FLUSH_BYTES, Timer, flush_bytes_for
 from flyexplore.ops.base import Case, Operator, RunContext, reset_dynamo
 from flyexplore.results import table as R
+from flyexplore.run import build as B
 from flyexplore.run.spec import Plan, interleaved_kwargs
+
+# the build steps live in flyexplore.run.build (no pandas: the environment A/B's worker shares them)
+_first_line, _is_oom, _traced, _accuracy_ok, _note = B.first_line, B.is_oom, B.traced, B.accuracy_ok, B.note
+_fresh_inputs, _recheck, _trace_of, _failure = B.fresh_inputs, B.recheck, B.trace_of, B.failure
 
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _first_line(exc: BaseException) -> str:
-    msg = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {msg[0] if msg else ''}"[:500]
-
-
-def _is_oom(exc: BaseException) -> bool:
-    import torch
-    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
 def _base_row(plan_op: Operator, case: Case, dtype: str, backend: str, run_id: str, fp: dict) -> dict:
@@ -73,101 +63,14 @@ def measure_one(op: Operator, case: Case, dtype: str, backend: str, ctx: RunCont
     sampler = sampler_for(ctx.device)
     st0 = sampler.sample()
     with bk.context(ctx, case):
-        fn, first_ms, errs, decisions = _build_first(op, case, dtype, bk, ctx, inputs, ref, want_trace)
+        fn, first_ms, errs, decisions, _ = B.build_first(op, case, dtype, bk, ctx, inputs, ref, want_trace)
         m = Timer(fn, ctx.device, **timer_opts).measure()
     if want_trace:
         tr = _trace_of(m, fn, ctx, decisions, bk, case)
-    row = _ok_row(op, case, dtype, backend, bk, m, first_ms, errs, tr)
+    row = B.ok_row(op, case, dtype, backend, bk.source, m, first_ms, errs, B.trace_cols(op, case, dtype, backend, tr))
     row.update(ci_target=None, device_id=sampler.device_id,
                **case_columns(st0, sampler.sample(), [], sampler.max_clock_mhz))
     return row
-
-
-def _build_first(op: Operator, case: Case, dtype: str, bk, ctx: RunContext, inputs: dict, ref,
-                 traced: bool):
-    """Build a backend (inside its context, entered by the caller) and make its first call
-    (compile, autotune): returns ``(fn, first_ms, error columns against ref, autotune
-    decisions)``; the decisions are captured only when ``traced``."""
-    import contextlib
-
-
-    with (capture_autotune() if traced else contextlib.nullcontext([])) as decisions:
-        fn = bk.build(case, dtype, inputs, ctx)
-        t0 = time.perf_counter()
-        outv = fn()
-        if ctx.gpu:
-            import torch
-            torch.cuda.synchronize(ctx.device)
-        first_ms = (time.perf_counter() - t0) * 1e3
-    errs = op.error(outv, ref, case, dtype) if ref is not None else {}
-    del outv
-    return fn, first_ms, errs, tuple(decisions)
-
-
-def _traced(trace: bool, backend: str, op: Operator, ctx: RunContext) -> bool:
-    """Whether a row records what really ran: on request, always for ``flydsl``, and on a GPU
-    for an operator that asks for it (:attr:`~flyexplore.ops.base.Operator.trace_on_gpu`:
-    attention, where which AOTriton backend ran is known from the kernels only)."""
-    return trace or backend == "flydsl" or (op.trace_on_gpu and ctx.gpu)
-
-
-def _accuracy_ok(errs: dict):
-    if "accuracy_ok" in errs:
-        return errs["accuracy_ok"]
-    if "err_rel" in errs and "err_tol" in errs:
-        return errs["err_rel"] <= errs["err_tol"] + 1e-12
-    return None  # the operator's error() judged nothing: the row says unchecked, never a pass
-
-
-def _ok_row(op: Operator, case: Case, dtype: str, backend: str, bk, m, first_ms: float,
-            errs: dict, tr) -> dict:
-    """The measured columns of an ``ok`` row from a :class:`~flyexplore.measure.timing.Measurement`."""
-    row = {"status": "ok", "message": "; ".join(m.notes) or None, "source": bk.source,
-           "first_call_ms": first_ms, **m.summary(), **errs, "ci_method": "order-statistic"}
-    if tr is not None:
-        row.update(trace_columns(tr, backend, op.name, case, dtype))
-        if row.get("flydsl_taken") is False:
-            note = f"FlyDSL requested but not taken; the time is of what ran ({tr.observed})"
-            row["message"] = f"{row['message']}; {note}" if row["message"] else note
-    if m.kernels:
-        row["kernels"] = json.dumps([[k.name, k.calls_per_iter, round(k.us_per_iter, 3)] for k in m.kernels])
-    flops, nbytes = op.flops(case), op.bytes(case, dtype)
-    row["flops"], row["bytes"] = flops, nbytes
-    sec = m.median * 1e-3
-    row["tflops"] = flops / sec / 1e12 if flops and sec > 0 else None
-    row["gbps"] = nbytes / sec / 1e9 if nbytes and sec > 0 else None
-    row["accuracy_ok"] = _accuracy_ok(errs)
-    return row
-
-
-def _note(row: dict, text: str) -> None:
-    row["message"] = f"{row['message']}; {text}" if row.get("message") else text
-
-
-def _fresh_inputs(op: Operator, case: Case, dtype: str, inputs: dict, device, seed: int):
-    """Copy new random values (``seed + 1``) into the input tensors in place and return the
-    new reference, or ``None`` when the inputs cannot be refreshed in place (non-tensor inputs
-    that differ, shapes that differ, or an operator with ``fresh_recheck = False``)."""
-    import torch
-
-    if not getattr(op, "fresh_recheck", True):
-        return None
-    new = op.make_inputs(case, dtype, device, seed + 1)
-    if set(new) != set(inputs):
-        return None
-    for k, v in inputs.items():
-        if torch.is_tensor(v) != torch.is_tensor(new[k]):
-            return None
-        if torch.is_tensor(v):
-            if v.shape != new[k].shape or v.dtype != new[k].dtype:
-                return None
-        elif v != new[k]:
-            return None
-    with torch.no_grad():
-        for k, v in inputs.items():
-            if torch.is_tensor(v):
-                v.copy_(new[k])
-    return op.reference(case, dtype, inputs)
 
 
 def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], ctx: RunContext,
@@ -202,8 +105,8 @@ def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], 
             continue
         try:
             with bk.context(ctx, case):
-                fn, first_ms, errs, decisions = _build_first(op, case, dtype, bk, ctx, inputs, ref,
-                                                             _traced(trace, b, op, ctx))
+                fn, first_ms, errs, decisions, _ = B.build_first(op, case, dtype, bk, ctx, inputs, ref,
+                                                                _traced(trace, b, op, ctx))
             fns[b] = fn
             traces[b] = (first_ms, errs)
             decisions_by[b] = decisions
@@ -236,7 +139,7 @@ def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], 
         tr = None
         if _traced(trace, b, op, ctx):
             tr = _trace_of(m, fn, ctx, decisions_by[b], bks[b], case)
-        row = _ok_row(op, case, dtype, b, bks[b], m, first_ms, errs, tr)
+        row = B.ok_row(op, case, dtype, b, bks[b].source, m, first_ms, errs, B.trace_cols(op, case, dtype, b, tr))
         rclocks = list(res.round_clocks)
         row.update(case_columns(res.state_start, res.state_end, rclocks, res.max_clock_mhz,
                                 list(S.round_values(m.rounds))))
@@ -248,69 +151,11 @@ def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], 
             est, lo, hi = res.speedup(b)
             row.update(speedup=est, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, band))
         if not res.converged:
-            _note(row, _unconverged(res))
+            _note(row, B.unconverged(res.rounds, res.target, res.stop_reason))
         if ref is not None:
             row["recheck_ok"] = _recheck(op, case, dtype, bks[b], ctx, inputs, ref2, row)
         rows[b] = row
     return rows
-
-
-def _unconverged(res) -> str:
-    """The note of a case that stopped before its target, by its
-    :attr:`~flyexplore.measure.interleaved.Interleaved.stop_reason` (the row's ``stop_reason``
-    names the cap). Kept within the panel's 60 characters (:data:`flyexplore.ui.tables.NOTE_CHARS`)
-    up to 99,999 rounds, so that it shows in the row instead of as a numbered note."""
-    t = f"+-{res.target:.1%}"
-    why = {"precision_cap": f"medians not within {t}",
-           "label_cap": "a label still undecided",
-           "budget": "case budget ran out",
-           "max_rounds": f"intervals not within {t}"}
-    return f"unconverged after {res.rounds} rounds: " + why.get(res.stop_reason, str(res.stop_reason))
-
-
-def _recheck(op, case, dtype, bk, ctx, inputs, ref2, row) -> bool | None:
-    """Build the backend again on the refreshed inputs and check its output (see
-    :func:`measure_case`); a failure sets ``accuracy_ok=False`` and says why in the message."""
-    if isinstance(ref2, Exception) or ref2 is None:
-        _note(row, "recheck on fresh inputs skipped: " + (_first_line(ref2) if ref2 is not None
-                                                          else "the inputs cannot be refreshed in place"))
-        return None
-    try:
-        with bk.context(ctx, case):
-            out = bk.build(case, dtype, inputs, ctx)()
-            errs = op.error(out, ref2, case, dtype)
-    except Exception as exc:  # noqa: BLE001
-        _note(row, f"recheck on fresh inputs failed: {_first_line(exc)}")
-        row["accuracy_ok"] = False
-        return False
-    ok = _accuracy_ok(errs)
-    if ok is False:
-        row["accuracy_ok"] = False
-        _note(row, "output after timing, on fresh input values, is wrong (a stale or cached result?)")
-    return ok
-
-
-def _trace_of(m, fn, ctx, decisions, bk, case):
-
-    if m.kernels:
-        return from_kernels(m.kernels, decisions)
-    try:
-        with bk.context(ctx, case):
-            t = run_trace(fn, device=ctx.device, reps=1, warmup=0, autotune=False)
-        return Trace(t.kernels, t.cpu_ops, tuple(decisions), t.device, t.notes)
-    except Exception as exc:  # no profiler here: what ran stays unknown, the time stands
-        return Trace((), (), tuple(decisions), "cuda" if ctx.gpu else "cpu",
-                     (f"tracing failed: {_first_line(exc)}",))
-
-
-def _failure(exc: BaseException, ctx) -> dict:
-    import torch
-
-    if os.environ.get("FLYEXPLORE_DEBUG"):
-        traceback.print_exc()
-    if ctx.gpu:
-        torch.cuda.empty_cache()
-    return {"status": "oom" if _is_oom(exc) else "error", "message": _first_line(exc)}
 
 
 def run_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], ctx: RunContext, *,
@@ -480,7 +325,8 @@ def _device_flush_bytes(dev) -> int:
 
 
 def memory_refusals(plan: Plan, device=None, max_memory: int | None = None, *,
-                    reader: Callable[[Any], tuple[int | None, str]] | None = None) -> dict[tuple[str, str], str]:
+                    reader: Callable[[Any], tuple[int | None, str]] | None = None,
+                    copies: int = 1) -> dict[tuple[str, str], str]:
     """The cases of ``plan`` that must not be run on ``device``: ``{(case label, dtype): message}``
     for every case whose :func:`case_memory` estimate (with the device's flush buffer) is over the
     limit, the message the sweep gives its ``refused`` rows, e.g. ``estimated memory 1.2e19 B
@@ -494,6 +340,9 @@ def memory_refusals(plan: Plan, device=None, max_memory: int | None = None, *,
     memory cannot be read, only ``max_memory`` applies; with neither, nothing is refused.
     ``device``: a torch device or its text (default: a GPU when one is visible, else the CPU);
     with several GPUs (``--devices``) the one given is asked, and its free memory stands for all.
+
+    ``copies``: processes that hold the case at once (an environment A/B: one worker per
+    environment, each with its own inputs, output and flush buffer), the estimate multiplied by it.
 
     Raises :class:`UsageError` (one line: the smallest estimate, its case and the limit) when
     every case of the plan is over, and for a ``max_memory`` that is not an integer >= 1."""
@@ -516,11 +365,13 @@ def memory_refusals(plan: Plan, device=None, max_memory: int | None = None, *,
     smallest: tuple[int, str, Mapping[str, int]] | None = None
     for case, dtype in plan.pairs:
         terms = case_memory_terms(plan.op, case, dtype, flush_bytes=flush)
-        est = sum(terms.values())
+        est = sum(terms.values()) * max(int(copies), 1)
         if smallest is None or est < smallest[0]:
             smallest = (est, f"{case.label} {dtype}", terms)
         if est > limit:
-            out[(case.label, dtype)] = (f"estimated memory {_sci(est)} ({', '.join(f'{k} {_sci(v)}' for k, v in terms.items())}) "
+            each = ", ".join(f"{k} {_sci(v)}" for k, v in terms.items())
+            out[(case.label, dtype)] = (f"estimated memory {_sci(est)} ({each}"
+                                        f"{f'; x {copies}: one worker per environment' if copies > 1 else ''}) "
                                         f"is over {said}")
     if plan.pairs and len(out) == len(plan.pairs):
         est, name, _ = smallest

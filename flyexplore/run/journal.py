@@ -13,6 +13,12 @@ Files beside a result file ``OUT`` (:func:`sidecar_files`):
     ``UNIQUE(op, case, dtype, backend, run_id)`` (what :func:`flyexplore.results.table.validate`
     demands) and ``UNIQUE(op, case, dtype, backend, plan)`` for the rows a sweep wrote (``plan``
     = :meth:`flyexplore.run.spec.SweepSpec.plan_fingerprint`), across every resume.
+  - ``passes``: the rows of one pass of a sweep that measures each case several times and
+    combines them (an environment A/B's fresh pairs of workers, :mod:`flyexplore.run.envab`),
+    ``UNIQUE(op, case, dtype, backend, plan, pass)``, written as each case of a pass finishes
+    (:meth:`Journal.add_passes`); a resume goes on with the passes still missing, and the
+    combined row goes to ``rows`` when a case's last pass is in. The result file is written from
+    ``rows`` alone; while a pass row waits for its case's other passes the journal is kept.
   - ``plans``: the plans whose rows the journal holds (fingerprint and
     :meth:`~flyexplore.run.spec.SweepSpec.plan_dict`). A resume with another plan is refused
     with one line naming what differs, unless it says ``extend``.
@@ -68,6 +74,10 @@ CREATE TABLE IF NOT EXISTS rows (seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT 
                                  row_plan TEXT, row TEXT NOT NULL,
                                  UNIQUE(op, "case", dtype, backend, run_id),
                                  UNIQUE(op, "case", dtype, backend, plan));
+CREATE TABLE IF NOT EXISTS passes (seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL,
+                                   "case" TEXT NOT NULL, dtype TEXT NOT NULL, backend TEXT NOT NULL,
+                                   plan TEXT, pass INTEGER NOT NULL, status TEXT, row TEXT NOT NULL,
+                                   UNIQUE(op, "case", dtype, backend, plan, pass));
 """
 
 
@@ -436,6 +446,48 @@ class Journal:
                              "space again") from None
         self.added += cur.rowcount
         return cur.rowcount == 1
+
+    def add_passes(self, rows: Sequence[tuple[int, dict]]) -> None:
+        """Commit the rows of one case in one pass (``(pass, row)`` each; one transaction, fsynced:
+        a case's arms are never half-written). A pass row already there for this plan is replaced
+        (a ``--retry-failed`` of a crashed pass). Raises :class:`JournalError` as :meth:`add`."""
+        try:
+            with _tx(self.con):
+                for k, row in rows:
+                    op, case, dtype, backend = _key(row)
+                    self.con.execute(
+                        'INSERT OR REPLACE INTO passes (op, "case", dtype, backend, plan, pass, status, row) '
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (op, case, dtype, backend, self.plan, int(k), row.get("status"),
+                         json.dumps(row, default=str, allow_nan=True)))
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot write the journal {str(self.path)!r}: {exc}; every case's passes "
+                               "committed before are kept there: re-run with --resume once the disk has "
+                               "space again") from None
+
+    def pass_rows(self) -> dict:
+        """This plan's pass rows: ``{(case, dtype): {pass: {backend: row}}}``; with
+        ``retry_failed`` the ``crashed``/``timeout`` ones are left out (those passes run again)."""
+        out: dict = {}
+        for c, d, b, k, st, row in self.con.execute(
+                'SELECT "case", dtype, backend, pass, status, row FROM passes WHERE plan=? ORDER BY seq',
+                (self.plan,)):
+            if self.retry and st in RETRIED:
+                continue
+            out.setdefault((c, d), {}).setdefault(int(k), {})[b] = json.loads(row)
+        return out
+
+    def pending(self) -> int:
+        """Pass rows whose key has no combined row yet (a case still missing a pass): while there
+        are any, the journal must outlive the sweep (:meth:`finish` is not called)."""
+        try:
+            got = self.con.execute(
+                'SELECT COUNT(*) FROM passes p WHERE NOT EXISTS (SELECT 1 FROM rows r WHERE r.op=p.op AND '
+                'r."case"=p."case" AND r.dtype=p.dtype AND r.backend=p.backend AND r.status NOT IN '
+                f"({', '.join('?' * len(RETRIED))}))", RETRIED if self.retry else ("",) * len(RETRIED)).fetchone()
+        except sqlite3.Error:
+            return 0
+        return int(got[0])
 
     def count(self) -> int:
         """Rows in the journal (0 when it cannot be read)."""

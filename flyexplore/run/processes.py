@@ -44,21 +44,33 @@ def rotated(items: Sequence, n: int, k: int) -> list:
     return items[s:] + items[:s]
 
 
-def intervals(per: Sequence[dict], platform: str | None, band: float = S.BAND) -> dict:
+#: How :func:`combine` reads the measurements of one row: ``processes`` (``sweep --processes``:
+#: prediction intervals of another run) or ``pairs`` (an environment A/B's fresh pairs of workers,
+#: :mod:`flyexplore.run.envab`: the speedup's interval is that of the mean over the pairs).
+KINDS = ("processes", "pairs")
+
+
+def intervals(per: Sequence[dict], platform: str | None, band: float = S.BAND, kind: str = "processes") -> dict:
     """The combined row's time and speedup from its per-process estimates ``per`` (dicts with
     ``time_ms``, ``time_se``, ``speedup``, ``speedup_se``, as in ``process_estimates``; None or
     NaN where missing): ``time_ms``, ``time_ci_lo_ms``, ``time_ci_hi_ms`` and, when every
     process has a speedup, ``speedup``, ``speedup_lo``, ``speedup_hi`` and ``verdict`` (with
     ``band``). Geometric means with :func:`flyexplore.measure.stats.between_process` prediction
     intervals, the run shift of ``platform`` added (:data:`flyexplore.results.table.RUN_SHIFT`,
-    :data:`~flyexplore.results.table.RUN_SHIFT_PER_SD`). Needs two or more estimates for an
-    interval (NaN bounds otherwise)."""
+    :data:`~flyexplore.results.table.RUN_SHIFT_PER_SD`). ``kind="pairs"`` (an environment A/B's
+    pairs): the speedup's interval is the 95% interval of the mean over the pairs, no run shift
+    (each pair's ratio is paired round by round, so what moves a whole run cancels in it); the
+    time's stays a prediction interval of another run. Needs two or more estimates for an
+    interval (NaN bounds otherwise). Raises ``ValueError`` for an unknown ``kind``."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r} (valid: {', '.join(KINDS)})")
     kw = {"shift": R.run_shift(platform), "shift_per_sd": R.run_shift_per_sd(platform)}
     t, tlo, thi = S.between_process([_num(p.get("time_ms")) for p in per], [_num(p.get("time_se")) for p in per], **kw)
     out = {"time_ms": t, "time_ci_lo_ms": tlo, "time_ci_hi_ms": thi}
     sps = [_num(p.get("speedup")) for p in per]
     if all(math.isfinite(s) for s in sps):
-        e, lo, hi = S.between_process(sps, [_num(p.get("speedup_se")) for p in per], **kw)
+        skw = kw if kind == "processes" else {"prediction": False}
+        e, lo, hi = S.between_process(sps, [_num(p.get("speedup_se")) for p in per], **skw)
         out.update(speedup=e, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, band))
     return out
 
@@ -71,7 +83,8 @@ def _num(v) -> float:
     return f
 
 
-def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: str | None = None) -> dict:
+def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: str | None = None,
+            kind: str = "processes") -> dict:
     """One row from the rows of one (case, dtype, backend) measured in several fresh processes.
 
     ``rows``: the row columns of each process, in pass order (as :func:`flyexplore.run.cases.run_case`
@@ -94,16 +107,22 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
       ``recheck_ok`` hold for all, the clock minimum is the lowest. ``ci_method`` says
       ``between-process``. Processes that failed are named in ``message``.
 
+    ``kind``: ``processes`` or ``pairs`` (an environment A/B's fresh pairs of workers:
+    :func:`intervals`' rule for them; ``processes`` then counts the pairs, ``ci_method`` says
+    ``between-pair``, and the cross-environment check holds for all pairs, its difference the
+    largest).
+
     With one ok row and ``wanted`` > 1 the row keeps its own interval, with ``processes`` = 1 and
     a note. Raises ``ValueError`` for an empty ``rows``."""
     if not rows:
         raise ValueError("combine needs the rows of at least one process")
     ok = [r for r in rows if r.get("status") == "ok" and _num(r.get("time_ms")) > 0]
     bad = [r for r in rows if r not in ok]
+    unit = "pair" if kind == "pairs" else "process"
     if not ok:
         out = dict(rows[0])
         if len(rows) > 1:
-            _note(out, f"{len(rows)} of {wanted} processes gave no time")
+            _note(out, f"{len(rows)} of {wanted} {unit}{'es' if unit == 'process' else 's'} gave no time")
         out["processes"] = 0
         return out
     out = dict(ok[0])
@@ -120,15 +139,27 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
     out["processes"] = len(ok)
     out["process_estimates"] = json.dumps([{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                                             for k, v in p.items()} for p in per])
+    units = "pairs" if kind == "pairs" else "processes"
     if bad:
-        _note(out, f"{len(bad)} of {wanted} processes failed ({', '.join(sorted({str(b.get('status')) for b in bad}))}: "
+        _note(out, f"{len(bad)} of {wanted} {units} failed ({', '.join(sorted({str(b.get('status')) for b in bad}))}: "
                    f"{bad[0].get('message') or 'no message'}); combined over {len(ok)}")
+    if kind == "pairs":
+        oks = [r.get("cross_env_ok") for r in ok]
+        if any(x is not None for x in oks):
+            out["cross_env_ok"] = False if any(x is False for x in oks) else True
+            errs = [_num(r.get("cross_env_err_rel")) for r in ok]
+            errs = [e for e in errs if math.isfinite(e)]
+            out["cross_env_err_rel"] = max(errs) if errs else None
+        digests = list(dict.fromkeys(str(r.get("inputs_digest")) for r in ok if r.get("inputs_digest")))
+        out["inputs_digest"] = digests[0] if len(digests) == 1 else ("differ: " + ", ".join(digests)) if digests else None
     if len(ok) < 2:
         if wanted > 1:
-            _note(out, f"measured in 1 of {wanted} processes: the interval is that process's own")
+            _note(out, f"measured in 1 of {wanted} {units}: the interval is that {unit}'s own")
         return out
-    out.update(intervals(per, platform, band),
-               ci_method=f"between-process ({len(ok)} processes; prediction interval of another run)")
+    how = (f"between-pair ({len(ok)} pairs of workers; speedup: 95% interval of the mean over the pairs, each "
+           "paired round by round; time: prediction interval of another run)" if kind == "pairs" else
+           f"between-process ({len(ok)} processes; prediction interval of another run)")
+    out.update(intervals(per, platform, band, kind), ci_method=how)
     rounds = [rr for r in ok for rr in R.json_list(r.get("samples_ms"))]
     if rounds:
         out["samples_ms"] = json.dumps(rounds, separators=(",", ":"))

@@ -20,6 +20,7 @@ worker finds an operator (:func:`resolve_op`, :func:`op_ref`), the engine a swee
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -36,6 +37,7 @@ from flyexplore.measure import modes
 from flyexplore.measure.stats import BAND
 from flyexplore.ops import builtin_ops, get_op
 from flyexplore.ops.base import Case, Operator
+from flyexplore.run.envs import PAIRS, WORKER_CODE, Env, check_envs, extra_paths_for, probe
 
 #: Engines of a sweep (``auto`` picks ``local`` on a GPU, ``in-process`` on the CPU; see
 #: :func:`choose_engine` and :mod:`flyexplore.run.engine`).
@@ -534,6 +536,8 @@ def _json(v):
         return v
     if isinstance(v, Case):
         return v.label
+    if isinstance(v, Env):
+        return v.text()
     if isinstance(v, Mapping):
         return {str(k): _json(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -581,6 +585,20 @@ class SweepSpec:
     more needs local workers (interleaved order; not ``in-process`` or Ray) and is part of
     :meth:`plan_dict`.
 
+    An environment A/B (:mod:`flyexplore.run.envab`): ``envs``, two or more environments
+    (:class:`flyexplore.run.envs.Env` or their text, ``"0.14.2b=/opt/envs/b/bin/python"``,
+    ``"lt:TORCH_BLAS_PREFER_HIPBLASLT=0"``; :func:`flyexplore.run.envs.parse_env`), or one with
+    ``aa=True`` (none: this interpreter) for the A/A floor; each case's arms -- ``backend@env``,
+    every backend in every environment, or as ``backends`` names them (``"aten@A,flydsl@B"``) --
+    are timed round by round across one worker per environment taking turns on one device.
+    ``pairs`` (>= 1, default :data:`flyexplore.run.envab.PAIRS`): fresh pairs of workers, one pass
+    of the plan each; ``worker_code``: ``driver`` (the driver's flyexplore source in every
+    environment) or ``env`` (each environment's own, same version). ``baseline`` may name an arm;
+    a backend is taken in the first environment. The environments are checked (interpreter,
+    torch, numpy, flyexplore: :func:`flyexplore.run.envs.probe`) when the spec is made.
+    Not with ``order="block"``, ``processes``, ``devices``, ``workers``, the ``in-process`` or
+    ``ray`` engine, or the ``kernel`` timing mode.
+
     Where the rows go: ``out`` (``.parquet``, ``.csv`` or ``.jsonl``; kept as a ``Path``),
     ``resume`` (skip the keys already there) or ``overwrite`` (replace it), not both;
     ``retry_failed`` (with ``resume``: run crashed and timeout rows again); ``extend`` (with
@@ -622,6 +640,10 @@ class SweepSpec:
     ray_address: str | None = None
     worker_start_timeout: float | None = None
     max_memory: int | None = None
+    envs: tuple | None = None
+    pairs: int | None = None
+    aa: bool = False
+    worker_code: str = "driver"
     out: Path | None = None
     shapes_from: Path | None = None
     resume: bool = False
@@ -631,6 +653,9 @@ class SweepSpec:
     flags: InitVar[bool] = False
     plan: Plan = field(init=False, repr=False, compare=False)
     engine_kind: str = field(init=False, repr=False, compare=False)
+    #: an environment A/B's environments, checked (the A/A copy added), and its baseline arm
+    environments: tuple = field(init=False, repr=False, compare=False, default=())
+    ab_baseline: str | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self, flags: bool) -> None:
         put = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - frozen: set once, here
@@ -641,6 +666,8 @@ class SweepSpec:
             put("shapes", tuple(self.shapes))
         if isinstance(self.devices, (list, tuple)):
             put("devices", tuple(self.devices))
+        if self.envs is not None:
+            put("envs", (self.envs,) if isinstance(self.envs, (str, Env)) else tuple(self.envs))
         if self.out is not None:
             if not isinstance(self.out, (str, os.PathLike)):
                 raise UsageError(f"out must be a file path, got {type(self.out).__name__}")
@@ -656,16 +683,24 @@ class SweepSpec:
     def _check(self, flags: bool) -> None:
         put = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
         modes.check_order(self.order)
-        for k in ("trace", "resume", "overwrite", "retry_failed", "extend"):
+        for k in ("trace", "resume", "overwrite", "retry_failed", "extend", "aa"):
             v = getattr(self, k)
             if not isinstance(v, bool):
                 raise UsageError(f"{'--' + k.replace('_', '-') if flags else k} must be True or False, got {v!r}")
+        ab = self.envs is not None or self.aa
+        envs = check_envs(self.envs, self.aa) if ab else ()
+        put("environments", envs)
+        given = self.backends
+        if ab and given is not None:   # arms (backend@env) name their backend for the plan's checks
+            given = tuple(dict.fromkeys(_arm_parts(a, envs, flags)[0] for a in given))
         if self.shapes_from is not None:
             if self.suite is not None or self.shapes is not None:
                 raise UsageError(f"give one of {'--suite, --shapes and --shapes-from' if flags else 'suite, shapes and shapes_from'}")
-            plan = shapes_file_plan(self.op, self.shapes_from, self.dtypes, self.backends)
+            plan = shapes_file_plan(self.op, self.shapes_from, self.dtypes, given)
         else:
-            plan = make_plan(self.op, self.suite, self.shapes, self.dtypes, self.backends)
+            plan = make_plan(self.op, self.suite, self.shapes, self.dtypes, given)
+        if ab:
+            plan = dataclasses.replace(plan, backends=_arms(plan.op, envs, self.backends, flags))
         put("plan", plan)
         timer = check_timer(self.timer, self.order, flags=flags)  # names and rules: no torch yet
         put("timer", types.MappingProxyType(timer))
@@ -683,7 +718,9 @@ class SweepSpec:
                              f"got {self.max_memory!r}")
         if not _fraction_ok(self.band):
             raise UsageError(f"{'--band' if flags else 'band'} must be {_fraction_rule()}, got {self.band!r}")
-        if self.baseline is not None and self.baseline not in plan.backends:
+        if ab:
+            put("ab_baseline", _ab_baseline(plan, envs, self.baseline))
+        elif self.baseline is not None and self.baseline not in plan.backends:
             raise UsageError(f"baseline {self.baseline!r} is not among the backends ({', '.join(plan.backends)})")
         if not _int_ok(self.seed, 0) or self.seed >= 2 ** 64:
             raise UsageError(f"--seed must be an integer in [0, 2**64), got {self.seed!r}")
@@ -701,9 +738,46 @@ class SweepSpec:
         if many and self.order != "interleaved":
             raise UsageError(f"{'--processes' if flags else 'processes'} combines interleaved measurements; "
                              f"it does not go with order {self.order!r}")
-        put("engine_kind", choose_engine(self.engine, self.device, devices=self.devices, workers=self.workers,
-                                         case_timeout=self.case_timeout, max_cases=self.max_cases_per_worker,
-                                         op=plan.op, processes=self.processes))
+        if self.pairs is not None and not _int_ok(self.pairs, 1):
+            raise UsageError(f"{'--pairs' if flags else 'pairs'} must be an integer >= 1, got {self.pairs!r}")
+        if self.worker_code not in WORKER_CODE:
+            raise UsageError(f"{'--worker-code' if flags else 'worker_code'} must be one of {', '.join(WORKER_CODE)}, "
+                             f"got {self.worker_code!r}")
+        if not ab:
+            for k, v in (("pairs", self.pairs), ("worker_code", self.worker_code != "driver" or None)):
+                if v is not None:
+                    raise UsageError(f"{'--' + k.replace('_', '-') if flags else k} is for an environment A/B: give "
+                                     f"{'--env' if flags else 'envs'}")
+            put("engine_kind", choose_engine(self.engine, self.device, devices=self.devices, workers=self.workers,
+                                             case_timeout=self.case_timeout, max_cases=self.max_cases_per_worker,
+                                             op=plan.op, processes=self.processes))
+            return
+        self._check_ab(dev, timer, flags)
+        put("engine_kind", "envab")
+
+    def _check_ab(self, dev, timer: dict, flags: bool) -> None:
+        """The options an environment A/B refuses, then each environment's probe (its interpreter
+        runs, finds torch, numpy and flyexplore: :func:`flyexplore.run.envs.probe`)."""
+        name = (lambda k, f: f if flags else k)  # noqa: E731
+        bad = [(name("order", "--order"), self.order != "interleaved"),
+               (name("processes", "--processes"), (self.processes or 1) > 1),
+               (name("devices", "--devices"), self.devices is not None),
+               (name("workers", "--workers"), self.workers is not None),
+               (name("max_cases_per_worker", "--max-cases-per-worker"), self.max_cases_per_worker is not None),
+               (name("engine", "--in-process / --executor"), self.engine not in ("auto", "local")),
+               (name("ray_address", "--ray-address"), self.ray_address is not None)]
+        for what, refused in bad:
+            if refused:
+                extra = {"--processes": " (--pairs starts fresh pairs of workers)",
+                         "processes": " (pairs starts fresh pairs of workers)"}.get(what, "")
+                raise UsageError(f"an environment A/B runs one worker per environment on one device, its arms timed "
+                                 f"round by round: {what} does not go with {name('envs', '--env')}{extra}")
+        if timer.get("mode") == "kernel":
+            raise UsageError("timing mode 'kernel' would open a profiler session in every turn of an environment A/B; "
+                             "use auto (event-gated) or event")
+        extra = extra_paths_for(op_ref(self.plan.op)) if ":" in op_ref(self.plan.op) else ()
+        for e in self.environments:
+            probe(e, self.worker_code, extra)
 
     def to_dict(self) -> dict:
         """Every field as JSON values (paths and devices as text, tuples as lists, cases by
@@ -736,15 +810,69 @@ class SweepSpec:
         where and how safely they run (engine, devices, workers, time limits, ``max_memory``) are
         not part of it, so a resume may change them (a longer ``--case-timeout`` after a time-out)."""
         d = self.to_dict()
+        ab = ({"envs": [e.to_dict() for e in self.environments], "pairs": self.pairs_or_default,
+               "worker_code": self.worker_code, "baseline": self.ab_baseline} if self.environments else {})
         return {"op": self.plan.op.name, "cases": [f"{c.label} {dt}" for c, dt in self.plan.pairs],
                 "backends": list(self.plan.backends), "device": str(check_device(self.device)),
                 **{k: d[k] for k in ("seed", "order", "timer", "band", "baseline", "trace")},
-                **({"processes": self.processes} if (self.processes or 1) > 1 else {})}
+                **({"processes": self.processes} if (self.processes or 1) > 1 else {}), **ab}
+
+    @property
+    def pairs_or_default(self) -> int:
+        """The fresh pairs of workers an environment A/B runs: ``pairs``, else
+        :data:`flyexplore.run.envab.PAIRS`."""
+        return self.pairs or PAIRS
 
     def plan_fingerprint(self) -> str:
         """12 hex digits of SHA-256 over :meth:`plan_dict`: the plan a sweep's journal keeps
         (:mod:`flyexplore.run.journal`); a resume with another one is refused unless ``extend``."""
         return digest(self.plan_dict())
+
+
+def _arm_parts(text, envs, flags: bool) -> tuple[str, str | None]:
+    """``(backend, env name or None)`` of an entry of an A/B's ``backends`` (``aten@A`` or
+    ``aten``); an environment that is not one of ``envs`` is a :class:`UsageError`."""
+    b, sep, e = str(text).strip().partition("@")
+    if sep:
+        names = [x.name for x in envs]
+        if e not in names:
+            raise UsageError(f"{'--backends' if flags else 'backends'} entry {text!r}: no environment {e!r} "
+                             f"(environments: {', '.join(names)})")
+        return b.strip(), e
+    return b.strip(), None
+
+
+def _arms(op: Operator, envs, backends, flags: bool = False) -> tuple[str, ...]:
+    """An environment A/B's arms, ``backend@env``, in environment order: each backend of
+    ``backends`` (default: all of the operator's) in every environment, or in the one its
+    ``@env`` names. Raises :class:`UsageError` for an environment left without a backend."""
+    items = _split(backends) or list(op.backends)
+    per: dict[str, list[str]] = {e.name: [] for e in envs}
+    for t in items:
+        b, e = _arm_parts(t, envs, flags)
+        op.get_backend(b)
+        for name in ([e] if e else list(per)):
+            if b not in per[name]:
+                per[name].append(b)
+    empty = [n for n, bs in per.items() if not bs]
+    if empty:
+        raise UsageError(f"environment {empty[0]!r} has no backend to time (name one as backend@{empty[0]})")
+    return tuple(f"{b}@{n}" for n, bs in per.items() for b in bs)
+
+
+def _ab_baseline(plan: Plan, envs, baseline) -> str:
+    """The arm an environment A/B's speedups are taken against: ``baseline`` (an arm, or a
+    backend of the first environment), else the operator's baseline backend in the first
+    environment, else its first arm. Raises :class:`UsageError` for a baseline that is no arm."""
+    first = envs[0].name
+    if baseline is not None:
+        a = baseline if "@" in str(baseline) else f"{baseline}@{first}"
+        if a not in plan.backends:
+            raise UsageError(f"baseline {baseline!r} is not an arm of the A/B ({', '.join(plan.backends)})")
+        return a
+    mine = [a for a in plan.backends if a.endswith(f"@{first}")]
+    base = next((f"{b}@{first}" for b, bk in plan.op.backends.items() if bk.baseline and f"{b}@{first}" in mine), None)
+    return base or mine[0]
 
 
 def digest(d: dict) -> str:

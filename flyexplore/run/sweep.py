@@ -88,9 +88,22 @@ class _Memory:
 
     def __init__(self, record: dict):
         self.rows, self.record, self.notes, self.rank = [], record, [], {}
+        self.passes: dict = {}
 
     def done(self) -> set:
         return set()
+
+    def add_passes(self, rows) -> None:
+        for k, row in rows:
+            self.passes.setdefault((row["case"], row["dtype"]), {}).setdefault(int(k), {})[row["backend"]] = row
+
+    def pass_rows(self) -> dict:
+        return {}
+
+    def pending(self) -> int:
+        final = {(r["case"], r["dtype"], r["backend"]) for r in self.rows}
+        return sum(1 for (c, d), per in self.passes.items() for rows in per.values() for b in rows
+                   if (c, d, b) not in final)
 
     def add(self, row: dict) -> bool:
         self.rows.append(row)
@@ -160,21 +173,63 @@ def run_sweep(spec: SweepSpec, *, progress: bool = True, on_row: Callable[[dict]
     run_id = f"{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
     record = sweep_record(spec, run_id)
     keys = [(c.label, d, b) for c, d, b in plan.items()]
-    refusals = memory_refusals(plan, device, spec.max_memory)  # UsageError when every case is over
-    if outp is None:
-        writer = _Memory(record)
-        writer.rank = {k: i for i, k in enumerate(keys)}
-    else:
-        writer = Journal.open(outp, resume=spec.resume, overwrite=spec.overwrite, extend=spec.extend,
-                              retry_failed=spec.retry_failed, plan_fingerprint=spec.plan_fingerprint(),
-                              plan=spec.plan_dict(), op=plan.op.name, keys=keys)
+    refusals = memory_refusals(plan, device, spec.max_memory,  # UsageError when every case is over
+                               copies=len(spec.environments) if kind == "envab" else 1)
+    ab = None
+    if kind == "envab":  # the first pair of workers starts before any file is opened: a bad env writes nothing
+        ab = _ABStart(spec, device, progress)
     try:
-        return _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_row, should_stop)
+        if outp is None:
+            writer = _Memory(record)
+            writer.rank = {k: i for i, k in enumerate(keys)}
+        else:
+            writer = Journal.open(outp, resume=spec.resume, overwrite=spec.overwrite, extend=spec.extend,
+                                  retry_failed=spec.retry_failed, plan_fingerprint=spec.plan_fingerprint(),
+                                  plan=spec.plan_dict(), op=plan.op.name, keys=keys)
+    except BaseException:
+        if ab is not None:
+            ab.close()
+        raise
+    try:
+        return _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_row, should_stop, ab)
     finally:
         writer.close()
+        if ab is not None:
+            ab.close()
 
 
-def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_row, should_stop) -> pd.DataFrame:
+class _ABStart:
+    """An environment A/B's setup and first pair of workers, started before the sweep opens its
+    output (:func:`flyexplore.run.envab.start_first_pair`: a bad environment is one line, nothing
+    written); the environments' report is printed to stderr when ``say``."""
+
+    def __init__(self, spec: SweepSpec, device, say: bool):
+        import sys
+        import tempfile
+
+        from flyexplore.run import envab
+
+        self.logs = tempfile.TemporaryDirectory(prefix="flyexplore-ab-")
+        try:
+            self.setup = envab.setup_of(spec, device, self.logs.name)
+            self.pair = envab.start_first_pair(self.setup)
+        except BaseException:
+            self.logs.cleanup()
+            raise
+        self.notes = envab.check_hellos_differ(self.setup)
+        if say:
+            for line in envab.env_report(self.setup):
+                print(f"flyexplore: {line}", file=sys.stderr)
+
+    def close(self) -> None:
+        if self.pair is not None:
+            self.pair.stop()
+            self.pair = None
+        self.logs.cleanup()
+
+
+def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_row, should_stop,
+         ab: _ABStart | None = None) -> pd.DataFrame:
     """:func:`run_sweep` once its output is open: the rows not yet there, then the final file."""
     plan = spec.plan
     done = writer.done()
@@ -190,23 +245,31 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
 
     bar = tqdm(total=len(todo), disable=not progress, unit="row", desc=f"{plan.op.name} sweep")
 
-    def emit(case, dtype, b, cols, info, tick=True):
+    def make_row(case, dtype, b, cols, info):
         row = _base_row(plan.op, case, dtype, b, run_id, {**fp, **(info.get("fp") or {})})
         row["plan"] = record["plan_fingerprint"]
         row.update(cols)
         row.update(plan.meta.get((case.label, dtype), {}))
-        row["worker"] = info.get("worker")
+        row["worker"] = info.get("worker") or row.get("worker")
         if not row.get("device_id"):
             row["device_id"] = info.get("device_id")
         row["timestamp"] = _now()
-        if tick:
-            bar.update(1)
+        return row
+
+    def write(row):
         if writer.add(row) and on_row is not None:
             on_row(row)
 
+    def emit(case, dtype, b, cols, info, tick=True):
+        row = make_row(case, dtype, b, cols, info)
+        if tick:
+            bar.update(1)
+        write(row)
+
     refused = [(c, d, b) for c, d, b in todo if (c.label, d) in refusals]
     for c, d, b in refused:
-        emit(c, d, b, {"status": "refused", "message": refusals[(c.label, d)]},
+        extra = {"env": b.partition("@")[2]} if kind == "envab" else {}   # an A/B's arm keeps its env
+        emit(c, d, b, {"status": "refused", "message": refusals[(c.label, d)], **extra},
              {"worker": None, "device_id": None})
     todo = [t for t in todo if (t[0].label, t[1]) not in refusals]
 
@@ -216,7 +279,29 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
     cases = {c.label: c for c, _ in plan.pairs}
     settings = CaseSettings.of(spec) if kind != "in-process" else None
     try:
-        if kind == "in-process":
+        if kind == "envab":
+            from flyexplore.run.envab import env_columns, run_passes
+
+            st = ab.setup
+            K = st.pairs
+            passes = writer.pass_rows()
+            work = [(c, d) for c, d in plan.pairs if (c.label, d) not in refusals
+                    and any((plan.op.name, c.label, d, a) not in done for a in plan.backends)]
+            have = sum(len(rows) for key, per in passes.items() for rows in per.values())
+            bar.total = len(refused) + max(len(work) * len(plan.backends) * K - have, 0)
+            bar.refresh()
+
+            def add_final(case, dtype, a, row):
+                row.update(env_columns(st, a))
+                write(row)
+
+            problems += run_passes(st, work, passes, first_pair=ab.pair, make_row=make_row,
+                                   add_passes=writer.add_passes, add_final=add_final, sampler=_sampler(device),
+                                   bar=bar, should_stop=should_stop, status=bar.set_postfix_str,
+                                   platform=env.platform, run_id=run_id)
+            ab.pair = None   # run_passes stopped it
+            writer.notes.extend(ab.notes)
+        elif kind == "in-process":
             inproc = {"worker": "in-process", "device_id": physical_device_id(device)}
             for (label, dtype), bks in by_case.items():
                 if should_stop is not None and should_stop():
@@ -266,13 +351,42 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
     except BaseException:
         bar.close()
         with contextlib.suppress(Exception):  # the first error is the one to report; rows stay journaled
-            writer.finish(writer.frame())
+            _finish(writer, spec, env.platform)
         raise
     bar.close()
-    result = writer.frame()
-    writer.finish(result)
+    result = _finish(writer, spec, env.platform)
     result.attrs[PROBLEMS_ATTR] = problems
     result.attrs[NOTES_ATTR] = list(getattr(plan, "notes", ())) + list(writer.notes)
+    return result
+
+
+def _sampler(device):
+    from flyexplore.measure.devstate import sampler_for
+
+    return sampler_for(device)
+
+
+def _finish(writer, spec: SweepSpec, platform: str | None) -> pd.DataFrame:
+    """The result frame, and the result file written from it -- unless an environment A/B's
+    journal still holds pass rows of cases missing a pass (stopped or interrupted): the journal
+    then stays for ``--resume`` and no file is written. Without an output file such rows are
+    combined over the passes that ran (each row's ``processes`` says how many)."""
+    if isinstance(writer, _Memory) and writer.pending():
+        from flyexplore.run.envab import env_columns  # noqa: F401 - rows carry their env already
+
+        final = {(r["case"], r["dtype"], r["backend"]) for r in writer.rows}
+        for (c, d), per in writer.passes.items():
+            arms = sorted({b for rows in per.values() for b in rows})
+            for b in arms:
+                if (c, d, b) in final:
+                    continue
+                rows = [per[k][b] for k in sorted(per) if b in per[k]]
+                row = combine(rows, spec.pairs_or_default, spec.band, platform, kind="pairs") if len(rows) > 1 \
+                    else dict(rows[0])
+                writer.add(row)
+    result = writer.frame()
+    if not (isinstance(writer, Journal) and writer.pending()):
+        writer.finish(result)
     return result
 
 

@@ -469,7 +469,7 @@ def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> No
 
 
 def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "flyexplore report",
-                 baseline: str | Sequence[str] = "aten", static: bool = True,
+                 baseline: str | Sequence[str] | None = None, static: bool = True,
                  formats: Iterable[str] = IMAGE_FORMATS, table_formats: Iterable[str] = ("csv", "md", "tex"),
                  published: bool | pd.DataFrame = False, peak_kind: str = "datasheet",
                  keep: Iterable[str] = (), sections: Sequence = ()) -> Path:
@@ -480,7 +480,8 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
     figure against ``baseline`` (one backend, or a list: the faster of them; past
     :data:`flyexplore.views.plot_style.BAR_MAX_CASES` cases the speedup distribution instead of
     one bar per case) with its geometric
-    means and, when a case parameter takes three or more values, a sweep figure; a roofline
+    means (``baseline`` None: :func:`flyexplore.results.table.default_baseline`, ``aten`` or an
+    environment A/B's baseline arm) and, when a case parameter takes three or more values, a sweep figure; a roofline
     and a % of peak table when the rows come from one device with known peaks
     (:mod:`flyexplore.results.peaks`); the published-vs-measured comparison when ``published`` is true
     (or a published result set); and the result table (every table of more than
@@ -502,6 +503,8 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
     check_writable(out, "report folder", folder=True)
     R.release_arrow_memory()
     df = R.normalize(df)
+    if baseline is None:   # aten, or an environment A/B's baseline arm (flash@0.13b)
+        baseline = R.default_baseline(df)
     R.check_backends(df, baseline)
     page = _Page(title)
     n_pub = int((df["source"] == "published").sum())

@@ -57,6 +57,11 @@ RELEVANT_ENV_VARS = (
     "TORCH_ROCM_FA_PREFER_CK",
     "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL",
     "COMPILE_ONLY",
+    "TORCH_BLAS_PREFER_HIPBLASLT",
+    "TORCH_BLAS_PREFER_CUBLASLT",
+    "PYTORCH_TUNABLEOP_ENABLED",
+    "PYTORCH_TUNABLEOP_TUNING",
+    "PYTORCH_TUNABLEOP_FILENAME",
 )
 
 
@@ -129,7 +134,9 @@ class Environment:
         return self.devices[0]
 
     def fingerprint(self) -> dict[str, str]:
-        """Columns every result row carries: device, arch, platform and versions.
+        """Columns every result row carries: device, arch, platform and versions, torch's git
+        version, the BLAS library torch prefers for GEMMs and TunableOp's state (on ROCm the two
+        decide which kernel ATen's baseline runs: :func:`blas_state`).
 
         ``env_id`` is a short hash of the rest, so rows from one environment group together.
         """
@@ -145,6 +152,9 @@ class Environment:
             "gpu_runtime": self.versions.get("hip") or self.versions.get("cuda") or "",
             "python": self.versions.get("python", ""),
             "host": self.host,
+            "torch_git": self.versions.get("torch_git", ""),
+            "blas_library": self.versions.get("blas", ""),
+            "tunableop": self.versions.get("tunableop", ""),
         }
         fp["env_id"] = hashlib.sha1(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:12]
         return fp
@@ -253,6 +263,33 @@ def resolve_target_arch(devices: tuple[Device, ...], platform: str,
     """
     environ = os.environ if environ is None else environ
     return R.torch_eager_arch(environ, devices[0].arch if platform == "rocm" and devices else None)
+
+
+def blas_state(torch, platform: str) -> dict[str, str]:
+    """What decides ATen's GEMM kernel besides the shape: ``blas``, the library torch prefers
+    (``torch.backends.cuda.preferred_blas_library()``: ``cublas``, ``cublaslt``, ``hipblaslt``,
+    ``ck``; set by ``TORCH_BLAS_PREFER_CUBLASLT`` / ``TORCH_BLAS_PREFER_HIPBLASLT`` when torch
+    starts, or by that function) -- on the CPU the CPU BLAS torch was built with (``cpu: mkl`` or
+    ``cpu: other``) -- and ``tunableop``: ``off``, or ``on`` with ``tuning`` / ``no tuning`` (TunableOp,
+    ``PYTORCH_TUNABLEOP_ENABLED``, ``torch.cuda.tunable``: it picks among the BLAS library's
+    solutions per shape, torch/cuda/tunable.py). Reading them creates no GPU context; a build
+    without them reads ``unknown``."""
+    out = {"blas": "unknown", "tunableop": "unknown"}
+    try:
+        if platform == "cpu":
+            out["blas"] = "cpu: mkl" if torch.backends.mkl.is_available() else "cpu: other"
+        else:
+            out["blas"] = str(torch.backends.cuda.preferred_blas_library()).rsplit(".", 1)[-1].lower()
+    except Exception:  # noqa: BLE001 - an older or partial build
+        pass
+    try:
+        import torch.cuda.tunable as tunable
+
+        out["tunableop"] = (("on, tuning" if tunable.tuning_is_enabled() else "on, no tuning")
+                            if tunable.is_enabled() else "off")
+    except Exception:  # noqa: BLE001
+        pass
+    return out
 
 
 def _torch_series(torch_version: str) -> str:
@@ -509,6 +546,8 @@ def collect(refresh: bool = False, environ: dict[str, str] | None = None) -> Env
         "aotriton": aotriton_version(),
         "hip": getattr(torch.version, "hip", None) or "",
         "cuda": getattr(torch.version, "cuda", None) or "",
+        "torch_git": str(getattr(torch.version, "git_version", "") or ""),
+        **blas_state(torch, plat),
     }
     versions["flyexplore"] = __version__
     arch, src = resolve_target_arch(devs, plat, environ)

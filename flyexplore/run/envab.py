@@ -1,0 +1,845 @@
+"""An environment A/B: the arms of each case -- a backend in an environment, ``flash@0.13b`` --
+timed round by round across worker processes of two or more environments on one device, the
+workers taking turns, so that what the device does over time (its clock under the power limit,
+its temperature) is shared by every arm and cancels in the paired ratio.
+
+Why: the A/Bs users need are between builds (AOTriton 0.13b vs 0.14.2b is two torch builds;
+torch A vs B; flydsl versions; ``TORCH_BLAS_PREFER_HIPBLASLT`` or TunableOp, read when torch
+starts), and two separate runs on a GPU differ by more than the effect: on an H200 the same GEMM
+read 1.9-3.1% apart in two processes run one after the other, seconds apart, while two processes
+taking turns round by round read it within 0.03-0.43% for calls of 40 µs or more (issue 32).
+Prior art alternates whole processes (Chromium Pinpoint's pairwise A/B, asv continuous's
+``--interleave-rounds``, torch.utils.benchmark's ``examples/end_to_end.py``); here the rounds
+alternate inside one clock regime.
+
+How (:func:`run_passes`, called by :func:`flyexplore.run.sweep.run_sweep` for a
+:class:`~flyexplore.run.spec.SweepSpec` with ``envs``):
+
+- **One worker per environment** (:class:`EnvWorker`): ``python -m flyexplore.run.envworker`` with
+  that environment's interpreter and variables (:mod:`flyexplore.run.envs`), pinned to the A/B's
+  one GPU. It imports only what measuring needs and reports its environment at start (torch and
+  its git version, HIP/CUDA, Triton, AOTriton, flydsl, the BLAS library, TunableOp, the variables
+  that differ); the driver prints it and every row carries it.
+- **A case** (:func:`run_case`): each environment builds it in turn from the same seed (the base
+  environment first; the digests of the inputs must agree, and each output is compared with the
+  base environment's); then warm-up turns, then timed rounds: in each round every environment
+  takes one turn, in rotated order (A B, B A, ...), and only the worker whose turn it is has work
+  queued (each answers after a device synchronize). In its turn a worker makes one untimed call,
+  then times its arms as an in-process interleaved round (event-gated on a GPU, the cache flushed
+  before each call; :class:`flyexplore.measure.interleaved.RoundRunner`). The driver reads the
+  clock once per round (NVML/amdsmi, no GPU context of its own), takes each speedup over paired
+  rounds and stops by the sweep's own sequential rule
+  (:func:`flyexplore.measure.interleaved.sequential_rounds`: labels decided at 99%, medians
+  within +-1%, the same time caps per arm). A worker's arms are taken against the same backend
+  in the base environment (``flash@B`` against ``flash@A``), else against the A/B's baseline arm.
+- **Fresh pairs** (``pairs``, default :data:`PAIRS`): the plan runs ``K`` times, each pass with
+  newly started workers and the case order rotated; each pass's rows are journaled as its case
+  finishes (:meth:`flyexplore.run.journal.Journal.add_passes`), and a row is combined over the
+  passes (:func:`flyexplore.run.processes.combine`, ``kind="pairs"``) when its last pass is in:
+  the speedup's interval is the 95% interval of the mean over the pairs (each pair paired round
+  by round; a per-process offset of short calls is in it), the time's a prediction interval of
+  another run as ``--processes`` gives. A resume goes on with the passes still missing.
+- **Faults**: a worker that dies or hangs gives its environment's arms ``crashed``/``timeout``
+  rows (exit code or signal, its last stderr lines) and the case's other arms the same status,
+  saying which environment cut the case short (so the case has no ratio, and ``--retry-failed``
+  runs it again); the pair is replaced by a fresh one and the A/B goes on. A GPU in
+  exclusive-process compute mode refuses a second context: said in one line before anything
+  starts (:func:`exclusive_mode`).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from flyexplore.errors import UsageError
+from flyexplore.measure import interleaved as IL
+from flyexplore.measure import modes
+from flyexplore.measure import stats as S
+from flyexplore.measure.devstate import case_columns
+from flyexplore.measure.timing import KernelTime, Measurement
+from flyexplore.results import table as R
+from flyexplore.run import build as B
+from flyexplore.run.engine import CASE_TIMEOUT_S, START_ATTEMPTS, STICKY_ERRORS, WORKER_START_TIMEOUT_S
+from flyexplore.run.envs import PAIRS, Env, driver_package, extra_paths_for, worker_environ  # noqa: F401 - PAIRS: re-exported
+from flyexplore.run.envworker import Reader, send
+from flyexplore.run.processes import combine, rotated
+
+#: Lines of a dead worker's stderr kept in its ``crashed`` rows.
+STDERR_LINES = 5
+#: Longest single wait of the driver for a worker's answer, s (every wait is bounded).
+POLL_S = 1.0
+#: Seconds a worker gets to exit after ``stop`` before it is killed.
+STOP_S = 5.0
+
+_clock = time.monotonic
+
+
+class WorkerDied(Exception):
+    """A worker's process ended (or closed its pipe) while the driver waited for it."""
+
+
+class WorkerHung(Exception):
+    """A worker did not answer before its deadline."""
+
+
+class WorkerFailed(Exception):
+    """A worker answered a command with an error (``oom``: out of memory)."""
+
+    def __init__(self, text: str, oom: bool = False):
+        super().__init__(text)
+        self.text, self.oom = text, oom
+
+
+def exclusive_mode(device) -> str | None:
+    """Why the GPU of ``device`` cannot hold two environments' workers, or None: on NVIDIA, an
+    exclusive-process compute mode (NVML ``nvmlDeviceGetComputeMode``; ``nvidia-smi -c``) refuses
+    a second process's context. Never raises (None where NVML cannot be read; ROCm has no such
+    mode)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda" or getattr(torch.version, "hip", None):
+        return None
+    try:
+        import pynvml
+
+        from flyexplore.measure.devstate import _nvml_handle
+
+        props = torch.cuda.get_device_properties(dev.index or 0)
+        pynvml.nvmlInit()
+        try:
+            h = _nvml_handle(pynvml, getattr(props, "uuid", None), dev.index or 0)
+            mode = pynvml.nvmlDeviceGetComputeMode(h)
+            excl = getattr(pynvml, "NVML_COMPUTEMODE_EXCLUSIVE_PROCESS", 3)
+            prohibited = getattr(pynvml, "NVML_COMPUTEMODE_PROHIBITED", 2)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no NVML: the workers' start tells
+        return None
+    if mode == excl:
+        return (f"GPU {device} is in exclusive-process compute mode (nvidia-smi -c EXCLUSIVE_PROCESS): it refuses a "
+                "second process's context, and an environment A/B runs one worker per environment on it; ask for "
+                "the DEFAULT compute mode, or compare two separate sweeps (flyexplore compare)")
+    if mode == prohibited:
+        return f"GPU {device} is in prohibited compute mode: no process may create a context on it"
+    return None
+
+
+def _busy_text(text: str) -> bool:
+    t = text.lower()
+    return "busy or unavailable" in t or "exclusive" in t
+
+
+def _exit_text(code) -> str:
+    if code is None:
+        return "no exit code"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def shared_cpus() -> str:
+    """The CPU every worker of a CPU A/B runs on (text for ``envworker --cpus``): the last of the
+    CPUs this process may use, so that the workers taking turns share one core's state as GPU
+    workers share the device's (two processes left to the scheduler sit on two cores of a shared
+    machine, whose speeds differ by a few percent for minutes); '' where affinity cannot be read."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return ""
+    return str(cpus[-1]) if len(cpus) > 1 else ""
+
+
+class EnvWorker:
+    """One environment's worker process, seen from the driver: started with the environment's
+    interpreter and variables (:func:`flyexplore.run.envs.worker_environ`), talked to over two
+    pipes (:func:`flyexplore.run.envworker.send` / :class:`~flyexplore.run.envworker.Reader`),
+    its stderr in a log file whose last lines a ``crashed`` row quotes. ``label``: the pair it
+    belongs to (``pair2``)."""
+
+    def __init__(self, env: Env, device: str, pin: dict, worker_code: str, extra_paths, log_dir: str,
+                 label: str):
+        self.env, self.device, self.pin, self.worker_code = env, device, pin, worker_code
+        self.extra_paths, self.log_dir, self.label = tuple(extra_paths), log_dir, label
+        self.proc: subprocess.Popen | None = None
+        self.reader: Reader | None = None
+        self.cmd_fd: int | None = None
+        self.log_path = os.path.join(log_dir, f"{label}-{env.name}.log")
+        self.info: dict | None = None
+        self.pending: list[dict] = []
+        self.cpus = shared_cpus() if device == "cpu" else ""
+
+    @property
+    def name(self) -> str:
+        return self.env.name
+
+    def start(self) -> None:
+        """Start the process (without waiting for its hello: :meth:`hello`)."""
+        c_in, d_out = os.pipe()   # driver -> worker
+        d_in, c_out = os.pipe()   # worker -> driver
+        log = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(
+                [self.env.interpreter, "-m", "flyexplore.run.envworker", "--in", str(c_in), "--out", str(c_out),
+                 "--name", self.env.name, "--device", self.device, "--cpus", self.cpus],
+                env=worker_environ(self.env, self.worker_code, self.extra_paths, self.pin),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(c_in, c_out), start_new_session=True)
+        except OSError:
+            for fd in (c_in, d_out, d_in, c_out):
+                os.close(fd)
+            raise
+        finally:
+            log.close()
+        os.close(c_in)
+        os.close(c_out)
+        self.cmd_fd, self.reader, self.pending, self.info = d_out, Reader(d_in), [], None
+
+    def tail(self, n: int = STDERR_LINES) -> str:
+        """The last ``n`` non-empty lines of the worker's stderr, joined with `` | ``."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - 16384))
+                lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return ""
+        return " | ".join(lines[-n:])[:1500]
+
+    def exit_text(self) -> str:
+        code = self.proc.poll() if self.proc is not None else None
+        return _exit_text(code)
+
+    def _next(self, deadline: float) -> dict:
+        """The next message, waiting until ``deadline`` (driver clock, s) at most."""
+        while True:
+            if self.pending:
+                return self.pending.pop(0)
+            got = self.reader.read()
+            if got:
+                self.pending += got
+                continue
+            if self.reader.eof or self.proc.poll() is not None:
+                got = self.reader.read()
+                if got:
+                    self.pending += got
+                    continue
+                raise WorkerDied(self.exit_text())
+            left = deadline - _clock()
+            if left <= 0:
+                raise WorkerHung()
+            with contextlib.suppress(OSError, ValueError):
+                select.select([self.reader.fd], [], [], min(POLL_S, left))
+
+    def hello(self, deadline: float) -> dict:
+        """Wait for the worker's hello (until ``deadline``); its ``fatal`` answer raises
+        :class:`WorkerFailed`."""
+        msg = self._next(deadline)
+        if msg.get("kind") == "fatal":
+            raise WorkerFailed(str(msg.get("error")))
+        if msg.get("kind") != "hello":
+            raise WorkerFailed(f"sent {msg.get('kind')!r} before its hello")
+        self.info = msg
+        return msg
+
+    def request(self, msg: dict, deadline: float) -> dict:
+        """Send one command and wait for its answer until ``deadline``. Raises
+        :class:`WorkerDied`, :class:`WorkerHung` or :class:`WorkerFailed` (the command raised)."""
+        try:
+            send(self.cmd_fd, msg)
+        except (BrokenPipeError, OSError):
+            raise WorkerDied(self.exit_text()) from None
+        got = self._next(deadline)
+        if got.get("kind") == "error":
+            raise WorkerFailed(str(got.get("error")), bool(got.get("oom")))
+        return got
+
+    def stop(self) -> None:
+        """Ask the worker to exit; kill its process group after :data:`STOP_S`."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                send(self.cmd_fd, {"cmd": "stop"})
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(STOP_S)
+        self.kill()
+
+    def kill(self) -> None:
+        """Kill the worker's process group (its compile subprocesses too) and close its pipes."""
+        p = self.proc
+        if p is None:
+            return
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(10)
+        for fd in (self.cmd_fd, self.reader.fd if self.reader else None):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.proc, self.cmd_fd, self.reader = None, None, None
+
+
+@dataclass
+class Setup:
+    """What every case of one A/B needs (:meth:`of` a spec): the operator and its reference
+    for the workers, the environments, each environment's backends, the baseline arm, the seed,
+    trace, band, timer keywords and effective mode, the device, the number of pairs, the limits,
+    how workers find flyexplore, and where their logs go."""
+
+    op: Any
+    op_ref: str
+    envs: tuple
+    arms: dict            # env name -> tuple of backend names
+    base_arm: str
+    seed: int
+    trace: bool
+    band: float
+    timer: dict           # measure_interleaved's keywords (interleaved_kwargs)
+    how: str
+    device: Any           # torch.device of the driver (cuda:N or cpu)
+    worker_device: str    # the device a worker sees (cuda:0 when pinned, or cpu)
+    pin: dict
+    pairs: int
+    case_timeout: float
+    start_timeout: float
+    worker_code: str
+    extra_paths: tuple
+    log_dir: str = ""
+    hellos: dict = field(default_factory=dict)
+
+    @property
+    def gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def base_env(self) -> str:
+        return R.split_arm(self.base_arm)[1]
+
+    def arm_names(self) -> list[str]:
+        return [R.arm_name(b, e.name) for e in self.envs for b in self.arms[e.name]]
+
+
+class Pair:
+    """The workers of one pass: one per environment, started together."""
+
+    def __init__(self, st: Setup, label: str):
+        self.st, self.label = st, label
+        self.workers = [EnvWorker(e, st.worker_device, st.pin, st.worker_code, st.extra_paths, st.log_dir, label)
+                        for e in st.envs]
+
+    def start(self) -> None:
+        """Start every worker, then wait for each hello (the starts overlap). Raises
+        :class:`UsageError` naming the environment whose worker did not start, and why (the
+        others are stopped)."""
+        try:
+            for w in self.workers:
+                w.start()
+            deadline = _clock() + self.st.start_timeout
+            for w in self.workers:
+                try:
+                    info = w.hello(deadline)
+                except WorkerFailed as exc:
+                    raise UsageError(self._why(w, f"raised {exc.text}")) from None
+                except WorkerDied as exc:
+                    raise UsageError(self._why(w, f"died ({exc}){': ' + w.tail() if w.tail() else ''}")) from None
+                except WorkerHung:
+                    raise UsageError(self._why(w, f"not ready within --worker-start-timeout {self.st.start_timeout:g} s"))
+                self._check(w, info)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _why(self, w: EnvWorker, what: str) -> str:
+        if _busy_text(what) and self.st.gpu:
+            excl = exclusive_mode(self.st.device)
+            if excl:
+                return excl
+            return (f"env {w.name!r} ({w.env.interpreter}): its worker could not create a context on GPU "
+                    f"{self.st.device} ({what[:300]}): is the GPU in exclusive-process mode, or held by another job?")
+        return f"env {w.name!r} ({w.env.interpreter}): its worker {what[:600]}"
+
+    def _check(self, w: EnvWorker, info: dict) -> None:
+        from flyexplore._version import __version__
+
+        fx = info.get("flyexplore") or {}
+        if self.st.worker_code == "driver" and fx.get("file") != driver_package():
+            raise UsageError(f"env {w.name!r}: its worker imported flyexplore from {fx.get('file')}, not the "
+                             f"driver's {driver_package()}")
+        if fx.get("version") != __version__:
+            raise UsageError(f"env {w.name!r}: its worker runs flyexplore {fx.get('version')}, the driver "
+                             f"{__version__}: install the same version there, or use --worker-code driver")
+        self.st.hellos[w.name] = info
+
+    def stop(self) -> None:
+        for w in self.workers:
+            w.stop()
+
+
+# -- one case ---------------------------------------------------------------------------------------
+
+def baselines_of(st: Setup, ok: list[str]) -> tuple[str | None, dict]:
+    """``(base arm, {arm: the arm its speedup is taken against, or None})`` over the arms that
+    built (``ok``): an arm of another environment against the same backend in the base
+    environment where that built, else against the base arm (the spec's, or the first arm of the
+    base environment that built, or the first that built)."""
+    if not ok:
+        return None, {}
+    base_env = st.base_env
+    if st.base_arm in ok:
+        base = st.base_arm
+    else:
+        base = next((a for a in ok if R.split_arm(a)[1] == base_env), ok[0])
+    out = {}
+    for a in ok:
+        b, e = R.split_arm(a)
+        if a == base:
+            out[a] = None
+        elif e != base_env and R.arm_name(b, base_env) in ok:
+            out[a] = R.arm_name(b, base_env)
+        else:
+            out[a] = base
+    return base, out
+
+
+class _Turns:
+    """The round source of :func:`flyexplore.measure.interleaved.sequential_rounds` for an A/B:
+    each round, every timing worker takes one turn, in rotated order."""
+
+    def __init__(self, workers: list, st: Setup, sampler, calls: int, deadline: float):
+        self.workers, self.st, self.sampler, self.calls, self.deadline = workers, st, sampler, calls, deadline
+        self.how = st.how
+
+    def run(self, n_rounds: int, first: int) -> IL.Chunk:
+        rounds: dict = {}
+        events: dict = {}
+        clocks = []
+        for r in range(n_rounds):
+            clocks.append(self.sampler.clock_mhz())
+            k0 = (first + r) % len(self.workers)
+            for w in self.workers[k0:] + self.workers[:k0]:
+                got = _request(w, {"cmd": "turn", "round": first + r, "calls": self.calls}, self.deadline)
+                for b, times in got["rounds"].items():
+                    a = R.arm_name(b, w.name)
+                    rounds.setdefault(a, []).append(times)
+                    events.setdefault(a, []).extend(got.get("events", {}).get(b, []))
+        return IL.Chunk(rounds, events, {}, clocks)
+
+
+def _arm_rows_failed(st: Setup, arms: list[str], status: str, message: str) -> dict:
+    return {a: {"status": status, "message": message} for a in arms}
+
+
+def run_case(pair: Pair, case, dtype: str, st: Setup, sampler, clock: Callable[[], float] = time.perf_counter
+             ) -> tuple[dict, bool]:
+    """Run one case of the A/B on ``pair``'s workers (see the module text); returns
+    ``({arm: row columns}, retire)`` -- ``retire``: the pair must be replaced (a worker died,
+    hung or saw a sticky device error). Never raises for a worker's fault (it becomes rows);
+    ``KeyboardInterrupt`` propagates."""
+    deadline = _clock() + st.case_timeout if st.case_timeout > 0 else math.inf
+    all_arms = st.arm_names()
+    rows: dict[str, dict] = {}
+    by_env = {w.name: w for w in pair.workers}
+    order = [by_env[st.base_env]] + [w for w in pair.workers if w.name != st.base_env]
+    save_dir = tempfile.mkdtemp(prefix="case-", dir=st.log_dir)
+    try:
+        return _run_case(pair, order, case, dtype, st, sampler, clock, deadline, all_arms, rows, save_dir)
+    except (WorkerDied, WorkerHung) as exc:
+        w = getattr(exc, "worker", None)
+        who = w.name if w is not None else "?"
+        if isinstance(exc, WorkerHung):
+            status = "timeout"
+            own = (f"case ran past --case-timeout {st.case_timeout:g} s (compile included) in env {who!r}; the "
+                   "workers were killed and a fresh pair started")
+            other = f"not measured to the end: env {who!r}'s worker hung past --case-timeout {st.case_timeout:g} s"
+        else:
+            tail = w.tail() if w is not None else ""
+            status = "crashed"
+            own = f"worker of env {who!r} crashed ({exc}) in this case" + (f"; last stderr: {tail}" if tail else "")
+            other = f"not measured to the end: the worker of env {who!r} crashed ({exc}); no ratio"
+        mine = [R.arm_name(b, who) for b in st.arms.get(who, ())]
+        out = {a: {"status": status, "message": own if a in mine else other} for a in all_arms}
+        return out, True
+    finally:
+        shutil.rmtree(save_dir, ignore_errors=True)
+
+
+def _request(w: EnvWorker, msg: dict, deadline: float) -> dict:
+    """``w.request``, the worker attached to what it raises (``exc.worker``)."""
+    try:
+        return w.request(msg, deadline)
+    except (WorkerDied, WorkerHung, WorkerFailed) as exc:
+        exc.worker = w
+        raise
+
+
+def _run_case(pair, order, case, dtype, st: Setup, sampler, clock, deadline, all_arms, rows, save_dir):
+    op = st.op
+    base_env = st.base_env
+    built: dict[str, dict] = {}
+    digests: dict[str, str | None] = {}
+    flush_b = 0
+    retire = False
+    base_backends = st.arms[base_env]
+    base_backend = R.split_arm(st.base_arm)[0]
+    for w in order:
+        msg = {"cmd": "case", "op": st.op_ref, "case": case.label, "dtype": dtype, "backends": list(st.arms[w.name]),
+               "seed": st.seed, "trace": st.trace, "how": st.how}
+        if w.name == base_env:
+            msg["save_dir"] = save_dir
+        elif digests.get(base_env):
+            msg["base_dir"] = save_dir
+            msg["compare"] = {b: (b if b in base_backends else base_backend) for b in st.arms[w.name]}
+        try:
+            got = _request(w, msg, deadline)
+        except WorkerFailed as exc:   # the case command itself raised: every arm of this env
+            for b in st.arms[w.name]:
+                rows[R.arm_name(b, w.name)] = {"status": "oom" if exc.oom else "error", "message": exc.text}
+            retire = retire or any(s in exc.text.lower() for s in STICKY_ERRORS)
+            continue
+        digests[w.name] = got.get("digest")
+        flush_b = max(flush_b, int(got.get("flush_bytes") or 0))
+        for b, cols in got["arms"].items():
+            a = R.arm_name(b, w.name)
+            if cols.get("status") == "ok":
+                built[a] = {**cols, "env": w.name, "backend": b}
+            else:
+                rows[a] = {"status": cols.get("status"), "message": cols.get("message")}
+    ok = [a for a in all_arms if a in built]
+    base, baselines = baselines_of(st, ok)
+    timing = [w for w in pair.workers if any(R.split_arm(a)[1] == w.name for a in ok)]
+    for w in pair.workers:
+        if w not in timing:
+            with contextlib.suppress(WorkerFailed):
+                _request(w, {"cmd": "drop"}, deadline)
+    if not ok:
+        return rows, retire
+    t = st.timer
+    limits = IL.Limits.of(len(ok), st.gpu, budget_s=t.get("budget_s"), precision_cap_s=t.get("precision_cap_s"),
+                          label_cap_s=t.get("label_cap_s"))
+    kind = "cuda" if st.gpu else "cpu"
+    warmup_ms = IL.WARMUP_MS[kind] if t.get("warmup_ms") is None else float(t["warmup_ms"])
+    warmup_rounds = t.get("warmup_rounds")
+    calls = t.get("calls_per_round")
+    k_warm = calls or 2
+    failed_env = None
+    try:
+        t_start = clock()
+        state_start = sampler.sample()
+        w0 = clock()
+        warm: dict[str, list] = {a: [] for a in ok}
+        nwarm = 0
+        while warmup_rounds != 0:
+            k0 = nwarm % len(timing)
+            for w in timing[k0:] + timing[:k0]:
+                failed_env = w.name
+                got = _request(w, {"cmd": "warm", "calls": k_warm}, deadline)
+                for b, v in got["times"].items():
+                    warm[R.arm_name(b, w.name)].extend(v)
+            failed_env = None
+            nwarm += 1
+            if warmup_rounds is not None:
+                if nwarm >= warmup_rounds:
+                    break
+            elif (clock() - w0) * 1e3 >= warmup_ms or nwarm >= 1000:
+                break
+        per_call = {a: (float(sorted(v)[len(v) // 2]) if v else None) for a, v in warm.items()}
+        if calls is None:
+            slowest = max((v for v in per_call.values() if v), default=0.0)
+            calls = (IL.CALLS_PER_ROUND if not slowest or slowest <= 0 else
+                     int(min(IL.CALLS_PER_ROUND, max(1, IL.BLOCK_MS[kind] // slowest))))
+        source = _Turns(timing, st, sampler, int(calls), deadline)
+        out = IL.sequential_rounds(source, baselines, band=st.band, target=t.get("target", IL.CI_TARGET),
+                                   min_rounds=t.get("min_rounds", IL.MIN_ROUNDS),
+                                   max_rounds=t.get("max_rounds", IL.MAX_ROUNDS), limits=limits, clock=clock,
+                                   t_start=t_start)
+        t_rounds = clock()
+        state_end = sampler.sample()
+        fin: dict[str, dict] = {}
+        profile_s = 0.0
+        for w in timing:
+            failed_env = w.name
+            got = _request(w, {"cmd": "finish", "profile": st.how == "event-gated", "calls": int(calls),
+                               "round": out.n}, deadline)
+            profile_s += float(got.get("profile_s") or 0.0)
+            for b, cols in got["arms"].items():
+                fin[R.arm_name(b, w.name)] = cols
+        failed_env = None
+        # as an in-process case's wall_s: warm-up, rounds and the profiled round (not the recheck)
+        wall = (t_rounds - t_start) + profile_s
+    except WorkerFailed as exc:
+        who = getattr(getattr(exc, "worker", None), "name", None) or failed_env or "?"
+        for a in ok:
+            mine = R.split_arm(a)[1] == who
+            rows[a] = {"status": "oom" if exc.oom and mine else "error",
+                       "message": exc.text if mine else f"not measured to the end: env {who!r} raised {exc.text}"}
+        for w in timing:
+            with contextlib.suppress(WorkerFailed, WorkerDied, WorkerHung):
+                w.request({"cmd": "drop"}, min(deadline, _clock() + 60))
+        return rows, True if any(s in exc.text.lower() for s in STICKY_ERRORS) or exc.oom else retire
+    base_digest = digests.get(base_env)
+    for a in ok:
+        b, e = R.split_arm(a)
+        info = built[a]
+        f = fin.get(a, {})
+        kts = tuple(KernelTime(str(k[0]), float(k[1]), float(k[2])) for k in f.get("kernels") or ())
+        rr = tuple(tuple(r) for r in out.rounds[a])
+        m = Measurement(tuple(x for r in rr for x in r), st.how,
+                        per_call_ms=per_call[a] if st.how == "event-gated" else None, flush_bytes=flush_b,
+                        warmup=nwarm * k_warm, kernels=kts, notes=(), rounds=rr, order="interleaved")
+        cols = B.ok_row(op, case, dtype, b, op.get_backend(b).source, m, float(info["first_call_ms"]),
+                        dict(info.get("errs") or {}), f.get("trace"))
+        cols.update(case_columns(state_start, state_end, list(out.round_clocks),
+                                 getattr(sampler, "max_clock_mhz", None), list(S.round_values(m.rounds))))
+        cols.update(device_id=getattr(sampler, "device_id", None) or (st.hellos.get(e) or {}).get("device_id"),
+                    converged=out.stop_reason == "target", ci_target=t.get("target", IL.CI_TARGET), wall_s=wall,
+                    verdict_s=out.verdict_s if len(ok) > 1 else None, stop_reason=out.stop_reason, band=st.band,
+                    baseline=base,
+                    round_clock_mhz=json.dumps(out.round_clocks) if any(c is not None for c in out.round_clocks) else None)
+        if baselines.get(a) is not None:
+            est, lo, hi = S.paired_ratio(out.rounds[baselines[a]], out.rounds[a])
+            cols.update(speedup=est, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, st.band),
+                        baseline=baselines[a])
+        if out.stop_reason != "target":
+            B.note(cols, B.unconverged(out.n, t.get("target", IL.CI_TARGET), out.stop_reason))
+        for k in ("recheck_ok",):
+            if k in f:
+                cols[k] = f[k]
+        if f.get("accuracy_ok") is False:
+            cols["accuracy_ok"] = False
+        if f.get("message"):
+            B.note(cols, f["message"])
+        dg = digests.get(e)
+        cols["inputs_digest"] = dg
+        if e != base_env:
+            if base_digest and dg and dg != base_digest:
+                B.note(cols, f"inputs differ from env {base_env!r}'s (digest {dg} vs {base_digest}: the two torch "
+                             "builds' random generators differ); outputs not compared")
+            else:
+                for k in ("cross_env_err_rel", "cross_env_ok", "cross_env_note"):
+                    if k in info:
+                        cols[k] = info[k]
+                if info.get("cross_env_ok") is False:
+                    B.note(cols, f"output differs from env {base_env!r}'s by {info.get('cross_env_err_rel'):.3g} "
+                                 "(relative), past twice the dtype's tolerance")
+        rows[a] = cols
+    return rows, retire
+
+
+def env_columns(st: Setup, arm: str) -> dict:
+    """The columns a row of ``arm`` gets from its environment: ``env``, ``env_python``,
+    ``env_changes`` (JSON)."""
+    e = next(x for x in st.envs if x.name == R.split_arm(arm)[1])
+    hello = st.hellos.get(e.name) or {}
+    return {"env": e.name, "env_python": hello.get("executable") or e.interpreter,
+            "env_changes": json.dumps(dict(e.changes), sort_keys=True)}
+
+
+def env_report(st: Setup) -> list[str]:
+    """What each environment's worker reported at start, one line each, and the variables the
+    environments change: torch (with its git version), HIP/CUDA, Triton, AOTriton, flydsl, the
+    BLAS library, TunableOp, the interpreter and which flyexplore."""
+    out = []
+    for e in st.envs:
+        h = st.hellos.get(e.name) or {}
+        v = h.get("versions") or {}
+        runtime = f"HIP {v['hip']}" if v.get("hip") else f"CUDA {v.get('cuda')}" if v.get("cuda") else "no GPU runtime"
+        out.append(f"env {e.name}: python {h.get('python')} ({h.get('executable') or e.interpreter}); torch "
+                   f"{v.get('torch')} (git {str(v.get('torch_git') or '?')[:10]}), {runtime}, triton {v.get('triton')}, "
+                   f"aotriton {v.get('aotriton')}, flydsl {v.get('flydsl')}, blas {v.get('blas')}, tunableop "
+                   f"{v.get('tunableop')}; changes: {e.changes_text()}; flyexplore {((h.get('flyexplore') or {}).get('version'))}"
+                   f" from {'the driver' if st.worker_code == 'driver' else 'the environment'}")
+    return out
+
+
+def check_hellos_differ(st: Setup) -> list[str]:
+    """Notes on environments that report the same versions and variables (an A/A, or an env
+    change torch does not read): nothing wrong, said once."""
+    seen: dict[str, str] = {}
+    notes = []
+    for e in st.envs:
+        h = st.hellos.get(e.name) or {}
+        key = json.dumps([h.get("versions"), h.get("env_vars")], sort_keys=True)
+        if key in seen:
+            notes.append(f"env {e.name!r} reports the same versions and path variables as env {seen[key]!r}")
+        else:
+            seen[key] = e.name
+    return notes
+
+
+# -- passes of fresh pairs ----------------------------------------------------------------------------
+
+def run_passes(st: Setup, work: list, pass_rows: dict, *, first_pair: Pair | None, make_row: Callable,
+               add_passes: Callable, add_final: Callable, sampler, bar, should_stop=None, status=None,
+               platform: str | None = None, run_id: str = "", clock=time.perf_counter) -> list[str]:
+    """Run the A/B's passes (see the module text): ``work``, the plan's ``(case, dtype)`` in
+    order whose arms are not all final; ``pass_rows``: ``{(case label, dtype): {pass: {arm: row}}}``
+    already journaled (a resume's). For each pass ``k`` of ``st.pairs`` the cases missing pass
+    ``k`` run in the order rotated by ``k`` on a pair of fresh workers (``first_pair``: already
+    started, used for the first pass that runs); ``make_row(case, dtype, arm, cols, info)`` makes a
+    full row, ``add_passes([(k, row), ...])`` journals a case's pass rows (one transaction) and
+    ``add_final(case, dtype, arm, row)`` writes a combined row once a case has every pass.
+    ``should_stop()`` is read between cases. Returns the problems (one line each: a pair that
+    could not start; its cases got ``crashed`` rows). Workers are stopped on any exit."""
+    K = st.pairs
+    problems: list[str] = []
+    arms = st.arm_names()
+    have = {key: dict(v) for key, v in pass_rows.items()}
+    pair = first_pair
+    used_first = False
+
+    def complete(key) -> bool:
+        got = have.get(key, {})
+        return all(k in got and all(a in got[k] for a in arms) for k in range(K))
+
+    def finalize(case, dtype, key) -> None:
+        got = have.get(key, {})
+        for a in arms:
+            rows = [got[k][a] for k in sorted(got) if a in got[k]]
+            if not rows:
+                continue
+            row = combine(rows, K, st.band, platform, kind="pairs") if len(rows) > 1 or K > 1 else dict(rows[0])
+            row["run_id"] = run_id or row.get("run_id")
+            add_final(case, dtype, a, row)
+
+    try:
+        for key in [(c.label, d) for c, d in work]:
+            if complete(key):
+                c, d = next((c, d) for c, d in work if (c.label, d) == key)
+                finalize(c, d, key)
+        for k in range(K):
+            todo = [(c, d) for c, d in rotated(work, K, k)
+                    if not (k in have.get((c.label, d), {}) and all(a in have[(c.label, d)][k] for a in arms))]
+            if not todo:
+                continue
+            if should_stop is not None and should_stop():
+                break
+            if pair is None or used_first:
+                pair = _fresh_pair(st, f"pair{k + 1}", problems, todo, k, make_row, add_passes, have)
+                if pair is None:
+                    break
+            used_first = True
+            _set_desc(bar, k, K)
+            for n, (case, dtype) in enumerate(todo):
+                if should_stop is not None and should_stop():
+                    return problems
+                if status is not None:
+                    status(f"{case.label} {dtype} (pair {k + 1}/{K})")
+                got, retire = run_case(pair, case, dtype, st, sampler, clock)
+                infos = {w.name: w.info or {} for w in pair.workers}
+                rows = []
+                for a in arms:
+                    e = R.split_arm(a)[1]
+                    cols = {**got.get(a, {"status": "error", "message": "no row came back"}), **env_columns(st, a)}
+                    rows.append((k, make_row(case, dtype, a, cols, _info(infos.get(e), pair.label, e))))
+                add_passes(rows)
+                if bar is not None:
+                    bar.update(len(rows))
+                have.setdefault((case.label, dtype), {})[k] = {r["backend"]: r for _, r in rows}
+                if complete((case.label, dtype)):
+                    finalize(case, dtype, (case.label, dtype))
+                if retire and n + 1 < len(todo):
+                    pair.stop()
+                    pair = _fresh_pair(st, f"pair{k + 1}r{n + 1}", problems, todo[n + 1:], k, make_row,
+                                       add_passes, have)
+                    if pair is None:
+                        break
+            if pair is not None:
+                pair.stop()
+            pair = None
+    finally:
+        if pair is not None:
+            pair.stop()
+        if first_pair is not None and first_pair is not pair:
+            first_pair.stop()
+    return problems
+
+
+def _info(hello: dict | None, label: str, env: str) -> dict:
+    h = hello or {}
+    return {"worker": f"{label}/{env}/pid{h.get('pid')}", "device_id": h.get("device_id"),
+            "fp": h.get("fingerprint")}
+
+
+def _set_desc(bar, k: int, K: int) -> None:
+    if bar is None:
+        return
+    base = str(getattr(bar, "desc", "") or "A/B").split(" (pair")[0]
+    bar.set_description(f"{base} (pair {k + 1}/{K})")
+
+
+def _fresh_pair(st: Setup, label: str, problems: list, todo: list, k: int, make_row, add_passes, have) -> Pair | None:
+    """A newly started pair, trying :data:`flyexplore.run.engine.START_ATTEMPTS` times; when none
+    starts, ``todo``'s cases get ``crashed`` pass rows saying why, a line goes to ``problems`` and
+    None is returned."""
+    why = ""
+    for attempt in range(START_ATTEMPTS):
+        p = Pair(st, label if not attempt else f"{label}a{attempt + 1}")
+        try:
+            p.start()
+            return p
+        except UsageError as exc:
+            why = str(exc)
+    msg = f"not run: no pair of workers could start ({START_ATTEMPTS} attempts; last: {why})"
+    for case, dtype in todo:
+        rows = [(k, make_row(case, dtype, a, {"status": "crashed", "message": msg, **env_columns(st, a)}, {}))
+                for a in st.arm_names()]
+        add_passes(rows)
+        have.setdefault((case.label, dtype), {})[k] = {r["backend"]: r for _, r in rows}
+    problems.append(f"pass {k + 1}: no pair of workers could start after {START_ATTEMPTS} attempts (last: {why}); "
+                    f"{len(todo)} case{'s' if len(todo) != 1 else ''} got crashed rows")
+    return None
+
+
+def setup_of(spec, device, log_dir: str) -> Setup:
+    """The :class:`Setup` of a spec with ``envs`` (checked there) on ``device`` (a torch device),
+    worker logs in ``log_dir``."""
+    from flyexplore.run.engine import pin_env
+    from flyexplore.run.spec import interleaved_kwargs, op_ref
+
+    op = spec.plan.op
+    ref = op_ref(op)
+    arms: dict[str, list[str]] = {e.name: [] for e in spec.environments}
+    for a in spec.plan.backends:
+        b, e = R.split_arm(a)
+        arms[e].append(b)
+    gpu = device.type == "cuda"
+    pin = pin_env(device.index or 0) if gpu else {}
+    t = interleaved_kwargs(spec.timer)
+    how = modes.effective(t.pop("mode", modes.DEFAULT), "interleaved", gpu)
+    return Setup(op=op, op_ref=ref, envs=tuple(spec.environments), arms={k: tuple(v) for k, v in arms.items()},
+                 base_arm=spec.ab_baseline, seed=spec.seed, trace=spec.trace, band=spec.band, timer=t, how=how,
+                 device=device, worker_device="cuda:0" if gpu else "cpu", pin=pin, pairs=spec.pairs or PAIRS,
+                 case_timeout=CASE_TIMEOUT_S if spec.case_timeout is None else float(spec.case_timeout),
+                 start_timeout=(WORKER_START_TIMEOUT_S if spec.worker_start_timeout is None
+                                else float(spec.worker_start_timeout)),
+                 worker_code=spec.worker_code, extra_paths=extra_paths_for(ref), log_dir=log_dir)
+
+
+def start_first_pair(st: Setup) -> Pair:
+    """Start the A/B's first pair before any file is opened: an exclusive-process GPU, an
+    environment whose worker cannot start (no torch, a crash at import) or reports another
+    flyexplore is a :class:`UsageError` (one line) with nothing written."""
+    if st.gpu:
+        why = exclusive_mode(st.device)
+        if why:
+            raise UsageError(why)
+    p = Pair(st, "pair1")
+    p.start()
+    return p
