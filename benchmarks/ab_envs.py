@@ -8,8 +8,8 @@ Two steps:
 
     * ``aa.parquet`` -- **A/A**: the one interpreter against a copy of itself (``--aa``) on
       :data:`AA` (GEMMs through cuBLAS, SDPA forward through flash attention, RMSNorm; bf16), long
-      calls (40 µs and more) and short ones (under 20 µs), ``--pairs K`` (default 6, so that the
-      analysis can read what 2 to 6 pairs give);
+      calls (40 µs and more) and short ones (under 20 µs), ``--pairs K`` (default 5, so that the
+      analysis can read what 2 to 5 pairs give);
     * ``effects.parquet`` -- environment changes whose effect is known in advance (:data:`EFFECTS`):
       ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` on fp32 GEMMs (cuBLAS may use TF32 tensor cores:
       FASTER, and the output moves by TF32's rounding), ``CUDA_LAUNCH_BLOCKING=1`` on short GEMMs
@@ -21,7 +21,8 @@ Two steps:
       (:func:`flyexplore.measure.interleaved.measure_interleaved`): the time an in-process case of
       the same backends costs, against the A/B case's (its ``wall_s``: warm-up, rounds and the
       profiled round, worker starts and builds not counted);
-    * ``env.json`` (``flyexplore env --json``) and ``run.log``.
+    * ``env.json`` (``flyexplore env --json``), ``provenance_<part>.json`` (commit, machine,
+      time) and ``run.log``.
 
 ``analyze OUT``
     Here. Reads the files and writes ``OUT/summary.md`` and ``OUT/aa_pairs.csv``: A/A labels at
@@ -95,7 +96,8 @@ def _sweep(op, backend, dtype, shapes, envs, aa, pairs, device, out: Path, name:
                      envs=envs, aa=aa, pairs=pairs, out=Path(_TMP.name) / f"{name}.parquet", overwrite=True)
     t0 = time.time()
     df = run_sweep(spec, progress=False)
-    _log(out, f"{name}: {op} {len(df)} rows in {time.time() - t0:.0f} s; problems: {df.attrs.get('problems')}")
+    _log(out, f"{name}: {op} {len(df)} rows in {time.time() - t0:.0f} s; problems: {df.attrs.get('problems')}; "
+              f"notes: {df.attrs.get('notes')}")
     return df
 
 
@@ -121,22 +123,51 @@ def make_venv(where: Path) -> str:
     return str(py)
 
 
+def provenance(out: Path, part: str) -> None:
+    """Where the numbers come from: the commit (``FLYEXPLORE_COMMIT``, set by whoever started the
+    run where the checkout is a git repository; else ``git rev-parse`` here), whether the tree was
+    dirty (``FLYEXPLORE_DIRTY``), flyexplore's version, the machine and the time, as
+    ``provenance_<part>.json``."""
+    import platform
+
+    from flyexplore._version import __version__
+
+    commit = os.environ.get("FLYEXPLORE_COMMIT")
+    if not commit:
+        got = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
+        commit = got.stdout.strip() or "unknown"
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,uuid,driver_version,power.limit", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip() if shutil_which("nvidia-smi") else "none"
+    (out / f"provenance_{part}.json").write_text(json.dumps(
+        {"script": "benchmarks/ab_envs.py", "part": part, "commit": commit,
+         "dirty": os.environ.get("FLYEXPLORE_DIRTY", "unknown"), "flyexplore": __version__,
+         "host": platform.node(), "gpu": gpu, "python": sys.version.split()[0],
+         "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1))
+
+
+def shutil_which(name: str):
+    import shutil
+
+    return shutil.which(name)
+
+
 def run(out: Path, part: str, pairs: int, quick: bool, device: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     gpu = device != "cpu"
+    provenance(out, part)
     if part in ("aa", "all"):
         subprocess.run([sys.executable, "-m", "flyexplore", "env", "--json"], stdout=open(out / "env.json", "w"))
         frames = []
         for op, be, dt, shapes in (AA if gpu else CPU_AA):
             shapes = shapes[:2] if quick else shapes
             frames.append(_sweep(op, be, dt, shapes, None, True, pairs, device, out, f"aa_{op}"))
-        _save(frames, out, "aa")
-        inproc(out, device, quick)
+            _save(frames, out, "aa")   # after each operator: a run cut short keeps what it measured
     if part in ("effects", "all"):
         frames = []
         for name, env_b, op, be, dt, shapes, _ in EFFECTS if gpu else ():
             shapes = shapes[:1] if quick else shapes
             frames.append(_sweep(op, be, dt, shapes, ["base", env_b], False, 3, device, out, f"effects_{name}"))
+            _save(frames, out, "effects")
         with tempfile.TemporaryDirectory() as tmp:
             py = make_venv(Path(tmp) / "venv2")
             _log(out, f"second interpreter: {py}")
@@ -144,6 +175,7 @@ def run(out: Path, part: str, pairs: int, quick: bool, device: str) -> None:
             frames.append(_sweep(op, be, dt, shapes[:1] if quick else shapes[:3], ["base", f"venv={py}"], False,
                                  2 if quick else 3, device, out, "effects_venv"))
         _save(frames, out, "effects")
+        inproc(out, device, quick)
 
 
 def inproc(out: Path, device: str, quick: bool) -> None:
@@ -298,7 +330,7 @@ def main(argv=None) -> int:
     r = sub.add_parser("run")
     r.add_argument("out", type=Path)
     r.add_argument("--part", choices=("aa", "effects", "all"), default="all")
-    r.add_argument("--pairs", type=int, default=6)
+    r.add_argument("--pairs", type=int, default=5)
     r.add_argument("--quick", action="store_true")
     r.add_argument("--device", default="cuda")
     a = sub.add_parser("analyze")

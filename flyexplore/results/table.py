@@ -187,6 +187,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "cross_env_ok": ("boolean", "cross_env_err_rel within 2x the dtype's tolerance and the same NaN/Inf "
                      "(flyexplore.run.build.output_difference)"),
     "cross_env_note": ("string", "what else differs between this output and the base environment's"),
+    "turn_overhead_ms": ("Float64", "median cost of handing the GPU to this case's workers in turn: a turn's "
+                         "round trip less the worker's time inside it, ms (what an A/B pays per turn)"),
     # -- engine (flyexplore.run.engine): where the case ran
     "worker": ("string", "where the case ran: in-process | <place>/pid<pid> of a worker process (cuda:1, "
                "cpu0) | ray:<node ip>:<slot>/pid<pid> of a Ray actor"),

@@ -74,6 +74,10 @@ from flyexplore.run.envs import PAIRS, Env, driver_package, extra_paths_for, wor
 from flyexplore.run.envworker import Reader, send
 from flyexplore.run.processes import combine, rotated
 
+#: Least calls of each arm in a turn (when ``calls_per_round`` is not given): a turn starts with
+#: one untimed call, which for a call longer than :data:`flyexplore.measure.interleaved.BLOCK_MS`
+#: would otherwise double the turn's device time (on an H200, 8192x8192x8192 bf16, 1.4 ms a call).
+MIN_CALLS = 2
 #: Lines of a dead worker's stderr kept in its ``crashed`` rows.
 STDERR_LINES = 5
 #: Longest single wait of the driver for a worker's answer, s (every wait is bounded).
@@ -323,6 +327,7 @@ class Setup:
     extra_paths: tuple
     log_dir: str = ""
     hellos: dict = field(default_factory=dict)
+    start_s: list = field(default_factory=list)   # how long each pair took to start, s
 
     @property
     def gpu(self) -> bool:
@@ -348,6 +353,7 @@ class Pair:
         """Start every worker, then wait for each hello (the starts overlap). Raises
         :class:`UsageError` naming the environment whose worker did not start, and why (the
         others are stopped)."""
+        t0 = _clock()
         try:
             for w in self.workers:
                 w.start()
@@ -365,6 +371,8 @@ class Pair:
         except BaseException:
             self.stop()
             raise
+        self.start_s = _clock() - t0
+        self.st.start_s.append(self.start_s)
 
     def _why(self, w: EnvWorker, what: str) -> str:
         if _busy_text(what) and self.st.gpu:
@@ -425,6 +433,7 @@ class _Turns:
     def __init__(self, workers: list, st: Setup, sampler, calls: int, deadline: float):
         self.workers, self.st, self.sampler, self.calls, self.deadline = workers, st, sampler, calls, deadline
         self.how = st.how
+        self.overhead_ms: list[float] = []   # per turn: round trip less the worker's own time in it
 
     def run(self, n_rounds: int, first: int) -> IL.Chunk:
         rounds: dict = {}
@@ -434,7 +443,9 @@ class _Turns:
             clocks.append(self.sampler.clock_mhz())
             k0 = (first + r) % len(self.workers)
             for w in self.workers[k0:] + self.workers[:k0]:
+                t0 = time.perf_counter()
                 got = _request(w, {"cmd": "turn", "round": first + r, "calls": self.calls}, self.deadline)
+                self.overhead_ms.append((time.perf_counter() - t0) * 1e3 - float(got.get("busy_ms") or 0.0))
                 for b, times in got["rounds"].items():
                     a = R.arm_name(b, w.name)
                     rounds.setdefault(a, []).append(times)
@@ -560,10 +571,10 @@ def _run_case(pair, order, case, dtype, st: Setup, sampler, clock, deadline, all
             elif (clock() - w0) * 1e3 >= warmup_ms or nwarm >= 1000:
                 break
         per_call = {a: (float(sorted(v)[len(v) // 2]) if v else None) for a, v in warm.items()}
-        if calls is None:
-            slowest = max((v for v in per_call.values() if v), default=0.0)
+        if calls is None:   # as in-process, but at least MIN_CALLS: the untimed first call of a turn
+            slowest = max((v for v in per_call.values() if v), default=0.0)   # is then at most a third of it
             calls = (IL.CALLS_PER_ROUND if not slowest or slowest <= 0 else
-                     int(min(IL.CALLS_PER_ROUND, max(1, IL.BLOCK_MS[kind] // slowest))))
+                     int(min(IL.CALLS_PER_ROUND, max(MIN_CALLS, IL.BLOCK_MS[kind] // slowest))))
         source = _Turns(timing, st, sampler, int(calls), deadline)
         out = IL.sequential_rounds(source, baselines, band=st.band, target=t.get("target", IL.CI_TARGET),
                                    min_rounds=t.get("min_rounds", IL.MIN_ROUNDS),
@@ -607,6 +618,8 @@ def _run_case(pair, order, case, dtype, st: Setup, sampler, clock, deadline, all
                         dict(info.get("errs") or {}), f.get("trace"))
         cols.update(case_columns(state_start, state_end, list(out.round_clocks),
                                  getattr(sampler, "max_clock_mhz", None), list(S.round_values(m.rounds))))
+        if source.overhead_ms:
+            cols["turn_overhead_ms"] = float(sorted(source.overhead_ms)[len(source.overhead_ms) // 2])
         cols.update(device_id=getattr(sampler, "device_id", None) or (st.hellos.get(e) or {}).get("device_id"),
                     converged=out.stop_reason == "target", ci_target=t.get("target", IL.CI_TARGET), wall_s=wall,
                     verdict_s=out.verdict_s if len(ok) > 1 else None, stop_reason=out.stop_reason, band=st.band,

@@ -228,9 +228,11 @@ class Worker:
 
         r = self._runner()
         r.calls_per_round = int(msg["calls"])
+        t0 = time.perf_counter()
         with cpu_threads(self.gpu):
             c = r.run(1, int(msg["round"]))
-        return {"rounds": {nm: v[0] for nm, v in c.rounds.items()}, "events": c.events}
+        return {"rounds": {nm: v[0] for nm, v in c.rounds.items()}, "events": c.events,
+                "busy_ms": (time.perf_counter() - t0) * 1e3}
 
     def finish(self, msg: dict) -> dict:
         """After the last round: with ``profile`` (``event-gated``) one profiled round of ``calls``

@@ -150,6 +150,8 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
             errs = [_num(r.get("cross_env_err_rel")) for r in ok]
             errs = [e for e in errs if math.isfinite(e)]
             out["cross_env_err_rel"] = max(errs) if errs else None
+        over = sorted(_num(r.get("turn_overhead_ms")) for r in ok if math.isfinite(_num(r.get("turn_overhead_ms"))))
+        out["turn_overhead_ms"] = over[len(over) // 2] if over else None
         digests = list(dict.fromkeys(str(r.get("inputs_digest")) for r in ok if r.get("inputs_digest")))
         out["inputs_digest"] = digests[0] if len(digests) == 1 else ("differ: " + ", ".join(digests)) if digests else None
     if len(ok) < 2:

@@ -301,6 +301,9 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
                                    platform=env.platform, run_id=run_id)
             ab.pair = None   # run_passes stopped it
             writer.notes.extend(ab.notes)
+            if st.start_s:
+                writer.notes.append(f"{len(st.start_s)} pair(s) of workers started, in {min(st.start_s):.1f}-"
+                                    f"{max(st.start_s):.1f} s each (not counted in any case's time)")
         elif kind == "in-process":
             inproc = {"worker": "in-process", "device_id": physical_device_id(device)}
             for (label, dtype), bks in by_case.items():
