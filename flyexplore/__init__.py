@@ -5,8 +5,11 @@ and the ATen / Triton / vendor-BLAS / SDPA paths on any CUDA or ROCm GPU or the 
 public names are :data:`__all__`; each is imported on first use (``import flyexplore`` loads
 neither torch nor pandas nor plotly):
 
-- run and read: :func:`sweep` (of a :class:`SweepSpec`), :func:`load`, :func:`save`, :func:`speedup`, :func:`geomean`,
-  :func:`compare` (A/B of two result sets or vLLM runs), :func:`published` (the MI355X figures),
+- run and read: :func:`sweep` (of a :class:`SweepSpec`; with ``envs=``, an A/B of environments --
+  two torch builds, flydsl versions, library settings -- timed round by round on one GPU),
+  :func:`load`, :func:`save`, :func:`speedup`, :func:`geomean`,
+  :func:`compare` (A/B of two result sets, of one environment A/B file, or of vLLM runs),
+  :func:`published` (the MI355X figures),
   :func:`peaks`, :func:`data_dir`, :func:`walkthrough` (what the notebooks sweep per size);
 - whole models: :func:`capture` (every call of one forward step, no GPU, no weights) and
   :func:`model` (each call judged, what-if advice, shares, projection, shapes to sweep);
@@ -16,7 +19,8 @@ neither torch nor pandas nor plotly):
   :func:`sdpa`; the environment :func:`collect`;
 - views: :func:`figure`, :func:`export`, :func:`files`, :func:`summary`, :func:`report`;
 - notebook widgets (need the ``notebook`` extra): :class:`SweepPanel`, :class:`SwitchPanel`,
-  :class:`DispatchInspector`, :class:`ModelPanel`, :func:`environment_view`;
+  :class:`DispatchInspector`, :class:`ModelPanel`, :func:`environment_view`, :class:`EnvPicker`
+  (the environments of an A/B);
 - the catalogue: :func:`get_op`, :func:`list_ops`, :func:`register_op`, :func:`unregister_op`,
   :class:`Operator`, :class:`FlyDSLPath`, :class:`KernelPattern`, :class:`PublishedSuite`
   (``docs/adding-an-operator.md``), :class:`Explanation`, :class:`TensorDesc`;
@@ -59,7 +63,7 @@ _API = {
     "eligibility_grid": "insight.explain",
     "Explanation": "world.conditions", "TensorDesc": "world.conditions",
     "SweepPanel": "ui.panel", "SwitchPanel": "ui.widgets", "DispatchInspector": "ui.inspector",
-    "ModelPanel": "ui.model", "environment_view": "ui.widgets",
+    "ModelPanel": "ui.model", "environment_view": "ui.widgets", "EnvPicker": "ui.envs",
 }
 
 __all__ = sorted(_API)

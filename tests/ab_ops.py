@@ -6,9 +6,11 @@ variable, so an A/B of two environments has an effect known in advance.
 inside one call, so each call takes about a millisecond on a 2-core machine), where ``REPS`` is
 ``round(BASE_REPS * (1 + AB_SLOWDOWN))`` and ``AB_SLOWDOWN`` is read from the environment when the
 backend is built: ``AB_SLOWDOWN=0.2`` does 20% more work, a 20% regression (``1 / 1.2 = 0.833x``).
-The output is the last ``sin``, the same in every environment. ``crash`` (``AB_CRASH=1`` in the
-environment) makes the build kill its own process (SIGKILL); ``AB_CRASH=turn`` makes the third
-timed call do it (a worker that dies mid-case); ``AB_HANG=1`` makes the build sleep an hour.
+The output is the last ``sin``, the same in every environment. Faults, from the environment:
+``AB_CRASH=1`` makes the build kill its own process (SIGKILL), ``AB_CRASH=turn`` the 20th call
+(a worker that dies mid-case); ``AB_CRASH_ONCE=PATH`` does that only while the file ``PATH``
+exists, removing it first (one case crashes, the next runs); ``AB_HANG_ONCE=PATH`` makes the build
+sleep an hour while ``PATH`` exists (removing it first); ``AB_HANG=1`` always.
 """
 import os
 import signal
@@ -41,19 +43,32 @@ SLOW.flops = lambda case: float(case["n"])
 SLOW.bytes = lambda case, dtype: float(8 * case["n"])
 
 
+def _once(var: str) -> bool:
+    """Whether the file named by ``$var`` exists; it is removed (a fault that happens once)."""
+    path = os.environ.get(var)
+    if not path or not os.path.exists(path):
+        return False
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 @SLOW.backend("work", "sin, repeated REPS times", baseline=True)
 def _work(case, dtype, inputs, ctx):
     if os.environ.get("AB_CRASH") == "1":
         os.kill(os.getpid(), signal.SIGKILL)
-    if os.environ.get("AB_HANG") == "1":
+    if os.environ.get("AB_HANG") == "1" or _once("AB_HANG_ONCE"):
         time.sleep(3600)
+    crash_once = _once("AB_CRASH_ONCE")
     reps = round(BASE_REPS * (1 + float(os.environ.get("AB_SLOWDOWN", "0"))))
     x = inputs["x"]
     calls = [0]
 
     def fn():
         calls[0] += 1
-        if os.environ.get("AB_CRASH") == "turn" and calls[0] == 20:
+        if (os.environ.get("AB_CRASH") == "turn" or crash_once) and calls[0] == 20:
             os.kill(os.getpid(), signal.SIGKILL)
         y = None
         for _ in range(reps):

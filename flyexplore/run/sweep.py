@@ -177,7 +177,7 @@ def run_sweep(spec: SweepSpec, *, progress: bool = True, on_row: Callable[[dict]
                                copies=len(spec.environments) if kind == "envab" else 1)
     ab = None
     if kind == "envab":  # the first pair of workers starts before any file is opened: a bad env writes nothing
-        ab = _ABStart(spec, device, progress)
+        ab = _ABStart(spec, device, True)
     try:
         if outp is None:
             writer = _Memory(record)
@@ -201,7 +201,8 @@ def run_sweep(spec: SweepSpec, *, progress: bool = True, on_row: Callable[[dict]
 class _ABStart:
     """An environment A/B's setup and first pair of workers, started before the sweep opens its
     output (:func:`flyexplore.run.envab.start_first_pair`: a bad environment is one line, nothing
-    written); the environments' report is printed to stderr when ``say``."""
+    written); what each environment's worker reported (:func:`flyexplore.run.envab.env_report`:
+    what is being compared) is printed to stderr when ``say``, progress bar or not."""
 
     def __init__(self, spec: SweepSpec, device, say: bool):
         import sys

@@ -63,6 +63,10 @@ WALKTHROUGH_SWEEPS: dict[tuple[str, str], dict[str, Any]] = {
     ("attention", "gpu"): {"shapes": "1x32x4096x4096x128:causal=1;1x32x4096x4096x128:causal=1,bwd;"
                                      "1x32x4096x4096x128:causal=1,hkv=8;32x32x1x4096x128:hkv=8",
                            "dtypes": ["bf16"]},
+    # an environment A/B of SDPA (the AOTriton notebook): flash in each environment, timed round by round
+    ("attention:env-ab", "cpu"): {"shapes": "1x4x256x256x64", "dtypes": ["fp32"], "backends": ["flash"]},
+    ("attention:env-ab", "gpu"): {"shapes": "1x32x4096x4096x128:causal=1;4x32x2048x2048x128", "dtypes": ["bf16"],
+                                  "backends": ["flash"]},
     ("rmsnorm", "cpu"): {"suite": "cpu-small"},
     ("rmsnorm", "gpu"): {"suite": "llm"},
     ("topk", "cpu"): {"suite": "cpu-small"},
