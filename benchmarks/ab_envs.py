@@ -162,6 +162,9 @@ def run(out: Path, part: str, pairs: int, quick: bool, device: str) -> None:
             shapes = shapes[:2] if quick else shapes
             frames.append(_sweep(op, be, dt, shapes, None, True, pairs, device, out, f"aa_{op}"))
             _save(frames, out, "aa")   # after each operator: a run cut short keeps what it measured
+    if part == "aa-rmsnorm":   # the A/A of the RMSNorm cases alone (a follow-up run)
+        op, be, dt, shapes = next(x for x in AA if x[0] == "rmsnorm")
+        _save([_sweep(op, be, dt, shapes, None, True, pairs, device, out, "aa_rmsnorm")], out, "aa_rmsnorm")
     if part in ("effects", "all"):
         frames = []
         for name, env_b, op, be, dt, shapes, _ in EFFECTS if gpu else ():
@@ -329,7 +332,7 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("out", type=Path)
-    r.add_argument("--part", choices=("aa", "effects", "all"), default="all")
+    r.add_argument("--part", choices=("aa", "effects", "all", "aa-rmsnorm"), default="all")
     r.add_argument("--pairs", type=int, default=5)
     r.add_argument("--quick", action="store_true")
     r.add_argument("--device", default="cuda")

@@ -8,8 +8,8 @@ inside one call, so each call takes about a millisecond on a 2-core machine), wh
 backend is built: ``AB_SLOWDOWN=0.2`` does 20% more work, a 20% regression (``1 / 1.2 = 0.833x``).
 The output is the last ``sin``, the same in every environment. Faults, from the environment:
 ``AB_CRASH=1`` makes the build kill its own process (SIGKILL), ``AB_CRASH=turn`` the 20th call
-(a worker that dies mid-case); ``AB_CRASH_ONCE=PATH`` does that only while the file ``PATH``
-exists, removing it first (one case crashes, the next runs); ``AB_HANG_ONCE=PATH`` makes the build
+(a worker that dies mid-case); ``AB_CRASH_ONCE=PATH`` makes the 20th call do it only while the
+file ``PATH`` exists, removing it first (one case crashes, the next runs); ``AB_HANG_ONCE=PATH`` makes the build
 sleep an hour while ``PATH`` exists (removing it first); ``AB_HANG=1`` always.
 """
 import os
@@ -61,14 +61,14 @@ def _work(case, dtype, inputs, ctx):
         os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get("AB_HANG") == "1" or _once("AB_HANG_ONCE"):
         time.sleep(3600)
-    crash_once = _once("AB_CRASH_ONCE")
+
     reps = round(BASE_REPS * (1 + float(os.environ.get("AB_SLOWDOWN", "0"))))
     x = inputs["x"]
     calls = [0]
 
     def fn():
         calls[0] += 1
-        if (os.environ.get("AB_CRASH") == "turn" or crash_once) and calls[0] == 20:
+        if calls[0] == 20 and (os.environ.get("AB_CRASH") == "turn" or _once("AB_CRASH_ONCE")):
             os.kill(os.getpid(), signal.SIGKILL)
         y = None
         for _ in range(reps):

@@ -453,10 +453,6 @@ class _Turns:
         return IL.Chunk(rounds, events, {}, clocks)
 
 
-def _arm_rows_failed(st: Setup, arms: list[str], status: str, message: str) -> dict:
-    return {a: {"status": status, "message": message} for a in arms}
-
-
 def run_case(pair: Pair, case, dtype: str, st: Setup, sampler, clock: Callable[[], float] = time.perf_counter
              ) -> tuple[dict, bool]:
     """Run one case of the A/B on ``pair``'s workers (see the module text); returns
@@ -747,6 +743,8 @@ def run_passes(st: Setup, work: list, pass_rows: dict, *, first_pair: Pair | Non
                 pair = _fresh_pair(st, f"pair{k + 1}", problems, todo, k, make_row, add_passes, have)
                 if pair is None:
                     break
+            else:   # the pair started before the output was opened serves the first pass that runs
+                pair.label = f"pair{k + 1}"
             used_first = True
             _set_desc(bar, k, K)
             for n, (case, dtype) in enumerate(todo):

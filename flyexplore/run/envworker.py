@@ -197,6 +197,9 @@ class Worker:
                 arms[b] = cols
             except Exception as exc:  # noqa: BLE001 - this backend's row says why
                 arms[b] = B.failure(exc, self.ctx)
+        if self.gpu:   # every environment starts its rounds from an empty allocator cache: the output
+            torch.cuda.synchronize(self.device)   # comparison's temporaries would otherwise decide where
+            torch.cuda.empty_cache()              # one side's outputs land (a memory-bound call can tell)
         runner = None
         if fns:
             runner = RoundRunner(fns, self.device, msg["how"],
