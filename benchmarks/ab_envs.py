@@ -272,9 +272,20 @@ def analyze(out: Path) -> None:
     lines += ["", "(labels with k pairs: the first k pairs combined as the A/B combines them; S SAME, A AMBIGUOUS, "
               "F FASTER, S... by first letter; 1 pair: that pair's own interval)", ""]
     if len(short):
-        lines += [f"Short calls (under {SHORT_US:g} µs): " + "; ".join(
-            f"{r.op} {r.case} ({r.time_us:g} µs): per-pair {r.per_pair}, SAME within ±{r.same_within:.2%} with "
-            f"{r.pairs} pairs" for r in short.itertuples()), ""]
+        lines += [f"### Calls under {SHORT_US:g} µs", "",
+                  "sd: the standard deviation of one pair's log speedup (between pairs, each pair's own noise "
+                  "in it); pairs for ±1%: the fewest pairs K whose interval of the mean, t(K-1) sd / sqrt(K), "
+                  "is within ±1% at this sd (where the effect is 0).", "",
+                  "| op | case | time µs | per-pair | sd | SAME within (5 pairs) | pairs for ±1% |",
+                  "| --- | --- | ---: | --- | ---: | ---: | ---: |"]
+        for r in short.itertuples():
+            sd = _sd_log(r.per_pair)
+            lines.append(f"| {r.op} | {r.case} | {r.time_us:g} | {r.per_pair} | {sd:.2%} | ±{r.same_within:.2%} | "
+                         f"{_pairs_needed(sd)} |")
+        longer = t[t["time_us"] >= LONG_US]
+        sds = [_sd_log(p) for p in longer["per_pair"]]
+        lines += ["", f"For comparison, the calls of {LONG_US:g} µs or more: sd median {sorted(sds)[len(sds) // 2]:.2%}, "
+                      f"largest {max(sds):.2%}.", ""]
     ef = R.load(out / "effects.parquet")
     lines += ["## Known effects", "", "| change | case | time A µs | time B µs | ratio A/B | 95% interval | label | "
               "expected | kernels A | kernels B | outputs |", "| --- | --- | ---: | ---: | ---: | --- | --- | --- | --- | --- | --- |"]
@@ -311,6 +322,25 @@ def analyze(out: Path) -> None:
         lines.append(f"| {r.op} | {r.case} | {r.ab_wall:.3f} | {r.wall_s_in:.3f} | {r.ratio:.2f} |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _sd_log(per_pair: str) -> float:
+    """Standard deviation of the log of the per-pair speedups (``;``-joined text)."""
+    import numpy as np
+
+    x = np.log([float(v) for v in per_pair.split(";")])
+    return float(np.std(x, ddof=1)) if x.size > 1 else math.nan
+
+
+def _pairs_needed(sd: float, band: float = 0.01, most: int = 200) -> str:
+    """The fewest pairs K >= 2 with ``t(K-1) * sd / sqrt(K) <= band`` (the interval of the mean
+    within the band when the effect is 0); ``> most`` past it."""
+    from flyexplore.measure.stats import t_quantile
+
+    for k in range(2, most + 1):
+        if t_quantile(k - 1) * sd / math.sqrt(k) <= band:
+            return str(k)
+    return f"> {most}"
 
 
 def _median_wall(text) -> float:

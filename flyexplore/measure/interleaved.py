@@ -275,18 +275,8 @@ def _measure_interleaved(fns, device="cpu", *, mode: str = "auto", baseline: str
 
     t_start = clock()
     state_start = sampler.sample()
-    # interleaved warm-up: whole rounds until warmup_ms has passed (at least one)
-    w0 = clock()
-    warm_rounds = 0
     k_warm = calls_per_round or 2
-    while warmup_rounds != 0:
-        runner.warm(k_warm)
-        warm_rounds += 1
-        if warmup_rounds is not None:
-            if warm_rounds >= warmup_rounds:
-                break
-        elif (clock() - w0) * 1e3 >= warmup_ms or warm_rounds >= 1000:
-            break
+    warm_rounds = warm_up(lambda: runner.warm(k_warm), warmup_rounds, warmup_ms, clock)
     runner.size(calls_per_round)
     out = sequential_rounds(runner, {nm: (baseline if nm != baseline else None) for nm in names},
                             band=band, target=target, min_rounds=min_rounds, max_rounds=max_rounds,
@@ -359,6 +349,32 @@ class Limits:
             if not v > 0:
                 raise ValueError(f"{k} must be > 0, got {v!r}")
         return cls(budget_s, pcap, max(lcap, pcap), MIN_TIMED_S[kind] * n if timed else 0.0)
+
+
+def warm_up(one_round: Callable[[], object], rounds: int | None, ms: float, clock: Callable[[], float]) -> int:
+    """The interleaved warm-up: ``one_round()`` again and again -- ``rounds`` times when given
+    (0: none), else until ``ms`` milliseconds have passed by ``clock`` (at least one round, at
+    most 1,000). Returns the rounds run."""
+    w0 = clock()
+    n = 0
+    while rounds != 0:
+        one_round()
+        n += 1
+        if rounds is not None:
+            if n >= rounds:
+                break
+        elif (clock() - w0) * 1e3 >= ms or n >= 1000:
+            break
+    return n
+
+
+def calls_for(slowest_ms: float | None, gpu: bool, least: int = 1) -> int:
+    """Calls of each backend in a round: as many as fit in :data:`BLOCK_MS` of the slowest
+    backend's call (``slowest_ms``, its warm-up median), between ``least`` and
+    :data:`CALLS_PER_ROUND`; :data:`CALLS_PER_ROUND` without a time."""
+    if not slowest_ms or slowest_ms <= 0:
+        return CALLS_PER_ROUND
+    return int(min(CALLS_PER_ROUND, max(least, BLOCK_MS["cuda" if gpu else "cpu"] // slowest_ms)))
 
 
 @dataclass
@@ -458,8 +474,7 @@ class RoundRunner:
         if calls_per_round is None:
             slowest = slowest_ms if slowest_ms is not None else max(
                 (v for v in (self.per_call_ms(n) for n in self.names) if v), default=0.0)
-            calls_per_round = (CALLS_PER_ROUND if not slowest or slowest <= 0 else
-                               int(min(CALLS_PER_ROUND, max(1, BLOCK_MS["cuda" if self.gpu else "cpu"] // slowest))))
+            calls_per_round = calls_for(slowest, self.gpu)
         self.calls_per_round = int(calls_per_round)
         return self.calls_per_round
 

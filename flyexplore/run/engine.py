@@ -73,6 +73,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flyexplore.ops.base import RunContext
+from flyexplore.run import frames
 from flyexplore.run.cases import physical_device_id, run_case
 from flyexplore.run.spec import SweepSpec, gpu_indices, op_ref, resolve_op
 from flyexplore.world import env as ENV
@@ -224,51 +225,15 @@ def _watch_parent(ppid: int) -> None:
 
 
 def _send_msg(fd: int, msg) -> None:
-    """Worker side: write one message to the driver's pipe ``fd``: an 8-byte big-endian length,
-    then the pickle. Blocks only while the pipe is full (the driver reads it whenever it is
-    readable)."""
-    data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-    view = memoryview(len(data).to_bytes(8, "big") + data)
-    while view:
-        view = view[os.write(fd, view):]
+    """Worker side: one message (a pickle) to the driver's pipe ``fd``, as a frame
+    (:func:`flyexplore.run.frames.send`)."""
+    frames.send(fd, pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-class _Inbox:
-    """Driver side: the messages of one worker, read from its pipe without ever blocking. A
-    worker stopped or killed in the middle of a message leaves a partial message here, never a
-    driver stuck in a read (``Connection.recv`` has no time limit)."""
-
-    #: Most bytes read in one :meth:`read` (so a chatty worker cannot hold the driver).
-    MAX_READ = 64 << 20
-
-    def __init__(self, fd: int):
-        os.set_blocking(fd, False)
-        self.fd, self.buf, self.eof = fd, bytearray(), False
-
-    def read(self) -> list:
-        """The complete messages that have arrived, oldest first (none: ``[]``). Sets
-        :attr:`eof` once the worker's end is closed."""
-        got = 0
-        while not self.eof and got < self.MAX_READ:
-            try:
-                chunk = os.read(self.fd, 1 << 20)
-            except BlockingIOError:
-                break
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self.eof = True
-                break
-            self.buf += chunk
-            got += len(chunk)
-        out = []
-        while len(self.buf) >= 8:
-            n = int.from_bytes(self.buf[:8], "big")
-            if len(self.buf) < 8 + n:
-                break
-            out.append(pickle.loads(self.buf[8:8 + n]))
-            del self.buf[:8 + n]
-        return out
+def _Inbox(fd: int) -> frames.Inbox:
+    """Driver side: the messages of one worker, read from its pipe without ever blocking
+    (:class:`flyexplore.run.frames.Inbox` of pickles)."""
+    return frames.Inbox(fd, pickle.loads)
 
 
 def _worker_main(tasks, msgs, settings: CaseSettings, device: str, env, threads, label: str, log_path: str,

@@ -69,7 +69,7 @@ from flyexplore.measure.devstate import case_columns
 from flyexplore.measure.timing import KernelTime, Measurement
 from flyexplore.results import table as R
 from flyexplore.run import build as B
-from flyexplore.run.engine import CASE_TIMEOUT_S, START_ATTEMPTS, STICKY_ERRORS, WORKER_START_TIMEOUT_S
+from flyexplore.run.engine import CASE_TIMEOUT_S, START_ATTEMPTS, STICKY_ERRORS, WORKER_START_TIMEOUT_S, _exit_text
 from flyexplore.run.envs import PAIRS, Env, driver_package, extra_paths_for, worker_environ  # noqa: F401 - PAIRS: re-exported
 from flyexplore.run.envworker import Reader, send
 from flyexplore.run.processes import combine, rotated
@@ -142,17 +142,6 @@ def exclusive_mode(device) -> str | None:
 def _busy_text(text: str) -> bool:
     t = text.lower()
     return "busy or unavailable" in t or "exclusive" in t
-
-
-def _exit_text(code) -> str:
-    if code is None:
-        return "no exit code"
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
 
 
 def shared_cpus() -> str:
@@ -549,28 +538,21 @@ def _run_case(pair, order, case, dtype, st: Setup, sampler, clock, deadline, all
     try:
         t_start = clock()
         state_start = sampler.sample()
-        w0 = clock()
         warm: dict[str, list] = {a: [] for a in ok}
-        nwarm = 0
-        while warmup_rounds != 0:
-            k0 = nwarm % len(timing)
+        nturn = [0]
+
+        def warm_round():   # every timing worker's warm-up turn, in rotated order
+            k0 = nturn[0] % len(timing)
+            nturn[0] += 1
             for w in timing[k0:] + timing[:k0]:
-                failed_env = w.name
                 got = _request(w, {"cmd": "warm", "calls": k_warm}, deadline)
                 for b, v in got["times"].items():
                     warm[R.arm_name(b, w.name)].extend(v)
-            failed_env = None
-            nwarm += 1
-            if warmup_rounds is not None:
-                if nwarm >= warmup_rounds:
-                    break
-            elif (clock() - w0) * 1e3 >= warmup_ms or nwarm >= 1000:
-                break
+
+        nwarm = IL.warm_up(warm_round, warmup_rounds, warmup_ms, clock)
         per_call = {a: (float(sorted(v)[len(v) // 2]) if v else None) for a, v in warm.items()}
         if calls is None:   # as in-process, but at least MIN_CALLS: the untimed first call of a turn
-            slowest = max((v for v in per_call.values() if v), default=0.0)   # is then at most a third of it
-            calls = (IL.CALLS_PER_ROUND if not slowest or slowest <= 0 else
-                     int(min(IL.CALLS_PER_ROUND, max(MIN_CALLS, IL.BLOCK_MS[kind] // slowest))))
+            calls = IL.calls_for(max((v for v in per_call.values() if v), default=0.0), st.gpu, MIN_CALLS)
         source = _Turns(timing, st, sampler, int(calls), deadline)
         out = IL.sequential_rounds(source, baselines, band=st.band, target=t.get("target", IL.CI_TARGET),
                                    min_rounds=t.get("min_rounds", IL.MIN_ROUNDS),

@@ -39,64 +39,26 @@ import sys
 import threading
 import time
 
+from flyexplore.run import frames
+
 #: Longest wait of a worker for its next command before it checks that the driver is alive, s.
 POLL_S = 1.0
 
 
 def send(fd: int, msg: dict) -> None:
-    """Write one message (JSON, NaN allowed) to ``fd``: an 8-byte big-endian length, then the text."""
-    data = json.dumps(msg, allow_nan=True, default=str).encode()
-    view = memoryview(len(data).to_bytes(8, "big") + data)
-    while view:
-        view = view[os.write(fd, view):]
+    """Write one message (JSON, NaN allowed) to ``fd`` as a frame (:func:`flyexplore.run.frames.send`)."""
+    frames.send(fd, json.dumps(msg, allow_nan=True, default=str).encode())
 
 
 def recv(fd: int) -> dict:
     """Read one message from ``fd`` (blocking). Raises ``EOFError`` when the other end is closed."""
-    head = _read_exactly(fd, 8)
-    return json.loads(_read_exactly(fd, int.from_bytes(head, "big")).decode())
+    return json.loads(frames.recv(fd).decode())
 
 
-def _read_exactly(fd: int, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = os.read(fd, n - len(buf))
-        if not chunk:
-            raise EOFError("the other end closed the pipe")
-        buf += chunk
-    return bytes(buf)
-
-
-class Reader:
-    """Driver side: the messages of one worker, read from its pipe without blocking; a worker
-    killed in the middle of a message leaves a partial one here, never a driver stuck in a read."""
-
-    def __init__(self, fd: int):
-        os.set_blocking(fd, False)
-        self.fd, self.buf, self.eof = fd, bytearray(), False
-
-    def read(self) -> list[dict]:
-        """The complete messages that have arrived, oldest first; sets :attr:`eof` once the
-        worker's end is closed."""
-        while not self.eof:
-            try:
-                chunk = os.read(self.fd, 1 << 20)
-            except BlockingIOError:
-                break
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self.eof = True
-                break
-            self.buf += chunk
-        out = []
-        while len(self.buf) >= 8:
-            n = int.from_bytes(self.buf[:8], "big")
-            if len(self.buf) < 8 + n:
-                break
-            out.append(json.loads(bytes(self.buf[8:8 + n]).decode()))
-            del self.buf[:8 + n]
-        return out
+def Reader(fd: int) -> frames.Inbox:
+    """Driver side: the messages of one worker, read from its pipe without blocking
+    (:class:`flyexplore.run.frames.Inbox` of JSON)."""
+    return frames.Inbox(fd, lambda b: json.loads(b.decode()))
 
 
 def _watch_parent(ppid: int) -> None:

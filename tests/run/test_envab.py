@@ -420,7 +420,7 @@ def test_a_worker_that_crashes_or_hangs_gives_rows_and_the_ab_goes_on_with_a_fre
     assert "in env 'C'" in first.loc["work@C", "message"] and "hung past --case-timeout 20" in first.loc["work@A", "message"]
     # case 2, on a fresh pair: B's worker dies in the rounds
     assert set(second["status"]) == {"crashed"}
-    assert "worker of env 'B' crashed (signal SIGKILL)" in second.loc["work@B", "message"]
+    assert "worker of env 'B' crashed (killed by signal SIGKILL)" in second.loc["work@B", "message"]
     assert "not measured to the end: the worker of env 'B' crashed" in second.loc["work@A", "message"]
     assert set(third["status"]) == {"ok"} and third.loc["work@B", "verdict"] != "SLOWER"
     workers = {w.split("/")[0] for w in df["worker"].dropna()}

@@ -320,6 +320,17 @@ def _check_attention_aotriton(executed):
     assert {t["name"] for t in bars} >= {"AOTriton 0.14.2b ran FlyDSL", "AOTriton 0.14.2b ran Triton"}
     assert sorted((s["y0"], s["y1"]) for s in ab["layout"]["shapes"] if s["type"] == "rect") == \
         [(0.92, 2.34), (0.93, 2.47)]
+    # the environment A/B: two environments (one a variable only ROCm reads) timed round by round,
+    # picked in the widget, read back as one A/B file by compare and by the AOTriton view
+    env_ab = R.load(out / "attention_env_ab.parquet")
+    assert set(env_ab["backend"]) == {"flash@base", "flash@ck"} and set(env_ab["env"]) == {"base", "ck"}
+    ck = env_ab[env_ab["env"] == "ck"].iloc[0]
+    assert ck["status"] == "ok" and ck["processes"] == 3 and ck["verdict"] in ("SAME", "AMBIGUOUS")
+    assert '"TORCH_ROCM_FA_PREFER_CK": "1"' in ck["env_changes"] and bool(ck["cross_env_ok"])
+    assert "flyexplore compare: ck vs base, 1 pairs" in text
+    states = _widget_states(nb)
+    assert any(m["state"].get("value", "").startswith("base\nck:TORCH_ROCM_FA_PREFER_CK=1") for m in states
+               if m["model_name"] == "TextareaModel")
 
 
 def _check_published_mi355x(executed):
@@ -467,7 +478,7 @@ def test_every_notebook_runs_on_the_cpu_and_shows_what_it_promises(tmp_path):
     executed = tmp_path / "executed"
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_notebooks.py"), str(executed),
                         "--size", "cpu", "--timeout", "300"],
-                       capture_output=True, text=True, timeout=900)
+                       capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, p.stdout + p.stderr
     assert set(CHECKS) == {path.stem for path in NOTEBOOKS}  # a new notebook gets its check
     failed = []
