@@ -320,6 +320,17 @@ def analyze(out: Path) -> None:
               "| op | case | A/B s (median of pairs) | in-process s | ratio |", "| --- | --- | ---: | ---: | ---: |"]
     for r in m.itertuples():
         lines.append(f"| {r.op} | {r.case} | {r.ab_wall:.3f} | {r.wall_s_in:.3f} | {r.ratio:.2f} |")
+    fu = out / "followup" / "aa_rmsnorm.parquet"
+    if fu.exists():   # the RMSNorm A/A again, after a change (run with --part aa-rmsnorm)
+        d = R.load(fu)
+        b = d[d["speedup"].isna() & d["status"].eq("ok")].set_index("case")["time_ms"]
+        lines += ["", f"## Follow-up: the RMSNorm A/A again ({fu.parent.name}/, "
+                      f"{json.loads((fu.parent / 'provenance_aa-rmsnorm.json').read_text())['commit']})", "",
+                  "| case | time µs | A-aa / A | 95% interval | label | per-pair |", "| --- | ---: | ---: | --- | --- | --- |"]
+        for r in d[d["speedup"].notna()].itertuples():
+            per = ";".join(f"{p['speedup']:.4f}" for p in R.process_estimates(r.process_estimates))
+            lines.append(f"| {r.case} | {b[r.case] * 1e3:.1f} | {r.speedup:.4f} | [{r.speedup_lo:.4f}, {r.speedup_hi:.4f}] | "
+                         f"{r.verdict} | {per} |")
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

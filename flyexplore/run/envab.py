@@ -61,18 +61,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from flyexplore._version import __version__
 from flyexplore.errors import UsageError
 from flyexplore.measure import interleaved as IL
 from flyexplore.measure import modes
 from flyexplore.measure import stats as S
-from flyexplore.measure.devstate import case_columns
+from flyexplore.measure.devstate import _nvml_handle, case_columns
 from flyexplore.measure.timing import KernelTime, Measurement
 from flyexplore.results import table as R
 from flyexplore.run import build as B
-from flyexplore.run.engine import CASE_TIMEOUT_S, START_ATTEMPTS, STICKY_ERRORS, WORKER_START_TIMEOUT_S, _exit_text
+from flyexplore.run.engine import (CASE_TIMEOUT_S, START_ATTEMPTS, STICKY_ERRORS, WORKER_START_TIMEOUT_S,
+                                   _exit_text, pin_env)
 from flyexplore.run.envs import PAIRS, Env, driver_package, extra_paths_for, worker_environ  # noqa: F401 - PAIRS: re-exported
 from flyexplore.run.envworker import Reader, send
 from flyexplore.run.processes import combine, rotated
+from flyexplore.run.spec import interleaved_kwargs, op_ref
 
 #: Least calls of each arm in a turn (when ``calls_per_round`` is not given): a turn starts with
 #: one untimed call, which for a call longer than :data:`flyexplore.measure.interleaved.BLOCK_MS`
@@ -116,8 +119,6 @@ def exclusive_mode(device) -> str | None:
         return None
     try:
         import pynvml
-
-        from flyexplore.measure.devstate import _nvml_handle
 
         props = torch.cuda.get_device_properties(dev.index or 0)
         pynvml.nvmlInit()
@@ -373,8 +374,6 @@ class Pair:
         return f"env {w.name!r} ({w.env.interpreter}): its worker {what[:600]}"
 
     def _check(self, w: EnvWorker, info: dict) -> None:
-        from flyexplore._version import __version__
-
         fx = info.get("flyexplore") or {}
         if self.st.worker_code == "driver" and fx.get("file") != driver_package():
             raise UsageError(f"env {w.name!r}: its worker imported flyexplore from {fx.get('file')}, not the "
@@ -803,8 +802,6 @@ def _fresh_pair(st: Setup, label: str, problems: list, todo: list, k: int, make_
 def setup_of(spec, device, log_dir: str) -> Setup:
     """The :class:`Setup` of a spec with ``envs`` (checked there) on ``device`` (a torch device),
     worker logs in ``log_dir``."""
-    from flyexplore.run.engine import pin_env
-    from flyexplore.run.spec import interleaved_kwargs, op_ref
 
     op = spec.plan.op
     ref = op_ref(op)

@@ -38,6 +38,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import flyexplore
 from flyexplore._version import __version__
 from flyexplore.errors import UsageError
 
@@ -200,8 +201,6 @@ def code_dir() -> str:
     what goes first on a worker's ``PYTHONPATH`` with ``worker_code="driver"`` (the driver's
     site-packages, and its torch, stay out). Made once per process, removed at exit."""
     if not _CODE_DIR:
-        import flyexplore
-
         d = tempfile.mkdtemp(prefix="flyexplore-code-")
         os.symlink(Path(flyexplore.__file__).resolve().parent, os.path.join(d, "flyexplore"))
         atexit.register(shutil.rmtree, d, True)
@@ -211,7 +210,6 @@ def code_dir() -> str:
 
 def driver_package() -> str:
     """The resolved folder of this process's flyexplore package."""
-    import flyexplore
 
     return str(Path(flyexplore.__file__).resolve().parent)
 

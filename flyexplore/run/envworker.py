@@ -38,8 +38,18 @@ import os
 import sys
 import threading
 import time
+import types
 
+import flyexplore
+from flyexplore._version import __version__
+from flyexplore.measure.devstate import sampler_for
+from flyexplore.measure.interleaved import RoundRunner
+from flyexplore.measure.timing import KernelTime, cpu_threads
+from flyexplore.ops.base import RunContext, reset_dynamo
+from flyexplore.run import build as B
 from flyexplore.run import frames
+from flyexplore.run.spec import resolve_op
+from flyexplore.world import env as ENV
 
 #: Longest wait of a worker for its next command before it checks that the driver is alive, s.
 POLL_S = 1.0
@@ -74,8 +84,6 @@ class Worker:
     def __init__(self, name: str, device: str):
         import torch
 
-        from flyexplore.world import env as ENV
-
         self.name = name
         self.device = torch.device(device)
         self.gpu = self.device.type == "cuda"
@@ -85,16 +93,11 @@ class Worker:
             torch.cuda.synchronize(self.device)
         torch.ones(2, 2) @ torch.ones(2, 2)   # the CPU BLAS loaded now, not in the first case
         self.env = ENV.collect()
-        from flyexplore.ops.base import RunContext
 
         self.ctx = RunContext(self.device, self.env)
         self.case_state: dict | None = None
 
     def hello(self) -> dict:
-        import flyexplore
-        from flyexplore._version import __version__
-        from flyexplore.measure.devstate import sampler_for
-
         fp = {**self.env.fingerprint(), "flyexplore": __version__}
         mods = sorted({m.split(".")[0] for m in list(sys.modules) if not m.startswith("_")})
         return {"kind": "hello", "pid": os.getpid(), "name": self.name, "python": sys.version.split()[0],
@@ -114,11 +117,6 @@ class Worker:
         (``ok``/``unavailable``/``error``/``oom``), ``message``, ``first_call_ms``, ``errs`` and the
         ``cross_env_*`` columns."""
         import torch
-
-        from flyexplore.measure.interleaved import RoundRunner
-        from flyexplore.ops.base import reset_dynamo
-        from flyexplore.run import build as B
-        from flyexplore.run.spec import resolve_op
 
         self.drop()
         op = resolve_op(msg["op"])
@@ -180,7 +178,6 @@ class Worker:
 
     def warm(self, msg: dict) -> dict:
         """One warm-up round of ``calls`` calls per backend: their times (ms)."""
-        from flyexplore.measure.timing import cpu_threads
 
         with cpu_threads(self.gpu):
             got = self._runner().warm(int(msg["calls"]))
@@ -189,7 +186,6 @@ class Worker:
     def turn(self, msg: dict) -> dict:
         """One timed round (``round``: its number, which rotates the order; ``calls`` per
         backend): ``rounds`` (per backend, the round's call times, ms) and ``events``."""
-        from flyexplore.measure.timing import cpu_threads
 
         r = self._runner()
         r.calls_per_round = int(msg["calls"])
@@ -205,8 +201,6 @@ class Worker:
         per call, us per call]``), what ran (``trace``: the trace columns, where the row records
         it) and the recheck on fresh inputs (``recheck_ok``, ``accuracy_ok`` where it failed,
         ``notes``). The case is dropped after."""
-        from flyexplore.measure.timing import KernelTime, cpu_threads
-        from flyexplore.run import build as B
 
         st = self.case_state
         out: dict[str, dict] = {}
@@ -238,12 +232,9 @@ class Worker:
                         for k, d in sorted(kern.get(b, {}).items(), key=lambda kv: -sum(kv[1])))
             row: dict = {"message": "; ".join(notes) or None}
             cols: dict = {"kernels": [[k.name, k.calls_per_iter, round(k.us_per_iter, 3)] for k in kts]}
-            if want:
-
-                class _M:  # what trace_of reads of a measurement
-                    kernels = kts
-                cols["trace"] = B.jsonable(B.trace_cols(op, case, dtype, b, B.trace_of(_M, fn, self.ctx, decisions,
-                                                                                       bk, case)))
+            if want:   # what ran: from the profiled round's kernels (trace_of reads a measurement's)
+                tr = B.trace_of(types.SimpleNamespace(kernels=kts), fn, self.ctx, decisions, bk, case)
+                cols["trace"] = B.jsonable(B.trace_cols(op, case, dtype, b, tr))
             if st["ref"] is not None:
                 cols["recheck_ok"] = B.recheck(op, case, dtype, bk, self.ctx, st["inputs"], ref2, row)
                 if row.get("accuracy_ok") is False:
@@ -263,7 +254,6 @@ class Worker:
 
         if self.case_state is not None:
             self.case_state = None
-            from flyexplore.ops.base import reset_dynamo
 
             reset_dynamo()
             if self.gpu:
@@ -324,7 +314,6 @@ def main(argv=None) -> int:
             reply = getattr(w, cmd)(msg)
             send(a.fd_out, {"kind": "ok", **reply})
         except Exception as exc:  # noqa: BLE001 - the driver turns it into rows
-            from flyexplore.run import build as B
 
             B.debug_trace()
             send(a.fd_out, {"kind": "error", "error": B.first_line(exc), "oom": B.is_oom(exc)})

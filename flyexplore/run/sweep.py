@@ -31,6 +31,8 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
+import sys
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Callable
@@ -38,9 +40,10 @@ from typing import Callable
 import pandas as pd
 
 from flyexplore.errors import UsageError
-from flyexplore.measure.devstate import default_device
+from flyexplore.measure.devstate import default_device, sampler_for
 from flyexplore.ops.base import RunContext
 from flyexplore.results import table as R
+from flyexplore.run import envab
 from flyexplore.run._ray import run_ray
 from flyexplore.run.cases import (
     _base_row,
@@ -205,11 +208,6 @@ class _ABStart:
     what is being compared) is printed to stderr when ``say``, progress bar or not."""
 
     def __init__(self, spec: SweepSpec, device, say: bool):
-        import sys
-        import tempfile
-
-        from flyexplore.run import envab
-
         self.logs = tempfile.TemporaryDirectory(prefix="flyexplore-ab-")
         try:
             self.setup = envab.setup_of(spec, device, self.logs.name)
@@ -281,8 +279,6 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
     settings = CaseSettings.of(spec) if kind != "in-process" else None
     try:
         if kind == "envab":
-            from flyexplore.run.envab import env_columns, run_passes
-
             st = ab.setup
             K = st.pairs
             passes = writer.pass_rows()
@@ -293,13 +289,13 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
             bar.refresh()
 
             def add_final(case, dtype, a, row):
-                row.update(env_columns(st, a))
+                row.update(envab.env_columns(st, a))
                 write(row)
 
-            problems += run_passes(st, work, passes, first_pair=ab.pair, make_row=make_row,
-                                   add_passes=writer.add_passes, add_final=add_final, sampler=_sampler(device),
-                                   bar=bar, should_stop=should_stop, status=bar.set_postfix_str,
-                                   platform=env.platform, run_id=run_id)
+            problems += envab.run_passes(st, work, passes, first_pair=ab.pair, make_row=make_row,
+                                         add_passes=writer.add_passes, add_final=add_final,
+                                         sampler=sampler_for(device), bar=bar, should_stop=should_stop,
+                                         status=bar.set_postfix_str, platform=env.platform, run_id=run_id)
             ab.pair = None   # run_passes stopped it
             writer.notes.extend(ab.notes)
             if st.start_s:
@@ -364,20 +360,12 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
     return result
 
 
-def _sampler(device):
-    from flyexplore.measure.devstate import sampler_for
-
-    return sampler_for(device)
-
-
 def _finish(writer, spec: SweepSpec, platform: str | None) -> pd.DataFrame:
     """The result frame, and the result file written from it -- unless an environment A/B's
     journal still holds pass rows of cases missing a pass (stopped or interrupted): the journal
     then stays for ``--resume`` and no file is written. Without an output file such rows are
     combined over the passes that ran (each row's ``processes`` says how many)."""
     if isinstance(writer, _Memory) and writer.pending():
-        from flyexplore.run.envab import env_columns  # noqa: F401 - rows carry their env already
-
         final = {(r["case"], r["dtype"], r["backend"]) for r in writer.rows}
         for (c, d), per in writer.passes.items():
             arms = sorted({b for rows in per.values() for b in rows})
