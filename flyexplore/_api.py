@@ -73,7 +73,11 @@ def sweep(op, *, shapes=None, suite: str | None = None, dtypes=None, backends=No
     ``suite``: a named suite (``flyexplore suites``); ``dtypes`` / ``backends``: lists or comma
     text (default: the operator's). ``out``: also write ``.parquet`` / ``.csv`` / ``.jsonl``.
     Other options are the fields of :class:`flyexplore.run.spec.SweepSpec` (``timer``, ``order``,
-    ``band``, ``baseline``, ``resume``, ``devices``, ...), which is built from them, and
+    ``band``, ``baseline``, ``resume``, ``devices``, ...; for an A/B of environments -- two torch
+    builds, flydsl versions, library settings, timed round by round on one GPU -- ``envs`` (a
+    list, one environment each: ``["0.13b=/opt/envs/a/bin/python", "0.14.2b=/opt/envs/b/bin/python"]``
+    or ``["base", "lt:TORCH_BLAS_PREFER_HIPBLASLT=0"]``), ``pairs``, ``aa``, ``worker_code``;
+    ``docs/env-ab.md``), which is built from them, and
     :func:`flyexplore.run.sweep.run_sweep`'s ``progress``, ``on_row``, ``should_stop``. ``op`` may
     also be a SweepSpec, run as it is (then only those three keywords). The frame's
     ``attrs["sweeps"]`` holds the spec. Raises :class:`~flyexplore.errors.UsageError` with one

@@ -14,6 +14,7 @@ What CI reads of an A/B: :func:`summary_lines` (the terminal summary), :func:`su
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -33,8 +34,8 @@ from flyexplore.results import vllm as V
 CLOCK_DIFFERS = 0.05
 
 #: Environment columns shown side by side (and flagged when they differ).
-ENV_COLUMNS = ("platform", "device", "arch", "torch", "triton", "flydsl", "aotriton", "gpu_runtime",
-               "python", "host", "env_id")
+ENV_COLUMNS = ("env", "env_python", "env_changes", "platform", "device", "arch", "torch", "torch_git", "triton",
+               "flydsl", "aotriton", "gpu_runtime", "blas_library", "tunableop", "python", "host", "env_id")
 
 
 @dataclass
@@ -59,6 +60,9 @@ class ABResult:
     key: tuple[str, ...]
     env: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: tuple[str, ...] = ()
+    #: an environment A/B's sides in words (:func:`ab_setting`): what the two sides ran in and how
+    #: they were paired; empty for two result files
+    setting: tuple[str, ...] = ()
 
     @property
     def geomean(self) -> float:
@@ -76,6 +80,11 @@ class ABResult:
         a pair, or the geometric mean, has B slower by more than 5% at its interval's most
         favourable end. Raises :class:`UsageError` for a bad ``fail_on``."""
         return gate(self, fail_on)
+
+    def __repr__(self) -> str:
+        """The terminal summary (:meth:`summary_lines`), as ``flyexplore compare`` prints it; the
+        tables are :attr:`pairs`, :attr:`summary`, :attr:`env`."""
+        return "\n".join(self.summary_lines())
 
     def summary_lines(self, fail_on: "str | FailOn | None" = None) -> list[str]:
         """The terminal summary of this A/B, as ``flyexplore compare`` prints it
@@ -128,12 +137,15 @@ def _basis(hows: np.ndarray, allow: np.ndarray, platform: str) -> list:
 
 def env_warnings(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B")) -> tuple[str, ...]:
     """Sentences naming how the measured rows of two result sets differ in environment:
-    device, arch, versions (torch, Triton, flydsl, AOTriton, GPU runtime) and the SM clock
+    device, arch, versions (torch, Triton, flydsl, AOTriton, GPU runtime), the BLAS library and
+    TunableOp's state (what decides ATen's GEMM kernel on ROCm), an environment A/B's interpreter
+    and variables (``env_python``, ``env_changes``: what its two sides differ by) and the SM clock
     (median case-start clock differing by more than :data:`CLOCK_DIFFERS`). Published rows
     are left out (they are another device by design)."""
     ma, mb = (d[d["source"] != "published"] if "source" in d else d for d in (a, b))
     out = []
-    for c in ("device", "arch", "torch", "triton", "flydsl", "aotriton", "gpu_runtime"):
+    for c in ("device", "arch", "torch", "triton", "flydsl", "aotriton", "gpu_runtime", "blas_library", "tunableop",
+              "env_python", "env_changes"):
         if c not in ma or c not in mb:
             continue
         va, vb = set(ma[c].dropna().astype(str)), set(mb[c].dropna().astype(str))
@@ -241,8 +253,36 @@ def pair(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B"),
                      f"{lab} ({names[1]} slower)" if lab == "SLOWER" else lab: int((g["verdict"] == lab).sum())
                      for lab in S.LABELS}})
         rows.append(r)
+    setting = ab_setting(a, b, names)
+    warn = env_warnings(a, b, names)
+    if setting:   # an A/B's interpreters and variables are what it compares, said in its setting
+        warn = tuple(w for w in warn if not w.startswith(("env_python differs", "env_changes differs")))
     return ABResult(p, only_a, only_b, pd.DataFrame(rows), tuple(names), tuple(key), env_table(a, b, names),
-                    env_warnings(a, b, names))
+                    warn, setting)
+
+
+def ab_setting(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B")) -> tuple[str, ...]:
+    """What an environment A/B's two sides ran in (rows of one environment each, as
+    :func:`env_sides` gives them), in one sentence: each side's environment, interpreter and
+    variable changes, and that the sides were paired round by round in one run (with the number
+    of pairs of workers). Empty unless each side is one environment of the same run."""
+    envs = [sorted({str(e) for e in d["env"].dropna()}) if "env" in d else [] for d in (a, b)]
+    runs = [set(d["run_id"].dropna().astype(str)) if "run_id" in d else set() for d in (a, b)]
+    if not all(len(e) == 1 for e in envs) or not (runs[0] & runs[1]):
+        return ()
+    parts = []
+    for nm, e, d in zip(names, envs, (a, b)):
+        py = next((str(v) for v in d["env_python"].dropna()), "?") if "env_python" in d else "?"
+        ch = next((str(v) for v in d["env_changes"].dropna()), "{}") if "env_changes" in d else "{}"
+        try:
+            changes = ", ".join(f"-{k}" if v is None else f"{k}={v}" for k, v in json.loads(ch).items()) or "none"
+        except (ValueError, AttributeError):
+            changes = ch
+        parts.append(f"{nm} = env {e[0]} ({py}; variables set: {changes})")
+    k = pd.to_numeric(pd.concat([a.get("processes", pd.Series(dtype=float)),
+                                 b.get("processes", pd.Series(dtype=float))]), errors="coerce").max()
+    pairs = f"{int(k)} pairs of workers" if pd.notna(k) and k > 1 else "one pair of workers"
+    return (f"environment A/B, its arms timed round by round in one run ({pairs}): " + "; ".join(parts),)
 
 
 def _groups(g) -> list[np.ndarray]:
@@ -693,6 +733,8 @@ def summary_lines(x: "ABResult | Sides", gate_result: GateResult | None = None, 
     out = _wrap(f"flyexplore compare: {nb} vs {na}, {len(ab.pairs)} pairs ({len(ab.only_a)} only in {na}, "
                 f"{len(ab.only_b)} only in {nb})")
     out += _wrap(f"ratio = time {na} / time {nb} per pair (> 1: {nb} faster), with its 95% interval")
+    for line in ab.setting:
+        out += _wrap(line)
     counts = [f"{label_name(lab, names)} {c[lab]}" for lab in S.LABELS]
     if c["none"]:
         counts.append(f"no label {c['none']}")
@@ -761,6 +803,7 @@ def summary_dict(x: "ABResult | Sides", gate_result: GateResult | None = None, t
          "largest": _pair_records(largest_changes(ab, top), ab.key),
          "pairs": _pair_records(ab.pairs, ab.key),
          "notes": list(notes),
+         "setting": list(ab.setting),
          "warnings": list(ab.warnings),
          "gate": gate_result.as_dict() if gate_result is not None else None}
     return jsonable(d)

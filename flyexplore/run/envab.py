@@ -24,17 +24,19 @@ How (:func:`run_passes`, called by :func:`flyexplore.run.sweep.run_sweep` for a
   environment first; the digests of the inputs must agree, and each output is compared with the
   base environment's); then warm-up turns, then timed rounds: in each round every environment
   takes one turn, in rotated order (A B, B A, ...), and only the worker whose turn it is has work
-  queued (each answers after a device synchronize). In its turn a worker makes one untimed call,
-  then times its arms as an in-process interleaved round (event-gated on a GPU, the cache flushed
-  before each call; :class:`flyexplore.measure.interleaved.RoundRunner`). The driver reads the
+  queued (each answers after a device synchronize; every worker emptied its allocator cache
+  after the build). In its turn a worker makes one untimed call, then times its arms as an
+  in-process interleaved round (event-gated on a GPU, the cache flushed before each call, at
+  least :data:`MIN_CALLS` calls an arm; :class:`flyexplore.measure.interleaved.RoundRunner`). The driver reads the
   clock once per round (NVML/amdsmi, no GPU context of its own), takes each speedup over paired
   rounds and stops by the sweep's own sequential rule
   (:func:`flyexplore.measure.interleaved.sequential_rounds`: labels decided at 99%, medians
   within +-1%, the same time caps per arm). A worker's arms are taken against the same backend
   in the base environment (``flash@B`` against ``flash@A``), else against the A/B's baseline arm.
-- **Fresh pairs** (``pairs``, default :data:`PAIRS`): the plan runs ``K`` times, each pass with
-  newly started workers and the case order rotated; each pass's rows are journaled as its case
-  finishes (:meth:`flyexplore.run.journal.Journal.add_passes`), and a row is combined over the
+- **Fresh pairs** (``pairs``, default :data:`flyexplore.run.envs.PAIRS`): the plan runs ``K``
+  times, each pass with newly started workers and the case order rotated; each pass's rows are
+  journaled as its case finishes (:meth:`flyexplore.run.journal.Journal.add_passes`), and a row
+  is combined over the
   passes (:func:`flyexplore.run.processes.combine`, ``kind="pairs"``) when its last pass is in:
   the speedup's interval is the 95% interval of the mean over the pairs (each pair paired round
   by round; a per-process offset of short calls is in it), the time's a prediction interval of
@@ -72,7 +74,7 @@ from flyexplore.results import table as R
 from flyexplore.run import build as B
 from flyexplore.run.engine import (CASE_TIMEOUT_S, START_ATTEMPTS, STICKY_ERRORS, WORKER_START_TIMEOUT_S,
                                    _exit_text, pin_env)
-from flyexplore.run.envs import PAIRS, Env, driver_package, extra_paths_for, worker_environ  # noqa: F401 - PAIRS: re-exported
+from flyexplore.run.envs import PAIRS, Env, driver_package, extra_paths_for, worker_environ  # noqa: F401
 from flyexplore.run.envworker import Reader, send
 from flyexplore.run.processes import combine, rotated
 from flyexplore.run.spec import interleaved_kwargs, op_ref
@@ -356,7 +358,8 @@ class Pair:
                 except WorkerDied as exc:
                     raise UsageError(self._why(w, f"died ({exc}){': ' + w.tail() if w.tail() else ''}")) from None
                 except WorkerHung:
-                    raise UsageError(self._why(w, f"not ready within --worker-start-timeout {self.st.start_timeout:g} s"))
+                    raise UsageError(self._why(
+                        w, f"not ready within --worker-start-timeout {self.st.start_timeout:g} s")) from None
                 self._check(w, info)
         except BaseException:
             self.stop()
@@ -601,7 +604,8 @@ def _run_case(pair, order, case, dtype, st: Setup, sampler, clock, deadline, all
                     converged=out.stop_reason == "target", ci_target=t.get("target", IL.CI_TARGET), wall_s=wall,
                     verdict_s=out.verdict_s if len(ok) > 1 else None, stop_reason=out.stop_reason, band=st.band,
                     baseline=base,
-                    round_clock_mhz=json.dumps(out.round_clocks) if any(c is not None for c in out.round_clocks) else None)
+                    round_clock_mhz=(json.dumps(out.round_clocks) if any(c is not None for c in out.round_clocks)
+                                     else None))
         if baselines.get(a) is not None:
             est, lo, hi = S.paired_ratio(out.rounds[baselines[a]], out.rounds[a])
             cols.update(speedup=est, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, st.band),
@@ -650,11 +654,12 @@ def env_report(st: Setup) -> list[str]:
         h = st.hellos.get(e.name) or {}
         v = h.get("versions") or {}
         runtime = f"HIP {v['hip']}" if v.get("hip") else f"CUDA {v.get('cuda')}" if v.get("cuda") else "no GPU runtime"
+        fx = (h.get("flyexplore") or {}).get("version")
         out.append(f"env {e.name}: python {h.get('python')} ({h.get('executable') or e.interpreter}); torch "
-                   f"{v.get('torch')} (git {str(v.get('torch_git') or '?')[:10]}), {runtime}, triton {v.get('triton')}, "
-                   f"aotriton {v.get('aotriton')}, flydsl {v.get('flydsl')}, blas {v.get('blas')}, tunableop "
-                   f"{v.get('tunableop')}; changes: {e.changes_text()}; flyexplore {((h.get('flyexplore') or {}).get('version'))}"
-                   f" from {'the driver' if st.worker_code == 'driver' else 'the environment'}")
+                   f"{v.get('torch')} (git {str(v.get('torch_git') or '?')[:10]}), {runtime}, "
+                   f"triton {v.get('triton')}, aotriton {v.get('aotriton')}, flydsl {v.get('flydsl')}, "
+                   f"blas {v.get('blas')}, tunableop {v.get('tunableop')}; changes: {e.changes_text()}; "
+                   f"flyexplore {fx} from {'the driver' if st.worker_code == 'driver' else 'the environment'}")
     return out
 
 

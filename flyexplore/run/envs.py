@@ -148,8 +148,10 @@ def parse_env(text) -> Env:
 
 def _checked(e: Env, text: str) -> Env:
     if not NAME.match(e.name or ""):
+        hint = (" (give each environment its own --env, or in Python a list: envs=['base', 'lt:X=1'])"
+                if "," in (e.name or "") else "")
         raise UsageError(f"bad --env {text!r}: the name {e.name!r} must be 1 to 40 letters, digits, '.', '_' "
-                         "or '-', starting with a letter or digit")
+                         f"or '-', starting with a letter or digit{hint}")
     seen = set()
     for k, _ in e.changes:
         if not VAR.match(k):
@@ -269,7 +271,11 @@ def probe(e: Env, worker_code: str = "driver", extra_paths=(), timeout: float = 
         p = Path(py)
         if not p.exists():
             raise UsageError(f"{who}: the interpreter does not exist")
-        if p.is_dir() or not os.access(p, os.X_OK):
+        if p.is_dir():
+            inner = next((q for q in (p / "bin" / "python", p / "bin" / "python3") if q.exists()), None)
+            raise UsageError(f"{who}: is a folder, not an interpreter"
+                             + (f" (did you mean {inner}?)" if inner else ""))
+        if not os.access(p, os.X_OK):
             raise UsageError(f"{who}: the interpreter is not an executable file")
     try:
         r = subprocess.run([py, "-c", _PROBE], env=worker_environ(e, worker_code, extra_paths),
@@ -282,7 +288,8 @@ def probe(e: Env, worker_code: str = "driver", extra_paths=(), timeout: float = 
         got = json.loads(r.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         tail = (r.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        raise UsageError(f"{who}: the interpreter does not run flyexplore's check (exit {r.returncode}: {tail})") from None
+        raise UsageError(f"{who}: the interpreter does not run flyexplore's check "
+                         f"(exit {r.returncode}: {tail})") from None
     if tuple(got.get("python", ())) < MIN_PYTHON:
         raise UsageError(f"{who}: Python {'.'.join(map(str, got.get('python', ())))}; flyexplore needs "
                          f"{'.'.join(map(str, MIN_PYTHON))} or newer")

@@ -222,7 +222,8 @@ class Worker:
         profile_s = time.perf_counter() - t0
         op, case, dtype = st["op"], st["case"], st["dtype"]
         try:
-            ref2 = B.fresh_inputs(op, case, dtype, st["inputs"], self.device, st["seed"]) if st["ref"] is not None else None
+            ref2 = (B.fresh_inputs(op, case, dtype, st["inputs"], self.device, st["seed"])
+                    if st["ref"] is not None else None)
         except Exception as exc:  # noqa: BLE001 - the recheck is skipped, with the reason
             B.debug_trace()
             ref2 = exc

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Sequence
 
 import numpy as np
@@ -134,8 +135,11 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
                     "rounds": r.get("rounds"), "wall_s": _num(r.get("wall_s")), "verdict_s": _num(r.get("verdict_s")),
                     "clock_mhz_min": _num(r.get("clock_mhz_min")), "stop_reason": r.get("stop_reason"),
                     "worker": r.get("worker")})
-    msgs = list(dict.fromkeys(str(r["message"]) for r in ok if r.get("message")))
-    out["message"] = "; ".join(msgs) or None
+    if kind == "pairs":
+        out["message"] = _pair_notes([r.get("message") for r in ok])
+    else:
+        msgs = list(dict.fromkeys(str(r["message"]) for r in ok if r.get("message")))
+        out["message"] = "; ".join(msgs) or None
     out["processes"] = len(ok)
     out["process_estimates"] = json.dumps([{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                                             for k, v in p.items()} for p in per])
@@ -198,6 +202,28 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
         div = 1e12 if col == "tflops" else 1e9
         out[col] = amount / sec / div if amount > 0 and sec > 0 else None
     return out
+
+
+_UNCONVERGED = re.compile(r"^unconverged after \d+ rounds: (.*)$")
+
+
+def _pair_notes(messages) -> str | None:
+    """The notes of an environment A/B's pairs as one message: each distinct note once, and the
+    pairs that stopped before their target in one note naming each pair's reason
+    (``unconverged in 2 of 3 pairs (pair 1: a label still undecided; pair 3: case budget ran
+    out)``; the rounds of each are in ``process_estimates``)."""
+    notes, unconv = [], []
+    for k, m in enumerate(messages, 1):
+        for part in str(m or "").split("; "):
+            hit = _UNCONVERGED.match(part.strip())
+            if hit:
+                unconv.append(f"pair {k}: {hit.group(1)}")
+            elif part.strip():
+                notes.append(part.strip())
+    out = list(dict.fromkeys(notes))
+    if unconv:
+        out.append(f"unconverged in {len(unconv)} of {len(messages)} pairs ({'; '.join(unconv)})")
+    return "; ".join(out) or None
 
 
 def _note(row: dict, text: str) -> None:

@@ -591,7 +591,7 @@ class SweepSpec:
     ``aa=True`` (none: this interpreter) for the A/A floor; each case's arms -- ``backend@env``,
     every backend in every environment, or as ``backends`` names them (``"aten@A,flydsl@B"``) --
     are timed round by round across one worker per environment taking turns on one device.
-    ``pairs`` (>= 1, default :data:`flyexplore.run.envab.PAIRS`): fresh pairs of workers, one pass
+    ``pairs`` (>= 1, default :data:`flyexplore.run.envs.PAIRS`): fresh pairs of workers, one pass
     of the plan each; ``worker_code``: ``driver`` (the driver's flyexplore source in every
     environment) or ``env`` (each environment's own, same version). ``baseline`` may name an arm;
     a backend is taken in the first environment. The environments are checked (interpreter,
@@ -759,7 +759,7 @@ class SweepSpec:
         """The options an environment A/B refuses, then each environment's probe (its interpreter
         runs, finds torch, numpy and flyexplore: :func:`flyexplore.run.envs.probe`)."""
         name = (lambda k, f: f if flags else k)  # noqa: E731
-        bad = [(name("order", "--order"), self.order != "interleaved"),
+        bad = [(name(f"order {self.order!r}", f"--order {self.order}"), self.order != "interleaved"),
                (name("processes", "--processes"), (self.processes or 1) > 1),
                (name("devices", "--devices"), self.devices is not None),
                (name("workers", "--workers"), self.workers is not None),
@@ -820,7 +820,7 @@ class SweepSpec:
     @property
     def pairs_or_default(self) -> int:
         """The fresh pairs of workers an environment A/B runs: ``pairs``, else
-        :data:`flyexplore.run.envab.PAIRS`."""
+        :data:`flyexplore.run.envs.PAIRS`."""
         return self.pairs or PAIRS
 
     def plan_fingerprint(self) -> str:

@@ -242,7 +242,12 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
 
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(todo), disable=not progress, unit="row", desc=f"{plan.op.name} sweep")
+    total = len(todo)
+    if kind == "envab":   # an A/B's bar counts pass rows: each arm once in each pair of workers
+        n_ref = sum(1 for c, d, _ in todo if (c.label, d) in refusals)
+        have = sum(len(r) for per in writer.pass_rows().values() for r in per.values())
+        total = n_ref + max((len(todo) - n_ref) * ab.setup.pairs - have, 0)
+    bar = tqdm(total=total, disable=not progress, unit="row", desc=f"{plan.op.name} sweep")
 
     def make_row(case, dtype, b, cols, info):
         row = _base_row(plan.op, case, dtype, b, run_id, {**fp, **(info.get("fp") or {})})
@@ -280,13 +285,9 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
     try:
         if kind == "envab":
             st = ab.setup
-            K = st.pairs
             passes = writer.pass_rows()
             work = [(c, d) for c, d in plan.pairs if (c.label, d) not in refusals
                     and any((plan.op.name, c.label, d, a) not in done for a in plan.backends)]
-            have = sum(len(rows) for key, per in passes.items() for rows in per.values())
-            bar.total = len(refused) + max(len(work) * len(plan.backends) * K - have, 0)
-            bar.refresh()
 
             def add_final(case, dtype, a, row):
                 row.update(envab.env_columns(st, a))

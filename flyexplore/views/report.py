@@ -61,8 +61,8 @@ _TABLE_COLS = ["op", "case", "dtype", "backend", "status", "time_ms", "per_call_
                "rounds", "converged", "tflops", "gbps", "err_rel", "accuracy_ok", "recheck_ok", "noisy",
                "host_bound", "clock_mhz_min", "throttled", "source", "observed", "flydsl_taken", "device",
                "message"]
-_ENV_COLS = ["platform", "device", "arch", "torch", "triton", "flydsl", "aotriton", "gpu_runtime", "python",
-             "host", "env_id"]
+_ENV_COLS = ["env", "platform", "device", "arch", "torch", "triton", "flydsl", "aotriton", "gpu_runtime",
+             "blas_library", "tunableop", "python", "env_python", "env_changes", "host", "env_id"]
 _CSS = ("body{font-family:Arial,Helvetica,sans-serif;margin:2em;max-width:1500px;color:#222}"
         "table{border-collapse:collapse;font-size:12px;margin:0.5em 0 1.5em}"
         "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}th{background:#f3f3f3}"
@@ -113,11 +113,13 @@ def _speedup_text(df: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def verdict_sentence(labels: pd.Series, faster: str = "faster", than: str = "the baseline") -> str:
+def verdict_sentence(labels: pd.Series, faster: str = "faster", than: str = "the baseline",
+                     env_ab: bool = False) -> str:
     """One plain sentence on what a set of labels says: which differences are real (FASTER,
     SLOWER: the 95% interval lies outside +-1%), which are none (SAME: inside), and which are
     noise at this precision (AMBIGUOUS). ``faster`` names the FASTER side's word, ``than`` the
-    baseline."""
+    baseline; ``env_ab``: the labels are an environment A/B's (what narrows them is more pairs
+    of workers, ``--pairs``, not ``--processes``)."""
     lab = labels.dropna()
     if lab.empty:
         return "No interval: these numbers carry no verdict."
@@ -128,7 +130,11 @@ def verdict_sentence(labels: pd.Series, faster: str = "faster", than: str = "the
                      f"{n['SLOWER']} slower than {than} (the 95% interval lies outside ±1%)")
     if n["SAME"]:
         parts.append(f"{n['SAME']} no difference (SAME: the interval lies within ±1%)")
-    if n["AMBIGUOUS"]:
+    if n["AMBIGUOUS"] and env_ab:
+        parts.append(f"{n['AMBIGUOUS']} cannot be told apart from noise at ±1% (AMBIGUOUS: the interval "
+                     "crosses a band edge; in an environment A/B its width is the spread between the pairs "
+                     "of workers: more --pairs narrow it, or read it at a wider --band)")
+    elif n["AMBIGUOUS"]:
         parts.append(f"{n['AMBIGUOUS']} cannot be told apart from noise at ±1% (AMBIGUOUS: the interval "
                      "crosses a band edge; within one run more rounds may decide, across runs the "
                      "run-to-run allowance sets the width: sweep --processes measures it)")
@@ -430,7 +436,7 @@ def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> No
     try:
         sp = R.speedup(d, baseline)
         fig = F.speedup_overview_figure(d, baseline, title=f"{op}: speedup over {bname}")
-        page.p(verdict_sentence(sp["verdict"], than=bname))
+        page.p(verdict_sentence(sp["verdict"], than=bname, env_ab=bool(R.ab_envs(d))))
         page.fig(f"{name}_speedup", fig)
         gm = R.geomean_speedup(d, baseline)
         for r in gm.itertuples():
@@ -639,7 +645,9 @@ def _compare_page(sd: Sides, title: str | None) -> _Page:
     page = _Page(title or f"A/B: {names[1]} vs {names[0]}")
     page.p(f"ratio = time {names[0]} / time {names[1]} per case (> 1: {names[1]} faster); "
            f"{len(ab.pairs)} pairs, geometric mean {S.fmt_interval(*ab.geomean_ci)} (95% interval). "
-           + verdict_sentence(ab.pairs["verdict"], f"{names[1]} faster", names[0]))
+           + verdict_sentence(ab.pairs["verdict"], f"{names[1]} faster", names[0], env_ab=bool(R.ab_envs(sd.a))))
+    for line in ab.setting:
+        page.p(line[0].upper() + line[1:] + ".")
     for w in ab.warnings:
         page.p("Environments differ: " + w + ". Ratios mix this difference with the code's.", cls="note")
     page.h2("Environments")
