@@ -334,23 +334,26 @@ def _venv(where: Path, see_parent: bool = True) -> str:
 
 @pytest.mark.slow
 def test_a_20_percent_regression_between_envs_trips_the_gate_where_a_cross_run_gate_misses_it(tmp_path):
-    """Same interpreter, another variable: env B does 20% more work. One A/B run reads it SLOWER
-    and ``compare --fail-on SLOWER:5%`` exits 1. The same two measured times read as two separate
+    """Same interpreter, another variable: env B does 20% more work. One A/B run (5 pairs of
+    workers: on this shared 2-core machine pairs have read a change 6% apart (sd), and with 3
+    pairs t(2) = 4.3 leaves the interval too wide for a 5% gate) reads it SLOWER and
+    ``compare --fail-on SLOWER:5%`` exits 1. The same two measured times read as two separate
     single-process runs (what a cross-run compare of two sweeps gets) carry this CPU's cross-run
     allowance of +-50% and read AMBIGUOUS: that gate passes. (Two real separate sweeps are left
     out: on this shared 2-core machine their ratio itself moves by tens of percent with the load
     -- one CI run read 0.55x for the 0.83x change -- so what they read is luck either way.)"""
     ab = tmp_path / "ab.parquet"
     r = _cli("sweep", "--op", "ab_ops:SLOW", "--shapes", "4096", "--backends", "work", "--env", "A", "--env",
-             "B:AB_SLOWDOWN=0.2", "--pairs", "3", "--out", str(ab), "--quiet")
+             "B:AB_SLOWDOWN=0.2", "--pairs", "5", "--out", str(ab), "--quiet")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "flyexplore: env A: python" in r.stderr and "changes: AB_SLOWDOWN=0.2" in r.stderr
     df = R.load(ab)
     b = df[df["backend"] == "work@B"].iloc[0]
     assert b["env"] == "B" and json.loads(b["env_changes"]) == {"AB_SLOWDOWN": "0.2"}
-    assert b["verdict"] == "SLOWER" and 0.70 < b["speedup"] < 0.95 and b["speedup_hi"] < 0.95
-    assert b["processes"] == 3 and b["cross_env_ok"] and b["inputs_digest"] == df.iloc[0]["inputs_digest"]
-    assert b["ci_method"].startswith("between-pair (3 pairs")
+    per = [round(p["speedup"], 4) for p in R.process_estimates(b["process_estimates"])]
+    assert b["verdict"] == "SLOWER" and 0.70 < b["speedup"] < 0.95 and b["speedup_hi"] < 0.95, per
+    assert b["processes"] == 5 and b["cross_env_ok"] and b["inputs_digest"] == df.iloc[0]["inputs_digest"]
+    assert b["ci_method"].startswith("between-pair (5 pairs")
     g = _cli("compare", str(ab), "--fail-on", "SLOWER:5%", "--json", str(tmp_path / "ab.json"))
     assert g.returncode == 1, g.stdout + g.stderr
     assert "B vs A" in g.stdout and "FAILED" in g.stdout and "environment A/B, its arms timed" in g.stdout
@@ -439,7 +442,7 @@ def test_a_worker_that_crashes_or_hangs_gives_rows_and_the_ab_goes_on_with_a_fre
     assert set(second["status"]) == {"crashed"}
     assert "worker of env 'B' crashed (killed by signal SIGKILL)" in second.loc["work@B", "message"]
     assert "not measured to the end: the worker of env 'B' crashed" in second.loc["work@A", "message"]
-    assert set(third["status"]) == {"ok"} and third.loc["work@B", "verdict"] != "SLOWER"
+    assert set(third["status"]) == {"ok"} and third["speedup"].notna().sum() == 2   # B and C against A
     workers = {w.split("/")[0] for w in df["worker"].dropna()}
     assert len(workers) == 3    # pair1, then a fresh pair after the hang, and another after the crash
 
