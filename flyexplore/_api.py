@@ -77,7 +77,8 @@ def sweep(op, *, shapes=None, suite: str | None = None, dtypes=None, backends=No
     builds, flydsl versions, library settings, timed round by round on one GPU -- ``envs`` (a
     list, one environment each: ``["0.13b=/opt/envs/a/bin/python", "0.14.2b=/opt/envs/b/bin/python"]``
     or ``["base", "lt:TORCH_BLAS_PREFER_HIPBLASLT=0"]``), ``pairs``, ``aa``, ``worker_code``;
-    ``docs/env-ab.md``), which is built from them, and
+    ``docs/env-ab.md``), ``force`` (past the limits: more than 20 processes or pairs, or a time
+    bound over a day, :meth:`~flyexplore.run.spec.SweepSpec.time_bound_s`), which is built from them, and
     :func:`flyexplore.run.sweep.run_sweep`'s ``progress``, ``on_row``, ``should_stop``. ``op`` may
     also be a SweepSpec, run as it is (then only those three keywords). The frame's
     ``attrs["sweeps"]`` holds the spec. Raises :class:`~flyexplore.errors.UsageError` with one

@@ -114,6 +114,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--extend", action="store_true",
                    help="with --resume: add this plan's cases to a file made by another plan (a resume "
                    "with another plan is otherwise refused, naming what differs)")
+    p.add_argument("--force", action="store_true",
+                   help="run past the stated limits: --processes or --pairs over 20, or a time bound over 24 h "
+                   "(a note gives the bound before any sweep over 5 minutes)")
     p.add_argument("--ray-address", help="Ray cluster to join, e.g. ray://head:10001 (default: "
                    "$RAY_ADDRESS, else a local Ray instance for this sweep)")
     g = p.add_argument_group(
@@ -192,7 +195,7 @@ def engine_of(a: argparse.Namespace) -> str:
 
 def run(a: argparse.Namespace) -> int:
     # imported here, as in every command module: `flyexplore --help` imports neither torch nor pandas
-    from flyexplore.run.spec import SweepSpec
+    from flyexplore.run.spec import TIME_NOTE_S, SweepSpec
 
     kw = {"band": a.band} if a.band is not None else {}
     spec = SweepSpec(a.op, suite=a.suite, shapes=a.shapes, dtypes=dtypes_for(a), backends=a.backends,
@@ -202,7 +205,7 @@ def run(a: argparse.Namespace) -> int:
                      ray_address=a.ray_address, worker_start_timeout=a.worker_start_timeout,
                      max_memory=parse_bytes(a.max_memory, "--max-memory") if a.max_memory is not None else None,
                      out=a.out, shapes_from=a.shapes_from, resume=a.resume, overwrite=a.overwrite,
-                     retry_failed=a.retry_failed, extend=a.extend, flags=True,
+                     retry_failed=a.retry_failed, extend=a.extend, force=a.force, flags=True,
                      envs=a.env, pairs=a.pairs, aa=a.aa, worker_code=a.worker_code, **kw)
     from flyexplore.run.sweep import NOTES_ATTR, PROBLEMS_ATTR, run_sweep
     from flyexplore.views.report import summary_table
@@ -210,6 +213,8 @@ def run(a: argparse.Namespace) -> int:
 
     for n in getattr(spec.plan, "notes", ()):
         print(f"flyexplore: note: {n}", file=sys.stderr)
+    if a.quiet and spec.time_bound_s() > TIME_NOTE_S:   # with a progress bar run_sweep says it
+        print(f"flyexplore: note: {spec.time_note()}", file=sys.stderr)
     got: list[int] = []
 
     def terminated(signum, frame):  # SIGTERM (timeout, docker stop, Slurm): as Ctrl-C, rows kept

@@ -97,6 +97,11 @@ STICKY_ERRORS = ("cuda error", "hip error", "hiperror", "illegal memory access",
                  "device-side assert", "unspecified launch failure", "memory access fault")
 #: Lines of a dead worker's stderr kept in its ``crashed`` rows.
 STDERR_LINES = 5
+#: Longest wait for a worker told to stop to exit by itself, s, before it is killed: its exit
+#: shuts down what it started (Inductor's pool of compile processes, whose semaphores are
+#: registered with the sweep's ``multiprocessing`` resource tracker); a worker killed before
+#: then leaves them behind, and the tracker warns of "leaked semaphore objects" at the end.
+RETIRE_S = 10.0
 #: Longest single wait of the driver for its workers, and of an idle worker for its next case,
 #: s: every wait is bounded, so a limit, ``should_stop`` or a vanished driver is seen within it.
 POLL_S = 1.0
@@ -236,6 +241,20 @@ def _Inbox(fd: int) -> frames.Inbox:
     return frames.Inbox(fd, pickle.loads)
 
 
+def _thread_lock_for_tqdm() -> None:
+    """Give tqdm a thread lock in this worker (``tqdm.set_lock``, its public hook). Left alone,
+    the first progress bar made here (Inductor's compile bar, even when hidden) creates a
+    ``multiprocessing`` RLock that is never freed: its semaphore stays registered with the
+    sweep's resource tracker, which warns at the sweep's end that "There appear to be 1 leaked
+    semaphore objects" (seen on every ``--workers`` run with ``inductor``, issue 33). A worker
+    makes no processes that draw bars, so a thread lock is all it needs."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        return
+    tqdm.set_lock(threading.RLock())
+
+
 def _worker_main(tasks, msgs, settings: CaseSettings, device: str, env, threads, label: str, log_path: str,
                  ppid: int) -> None:
     """Entry point of a local worker process (spawned): its own process group (the driver
@@ -253,6 +272,7 @@ def _worker_main(tasks, msgs, settings: CaseSettings, device: str, env, threads,
         os.close(fd)
     faulthandler.enable(all_threads=True)
     threading.Thread(target=_watch_parent, args=(ppid,), daemon=True).start()
+    _thread_lock_for_tqdm()
     out = msgs.fileno()
     try:
         runner = CaseRunner(settings, device, env, threads, label)
@@ -497,7 +517,7 @@ class _Pool:
         if work is left."""
         with contextlib.suppress(OSError):
             s.tasks.send(None)
-        s.proc.join(2)
+        s.proc.join(RETIRE_S)
         self.kill(s)
 
     def start_failed(self, s: _Slot, why: str) -> None:

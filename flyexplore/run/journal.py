@@ -14,7 +14,8 @@ Files beside a result file ``OUT`` (:func:`sidecar_files`):
     demands) and ``UNIQUE(op, case, dtype, backend, plan)`` for the rows a sweep wrote (``plan``
     = :meth:`flyexplore.run.spec.SweepSpec.plan_fingerprint`), across every resume.
   - ``passes``: the rows of one pass of a sweep that measures each case several times and
-    combines them (an environment A/B's fresh pairs of workers, :mod:`flyexplore.run.envab`),
+    combines them (``--processes``' fresh worker processes, :mod:`flyexplore.run.processes`; an
+    environment A/B's fresh pairs of workers, :mod:`flyexplore.run.envab`),
     ``UNIQUE(op, case, dtype, backend, plan, pass)``, written as each case of a pass finishes
     (:meth:`Journal.add_passes`); a resume goes on with the passes still missing, and the
     combined row goes to ``rows`` when a case's last pass is in. The result file is written from
@@ -605,20 +606,27 @@ def _connect(path: Path) -> sqlite3.Connection:
     return con
 
 
-def committed_rows(out: str | os.PathLike) -> pd.DataFrame:
+def committed_rows(out: str | os.PathLike, *, passes: bool = False) -> pd.DataFrame:
     """The rows a journal of ``out`` holds now (read-only; it may belong to a running sweep), as a
-    result frame; an empty frame when there is none. Raises :class:`UsageError` for a damaged one."""
+    result frame; an empty frame when there is none. ``passes``: the pass rows instead (a
+    ``--processes`` sweep's or an environment A/B's, each measurement of a case in one pass, not
+    yet combined), with a ``pass`` column (0-based). Raises :class:`UsageError` for a damaged
+    journal."""
     jp = journal_path(out)
     if not jp.exists():
         return R.empty_frame()
+    query = 'SELECT pass, row FROM passes ORDER BY seq' if passes else "SELECT NULL, row FROM rows ORDER BY seq"
     try:
         con = _read_only(jp, timeout=10.0)
         try:
-            got = con.execute("SELECT row FROM rows ORDER BY seq").fetchall()
+            got = con.execute(query).fetchall()
         finally:
             con.close()
     except sqlite3.Error as exc:
         if "no such table" in str(exc):  # a journal being created this moment
             return R.empty_frame()
         raise UsageError(f"cannot read the journal {str(jp)!r}: {exc}") from None
-    return R.frame(json.loads(r) for (r,) in got)
+    df = R.frame(json.loads(r) for _, r in got)
+    if passes:
+        df.insert(0, "pass", [int(k) for k, _ in got])
+    return df

@@ -15,8 +15,12 @@ the sweep, after different neighbours. The N rows of one (case, dtype, backend) 
 combined (:func:`combine`): per-process estimates kept in ``process_estimates``, the headline
 time and speedup are their geometric means, and the intervals are
 :func:`flyexplore.measure.stats.between_process` prediction intervals (within- and between-process
-variation together). A row is written to the journal when its last pass is done; a sweep that is
-stopped or interrupted writes what it has, labelled with the number of processes that measured it.
+variation together). Each pass's rows are committed to the journal as they come (its ``passes``
+table, :mod:`flyexplore.run.journal`) and a row is combined when its last pass is in; a sweep that
+is stopped, interrupted or killed keeps its pass rows there, and ``--resume`` runs only the passes
+still missing (without an output file, a stopped sweep combines what it has, labelled with the
+number of processes that measured it). Past :data:`flyexplore.run.spec.MAX_PASSES` processes a
+sweep needs ``force``.
 """
 from __future__ import annotations
 

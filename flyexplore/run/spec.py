@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from flyexplore.errors import UsageError, bad_choice
 from flyexplore.measure import modes
+from flyexplore.measure.interleaved import CASE_BUDGET_S
 from flyexplore.measure.stats import BAND
 from flyexplore.ops import builtin_ops, get_op
 from flyexplore.ops.base import Case, Operator
@@ -549,6 +550,30 @@ def _json(v):
 
 #: Fields that say where the rows go, not what is measured: left out of :meth:`SweepSpec.fingerprint`.
 FILE_FIELDS = ("out", "resume", "overwrite", "retry_failed", "extend")
+#: The most fresh worker processes (``--processes``) or pairs of workers (``--pairs``) a sweep
+#: takes without ``force``. Each one is a whole pass of the plan, so 1,000 ran a one-case CPU
+#: sweep for about 3.3 hours (issue 33); past 20 the interval barely narrows: its half-width
+#: goes as t(n-1)/sqrt(n), and t(19) is within 5% of the normal's 1.96 (scipy.stats.t.ppf).
+MAX_PASSES = 20
+#: The longest a sweep's time bound (:meth:`SweepSpec.time_bound_s`) may be without ``force``, s.
+MAX_SWEEP_S = 24 * 3600.0
+#: Seconds a fresh worker takes to start (``import torch``, its runner built) in the time bound:
+#: 5-9 s for a pair of A/B workers on the lent H200 (``data/h200/ab/summary.md``), 5-8 s for one
+#: CPU worker on the 2-core CI machine (``--processes`` sweeps' progress bars, unloaded); ROCm is
+#: taken as CUDA.
+WORKER_START_S = {"cpu": 8.0, "cuda": 10.0}
+#: A note on the time bound is printed before a sweep past this many seconds
+#: (:meth:`SweepSpec.time_note`).
+TIME_NOTE_S = 300.0
+
+
+def _duration(s: float) -> str:
+    """``40 s``, ``14 min``, ``2.8 h`` (a time bound, to two figures)."""
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 2 * 3600:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
 
 
 @dataclass(frozen=True)
@@ -583,7 +608,8 @@ class SweepSpec:
     pass of the whole plan each, the case order rotated between passes, and combine each row's
     measurements so that its interval covers another run (:mod:`flyexplore.run.processes`); 2 or
     more needs local workers (interleaved order; not ``in-process`` or Ray) and is part of
-    :meth:`plan_dict`.
+    :meth:`plan_dict`; each pass's rows are journaled as they come (a resume runs the passes still
+    missing).
 
     An environment A/B (:mod:`flyexplore.run.envab`): ``envs``, two or more environments
     (:class:`flyexplore.run.envs.Env` or their text, ``"0.14.2b=/opt/envs/b/bin/python"``,
@@ -609,7 +635,8 @@ class SweepSpec:
     (s, > 0: a worker not ready by then is killed and retried; default
     :data:`flyexplore.run.engine.WORKER_START_TIMEOUT_S`), ``max_memory`` (bytes, >= 1: a case
     whose estimated memory is over it, or over the device's free memory, becomes a ``refused``
-    row).
+    row). ``processes`` and ``pairs`` over :data:`MAX_PASSES`, and a plan whose time bound
+    (:meth:`time_bound_s`) is over :data:`MAX_SWEEP_S`, are refused unless ``force``.
 
     ``flags`` (not kept): name options in messages as the command line's flags (``--rep``, not
     ``timer option rep``). Raises :class:`UsageError` with one line naming the first bad value:
@@ -650,6 +677,7 @@ class SweepSpec:
     overwrite: bool = False
     retry_failed: bool = False
     extend: bool = False
+    force: bool = False
     flags: InitVar[bool] = False
     plan: Plan = field(init=False, repr=False, compare=False)
     engine_kind: str = field(init=False, repr=False, compare=False)
@@ -683,7 +711,7 @@ class SweepSpec:
     def _check(self, flags: bool) -> None:
         put = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
         modes.check_order(self.order)
-        for k in ("trace", "resume", "overwrite", "retry_failed", "extend", "aa"):
+        for k in ("trace", "resume", "overwrite", "retry_failed", "extend", "aa", "force"):
             v = getattr(self, k)
             if not isinstance(v, bool):
                 raise UsageError(f"{'--' + k.replace('_', '-') if flags else k} must be True or False, got {v!r}")
@@ -740,6 +768,11 @@ class SweepSpec:
                              f"it does not go with order {self.order!r}")
         if self.pairs is not None and not _int_ok(self.pairs, 1):
             raise UsageError(f"{'--pairs' if flags else 'pairs'} must be an integer >= 1, got {self.pairs!r}")
+        for k, v in (("processes", self.processes), ("pairs", self.pairs)):
+            if v is not None and v > MAX_PASSES and not self.force:
+                raise UsageError(f"{'--' + k if flags else k} {v} is over its limit of {MAX_PASSES}: each is a whole "
+                                 f"pass of the plan in fresh workers, and past {MAX_PASSES} the interval barely "
+                                 f"narrows; give {'--force' if flags else 'force=True'} to run it anyway")
         if self.worker_code not in WORKER_CODE:
             raise UsageError(f"{'--worker-code' if flags else 'worker_code'} must be one of {', '.join(WORKER_CODE)}, "
                              f"got {self.worker_code!r}")
@@ -751,9 +784,14 @@ class SweepSpec:
             put("engine_kind", choose_engine(self.engine, self.device, devices=self.devices, workers=self.workers,
                                              case_timeout=self.case_timeout, max_cases=self.max_cases_per_worker,
                                              op=plan.op, processes=self.processes))
-            return
-        self._check_ab(dev, timer, flags)
-        put("engine_kind", "envab")
+        else:
+            self._check_ab(dev, timer, flags)
+            put("engine_kind", "envab")
+        bound = self.time_bound_s()
+        if bound > MAX_SWEEP_S and not self.force:
+            raise UsageError(f"this sweep could take up to {_duration(bound)} ({self.time_note(terse=True)}), over "
+                             f"the limit of {_duration(MAX_SWEEP_S)}; split it, or give "
+                             f"{'--force' if flags else 'force=True'} to run it anyway")
 
     def _check_ab(self, dev, timer: dict, flags: bool) -> None:
         """The options an environment A/B refuses, then each environment's probe (its interpreter
@@ -799,7 +837,7 @@ class SweepSpec:
     def fingerprint(self) -> str:
         """12 hex digits of SHA-256 over :meth:`to_dict` less :data:`FILE_FIELDS` (canonical JSON,
         sorted keys): two specs that measure the same thing, the same way, share it."""
-        return digest({k: v for k, v in self.to_dict().items() if k not in FILE_FIELDS})
+        return digest({k: v for k, v in self.to_dict().items() if k not in (*FILE_FIELDS, "force")})
 
     def plan_dict(self) -> dict:
         """What the rows of this spec measure and how, as resolved (not as typed): the operator,
@@ -816,6 +854,46 @@ class SweepSpec:
                 "backends": list(self.plan.backends), "device": str(check_device(self.device)),
                 **{k: d[k] for k in ("seed", "order", "timer", "band", "baseline", "trace")},
                 **({"processes": self.processes} if (self.processes or 1) > 1 else {}), **ab}
+
+    def time_bound_s(self) -> float:
+        """An upper bound on this sweep's timing, s, before it runs: passes (``processes``, or an
+        A/B's pairs) x (a worker start, :data:`WORKER_START_S`, when it runs in workers, + the
+        plan's cases x each case's budget: the timer's ``budget_s`` (or ``rep_ms``), else
+        :data:`flyexplore.measure.interleaved.CASE_BUDGET_S`, the hard limit of an interleaved
+        case, all its backends together), the cases divided over the workers. Not counted:
+        compiles and autotuning (Inductor's can take minutes a case), and the cases a resume
+        skips -- so a bound for the timing, not a promise."""
+        passes, start, n, budget, par = self._bound_terms()
+        return passes * (start + n * budget / par)
+
+    def time_note(self, terse: bool = False) -> str:
+        """What :meth:`time_bound_s` is made of, for the note printed before a sweep whose bound is
+        over :data:`TIME_NOTE_S`: ``up to 2.8 h of timing: 1000 passes x (8 s worker start + 1
+        case x 2 s budget); compiles not counted`` (``terse``: the part in parentheses' sum alone)."""
+        passes, start, n, budget, par = self._bound_terms()
+        first = f"{start:g} s worker start + " if start else ""
+        per = f" / {par} workers" if par > 1 else ""
+        parts = (f"{passes} pass{'es' if passes != 1 else ''} x ({first}{n} case{'s' if n != 1 else ''} x "
+                 f"{budget:g} s budget{per})")
+        return parts if terse else f"up to {_duration(self.time_bound_s())} of timing: {parts}; compiles not counted"
+
+    def _bound_terms(self) -> tuple[int, float, int, float, int]:
+        """(passes, worker start s, cases, budget s a case, workers in parallel) of :meth:`time_bound_s`."""
+        gpu = self.plan_device_type() == "cuda"
+        budget = float(self.timer.get("budget_s") or CASE_BUDGET_S["cuda" if gpu else "cpu"])
+        if self.timer.get("rep_ms"):
+            budget = float(self.timer["rep_ms"]) / 1e3
+        passes = self.pairs_or_default if self.environments else (self.processes or 1)
+        start = WORKER_START_S["cuda" if gpu else "cpu"] if self.engine_kind != "in-process" else 0.0
+        par = 1 if self.environments else max(int(self.workers or 1), len(self.devices or ()) or 1)
+        return passes, start, len(self.plan.pairs), budget, par
+
+    def plan_device_type(self) -> str:
+        """``cuda`` (CUDA or ROCm) or ``cpu``: where this spec's cases run, from ``device`` (no
+        torch call when it is given)."""
+        if self.device is not None:
+            return "cuda" if str(self.device).startswith("cuda") else "cpu"
+        return check_device(None).type
 
     @property
     def pairs_or_default(self) -> int:

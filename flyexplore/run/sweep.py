@@ -34,6 +34,7 @@ import os
 import sys
 import tempfile
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -56,7 +57,7 @@ from flyexplore.run.cases import (
 from flyexplore.run.engine import CaseSettings, Task, limits, run_tasks
 from flyexplore.run.journal import Journal, JournalError, journal_path  # noqa: F401 - journal_path: re-exported
 from flyexplore.run.processes import combine, rotated
-from flyexplore.run.spec import SweepSpec
+from flyexplore.run.spec import TIME_NOTE_S, SweepSpec
 from flyexplore.world import env as ENV
 
 #: The result frame's ``attrs`` key holding :func:`sweep_record` of each run that wrote its rows.
@@ -178,6 +179,8 @@ def run_sweep(spec: SweepSpec, *, progress: bool = True, on_row: Callable[[dict]
     keys = [(c.label, d, b) for c, d, b in plan.items()]
     refusals = memory_refusals(plan, device, spec.max_memory,  # UsageError when every case is over
                                copies=len(spec.environments) if kind == "envab" else 1)
+    if progress and spec.time_bound_s() > TIME_NOTE_S:
+        print(f"flyexplore: note: {spec.time_note()}", file=sys.stderr)
     ab = None
     if kind == "envab":  # the first pair of workers starts before any file is opened: a bad env writes nothing
         ab = _ABStart(spec, device, True)
@@ -340,9 +343,11 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
 
                 n = spec.processes or 1
                 if n > 1:
-                    bar.total = len(refused) + len(todo) * n
+                    have = writer.pass_rows()
+                    bar.total = len(refused) + max(len(todo) * n - _count(have, todo), 0)
                     bar.refresh()
-                    got = _passes(tasks, n, one_pass, emit, spec.band, bar, should_stop, env.platform)
+                    got = _passes(tasks, n, one_pass, _Passes(have, writer.add_passes, make_row, write, run_id),
+                                  spec.band, bar, should_stop, env.platform)
                 else:
                     got = one_pass(tasks, task_row)
             problems += list(got or [])
@@ -362,19 +367,22 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
 
 
 def _finish(writer, spec: SweepSpec, platform: str | None) -> pd.DataFrame:
-    """The result frame, and the result file written from it -- unless an environment A/B's
-    journal still holds pass rows of cases missing a pass (stopped or interrupted): the journal
-    then stays for ``--resume`` and no file is written. Without an output file such rows are
-    combined over the passes that ran (each row's ``processes`` says how many)."""
+    """The result frame, and the result file written from it -- unless the journal still holds
+    pass rows of cases missing a pass (an environment A/B's or ``--processes``', stopped or
+    interrupted): the journal then stays for ``--resume`` and no file is written. Without an
+    output file such rows are combined over the passes that ran (each row's ``processes`` says
+    how many)."""
     if isinstance(writer, _Memory) and writer.pending():
         final = {(r["case"], r["dtype"], r["backend"]) for r in writer.rows}
+        ab = spec.engine_kind == "envab"
+        wanted, kind = (spec.pairs_or_default, "pairs") if ab else (spec.processes or 1, "processes")
         for (c, d), per in writer.passes.items():
             arms = sorted({b for rows in per.values() for b in rows})
             for b in arms:
                 if (c, d, b) in final:
                     continue
                 rows = [per[k][b] for k in sorted(per) if b in per[k]]
-                row = combine(rows, spec.pairs_or_default, spec.band, platform, kind="pairs") if len(rows) > 1 \
+                row = combine(rows, wanted, spec.band, platform, kind=kind) if len(rows) > 1 or wanted > 1 \
                     else dict(rows[0])
                 writer.add(row)
     result = writer.frame()
@@ -383,46 +391,65 @@ def _finish(writer, spec: SweepSpec, platform: str | None) -> pd.DataFrame:
     return result
 
 
-def _passes(tasks, n: int, one_pass, emit, band: float, bar, should_stop, platform: str | None = None) -> list[str]:
+def _count(have: dict, todo) -> int:
+    """How many of ``todo``'s ``(case, dtype, backend)`` pass rows are in ``have``
+    (``{(case, dtype): {pass: {backend: row}}}``)."""
+    return sum(1 for c, d, b in todo for rows in have.get((c.label, d), {}).values() if b in rows)
+
+
+class _Passes:
+    """Where ``--processes`` keeps its pass rows: ``have`` (``{(case, dtype): {pass: {backend:
+    row}}}``, a resume's from the journal), ``add`` (:meth:`flyexplore.run.journal.Journal.add_passes`:
+    each pass row committed as it comes), ``make_row`` (a full result row from a worker's columns)
+    and ``write`` (a combined row to the result rows, given this run's ``run_id``)."""
+
+    def __init__(self, have: dict, add: Callable, make_row: Callable, write: Callable, run_id: str):
+        self.have, self.add, self.make_row, self.write, self.run_id = have, add, make_row, write, run_id
+
+    def rows(self, t, k: int) -> dict:
+        return self.have.get((t.case.label, t.dtype), {}).get(k, {})
+
+
+def _passes(tasks, n: int, one_pass, store: _Passes, band: float, bar, should_stop,
+            platform: str | None = None) -> list[str]:
     """``--processes n``: run ``tasks`` ``n`` times, each pass in new worker processes
     (``one_pass(tasks, sink)``: :func:`flyexplore.run.engine.run_tasks`, whose pool starts its own
     workers and stops them at the end) with the case order rotated
-    (:func:`flyexplore.run.processes.rotated`), and emit each (case, dtype, backend) once, combined
-    (:func:`flyexplore.run.processes.combine`), when its last pass is done. Stopped or
-    interrupted, the rows measured so far are combined and emitted (their ``processes`` says how
-    many), then the stop or the exception goes on. Returns the passes' problems."""
-    got: dict = {}
-    done: set = set()
+    (:func:`flyexplore.run.processes.rotated`). Each row of a pass is committed to the journal as
+    it comes (``store``, a :class:`_Passes`); a resume's passes already there are not run again (a
+    pass runs only the backends of each case it is missing). Each (case, dtype, backend) is
+    written once, combined (:func:`flyexplore.run.processes.combine`), when its last pass is in.
+    Stopped or interrupted, the pass rows stay in the journal for ``--resume`` (without an output
+    file the sweep's end combines what ran: :func:`_finish`). Returns the passes' problems."""
     problems: list[str] = []
 
-    def flush(key) -> None:
-        t, rows = got.pop(key)
-        done.add(key)
+    def final(t, b) -> None:
+        rows = [store.rows(t, k)[b] for k in range(n)]
         row = combine(rows, n, band, platform)
-        info = {"worker": row.get("worker"), "device_id": row.get("device_id"),
-                "fp": next((r["_fp"] for r in rows if r.get("_fp")), None)}
-        row.pop("_fp", None)
-        emit(t.case, t.dtype, key[1], row, info, tick=False)
+        row["run_id"], row["timestamp"] = store.run_id, _now()
+        store.write(row)
 
-    try:
-        for k in range(n):
-            if k and should_stop is not None and should_stop():
-                break
-            bar.set_description(f"{str(getattr(bar, 'desc', '') or 'sweep').split(' (pass')[0]} (pass {k + 1}/{n})")
+    for t in tasks:   # a resume: cases whose passes were all in before their combined row was
+        for b in t.backends:
+            if all(b in store.rows(t, k) for k in range(n)):
+                final(t, b)
+    for k in range(n):
+        todo = [replace(t, backends=tuple(b for b in t.backends if b not in store.rows(t, k)))
+                for t in rotated(tasks, n, k)]
+        todo = [t for t in todo if t.backends]
+        if not todo:
+            continue
+        if should_stop is not None and should_stop():
+            break
+        bar.set_description(f"{str(getattr(bar, 'desc', '') or 'sweep').split(' (pass')[0]} (pass {k + 1}/{n})")
 
-            def sink(t, b, cols, info, last=(k == n - 1)):
-                bar.update(1)
-                key = (t.index, b)
-                row = {**cols, "worker": info.get("worker"), "_fp": info.get("fp")}
-                if not row.get("device_id"):
-                    row["device_id"] = info.get("device_id")
-                got.setdefault(key, (t, []))[1].append(row)
-                if last or len(got[key][1]) >= n:
-                    flush(key)
+        def sink(t, b, cols, info, k=k):
+            row = store.make_row(t.case, t.dtype, b, cols, info)
+            store.add([(k, row)])
+            store.have.setdefault((t.case.label, t.dtype), {}).setdefault(k, {})[b] = row
+            bar.update(1)
+            if all(b in store.rows(t, j) for j in range(n)):
+                final(t, b)
 
-            problems += [f"pass {k + 1}/{n}: {p}" for p in one_pass(rotated(tasks, n, k), sink) or []]
-    finally:
-        for key in list(got):   # stopped, interrupted or a case missing from a pass: what was measured
-            with contextlib.suppress(JournalError):
-                flush(key)
+        problems += [f"pass {k + 1}/{n}: {p}" for p in one_pass(todo, sink) or []]
     return problems
