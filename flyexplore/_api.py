@@ -103,26 +103,38 @@ def sweep(op, *, shapes=None, suite: str | None = None, dtypes=None, backends=No
 
 def load(*paths: str | os.PathLike):
     """Read one or more result files (``.parquet``, ``.csv``, ``.jsonl``) into one result set in
-    the result schema (a pandas DataFrame; :func:`flyexplore.results.table.load`, several files
-    concatenated by :func:`flyexplore.results.table.concat`, every column kept). A single list
-    or tuple of paths is read the same way. Raises :class:`~flyexplore.errors.UsageError` for
-    no path, a missing file or an unknown format."""
+    the result schema (a pandas DataFrame; every column kept), checked as ``flyexplore report``,
+    ``compare`` and ``export`` check them (:func:`flyexplore.results.table.load_set`: each file
+    by :func:`flyexplore.results.table.validate`, several files concatenated by
+    :func:`flyexplore.results.table.concat`). A single list or tuple of paths is read the same
+    way. Raises :class:`~flyexplore.errors.UsageError`, the command line's one line naming the
+    file (and the column, row and value), for no path, a missing, damaged or foreign file, an
+    unknown format, and rows the schema refuses: an unknown status or source, an ``ok`` row
+    without a positive ``time_ms`` (a text such as ``'fast'``, an empty cell, no such column),
+    two rows of one key in one run (also across files), or a ``time_ms`` that is not its samples'
+    median. ``flyexplore.results.table.load(path)`` reads a file without these checks."""
 
     if len(paths) == 1 and isinstance(paths[0], (list, tuple)):
         paths = tuple(paths[0])
     if not paths:
         raise UsageError("load needs at least one result file")
-    if len(paths) == 1:
-        return R.load(paths[0])
-    return R.concat([R.load(p) for p in paths])
+    return R.load_set(paths)
+
+
+def _is_paths(data) -> bool:
+    return isinstance(data, _PathLike) or (isinstance(data, (list, tuple)) and bool(data)
+                                           and all(isinstance(p, _PathLike) for p in data))
 
 
 def _rows(data, what: str):
-    """``data`` as result rows: a DataFrame as it is, a path (or a list of paths) loaded."""
+    """``data`` as result rows, checked as the command line checks files: a path (or a list of
+    paths) read by :func:`load`; a DataFrame checked by :func:`flyexplore.results.table.checked`
+    (one :class:`~flyexplore.errors.UsageError` line ``the DataFrame given to fx.<what> is not a
+    valid result set: ...``) and returned as it is."""
     if isinstance(data, pd.DataFrame):
+        R.checked(data, f"the DataFrame given to fx.{what}")
         return data
-    if isinstance(data, _PathLike) or (isinstance(data, (list, tuple)) and data
-                                       and all(isinstance(p, _PathLike) for p in data)):
+    if _is_paths(data):
         return load(data)
     raise UsageError(f"{what} takes result rows (a DataFrame) or result file paths, "
                      f"got {type(data).__name__}")
@@ -176,14 +188,21 @@ def compare(a, b=None, *, names: Sequence[str] | str | None = None, a_backend: s
     allowance (:func:`flyexplore.results.compare.env_sides`). ``out``: also write the A/B report there
     (``report.html``, its tables and, with ``static``, figure images in ``formats``; an
     AOTriton section where attention rows pair; :func:`flyexplore.views.report.write_compare_report`
-    / ``write_vllm_report``). Raises :class:`~flyexplore.errors.UsageError` for a missing file,
-    a vllm result against a flyexplore result, backends given for a vllm A/B, bad names, or
-    when nothing pairs."""
+    / ``write_vllm_report``). Files and DataFrames are checked as ``flyexplore compare`` checks
+    its files (:func:`flyexplore.results.table.validate`: a doubled ``time_ms`` that its samples
+    contradict, duplicate rows, an unknown status, ... are refused in its one line). Raises
+    :class:`~flyexplore.errors.UsageError` for a missing or invalid file or DataFrame, a vllm
+    result against a flyexplore result, backends given for a vllm A/B, bad names, or when
+    nothing pairs."""
 
     rep: dict[str, Any] = {"title": title, "static": static}
     if formats is not None:
         rep["formats"] = list(formats)
-    a, b = (x if isinstance(x, _PathLike) or x is None else _rows(x, "compare") for x in (a, b))
+    # one file or frame a side is checked by sides, as flyexplore compare's files are
+    a, b = (load(x) if isinstance(x, (list, tuple)) and _is_paths(x) else x for x in (a, b))
+    for x in (a, b):
+        if not (x is None or isinstance(x, (pd.DataFrame, *_PathLike))):
+            raise UsageError(f"compare takes result rows (a DataFrame) or result file paths, got {type(x).__name__}")
     sd = sides(a, b, _two_names(names) if names is not None else None, a_backend, b_backend, a_env, b_env)
     if out is not None:
         write_ab_report(sd, out, **rep)

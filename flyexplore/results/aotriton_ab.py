@@ -246,13 +246,14 @@ def compare_files(path_a, path_b=None, names: Sequence[str] | None = None, backe
     files record (``AOTriton 0.13b``, ``AOTriton 0.14.2b``); ``backend`` keeps one SDPA backend
     (e.g. ``flash``). ``path_b`` None: ``path_a`` is one environment A/B file (the two torch
     builds timed round by round: :func:`flyexplore.results.compare.env_sides`; names default to
-    the environments'). Raises :class:`UsageError` for a missing file, a file without attention
-    rows, or when no case pairs."""
+    the environments'). Files are read with validation (:func:`flyexplore.results.table.validate`,
+    as ``flyexplore compare`` reads them). Raises :class:`UsageError` for a missing or invalid
+    file, a file without attention rows, or when no case pairs."""
 
     if path_b is None:
         if not Path(path_a).exists():
             raise UsageError(f"result file not found: {str(path_a)!r}")
-        d = R.load(path_a)
+        d = R.load(path_a, validated=True)
         d = d[d["op"] == "attention"]
         if d.empty:
             raise UsageError(f"no attention rows in {str(path_a)!r}")
@@ -268,7 +269,7 @@ def compare_files(path_a, path_b=None, names: Sequence[str] | None = None, backe
     for path in (path_a, path_b):
         if not Path(path).exists():
             raise UsageError(f"result file not found: {str(path)!r}")
-        d = R.load(path)
+        d = R.load(path, validated=True)
         d = d[d["op"] == "attention"]
         if backend is not None:
             d = d[d["backend"] == backend]

@@ -347,17 +347,20 @@ def sides(a, b=None, names: tuple[str, str] | None = None, a_backend: str | None
           b_backend: str | None = None, a_env: str | None = None, b_env: str | None = None) -> Sides:
     """Read the two sides of an A/B and pair them, once, whatever they are: both
     ``vllm bench serve`` result files or folders (paths; :func:`flyexplore.results.vllm.looks_like_vllm`),
-    or result rows -- DataFrames or result file paths (read by :func:`flyexplore.results.table.load`
-    with ``validated=True``: the checks of saving), paired by :func:`pair` (``a_backend`` /
-    ``b_backend`` as there). What ``flyexplore compare``, ``fx.compare`` and the A/B report share.
+    or result rows -- DataFrames or result file paths (files read by
+    :func:`flyexplore.results.table.load` with ``validated=True``, DataFrames checked alike by
+    :func:`flyexplore.results.table.checked`: :func:`flyexplore.results.table.validate`), paired
+    by :func:`pair` (``a_backend`` / ``b_backend`` as there). What ``flyexplore compare``, ``fx.compare`` and the A/B report share.
     ``b`` None: ``a`` is one environment A/B's rows (``flyexplore sweep --env``), whose two
     environments are the sides (:func:`env_sides`; ``a_env`` / ``b_env`` pick them, ``names``
     default to their names). Otherwise ``names`` default to ``("A", "B")``.
     Raises :class:`UsageError` for a vllm side against a result side, backends given for a vllm
-    A/B, a missing, damaged, foreign or invalid result file (one line naming it), rows that are
-    no environment A/B where ``b`` is None, or when nothing pairs."""
+    A/B, a missing, damaged, foreign or invalid result file or DataFrame (one line naming it and
+    the column, row and value), rows that are no environment A/B where ``b`` is None, or when
+    nothing pairs."""
     if b is None:
-        d = R.normalize(a) if isinstance(a, pd.DataFrame) else R.load(a, validated=True)
+        d = R.checked(a, "the DataFrame of the environment A/B") if isinstance(a, pd.DataFrame) \
+            else R.load(a, validated=True)
         da, db, envs = env_sides(d, a_env, b_env)
         names = tuple(names) if names is not None else envs
         return Sides("rows", da, db, pair(da, db, names, a_backend, b_backend), names)
@@ -375,7 +378,8 @@ def sides(a, b=None, names: tuple[str, str] | None = None, a_backend: str | None
             raise UsageError("a_backend / b_backend compare flyexplore result rows, not vllm bench results")
         ra, rb = V.load_runs(a), V.load_runs(b)
         return Sides("vllm", ra, rb, V.ab_table(ra, rb, names=names), names)
-    da, db = (R.normalize(x) if isinstance(x, pd.DataFrame) else R.load(x, validated=True) for x in (a, b))
+    da, db = (R.checked(x, f"the DataFrame of side {n}") if isinstance(x, pd.DataFrame) else R.load(x, validated=True)
+              for x, n in zip((a, b), names))
     return Sides("rows", da, db, pair(da, db, names, a_backend, b_backend), names)
 
 

@@ -19,7 +19,9 @@ existing file. :data:`SCHEMA_VERSION` is stored in every row; :func:`load` upgra
 :func:`load` refuses, in one :class:`UsageError` line naming the file, whatever is not a whole
 result file: unreadable, empty, cut short (a CSV not ending in a newline has a torn last row),
 damaged, or a table without the :data:`IDENTITY_COLUMNS`; ``load(path, validated=True)`` (what
-``flyexplore report``, ``compare`` and ``export`` read with) also applies :func:`validate`.
+``flyexplore report``, ``compare``, ``export`` and ``fx.load`` read with) also applies
+:func:`validate`, and :func:`checked` applies it to rows given as a DataFrame (``fx.speedup``,
+``fx.report``, ``fx.compare``, ...): one validation for the command line and the Python API.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ import pandas as pd
 from flyexplore.errors import UsageError
 from flyexplore.measure import stats as S
 from flyexplore.measure.stats import notch_ci
+from flyexplore.measure.timing import rounds_from_json
 from flyexplore.results import samples as SP
 
 SCHEMA_VERSION = 2
@@ -332,25 +335,161 @@ def frame(rows: Iterable[dict]) -> pd.DataFrame:
     return normalize(pd.DataFrame(rows)) if rows else empty_frame()
 
 
-def validate(df: pd.DataFrame) -> None:
-    """Raise ``ValueError`` if ``df`` breaks the schema: a missing core column, an unknown
-    status or source, an ``ok`` row without a positive time, or a duplicate key in one run."""
+#: Largest relative difference between an ``ok`` row's stored ``time_ms`` and the time its own
+#: ``samples_ms`` give (:func:`sample_times`) that :func:`validate` lets pass. The samples are
+#: stored to 6 significant digits (:func:`flyexplore.measure.timing.samples_json`), so each is
+#: within 5e-6 of the exact time it stands for, and so is any median or geometric mean of them
+#: (the committed H200 and CPU sweeps differ by at most 2.2e-6); twice that bound. A time edited
+#: by hand (doubled, or moved by 0.01%) is far outside it.
+SAMPLES_RTOL = 1e-5
+
+
+def _row_name(df: pd.DataFrame, i: int) -> str:
+    """``row 3 (gemm 8x64x64 fp32 aten, run r1)``: row position ``i`` (from 0, as ``df.iloc``
+    takes it) and its key, missing values left out."""
+    r = df.iloc[i]
+    key = " ".join(str(r[c]) for c in KEY if c in df and not pd.isna(r[c]))
+    run = r["run_id"] if "run_id" in df else None
+    return f"row {i} ({key}{'' if run is None or pd.isna(run) else f', run {run}'})"
+
+
+def _and_more(n: int, what: str = "rows like it") -> str:
+    """``" (3 rows like it)"`` for ``n`` > 1 offending rows, else ``""``."""
+    return f" ({n} {what})" if n > 1 else ""
+
+
+def sample_times(df: pd.DataFrame, positions: np.ndarray) -> np.ndarray:
+    """The ``time_ms`` each row at ``positions`` (int, from 0) should hold by its own
+    ``samples_ms``, as the sweep derives it: the median of the per-round medians
+    (:attr:`flyexplore.measure.timing.Measurement.median`); for a row combining several fresh
+    processes (``processes`` >= 2: ``sweep --processes``, an environment A/B's pairs) the geometric
+    mean of each process's median, the stored rounds split in pass order by each process's
+    ``rounds`` in ``process_estimates`` (:func:`flyexplore.run.processes.combine`). NaN (float64,
+    ms) where it cannot be told: no samples, a non-finite sample, or process rounds that do not
+    add up to the stored rounds. Raises :class:`flyexplore.results.samples.BadSamples` (its
+    ``position`` the row's position in ``df``) for a text that is not a JSON list of rounds."""
+    positions = np.asarray(positions, dtype=np.int64)
+    out = np.full(positions.size, np.nan)
+    if "samples_ms" not in df or not positions.size:
+        return out
+    parsed = SP.parse_column(df["samples_ms"], positions)
+    out[:] = [p.median for p in parsed]
+    procs = (pd.to_numeric(df["processes"].iloc[positions], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+             if "processes" in df else np.full(positions.size, np.nan))
+    texts = df["process_estimates"] if "process_estimates" in df else None
+    for k in np.flatnonzero(procs >= 2).tolist():
+        out[k] = np.nan
+        p = parsed[k]
+        counts = [e.get("rounds") for e in process_estimates(texts.iloc[positions[k]])] if texts is not None else []
+        if len(counts) < 2 or not all(isinstance(c, int) and c >= 0 for c in counts) or sum(counts) != p.rounds:
+            continue
+        if p.values.size == p.rounds:   # no empty round: the per-round medians split as they are
+            parts = np.split(p.values, np.cumsum(counts)[:-1])
+        else:
+            rounds = rounds_from_json(df["samples_ms"].iloc[positions[k]])
+            ends = np.cumsum(counts)
+            parts = [S.round_values(rounds[e - c:e]) for e, c in zip(ends, counts)]
+        meds = np.asarray([np.median(v) if v.size else np.nan for v in parts], dtype=float)
+        meds = meds[np.isfinite(meds) & (meds > 0)]   # as between_process leaves them out
+        if meds.size:
+            out[k] = math.exp(float(np.mean(np.log(meds))))
+    release_arrow_memory()   # the parser's buffers
+    return out
+
+
+def _missing(v) -> bool:
+    """Whether one cell is missing (None, NA, NaN); False for a list or other non-scalar."""
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _number_text(v) -> str:
+    """A cell as a message shows it: ``%g`` of a number, else its repr."""
+    try:
+        return f"{float(v):g}"
+    except (TypeError, ValueError):
+        return repr(v)
+
+
+def validate(df: pd.DataFrame, raw: pd.DataFrame | None = None) -> None:
+    """Raise ``ValueError``, one line, at the first way the result rows ``df`` (normalized:
+    :func:`normalize`) break the schema. What ``flyexplore report``, ``compare`` and ``export``
+    read files with (:func:`load` with ``validated=True``, :func:`load_set`) and what the public
+    functions check (``fx.load``, ``fx.speedup``, ``fx.report``, ``fx.compare``, ...): one rule
+    for the command line and the Python API. In order:
+
+    - a missing core column (:data:`COLUMNS`);
+    - an unknown ``status`` (:data:`STATUSES`) or ``source`` (:data:`SOURCES`);
+    - an ``ok`` row without a positive ``time_ms``: a file without the column, an empty cell,
+      text (``'fast'``), zero, a negative number;
+    - two rows of one key (:data:`KEY`) in one run (``run_id``);
+    - an ``ok`` row whose ``time_ms`` is not the time its own ``samples_ms`` give
+      (:func:`sample_times`: the median of the rounds' medians, or the geometric mean of the
+      processes' medians), off by more than :data:`SAMPLES_RTOL` (relative); rows without
+      samples are not checked. Such a row is refused, not flagged: the report's and the
+      summary's times are ``time_ms`` while the speedups and their labels come from the samples,
+      so a hand-edited time would stand beside a label it contradicts (a doubled time beside
+      ``1.000x SAME``), and the ``compare --fail-on`` gate would pass on it;
+    - a ``samples_ms`` text of an ``ok`` row that is not a JSON list of rounds of numbers.
+
+    The message names the column, the first offending row (its position from 0, as ``df.iloc``
+    takes it, the header not counted) by key and run, the value, and how many rows break the
+    same rule. ``raw``: the rows as read or given, before :func:`normalize` (which
+    reads a cell that is no number as missing), so that the message quotes the cell as it was
+    (``got 'fast'``) and says when the ``time_ms`` column is absent."""
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
-        raise ValueError(f"missing columns: {missing}")
-    bad = set(df["status"].dropna().unique()) - set(STATUSES)
-    if bad:
-        raise ValueError(f"unknown status {sorted(bad)} (valid: {STATUSES})")
-    bad = set(df["source"].dropna().unique()) - set(SOURCES)
-    if bad:
-        raise ValueError(f"unknown source {sorted(bad)} (valid: {SOURCES})")
-    ok = df["status"].eq("ok").fillna(False)   # a mask: the rows are not copied (their samples with them)
-    t = pd.to_numeric(df["time_ms"], errors="coerce")
-    if (ok & ~(t.notna() & (t > 0)).fillna(False)).any():
-        raise ValueError("an ok row has no positive time_ms")
-    dup = df.duplicated(subset=["run_id", *KEY], keep=False)
+        raise ValueError(f"missing columns: {', '.join(missing)}")
+    for col, valid in (("status", STATUSES), ("source", SOURCES)):
+        v = df[col]
+        bad = np.flatnonzero((v.notna() & ~v.isin(valid)).to_numpy(dtype=bool))
+        if bad.size:
+            raise ValueError(f"unknown {col} {v.iloc[bad[0]]!r} in column {col}, {_row_name(df, int(bad[0]))} "
+                             f"(valid: {', '.join(valid)}){_and_more(bad.size)}")
+    ok = df["status"].eq("ok").fillna(False).to_numpy(dtype=bool)   # a mask: no row is copied
+    t = pd.to_numeric(df["time_ms"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    bad = np.flatnonzero(ok & ~(t > 0))
+    if bad.size:
+        i = int(bad[0])
+        if raw is not None and "time_ms" not in raw.columns:
+            raise ValueError(f"no time_ms column: {bad.size} ok rows need a positive time in ms "
+                             f"(the first: {_row_name(df, i)})")
+        cell = raw["time_ms"].iloc[i] if raw is not None and len(raw) == len(df) else df["time_ms"].iloc[i]
+        got = "an empty cell" if _missing(cell) else repr(cell) if isinstance(cell, str) else _number_text(cell)
+        raise ValueError(f"column time_ms, {_row_name(df, i)}: an ok row needs a positive time in ms, got {got}"
+                         f"{_and_more(bad.size, 'ok rows like it')}")
+    cols = ["run_id", *KEY]
+    dup = df.duplicated(subset=cols, keep=False).to_numpy(dtype=bool)
     if dup.any():
-        raise ValueError(f"duplicate rows for {df.loc[dup, list(KEY)].iloc[0].tolist()}")
+        group = df.groupby(cols, dropna=False, sort=False, observed=True).ngroup().to_numpy()
+        first = int(np.flatnonzero(dup)[0])
+        same = np.flatnonzero(group == group[first]).tolist()
+        r = df.iloc[first]
+        key = " ".join(str(r[c]) for c in KEY if not pd.isna(r[c]))
+        run = "" if pd.isna(r["run_id"]) else f" in run {r['run_id']}"
+        which = (f"{', '.join(map(str, same[:-1]))} and {same[-1]}" if len(same) <= 4
+                 else f"{', '.join(map(str, same[:3]))}, ... ({len(same)} rows)")
+        raise ValueError(f"duplicate rows for {key}{run}: rows {which} hold the same key (a run measures each key "
+                         f"once){_and_more(np.unique(group[dup]).size, 'keys held twice')}")
+    pos = np.flatnonzero(ok & df["samples_ms"].notna().to_numpy(dtype=bool))
+    try:
+        want = sample_times(df, pos)
+    except SP.BadSamples as exc:
+        raise ValueError(f"column samples_ms, {_row_name(df, exc.position)}: not a JSON list of rounds of numbers "
+                         f"({type(exc.reason).__name__}: {_one_line(exc.reason)})") from None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        off = np.abs(t[pos] / want - 1)
+    bad = np.flatnonzero(off > SAMPLES_RTOL)   # NaN (no samples to tell by) passes
+    if bad.size:
+        k = int(bad[0])
+        i = int(pos[k])
+        procs = pd.to_numeric(pd.Series([df["processes"].iloc[i]]), errors="coerce").iloc[0]
+        what = (f"the geometric mean of its {int(procs)} processes' sample medians" if pd.notna(procs) and procs >= 2
+                else "the median of its samples_ms")
+        raise ValueError(f"column time_ms, {_row_name(df, i)}: stored {t[i]:.6g} ms is not {what} "
+                         f"({want[k]:.6g} ms recomputed){_and_more(bad.size)}")
 
 
 def _atomic_write(path: Path, writer) -> None:
@@ -566,8 +705,9 @@ def load(path: str | os.PathLike, *, validated: bool = False) -> pd.DataFrame:
     pandas/pyarrow read plus a check of the file's last byte (CSV) -- no per-row work beyond
     JSONL's one ``json.loads`` per line.
 
-    ``validated``: also apply :func:`validate` (what ``flyexplore report`` and ``compare`` read
-    files with), its ``ValueError`` raised as :class:`UsageError` naming the file.
+    ``validated``: also apply :func:`validate` (what ``flyexplore report``, ``compare`` and
+    ``export`` read files with, and ``fx.load``), its ``ValueError`` raised as one
+    :class:`UsageError` line naming the file, the column, the row and the value.
 
     Raises :class:`UsageError`, one line naming the file and the problem, for: a missing file,
     a folder, an unknown extension, an unreadable file (permission denied, ...), an empty
@@ -597,15 +737,11 @@ def load(path: str | os.PathLike, *, validated: bool = False) -> pd.DataFrame:
             shown = ", ".join(cols[:8]) + (", ..." if len(cols) > 8 else "")
             raise UsageError(f"{name} is not a flyexplore result file: missing columns {', '.join(missing)} "
                              f"(its columns: {shown or 'none'})")
-    try:
-        df = normalize(df)
-    except UsageError as exc:
-        raise UsageError(f"{name}: {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"{name} is not a valid result file: a core column cannot take its type "
-                         f"({_one_line(exc)})") from None
+    raw = df
+    df = _normalized(raw, name, "a valid result file")
     if validated:
-        check_valid(df, name)
+        check_valid(df, name, raw)
+    del raw
     release_arrow_memory()   # the reader's buffers
     return df
 
@@ -625,13 +761,36 @@ def release_arrow_memory() -> None:
         pass
 
 
-def check_valid(df: pd.DataFrame, name: str) -> None:
-    """:func:`validate` ``df``, its ``ValueError`` raised as a one-line :class:`UsageError`
-    naming ``name`` (a file, or what the rows are)."""
+def check_valid(df: pd.DataFrame, name: str, raw: pd.DataFrame | None = None,
+                what: str = "a valid result file") -> None:
+    """:func:`validate` ``df`` (``raw``: as there), its ``ValueError`` raised as one
+    :class:`UsageError` line ``<name> is not <what>: <problem>`` (``name``: a file's repr, or what
+    the rows are)."""
     try:
-        validate(df)
+        validate(df, raw)
     except ValueError as exc:
-        raise UsageError(f"{name} is not a valid result file: {_one_line(exc)}") from None
+        raise UsageError(f"{name} is not {what}: {_one_line(exc)}") from None
+
+
+def checked(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    """Result rows given as a DataFrame (not read from a file), checked as a file is: ``df``
+    normalized (:func:`normalize`, a copy) once :func:`validate` passes, else one
+    :class:`UsageError` line ``<name> is not a valid result set: <problem>`` with the problem in
+    the words a file gets (``name`` says whose rows: ``"the DataFrame given to fx.speedup"``)."""
+    out = _normalized(df, name, "a valid result set")
+    check_valid(out, name, df, "a valid result set")
+    return out
+
+
+def _normalized(raw: pd.DataFrame, name: str, what: str) -> pd.DataFrame:
+    """:func:`normalize` ``raw``, its refusal as one :class:`UsageError` line naming ``name``
+    (``<name> is not <what>: a core column cannot take its type (...)``, or a newer schema)."""
+    try:
+        return normalize(raw)
+    except UsageError as exc:
+        raise UsageError(f"{name}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{name} is not {what}: a core column cannot take its type ({_one_line(exc)})") from None
 
 
 def load_set(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:

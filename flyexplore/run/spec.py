@@ -204,9 +204,9 @@ SHAPES_FILE_COLUMNS = ("op", "shape", "dtype", "count")
 def read_shapes_file(path: str | os.PathLike, op: str) -> list[dict]:
     """The rows of ``op`` in an exported shapes file (CSV with :data:`SHAPES_FILE_COLUMNS`, plus
     ``model``, ``phase``, ``module`` when written by ``flyexplore model --export-shapes``).
-    Raises :class:`UsageError` naming a missing or unreadable file, a missing column, a bad count,
-    or a file without ``op`` rows (listing the operators it has). Reads with the ``csv`` module:
-    no pandas, no torch."""
+    Raises :class:`UsageError` naming a missing, unreadable or empty file, a missing column, a
+    header without rows, a bad count, or a file without ``op`` rows (listing the operators it
+    has). Reads with the ``csv`` module: no pandas, no torch."""
     import csv
 
     p = Path(path)
@@ -214,14 +214,21 @@ def read_shapes_file(path: str | os.PathLike, op: str) -> list[dict]:
         raise UsageError(f"shapes file {str(p)!r} does not exist")
     try:
         with open(p, newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f))
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            header = reader.fieldnames or []
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise UsageError(f"shapes file {str(p)!r} cannot be read ({type(exc).__name__})") from None
-    have = set(rows[0]) if rows else set()
-    miss = [c for c in SHAPES_FILE_COLUMNS if c not in have]
+    if not header:
+        raise UsageError(f"shapes file {str(p)!r} is empty: no header row (columns {', '.join(SHAPES_FILE_COLUMNS)} "
+                         "expected, as flyexplore model --export-shapes writes them)")
+    miss = [c for c in SHAPES_FILE_COLUMNS if c not in header]
     if miss:
         raise UsageError(f"shapes file {str(p)!r} lacks column(s) {', '.join(miss)}: not written by "
                          "flyexplore model --export-shapes")
+    if not rows:
+        raise UsageError(f"shapes file {str(p)!r} has its columns ({', '.join(header)}) but no rows: no shape "
+                         "to measure")
     out = []
     for i, r in enumerate(rows, 2):
         if r.get("op") != op:

@@ -191,6 +191,30 @@ def test_vllm_ab_gets_a_short_summary_and_refuses_a_gate(tmp_path, capsys):
     assert not (tmp_path / "g.json").exists()
 
 
+def test_a_doubled_time_ms_is_refused_by_compare_and_the_api_not_read_as_same(files, tmp_path, capsys):
+    """Issue 33, 5: every time_ms of B doubled by hand (samples untouched) showed time B = 2x
+    time A beside "1.000x SAME", and the gate passed. Now ``compare`` refuses the file in one line
+    naming it, the column, the first row, the stored and the recomputed time; ``fx.compare`` and
+    ``fx.report`` refuse it in the same line, and a DataFrame with the same problem likewise."""
+    base = R.load(files["main"])
+    doubled = base.assign(time_ms=base["time_ms"] * 2)
+    p = R.save(doubled, tmp_path / "doubled.parquet")
+    rc = main(["compare", files["main"], str(p), "--fail-on", "SLOWER", "--out", str(tmp_path / "ab")])
+    out, err = capsys.readouterr()
+    t = float(base["time_ms"].iloc[0])
+    problem = (f"column time_ms, row 0 (gemm 2048x4096x4096 bf16 aten, run {base['run_id'].iloc[0]}): stored "
+               f"{2 * t:.6g} ms is not the median of its samples_ms ({t:.6g} ms recomputed) (20 rows like it)")
+    assert rc == 2 and out == "" and err == f"flyexplore: error: {str(p)!r} is not a valid result file: {problem}\n"
+    for call in (lambda: fx.compare(files["main"], p), lambda: fx.report(p, tmp_path / "rep")):
+        with pytest.raises(UsageError) as e:
+            call()
+        assert f"flyexplore: error: {e.value}\n" == err
+    with pytest.raises(UsageError) as e:
+        fx.compare(base, doubled, names=("main", "pr"))
+    assert str(e.value) == f"the DataFrame of side pr is not a valid result set: {problem}"
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["doubled.parquet"]
+
+
 # -- the library side: fx.compare's result, the gate on the geometric mean, the allowance ------
 
 def test_fx_compare_result_has_the_summary_and_the_gate(files):

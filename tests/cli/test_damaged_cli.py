@@ -8,12 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import ROOT
 
+import flyexplore as fx
+from flyexplore.errors import UsageError
+
 from flyexplore.cli import main
 from flyexplore.results import table as R
-from tests.results.test_damaged_inputs import DAMAGE, rows
+from tests.results.test_damaged_inputs import DAMAGE, INVALID, invalid_csv, rows
 
 DEMO = str(ROOT / "data/h200/demo/results.parquet")
 
@@ -82,6 +86,37 @@ def test_duplicate_rows_of_one_run_are_refused_as_save_would(tmp_path, capsys):
     rc = main(["compare", str(p), DEMO, "--out", str(tmp_path / "ab"), "--no-images"])
     one_line(capsys, rc, repr(str(p)), "duplicate rows")
     assert sorted(q.name for q in tmp_path.iterdir()) == ["dup.csv"]
+
+
+@pytest.mark.parametrize("name", INVALID)
+def test_the_api_refuses_what_the_cli_refuses_in_the_same_line(tmp_path, capsys, name):
+    """Issue 33, 4: ``fx.load`` read a text ``time_ms`` ('fast') as NA and kept duplicate and
+    unknown-status rows, ``fx.speedup`` then dropped them or took their median without a word and
+    ``fx.report`` wrote a report of them, while ``flyexplore report`` refused the file. Now one
+    validation serves both: for each invalid file, ``report`` and ``compare`` print one line, and
+    ``fx.load``, ``fx.speedup``, ``fx.geomean``, ``fx.report`` and ``fx.compare`` raise that very
+    line; the rows as a DataFrame (read by pandas itself) are refused with the same problem,
+    named as the DataFrame's. Nothing is written."""
+    p, problem = invalid_csv(tmp_path, name)
+    rc = main(["report", str(p), "--out", str(tmp_path / "rep"), "--no-images"])
+    line = one_line(capsys, rc, f"{str(p)!r} is not a valid result file: {problem}")
+    rc = main(["compare", DEMO, str(p), "--fail-on", "SLOWER"])
+    assert one_line(capsys, rc) == line
+    calls = {"load": lambda x: fx.load(x), "speedup": lambda x: fx.speedup(x, "aten"),
+             "geomean": lambda x: fx.geomean(x, "aten"), "report": lambda x: fx.report(x, tmp_path / "r"),
+             "compare": lambda x: fx.compare(x, DEMO)}
+    for what, call in calls.items():
+        with pytest.raises(UsageError) as e:
+            call(p)
+        assert f"flyexplore: error: {e.value}" == line, what
+    said = line.split(" is not a valid result file: ", 1)[1]
+    raw = pd.read_csv(p, dtype={"case": str})
+    for what in ("speedup", "geomean", "report", "compare"):
+        with pytest.raises(UsageError) as e:
+            calls[what](raw)
+        who = "the DataFrame of side A" if what == "compare" else f"the DataFrame given to fx.{what}"
+        assert str(e.value) == f"{who} is not a valid result set: {said}", what
+    assert [q.name for q in tmp_path.iterdir()] == [p.name]
 
 
 def test_the_same_file_twice_is_refused(tmp_path, capsys):

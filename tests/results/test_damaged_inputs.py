@@ -5,6 +5,7 @@ another exception, never a torn CSV row read as data. Real files: written by ``s
 import json
 import subprocess
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import ROOT
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flyexplore.errors import UsageError
+from flyexplore.results import samples as SP
 from flyexplore.results import table as R
 
 
@@ -20,12 +22,14 @@ def rows(n=6, run="r1"):
     over two lines), and operator parameters as the last columns (the last CSV field is ``k``)."""
     out = []
     for i in range(n):
+        t = 0.05 + i / 97
         out.append({"schema_version": R.SCHEMA_VERSION, "run_id": run, "op": "gemm",
                     "case": f"{8 * (i // 2 + 1)}x64x64", "dtype": "fp32",
                     "backend": ("aten", "inductor")[i % 2], "status": "ok", "source": "measured",
-                    "time_ms": 0.05 + i / 97, "message": 'note, "quoted"\nsecond line' if i == 2 else None,
+                    "time_ms": t, "message": 'note, "quoted"\nsecond line' if i == 2 else None,
                     "platform": "cpu", "device": "cpu", "arch": "x86_64", "host": "h",
-                    "samples_ms": json.dumps([[0.05, 0.051], [0.049]]),
+                    # two rounds whose medians are 1.01 t and 0.99 t: time_ms t is their median
+                    "samples_ms": json.dumps([[t * 1.02, t], [t * 0.98, t]]),
                     "m": 8 * (i // 2 + 1), "n": 64, "k": 64})
     return out
 
@@ -165,7 +169,8 @@ def test_validated_load_refuses_duplicate_rows_of_one_run(tmp_path):
     for ext in R.FORMATS:
         p = R.save(R.frame(dup), tmp_path / f"d{ext}")
         assert len(R.load(p)) == 2   # still readable as data
-        one_line_error(p, "is not a valid result file: duplicate rows for ['gemm', '8x64x64', 'fp32', 'aten']",
+        one_line_error(p, "is not a valid result file: duplicate rows for gemm 8x64x64 fp32 aten in run r1: rows 0 and 1 "
+                       "hold the same key",
                        validated=True)
 
 
@@ -173,7 +178,111 @@ def test_validated_load_refuses_an_unknown_status(tmp_path):
     r = rows(1)
     r[0]["status"] = "great"
     p = R.save(R.frame(r), tmp_path / "s.parquet")
-    one_line_error(p, "unknown status ['great']", validated=True)
+    one_line_error(p, "unknown status 'great' in column status, row 0 (gemm 8x64x64 fp32 aten, run r1) "
+                      "(valid: ok, unavailable, ", validated=True)
+
+
+def _cell(i, col, value):
+    """Edit: cell ``col`` of row ``i`` set to ``value`` (the column taking any object)."""
+    def edit(d):
+        d = d.copy()
+        d[col] = d[col].astype(object)
+        d.loc[i, col] = value
+        return d
+    return edit
+
+
+#: Rows a result file may not hold, as the break-it trial wrote them by hand into a CSV file
+#: (issue 33): name -> (edit of the frame of :func:`rows`, the problem :func:`R.validate` names:
+#: column, row, key, value and count). Shared with the command line's and the public face's tests.
+INVALID = {
+    "text time_ms": (_cell(3, "time_ms", "fast"),
+                     "column time_ms, row 3 (gemm 16x64x64 fp32 inductor, run r1): an ok row needs a positive "
+                     "time in ms, got 'fast'"),
+    "empty time_ms": (_cell(2, "time_ms", None),
+                      "column time_ms, row 2 (gemm 16x64x64 fp32 aten, run r1): an ok row needs a positive time "
+                      "in ms, got an empty cell"),
+    "dropped time_ms": (lambda d: d.drop(columns="time_ms"),
+                        "no time_ms column: 6 ok rows need a positive time in ms (the first: row 0 "
+                        "(gemm 8x64x64 fp32 aten, run r1))"),
+    "negative time_ms": (lambda d: d.assign(time_ms=-d["time_ms"]),
+                         "column time_ms, row 0 (gemm 8x64x64 fp32 aten, run r1): an ok row needs a positive "
+                         "time in ms, got -0.05 (6 ok rows like it)"),
+    "unknown status": (_cell(4, "status", "fast"),
+                       "unknown status 'fast' in column status, row 4 (gemm 24x64x64 fp32 aten, run r1) (valid: "
+                       "ok, unavailable, error, oom, published, crashed, timeout, refused)"),
+    "unknown source": (_cell(1, "source", "guessed"),
+                       "unknown source 'guessed' in column source, row 1 (gemm 8x64x64 fp32 inductor, run r1)"),
+    "duplicate key": (_cell(1, "backend", "aten"),
+                      "duplicate rows for gemm 8x64x64 fp32 aten in run r1: rows 0 and 1 hold the same key "
+                      "(a run measures each key once)"),
+    "doubled time_ms": (lambda d: d.assign(time_ms=2 * d["time_ms"]),
+                        "column time_ms, row 0 (gemm 8x64x64 fp32 aten, run r1): stored 0.1 ms is not the median "
+                        "of its samples_ms (0.05 ms recomputed) (6 rows like it)"),
+    "damaged samples": (_cell(5, "samples_ms", "[[0.1, 0.2], [0.3"),
+                        "column samples_ms, row 5 (gemm 24x64x64 fp32 inductor, run r1): not a JSON list of "
+                        "rounds of numbers (JSONDecodeError: "),
+}
+
+
+def invalid_csv(tmp, name):
+    """A CSV file of :func:`rows` edited by ``INVALID[name]``, written by pandas as a hand edit
+    leaves it (text in a number column stays text), and the problem validation must name."""
+    edit, problem = INVALID[name]
+    p = tmp / f"{name.replace(' ', '_')}.csv"
+    edit(pd.DataFrame(rows())).to_csv(p, index=False)
+    return p, problem
+
+
+@pytest.mark.parametrize("name", INVALID)
+def test_validated_load_names_the_column_the_row_and_the_value(tmp_path, name):
+    """Issue 33, 9b: a text or dropped ``time_ms`` was "an ok row has no positive time_ms", naming
+    neither column nor row; each problem now names the file, the column, the first bad row (its
+    position and key), the value and how many rows share it. Unvalidated, the file still reads."""
+    p, problem = invalid_csv(tmp_path, name)
+    assert len(R.load(p)) == 6
+    msg = one_line_error(p, problem, validated=True)
+    assert msg.startswith(f"{str(p)!r} is not a valid result file: "), msg
+
+
+def test_a_time_ms_its_samples_contradict_is_refused_within_the_stated_tolerance(tmp_path):
+    """Issue 33, 5: every time_ms doubled by hand read as "time B = 2x time A" beside "1.000x
+    SAME" (the speedups come from the samples). A time off by 10x the tolerance is refused, one
+    within the samples' 6-digit rounding passes, and so does a row without samples."""
+    df = R.frame(rows())
+    R.validate(df)
+    for factor, ok in ((1 + 10 * R.SAMPLES_RTOL, False), (1 + R.SAMPLES_RTOL / 10, True)):
+        d = df.assign(time_ms=df["time_ms"] * factor)
+        if ok:
+            R.validate(d)
+        else:
+            with pytest.raises(ValueError, match=r"row 0 .*: stored 0\.050005 ms is not the median of its samples_ms "
+                                                     r"\(0\.05 ms recomputed\)"):
+                R.validate(d)
+    R.validate(df.assign(time_ms=df["time_ms"] * 2, samples_ms=pd.NA))   # nothing to tell by
+
+
+PROCESSES = ROOT / "data/bench/reproducible_cpu/run1.parquet"   # sweep --processes 3 on this CPU
+
+
+def test_processes_rows_are_checked_by_the_geometric_mean_of_their_processes(tmp_path):
+    """A ``--processes`` row's time is the geometric mean of its processes' medians, its samples
+    every process's rounds in pass order (:func:`flyexplore.run.processes.combine`): recomputed
+    so, the committed sweep's rows agree within :data:`R.SAMPLES_RTOL`, and not by the plain
+    median of all rounds (which a check by that rule would have refused); one row's time moved by
+    0.1% is refused, naming the rule."""
+    df = R.load(PROCESSES)
+    pos = np.arange(len(df))
+    assert (df["processes"] == 3).all()
+    assert np.allclose(R.sample_times(df, pos), df["time_ms"].astype(float), rtol=R.SAMPLES_RTOL, atol=0)
+    pooled = np.asarray([p.median for p in SP.parse_column(df["samples_ms"], pos)])
+    assert not np.allclose(pooled, df["time_ms"].astype(float), rtol=R.SAMPLES_RTOL, atol=0)
+    R.validate(df)
+    bad = df.copy()
+    bad.loc[7, "time_ms"] = bad.loc[7, "time_ms"] * 1.001
+    with pytest.raises(ValueError, match=r"column time_ms, row 7 \(.*\): stored .* ms is not the geometric mean "
+                                         r"of its 3 processes' sample medians \(.* ms recomputed\)$"):
+        R.validate(bad)
 
 
 def test_load_set_refuses_one_run_twice(tmp_path):
@@ -263,7 +372,9 @@ def test_a_bad_jsonl_line_is_named(tmp_path_factory, line, junk):
 def test_every_committed_table_loads_or_is_refused_in_one_line():
     """Every .parquet/.csv/.jsonl under data/ is read whole, or refused as not a result file
     (the coverage tables, published figures and report tables there are other tables) --
-    never another exception. Most committed result files also pass validation."""
+    never another exception. Every committed result file also passes validation (each ok row's
+    time_ms its samples' median, or its processes' geometric mean: honest rows of every kind of
+    sweep); the one refused is a report's table, whose times are in us."""
     files = subprocess.run(["git", "ls-files", "data"], cwd=ROOT, capture_output=True, text=True,
                            check=True).stdout.split()
     files = [f for f in files if f.endswith(R.FORMATS)]
@@ -279,7 +390,7 @@ def test_every_committed_table_loads_or_is_refused_in_one_line():
         try:
             R.load(ROOT / f, validated=True)
             valid += 1
-        except UsageError as exc:
-            assert "is not a valid result file" in str(exc), exc
+        except UsageError as exc:   # only a report's table of times in us passes for rows
+            assert "is not a valid result file: no time_ms column" in str(exc), exc
         assert len(df) and df["op"].notna().any(), f
     assert loaded >= 20 and refused >= 10 and valid >= 20, (loaded, refused, valid)

@@ -140,6 +140,21 @@ def test_a_bad_shapes_file_is_one_line(tmp_path, content, msg):
         SweepSpec("gemm", shapes_from=p, shapes="8x8x8", device="cpu", out=tmp_path / "r.csv")
 
 
+def test_a_header_only_shapes_file_says_it_has_no_rows(tmp_path):
+    """Issue 33, 9a: a shapes file with its columns but no rows was told it "lacks column(s) op,
+    shape, dtype, count"; now it is told it has them and no rows, naming the file. An empty
+    file says it has no header."""
+    p = tmp_path / "s.csv"
+    p.write_text("op,shape,dtype,count,model\n")
+    with pytest.raises(UsageError) as e:
+        SweepSpec("gemm", shapes_from=p, device="cpu", out=tmp_path / "r.csv")
+    assert str(e.value) == (f"shapes file {str(p)!r} has its columns (op, shape, dtype, count, model) but no "
+                            "rows: no shape to measure")
+    p.write_text("")
+    with pytest.raises(UsageError, match=f"shapes file {str(p)!r} is empty: no header row"):
+        SweepSpec("gemm", shapes_from=p, device="cpu", out=tmp_path / "r.csv")
+
+
 def test_weighted_estimate_needs_model_rows():
     with pytest.raises(UsageError, match="no model_uses column"):
         RM.weighted_estimate(pd.DataFrame({"op": ["gemm"]}))
