@@ -24,11 +24,12 @@ EPILOG = ("examples:\n"
           "built-in models (--hf): data/models/*.json (flyexplore model --list)\n"
           "FLOPs and bytes are captured from the model; time shares are modelled (roofline on the target's "
           "datasheet peaks); --project gives a projection, never a measurement.\n\n"
-          "limits (checked before anything is built): a config's sizes must be positive integers and its numbers "
-          "finite; no tensor of the step may pass 2**63 bytes (the attention scores [batch, heads, seq, seq]); "
-          "past 512 layers, 2,048 experts, an estimated 30 min or the memory available a model is refused "
-          "unless --force. The capture costs about 0.1 s a layer and view on a 2-core CPU (hidden size, heads, "
-          "vocabulary, batch and seq cost nothing); a run estimated at a minute or more prints its estimate first.")
+          "limits (checked before anything is built):\n"
+          "  a config's sizes must be positive integers and its numbers finite;\n"
+          "  no tensor of the step may pass 2**63 bytes (the attention scores [batch, heads, seq, seq]);\n"
+          "  past 512 layers, 2,048 experts, an estimated 30 min or the memory available: refused unless --force.\n"
+          "The capture costs about 0.1 s a layer and view on a 2-core CPU (hidden size, heads, vocabulary, batch\n"
+          "and seq cost nothing); a run estimated at a minute or more prints its estimate first.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
