@@ -347,7 +347,7 @@ def _model_source(model) -> dict:
 
 def capture(model, inputs=None, *, view: str = "eager", phase: str = "prefill", batch: int = 1, seq: int = 2048,
             arch: str = FLYDSL_ARCH, device: str | None = None, routing: str = "uniform",
-            kwargs: Mapping[str, Any] | None = None):
+            kwargs: Mapping[str, Any] | None = None, force: bool = False):
     """Record every operator call of one forward step of a model, with no GPU and no weights.
 
     ``model``: an ``nn.Module`` run as ``model(*inputs, **kwargs)`` (``inputs`` a tensor or a
@@ -357,7 +357,8 @@ def capture(model, inputs=None, *, view: str = "eager", phase: str = "prefill", 
     dict -- with the phase spec ``phase`` (``prefill`` / ``decode``), ``batch`` and ``seq``
     (decode: the context length) and the MoE ``routing`` assumption (``uniform``). ``view``:
     ``eager`` (what ATen and the eager overrides see), ``compiled`` (what Inductor lowers) or
-    ``both``. ``arch``: the target the fake device stands for (gfx950).
+    ``both``. ``arch``: the target the fake device stands for (gfx950). ``force``: capture a
+    Hugging Face model past the limits of :func:`model` (512 layers, ...).
 
     Returns a :class:`~flyexplore.insight.capture.Capture` (a list of two for ``both``): its
     ``calls`` (op, :class:`TensorDesc` arguments with strides and storage offset, module path,
@@ -372,7 +373,7 @@ def capture(model, inputs=None, *, view: str = "eager", phase: str = "prefill", 
         if inputs is not None or kwargs:
             raise UsageError("a Hugging Face model takes a phase spec (phase=, batch=, seq=), not inputs")
         caps = _hf.capture_model(**_model_source(model), phase=phase, batch=batch, seq=seq, views=views,
-                                 routing=routing, arch=arch, device=device or "cuda:0")
+                                 routing=routing, arch=arch, device=device or "cuda:0", force=force)
     else:
         caps = [_cap.capture(model, inputs, view=v, phase=phase if inputs is None else "", arch=arch, device=device,
                              kwargs=kwargs) for v in views]
@@ -384,7 +385,7 @@ def model(model=None, inputs=None, *, config=None, kwargs: Mapping[str, Any] | N
           batch: int | None = None, seq: int | None = None, views: str | Sequence[str] = ("eager", "compiled"),
           arch: str = FLYDSL_ARCH,
           routing: str = "uniform", device: str = "cuda:0", project: str | None = None,
-          speedups=None) -> ModelCoverage:
+          speedups=None, force: bool = False) -> ModelCoverage:
     """Will this model take FlyDSL? Capture a Hugging Face model (``model``: a built-in name, a
     ``config.json`` path or a config dict; or ``config=``) -- or any ``nn.Module`` run on ``inputs``
     (and ``kwargs``), or captures already made (``fx.capture``'s result) -- and judge every distinct call for
@@ -399,7 +400,12 @@ def model(model=None, inputs=None, *, config=None, kwargs: Mapping[str, Any] | N
     call and view), ``.shares(by)``, ``.summary()``, ``.advice``, ``.projection``, ``.text()``,
     ``.markdown()``, ``.figure()``, ``.report(dir)``, ``.shapes()`` / ``.export_shapes(path)``
     (sweep input), ``.to_dict()``. FLOPs and bytes are captured; time is modelled (roofline);
-    a projection is labelled as one. Raises :class:`~flyexplore.errors.UsageError` for bad input."""
+    a projection is labelled as one. Raises :class:`~flyexplore.errors.UsageError` for bad input,
+    checked before torch is touched: a config number that is NaN, infinite or not positive where it
+    must be; a tensor past what torch can address; and, unless ``force=True``, a Hugging Face model
+    past :data:`flyexplore.insight.hf.MODEL_LIMITS` (512 layers, 2,048 experts, an estimated 30 min,
+    or more memory than is available; the capture costs about 0.1 s a layer and view on a 2-core
+    CPU). A run estimated at a minute or more prints its estimate to stderr first."""
     if isinstance(model, _cap.Capture) or (isinstance(model, (list, tuple)) and model
                                             and all(isinstance(c, _cap.Capture) for c in model)):
         return judge_captures(model, arch=arch, project=project, speedups=speedups, routing=routing)
@@ -420,7 +426,7 @@ def model(model=None, inputs=None, *, config=None, kwargs: Mapping[str, Any] | N
     ph = list(phases) if phases is not None else [(phase or "prefill", 1 if batch is None else batch,
                                                    2048 if seq is None else seq)]
     return model_coverage(src.get("hf"), src.get("config"), phases=ph, views=views, arch=arch, routing=routing,
-                          device=device, project=project, speedups=speedups)
+                          device=device, project=project, speedups=speedups, force=force)
 
 
 class CaseTrace(dict):

@@ -51,6 +51,9 @@ def parse_opts(items) -> dict:
 def run(a: argparse.Namespace) -> int:
     if a.op not in explain_ops():  # no torch yet
         raise bad_choice("operator for explain", a.op, explain_ops())
+    from flyexplore.world.readiness import check_arch
+
+    check_arch(a.arch)  # --arch '' is no arch, not gfx950
     # imported here, as in every command module: `flyexplore --help` imports neither torch nor pandas
     from flyexplore.insight import explain as X
     from flyexplore.ops import get_op

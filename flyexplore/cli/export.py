@@ -60,8 +60,9 @@ def run(a: argparse.Namespace) -> int:
     # imported here, as in every command module: `flyexplore --help` imports neither torch nor pandas
     from flyexplore.results import table as R
     from flyexplore.views import plots as F
-    from flyexplore.views.export import check_writable, export_figure
+    from flyexplore.views.export import check_image_size, check_writable, export_figure
 
+    check_image_size(a.width, a.height, names=("--width", "--height"))
     check_writable(a.out, "figure file")
     df = R.load_set(a.results)
     files = ", ".join(repr(f) for f in a.results)

@@ -23,7 +23,13 @@ EPILOG = ("examples:\n"
           "    flyexplore sweep --op grouped_gemm --shapes-from qwen.csv --out qwen.parquet\n\n"
           "built-in models (--hf): data/models/*.json (flyexplore model --list)\n"
           "FLOPs and bytes are captured from the model; time shares are modelled (roofline on the target's "
-          "datasheet peaks); --project gives a projection, never a measurement.")
+          "datasheet peaks); --project gives a projection, never a measurement.\n\n"
+          "limits (checked before anything is built):\n"
+          "  a config's sizes must be positive integers and its numbers finite;\n"
+          "  no tensor of the step may pass 2**63 bytes (the attention scores [batch, heads, seq, seq]);\n"
+          "  past 512 layers, 2,048 experts, an estimated 30 min or the memory available: refused unless --force.\n"
+          "The capture costs about 0.1 s a layer and view on a 2-core CPU (hidden size, heads, vocabulary, batch\n"
+          "and seq cost nothing); a run estimated at a minute or more prints its estimate first.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speedups", metavar="FILE", help="with --project results: the result file")
     p.add_argument("--export-shapes", metavar="FILE",
                    help="write the captured calls as sweep input (CSV) for flyexplore sweep --shapes-from")
+    p.add_argument("--force", action="store_true",
+                   help="run a model past the limits (512 layers, 2,048 experts, an estimated 30 min, the memory "
+                        "available): it may take hours")
 
 
 def _phases(text: str, batch: int, seq: int) -> list[tuple[str, int, int]]:
@@ -115,8 +124,12 @@ def run(a: argparse.Namespace) -> int:
     _check_out(a.md, "--md", (".md",))
     _check_out(a.export_shapes, "--export-shapes", (".csv",))
     _check_out(a.figure, "--figure", (".html", ".png", ".svg", ".pdf"))
-    cov = model_coverage(a.hf, a.config, phases=phases, views=a.view,
-                     arch=a.arch, routing=a.routing, device=a.device, project=a.project, speedups=a.speedups)
+    if a.report and Path(a.report).exists() and not Path(a.report).is_dir():
+        raise UsageError(f"--report {a.report!r} is a file, not a folder")
+    if a.speedups and not Path(a.speedups).is_file():
+        raise UsageError(f"--speedups {a.speedups!r}: no such result file")
+    cov = model_coverage(a.hf, a.config, phases=phases, views=a.view, arch=a.arch, routing=a.routing,
+                         device=a.device, project=a.project, speedups=a.speedups, force=a.force)
     if a.json:
         print(json.dumps(cov.to_dict(), indent=1, default=str, allow_nan=False))
     else:

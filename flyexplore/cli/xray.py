@@ -49,6 +49,8 @@ def run(a: argparse.Namespace) -> int:
         raise UsageError("xray needs --op and --shape (or --coverage)")
     if a.op not in XRAY_DTYPES:
         raise bad_choice("operator for xray", a.op, XRAY_DTYPES)
+    if a.figure and a.figure.rsplit(".", 1)[-1].lower() not in ("html", "png", "svg", "pdf"):
+        raise UsageError(f"--figure {a.figure!r} must end in .html, .png, .svg or .pdf")
     shapes = xray_shapes(a.op, a.shape)
     dtypes = [d.strip() for d in a.dtype.split(",") if d.strip()]
     try:

@@ -552,6 +552,31 @@ def real_run_branches(rec: "_Recorder"):
             setattr(mod, fn, orig)
 
 
+#: torch loggers that log a traceback for a call that fails under ``FakeTensorMode`` before it
+#: raises (``log.exception("failed while attempting to run meta for ...")``); the capture raises
+#: the failure as one :class:`CaptureError` line, so their records are dropped while capturing.
+QUIET_LOGGERS = ("torch._subclasses.fake_tensor",)
+
+
+@contextlib.contextmanager
+def quiet_torch_logs():
+    """Drop the records of :data:`QUIET_LOGGERS` while capturing (a filter on each logger, which
+    ``TORCH_LOGS`` level settings do not undo); removed on exit."""
+    import logging
+
+    def drop(record):
+        return False
+
+    loggers = [logging.getLogger(n) for n in QUIET_LOGGERS]
+    for lg in loggers:
+        lg.addFilter(drop)
+    try:
+        yield
+    finally:
+        for lg in loggers:
+            lg.removeFilter(drop)
+
+
 def fake_mode():
     """A ``FakeTensorMode`` for capturing (real tensors allowed as inputs; a ``ShapeEnv`` so that
     data-dependent sizes become unbacked symbols, listed as uncaptured, instead of errors)."""
@@ -579,7 +604,8 @@ def run_step(model, step: Callable[[], Any], *, view: str = "eager", label: str 
     mode = mode or fake_mode()
     notes = list(assumptions)
     try:
-        with target_device(arch, device) as patched, real_run_branches(rec), mode, torch.no_grad(), function, dispatch:
+        with target_device(arch, device) as patched, quiet_torch_logs(), real_run_branches(rec), mode, \
+                torch.no_grad(), function, dispatch:
             step()
         if patched and patched not in notes:
             notes.append(patched)

@@ -188,7 +188,10 @@ def explain_shape(op: str, shape: str, dtype: str | None = None, opts: Mapping[s
     """:func:`explain` from a shape text, dtype name and options (what ``flyexplore explain``
     runs). ``arch`` / ``cu`` / ``assume_rocm`` / ``compile_options`` go to :func:`facts`. The
     family's notes on the catalogue case (``FlyDSLPath.case_notes``: a ragged grouped GEMM's group
-    sizes) follow the explanation's own, as in the sweep's rows (:func:`explain_case`)."""
+    sizes) follow the explanation's own, as in the sweep's rows (:func:`explain_case`). Raises
+    :class:`UsageError` for an ``arch`` that is not a gfx name (``""`` included: it is not taken
+    as gfx950)."""
+    check_arch(arch)
     path = _path(op)
     call = describe(op, shape, dtype, opts)
     cu = call.pop("_cu", cu)

@@ -315,6 +315,24 @@ def _check_arch(arch: str) -> str:
     return arch
 
 
+def _check_out(out: str | os.PathLike | None) -> None:
+    """Raise :class:`UsageError` unless ``out`` (the X-ray's folder) is ``None`` or a folder that
+    exists or can be made: not a file, not under a file, its nearest existing folder writable.
+    Checked before anything is compiled (a compile takes 0.2-60 s a kernel)."""
+    if out is None:
+        return
+    p = os.path.abspath(os.fspath(out))
+    if os.path.exists(p) and not os.path.isdir(p):
+        raise UsageError(f"X-ray folder {str(out)!r} is a file, not a folder")
+    d = p
+    while not os.path.exists(d) and os.path.dirname(d) != d:
+        d = os.path.dirname(d)
+    if not os.path.isdir(d):
+        raise UsageError(f"X-ray folder {str(out)!r} cannot be made: {d!r} is a file, not a folder")
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise UsageError(f"X-ray folder {str(out)!r} cannot be written: {d!r} is not writable")
+
+
 # ------------------------------------------------------------------------------ explainer
 def _explainer_verdict(req: _Request, arch: str, autotune: bool = False) -> tuple[bool, str, str] | None:
     """The verdict of :func:`flyexplore.insight.explain.explain_text` for ``req`` on ``arch`` (judged as on a
@@ -461,12 +479,14 @@ def xray_batch(requests: Iterable[tuple[str, str, str]], arch: str = "gfx950", o
     (:func:`flyexplore.insight.explain.explain_text` for ``arch``; a refused case is not compiled, and
     torch's own predicate, still asked for an accepted one, is noted where it disagrees); without
     it, or where the explainer cannot judge the request, torch's predicate decides. Raises
-    :class:`~flyexplore.errors.UsageError` for bad input, :class:`XRayUnavailable` when this machine lacks torch >= 2.15, flydsl 0.3 or
+    :class:`~flyexplore.errors.UsageError` for bad input (``out`` a file included, before
+    anything is compiled), :class:`XRayUnavailable` when this machine lacks torch >= 2.15, flydsl 0.3 or
     an AMDGPU-capable ld.lld, ``RuntimeError`` when the worker fails as a whole (a failed build of
     one case is that case's ``error``). Compile times: about 0.2 s per RMSNorm kernel, 0.5-1.5 s
     per GEMM, 2-4 s TopK register, 20-60 s TopK radix, plus about 3 s to start (2-core x86).
     """
     arch = _check_arch(arch)
+    _check_out(out)
     reqs = [_request(op, shape, dtype) for op, shape, dtype in requests]
     if not reqs:
         raise UsageError("no cases to X-ray")

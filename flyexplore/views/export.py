@@ -40,6 +40,16 @@ IMAGE_TIMEOUT_S = 60.0
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 
 
+def check_image_size(width=None, height=None, scale=None, names=("width", "height", "scale")) -> None:
+    """Raise :class:`UsageError` naming the value unless each of ``width``, ``height`` (CSS
+    pixels) and ``scale`` given (not ``None``) is a positive finite number; ``names``: what to
+    call them in the message (``--width`` on the command line). Checked before anything is drawn
+    (kaleido takes ``width=-5`` and fails, or writes nothing, only when rendering)."""
+    for name, v in zip(names, (width, height, scale)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf")):
+            raise UsageError(f"{name} must be a positive number, got {v!r}")
+
+
 def static_export_problem() -> str | None:
     """Why static image export cannot work here, or ``None`` when kaleido and a browser are
     found (``BROWSER_PATH``, a Chromium/Chrome on PATH, or one kaleido downloaded)."""
@@ -205,10 +215,12 @@ def save_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
     persistent kaleido session (:func:`kaleido_session`), each image within ``timeout`` s.
     ``height`` defaults to the figure's own layout height, else :data:`HEIGHT`.
 
-    Returns the written paths. Raises :class:`UsageError` for an unknown format and
+    Returns the written paths. Raises :class:`UsageError` for an unknown format or size
+    (:func:`check_image_size`) and
     ``RuntimeError`` (with :func:`static_export_problem`'s reason, or kaleido's error or
     timeout for the first failed image) when static export is not possible here; the images
     that did render stay written."""
+    check_image_size(width, height, scale)
     formats = list(formats)
     for f in formats:
         if f not in FIGURE_FORMATS:
@@ -246,7 +258,8 @@ def export_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
 
     Returns one row per (figure, format): ``figure``, ``format``, ``path``, ``status``
     (``written`` or ``skipped``) and ``note`` (why it was skipped). Raises
-    :class:`UsageError` for an unknown format."""
+    :class:`UsageError` for an unknown format or a size that is not positive."""
+    check_image_size(width, height, scale)
     formats = list(formats)
     for f in formats:
         if f not in FIGURE_FORMATS:
@@ -291,14 +304,16 @@ def export_figure(fig, path: str | os.PathLike, width: int = WIDTH, height: int 
     ``timeout`` s) write ``path`` with ``.html`` instead. Returns ``(written path, note)``;
     the note says why the format changed, else ``None``. The file is made under a temporary
     name beside ``path`` and renamed into place, so a failure leaves no half-written file (nor
-    a folder made for it). Raises :class:`UsageError` for an unknown extension or a path that
-    cannot be written (:func:`check_writable`, checked before anything is drawn), and
+    a folder made for it). Raises :class:`UsageError` for an unknown extension, a size that is
+    not positive (:func:`check_image_size`) or a path that cannot be written
+    (:func:`check_writable`, both checked before anything is drawn), and
     ``OSError`` with ``path`` as its filename for a write that fails (disk full, ...)."""
     p = Path(path)
     fmt = p.suffix.lstrip(".").lower()
     if fmt not in FIGURE_FORMATS:
         raise UsageError(f"unknown figure file extension {p.suffix!r} in {str(p)!r} "
                          f"(valid: {', '.join('.' + f for f in FIGURE_FORMATS)})")
+    check_image_size(width, height, scale)
     check_writable(p, "figure file")
     made: list[Path] = []
     stage = None

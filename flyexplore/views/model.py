@@ -364,14 +364,17 @@ def judge_captures(captures, *, arch: str | None = None, project: str | None = N
 def model_coverage(hf: str | None = None, config=None, *, phases=(("prefill", 1, 2048),),
                    views: str | Sequence[str] = ("eager", "compiled"),
                    arch: str = "gfx950", routing: str = "uniform", device: str = "cuda:0",
-                   project: str | None = None, speedups=None) -> ModelCoverage:
+                   project: str | None = None, speedups=None, force: bool = False, say: bool = True) -> ModelCoverage:
     """Capture, judge and tabulate a Hugging Face model (what ``fx.model`` and ``flyexplore
     model`` run): :func:`flyexplore.insight.hf.capture_phases` for each ``(phase, batch, seq)``
     in ``views``, :func:`flyexplore.insight.coverage.judge_capture` for ``arch``, and with
     ``project`` (``published`` / ``results``) :func:`flyexplore.results.model.projection`
-    (``speedups``: a result file or frame for ``results``). Raises
-    :class:`~flyexplore.errors.UsageError` for bad input (unknown model, phase, view, arch,
-    routing; a config transformers cannot build) and
+    (``speedups``: a result file or frame for ``results``). ``force``: run a model past
+    :data:`flyexplore.insight.hf.MODEL_LIMITS` (512 layers, 2,048 experts, an estimated 30 min,
+    the memory available); ``say``: print the estimate of a long run and the config's notes to
+    stderr first. Raises :class:`~flyexplore.errors.UsageError` for bad input (unknown model,
+    phase, view, arch, routing; a config number that cannot describe a model; a model past the
+    limits; a config transformers cannot build), all before torch is touched but the last, and
     :class:`~flyexplore.insight.capture.CaptureError` naming the module where a capture failed."""
     check_arch(arch)
     check_target(arch)
@@ -381,5 +384,6 @@ def model_coverage(hf: str | None = None, config=None, *, phases=(("prefill", 1,
         if len(p) != 3:
             raise UsageError(f"a phase is (phase, batch, seq), got {p!r}")
         HF.check_phase(*p)
-    caps = HF.capture_phases(hf, config, phases=phases, views=views, routing=routing, arch=arch, device=device)
+    caps = HF.capture_phases(hf, config, phases=phases, views=views, routing=routing, arch=arch, device=device,
+                             force=force, say=say)
     return judge_captures(caps, arch=arch, project=project, speedups=speedups, routing=routing)

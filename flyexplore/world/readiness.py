@@ -243,7 +243,9 @@ def torch_eager_arch(environ: Mapping[str, str], device_arch: str | None) -> tup
     normalisation: ``9.5.0`` stays ``9.5.0``); else a non-empty ``HSA_OVERRIDE_GFX_VERSION``
     starting ``gfx`` (up to ``:``), or of three dot-separated parts ``major.minor.stepping`` ->
     ``gfx{major}{minor}{stepping as hex}`` when the stepping is an integer; any other value is
-    ignored; else ``device_arch`` (the device's gcnArchName up to ``:``, or ``None``)."""
+    ignored; else ``device_arch`` (the device's gcnArchName up to ``:``, or ``None``). A variable
+    that is set but ignored (empty, or an ``HSA_OVERRIDE_GFX_VERSION`` such as ``9.5``) is said
+    in the source: ``"no ROCm device; HSA_OVERRIDE_GFX_VERSION='9.5' set but not used: ..."``."""
     env = environ.get("FLYDSL_GPU_ARCH")
     if env:
         return env.split(":", 1)[0], "FLYDSL_GPU_ARCH"
@@ -257,9 +259,14 @@ def torch_eager_arch(environ: Mapping[str, str], device_arch: str | None) -> tup
                 return f"gfx{major}{minor}{int(step):x}", "HSA_OVERRIDE_GFX_VERSION"
             except ValueError:
                 pass
+    ignored = [f"{k}={environ[k]!r} set but not used" for k in ("FLYDSL_GPU_ARCH", "HSA_OVERRIDE_GFX_VERSION")
+               if k in environ]
+    if hsa is not None:
+        ignored[-1] += ": torch reads only gfxNNN or MAJOR.MINOR.STEPPING such as 9.5.0"
+    why = "".join(f"; {x}" for x in ignored)
     if device_arch:
-        return device_arch.split(":", 1)[0], "device gcnArchName"
-    return None, "no ROCm device"
+        return device_arch.split(":", 1)[0], "device gcnArchName" + why
+    return None, "no ROCm device" + why
 
 
 def eager_arch(environ: Mapping[str, str], device_arch: str | None) -> RuleVerdict:
@@ -269,6 +276,7 @@ def eager_arch(environ: Mapping[str, str], device_arch: str | None) -> RuleVerdi
     if arch == FLYDSL_ARCH:
         return RuleVerdict(True, f"arch {arch} (from {src})")
     what = (f"arch {arch} (from {src})" if arch else
+            f"arch unknown ({src})" if ";" in src else
             "arch unknown (no ROCm device, FLYDSL_GPU_ARCH or HSA_OVERRIDE_GFX_VERSION)")
     return RuleVerdict(False, what + ": FlyDSL overrides need gfx950",
                    "FlyDSL paths in torch 2.15 need gfx950 (MI350X/MI355X); "

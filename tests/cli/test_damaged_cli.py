@@ -266,3 +266,53 @@ def test_cli_export_stops_its_browser_before_returning(tmp_path, capsys):
     assert rc == 0 and out.strip() == f"figure: {tmp_path / 'f.svg'}", (out, err)
     assert not kaleido_session_open() and not kaleido._global_server.is_running()
     assert [p.name for p in tmp_path.iterdir()] == ["f.svg"]   # no staging folder left
+
+
+# -- issue 33 defect 10: options validated before the heavy work, one line naming the value -------
+
+def _never(monkeypatch, target, name):
+    """Replace ``target.name`` (a heavy step) with one that fails the test if it is reached."""
+    def reached(*a, **k):
+        pytest.fail(f"{name} was reached: the option was not validated before the heavy work")
+    monkeypatch.setattr(target, name, reached)
+
+
+@pytest.mark.parametrize("args,needle", [(["--width", "-5"], "--width must be a positive number, got -5"),
+                                         (["--height", "0"], "--height must be a positive number, got 0")])
+def test_export_refuses_a_size_that_is_not_positive_before_reading(tmp_path, capsys, monkeypatch, args, needle):
+    from flyexplore.errors import UsageError
+    from flyexplore.results import table as R2
+    from flyexplore.views import export as X
+
+    _never(monkeypatch, R2, "load_set")
+    out = tmp_path / "x.html"
+    one_line(capsys, main(["export", DEMO, "--out", str(out), *args]), needle)
+    assert not out.exists()
+    with pytest.raises(UsageError, match="scale must be a positive number, got -1.0"):
+        X.save_figures({}, tmp_path, ["html"], scale=-1.0)    # the Python API: the same check
+
+
+def test_explain_refuses_an_empty_arch_instead_of_taking_gfx950(capsys, monkeypatch):
+    from flyexplore.errors import UsageError
+    from flyexplore.insight import explain as X
+
+    _never(monkeypatch, X, "explain")
+    for extra in ([], ["--assume-rocm"]):
+        rc = main(["explain", "--op", "rmsnorm", "--shape", "8192x4096", "--arch", "", *extra])
+        one_line(capsys, rc, "bad arch ''", "gfx950")
+    with pytest.raises(UsageError, match="bad arch ''"):
+        X.explain_shape("rmsnorm", "8192x4096", arch="", assume_rocm=True)
+
+
+def test_xray_refuses_an_out_that_is_a_file_before_compiling(tmp_path, capsys, monkeypatch):
+    from flyexplore.insight import xray as X
+
+    _never(monkeypatch, X, "_explainer_verdict")
+    _never(monkeypatch, X, "_ensure_ready")
+    f = tmp_path / "afile"
+    f.write_text("keep")
+    rc = main(["xray", "--op", "rmsnorm", "--shape", "8192x4096", "--out", str(f)])
+    one_line(capsys, rc, repr(str(f)), "is a file, not a folder")
+    rc = main(["xray", "--op", "rmsnorm", "--shape", "8192x4096", "--out", str(f / "sub")])
+    one_line(capsys, rc, "cannot be made", "is a file, not a folder")
+    assert f.read_text() == "keep"

@@ -10,7 +10,11 @@ import json
 import pandas as pd
 import pytest
 
+import flyexplore as fx
 from conftest import run_cli
+from flyexplore.cli import main
+from flyexplore.errors import UsageError
+from tests.cli.test_damaged_cli import one_line
 
 LLAMA = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 3,
          "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 32000, "max_position_embeddings": 8192}
@@ -140,3 +144,130 @@ def test_a_config_transformers_cannot_build_and_a_failing_capture_are_one_line(t
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert "self_attn" in r.stderr or "cannot build" in r.stderr, r.stderr
+
+
+# -- issue 33: bounds and late validation, checked before anything is built ------------------------
+
+def _no_build(monkeypatch):
+    """Make building a model (the first heavy step: torch, transformers, the fake model) fail
+    loudly; returns the list of calls, so a test can say it was reached or never was."""
+    from flyexplore.insight import hf as HF
+
+    calls = []
+
+    def build(*a, **k):
+        calls.append(a)
+        raise UsageError("spy: the model build was reached")
+    monkeypatch.setattr(HF, "build", build)
+    return calls
+
+
+def test_a_seq_past_what_a_tensor_holds_is_one_line_naming_the_limit_before_torch(tmp_path, capsys, monkeypatch):
+    # issue 33 defect 6: max_position_embeddings 1e12 let --seq 1e9 through to torch, which logged a
+    # 24-line traceback ("Storage size calculation overflowed") before the one-line error
+    built = _no_build(monkeypatch)
+    cfg = _write(tmp_path, "big.json", LLAMA | {"max_position_embeddings": 10 ** 12})
+    rc = main(["model", "--config", str(cfg), "--seq", "1000000000"])
+    line = one_line(capsys, rc, "seq 1000000000", "attention scores [batch, heads, seq, seq]", "2**63 bytes",
+                    "the largest seq at batch 1 with 8 heads is 536870911")
+    assert built == [], line
+    # the same number written as 1e12 (a float) is named as the field it is
+    cfg = _write(tmp_path, "bigf.json", LLAMA | {"max_position_embeddings": 1e12})
+    rc = main(["model", "--config", str(cfg), "--seq", "1000000000"])
+    one_line(capsys, rc, "big", "max_position_embeddings must be a positive integer, got 1000000000000.0")
+    assert built == []
+
+
+def test_a_model_past_the_layer_limit_is_refused_with_its_estimate_unless_force(tmp_path, capsys, monkeypatch):
+    # issue 33 defect 7a: num_hidden_layers 1e5 ran for 20 min at 4.7 GB and rising
+    built = _no_build(monkeypatch)
+    cfg = _write(tmp_path, "deep.json", LLAMA | {"num_hidden_layers": 100_000})
+    rc = main(["model", "--config", str(cfg)])
+    line = one_line(capsys, rc, "deep.json: num_hidden_layers 100000 is past the limit of 512", "estimate: about",
+                    " h and ", "GB", "--force")
+    assert built == [], line
+    rc = main(["model", "--config", str(cfg), "--force"])    # forced: checked, estimated, then built
+    err = capsys.readouterr().err.splitlines()
+    assert rc == 2 and len(built) == 1, err
+    assert err[0].startswith("flyexplore: estimate: about ") and "100000 layers x 2 view(s) x 1 phase(s)" in err[0]
+    assert err[1] == "flyexplore: error: spy: the model build was reached", err
+    # the Python API refuses and forces the same way
+    with pytest.raises(UsageError, match="num_hidden_layers 100000 is past the limit of 512"):
+        fx.model(LLAMA | {"num_hidden_layers": 100_000})
+    assert len(built) == 1
+    with pytest.raises(UsageError, match="spy: the model build was reached"):
+        fx.model(LLAMA | {"num_hidden_layers": 100_000}, force=True)
+    assert len(built) == 2
+    # and so does every bound: experts, the estimated time of many phases
+    with pytest.raises(UsageError, match="num_experts 5000 is past the limit of 2048"):
+        fx.model(QWEN_MOE | {"num_experts": 5000})
+    with pytest.raises(UsageError, match="the run's estimate is past the limit of 30 min"):
+        fx.model(LLAMA | {"num_hidden_layers": 500}, phases=[("decode", 1, s) for s in range(1, 30)])
+    assert len(built) == 2
+
+
+@pytest.mark.parametrize("change,needles", [
+    ({"rms_norm_eps": float("nan")}, ["rms_norm_eps is NaN, not a finite number"]),
+    ({"rms_norm_eps": 0}, ["rms_norm_eps must be a positive number, got 0"]),
+    ({"rope_theta": -1.0}, ["rope_theta must be a positive number, got -1.0"]),
+    ({"rope_scaling": {"rope_type": "linear", "factor": float("inf")}}, ["rope_scaling.factor is inf"]),
+    ({"hidden_size": -512}, ["hidden_size must be a positive integer, got -512"]),
+    ({"num_hidden_layers": 2.5}, ["num_hidden_layers must be a positive integer, got 2.5"]),
+    ({"vocab_size": True}, ["vocab_size must be a positive integer, got True"]),
+])
+def test_config_numbers_that_cannot_describe_a_model_are_one_line_before_the_build(tmp_path, capsys, monkeypatch,
+                                                                                   change, needles):
+    # issue 33 defect 10: rms_norm_eps NaN was accepted (json reads NaN; transformers takes it)
+    built = _no_build(monkeypatch)
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(LLAMA | change))    # json.dumps writes NaN / Infinity as Python's json reads them
+    rc = main(["model", "--config", str(cfg)])
+    one_line(capsys, rc, str(cfg), *needles)
+    assert built == []
+
+
+def test_routing_is_parsed_before_the_build(capsys, monkeypatch):
+    # issue 33 defect 10: --routing zipf:abc was refused only after the model was built (20 s)
+    built = _no_build(monkeypatch)
+    rc = main(["model", "--hf", "qwen3-30b-a3b", "--routing", "zipf:abc"])
+    one_line(capsys, rc, "routing 'zipf:abc'", "zipf exponent must be a number in (0, 10]")
+    with pytest.raises(UsageError, match="routing 'zipf'"):
+        fx.model("qwen3-30b-a3b", routing="zipf")
+    assert built == []
+
+
+@pytest.mark.slow
+def test_auto_map_code_is_not_run_and_a_note_says_so(tmp_path, capsys):
+    # issue 33 defect 10: a config's auto_map was dropped without a word; the built-in class is built
+    cfg = _write(tmp_path, "custom.json", LLAMA | {"num_hidden_layers": 1, "trust_remote_code": True,
+                                                   "auto_map": {"AutoModelForCausalLM": "modeling_evil.EvilLM"}})
+    cap = fx.capture(str(cfg), view="eager", seq=8)
+    err = capsys.readouterr().err.splitlines()
+    note = [x for x in cap.assumptions if "names custom code" in x]
+    assert len(note) == 1 and "auto_map modeling_evil.EvilLM; trust_remote_code" in note[0], cap.assumptions
+    assert "not run" in note[0] and "model_type 'llama'" in note[0]
+    assert err == [f"flyexplore: note: {note[0]}"], err
+    assert "LlamaForCausalLM" in " ".join(cap.assumptions)
+    import sys
+
+    assert "modeling_evil" not in sys.modules
+
+
+@pytest.mark.slow
+def test_the_measured_layer_cost_holds_within_10x():
+    # issue 33: LAYER_COST, the estimate's basis, against a capture run now (CPU seconds a layer,
+    # from the difference of 2 and 26 layers; 10x either way, for a loaded or a faster machine)
+    import time
+
+    from flyexplore.insight import hf as HF
+
+    per = {}
+    for n in (2, 26):
+        desc = HF.load_config(config=LLAMA | {"num_hidden_layers": n})
+        built = HF.build(desc)
+        t = time.process_time()
+        HF.capture_model(phase="prefill", batch=1, seq=64, views=("compiled",), built=(desc, *built))
+        per[n] = time.process_time() - t
+    got = (per[26] - per[2]) / 24
+    want = HF.LAYER_COST["prefill"][0]
+    assert want / 10 < got < want * 10, (got, want)

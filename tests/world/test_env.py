@@ -140,3 +140,20 @@ def test_skip_version_check_is_read_for_the_eager_path_only():
     assert not E.flydsl_version_check("2.15.0", "not installed", skip).ok
     assert not R.compile_flydsl_runtime("0.5.0", True).ok
     assert not R.compile_flydsl_runtime("0.3.4", False).ok      # the _mlir runtime is required there
+
+
+def test_an_arch_variable_set_but_not_used_is_said_not_called_absent():
+    # issue 33 defect 9d: HSA_OVERRIDE_GFX_VERSION=9.5 (not MAJOR.MINOR.STEPPING) was reported as absent
+    e = E.collect(environ={"HSA_OVERRIDE_GFX_VERSION": "9.5"}, refresh=True)
+    assert e.target_arch is None
+    said = "HSA_OVERRIDE_GFX_VERSION='9.5' set but not used: torch reads only gfxNNN or MAJOR.MINOR.STEPPING"
+    assert said in e.target_arch_source
+    arch = {c.name: c for c in e.flydsl_eager.checks}["target arch gfx950"]
+    assert not arch.ok and said in arch.detail and "FLYDSL_GPU_ARCH or HSA_OVERRIDE_GFX_VERSION)" not in arch.detail
+    assert said in e.to_text()
+    dev = (E.Device(0, "AMD Instinct MI300X", "gfx942", 304, 0),)
+    assert E.resolve_target_arch(dev, "rocm", {"FLYDSL_GPU_ARCH": ""}) == (
+        "gfx942", "device gcnArchName; FLYDSL_GPU_ARCH='' set but not used")
+    assert E.resolve_target_arch(dev, "rocm", {"HSA_OVERRIDE_GFX_VERSION": "9.5.0"}) == ("gfx950", "HSA_OVERRIDE_GFX_VERSION")
+    # unset: said as before
+    assert "FLYDSL_GPU_ARCH or HSA_OVERRIDE_GFX_VERSION)" in E.R.eager_arch({}, None).detail
