@@ -5,8 +5,11 @@ shares: errors, interrupts, a closed pipe.
 
 Bad input (unknown operator, suite, backend or dtype, malformed shapes, an output path that
 cannot be written, a damaged or foreign result file) prints one line, ``flyexplore: error:
-...``, and exits with code 2; so does any ``OSError`` that reaches :func:`main` (its file and
-reason; ``FLYEXPLORE_DEBUG=1`` shows the traceback instead).
+...``, and exits with code 2; so does an output that could not be written (a full disk:
+:class:`~flyexplore.errors.WriteError`, ``cannot write F: [Errno 28] No space left on device (the
+old file is unchanged)``; every output is written whole or not at all, :mod:`flyexplore.atomic`)
+and any other ``OSError`` that reaches :func:`main` (its file and reason; ``FLYEXPLORE_DEBUG=1``
+shows the traceback instead).
 ``--help`` and the name checks (:func:`flyexplore.cli._shared.catalogue`) answer without
 importing torch or pandas (well under a second): a command module imports only light modules at
 its top and its layer when it runs.
@@ -29,7 +32,7 @@ import sys
 from flyexplore.cli import (compare, demo, env, explain, export, model, published, report, suites, sweep, switches,
                             trace, xray)
 from flyexplore.cli._shared import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE, gpu_visible
-from flyexplore.errors import UsageError
+from flyexplore.errors import UsageError, WriteError
 
 #: The commands, in the order ``flyexplore --help`` lists them: name -> module.
 COMMANDS = {"env": env, "suites": suites, "sweep": sweep, "explain": explain, "trace": trace,
@@ -99,7 +102,11 @@ def _close_browser() -> None:
 
 
 def _os_error_line(exc: OSError) -> str:
-    """``<filename>: <strerror>`` of an ``OSError`` on one line (``a -> b`` for a rename)."""
+    """``<filename>: <strerror>`` of an ``OSError`` on one line (``a -> b`` for a rename); a
+    :class:`~flyexplore.errors.WriteError` says it itself (``cannot write F: ... (the old file is
+    unchanged)``)."""
+    if isinstance(exc, WriteError):
+        return str(exc)
     name = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
     why = exc.strerror or str(exc)
     return " ".join((f"{name}: {why}" if name is not None else why).split())

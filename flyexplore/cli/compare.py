@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from flyexplore.atomic import append_text, write_text
 from flyexplore.cli._shared import EXIT_NO, static_note
 from flyexplore.errors import UsageError
 
@@ -101,25 +102,22 @@ def run(a: argparse.Namespace) -> int:
 
 
 def _write_json(d: dict, where: str) -> None:
+    """Write the JSON summary to the file ``where`` whole or not at all (:mod:`flyexplore.atomic`),
+    or to stdout for ``-``."""
     import json
-    from pathlib import Path
 
     text = json.dumps(d, indent=2, allow_nan=False) + "\n"
     if where == "-":
         sys.stdout.write(text)
         return
-    p = Path(where)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text, encoding="utf-8")
+    write_text(where, text)
 
 
 def _append(where: str, text: str) -> None:
     """Append ``text`` to the file ``where`` (created if missing), a blank line before it when
-    the file already holds text (GitHub's convention for ``$GITHUB_STEP_SUMMARY``)."""
-    from pathlib import Path
+    the file already holds text (GitHub's convention for ``$GITHUB_STEP_SUMMARY``): all of it or,
+    when the write fails (a full disk), none (:func:`flyexplore.atomic.append_text`)."""
+    import os
 
-    p = Path(where)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    gap = "\n" if p.exists() and p.stat().st_size > 0 else ""
-    with p.open("a", encoding="utf-8") as f:
-        f.write(gap + text)
+    gap = "\n" if os.path.isfile(where) and os.path.getsize(where) > 0 else ""
+    append_text(where, gap + text)

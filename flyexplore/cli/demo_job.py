@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from flyexplore.atomic import write_text
 from flyexplore.insight import explain as X
 from flyexplore.insight import xray as XR
 from flyexplore.insight.xray import GFX950, XRayUnavailable, xray_batch
@@ -203,7 +204,7 @@ def run_demo(out_dir: str | Path = "flyexplore-demo", progress: bool = True, tim
     df = R.concat(frames)
     R.save(df, out / "results.parquet")
     R.save(df, out / "results.csv")
-    (out / "env.json").write_text(json.dumps(env.to_dict(), indent=2, default=str))
+    write_text(out / "env.json", json.dumps(env.to_dict(), indent=2, default=str))
     cases = flydsl_cases(xray=xr.result() if xr is not None else False)
     if pool is not None:
         pool.shutdown()

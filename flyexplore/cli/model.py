@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from flyexplore.atomic import write_text
 from flyexplore.errors import UsageError
 
 HELP = "which of a model's calls take FlyDSL (capture a Hugging Face config, judge, project, export shapes)"
@@ -135,7 +136,7 @@ def run(a: argparse.Namespace) -> int:
     else:
         print(cov.text())
     if a.md:
-        Path(a.md).write_text(cov.markdown(), encoding="utf-8")
+        write_text(a.md, cov.markdown())
         print(f"markdown written to {a.md}", file=sys.stderr)
     if a.export_shapes:
         n = cov.export_shapes(a.export_shapes)

@@ -40,6 +40,7 @@ def run(a: argparse.Namespace) -> int:
         xray_frame,
         xray_shapes,
     )
+    from flyexplore.views.export import save_figure
     from flyexplore.views.xray import resources_figure
 
     if a.coverage:
@@ -64,11 +65,7 @@ def run(a: argparse.Namespace) -> int:
     else:
         print("\n\n".join(x.to_text() for x in res))
     if a.figure:
-        fig = resources_figure(xray_frame(res))
-        if a.figure.endswith(".html"):
-            fig.write_html(a.figure)
-        else:
-            fig.write_image(a.figure)
+        save_figure(resources_figure(xray_frame(res)), a.figure)   # whole or not at all
         if not a.json:
             print(f"figure: {a.figure}")
     return 0

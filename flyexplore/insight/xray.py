@@ -48,6 +48,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from flyexplore import atomic as A
 from flyexplore.errors import UsageError, bad_choice
 from flyexplore.insight.explain import dtypes_for, explain_text, parse_options
 from flyexplore.insight.isa import (
@@ -564,11 +565,10 @@ def _assemble(req: _Request, verdict, res, versions, arch, out, keep_ir, index) 
                 saved = None
                 if case_dir is not None:
                     saved = os.path.join(case_dir, _safe(kr.name) + ".s")
-                    with open(saved, "w") as f:
-                        f.write(text)
+                    A.write_text(saved, text)
                     if keep_ir:
                         shutil.copytree(os.path.dirname(isa), os.path.join(case_dir, _safe(kr.name) + "_ir"),
-                                        dirs_exist_ok=True)
+                                        dirs_exist_ok=True, copy_function=_copy_file)
                 kernels.append(XRayKernel(kr.name, rec["family"], dict(rec.get("config", {})), kr,
                                           occupancy(kr, ARCH_LIMITS[arch]),
                                           count_instructions(text, kr.name), saved, rec.get("compile_s"),
@@ -577,9 +577,14 @@ def _assemble(req: _Request, verdict, res, versions, arch, out, keep_ir, index) 
              res.get("reason") or "(no verdict)", vsrc, tuple(kernels), tuple(res.get("notes", [])),
              "; ".join(errors) or None, dict(versions), case_dir)
     if case_dir is not None:
-        with open(os.path.join(case_dir, "xray.json"), "w") as f:
-            json.dump(x.to_dict(), f, indent=2, default=str)
+        A.write_text(os.path.join(case_dir, "xray.json"), json.dumps(x.to_dict(), indent=2, default=str))
     return x
+
+
+def _copy_file(src: str, dst: str) -> str:
+    """``shutil.copytree``'s copy of one file, whole or not at all (:mod:`flyexplore.atomic`)."""
+    A.write_file(dst, lambda t: shutil.copyfile(src, t))
+    return dst
 
 
 def xray(op: str, shape: str, dtype: str = "bf16", arch: str = "gfx950", out: str | None = None,

@@ -36,6 +36,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from flyexplore.atomic import write_file
 from flyexplore.errors import UsageError
 from flyexplore.measure import stats as S
 from flyexplore.measure.stats import notch_ci
@@ -492,19 +493,6 @@ def validate(df: pd.DataFrame, raw: pd.DataFrame | None = None) -> None:
                          f"({want[k]:.6g} ms recomputed){_and_more(bad.size)}")
 
 
-def _atomic_write(path: Path, writer) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        writer(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 FORMATS = (".parquet", ".csv", ".jsonl")
 
 
@@ -572,10 +560,13 @@ def write_jsonl(df: pd.DataFrame, path) -> None:
 
 
 def save(df: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Write ``df`` to ``path`` (.parquet, .csv or .jsonl), atomically. Returns the path.
+    """Write ``df`` to ``path`` (.parquet, .csv or .jsonl), atomically (:mod:`flyexplore.atomic`:
+    whole or not at all). Returns the path.
     Every format keeps float64 values exactly (JSONL by :func:`write_jsonl`). Parquet also keeps
     categorical columns (and their order); CSV and JSONL cannot, so saving a frame with
-    categorical columns there warns (``UserWarning``) naming them."""
+    categorical columns there warns (``UserWarning``) naming them. Raises :class:`UsageError`
+    for a path that cannot be written (:func:`check_path`) and
+    :class:`~flyexplore.errors.WriteError` when a write fails (a full disk; the old file is kept)."""
     p = check_path(path)
     df = normalize(df)
     cats = [c for c in df.columns if isinstance(df[c].dtype, pd.CategoricalDtype)]
@@ -584,11 +575,11 @@ def save(df: pd.DataFrame, path: str | os.PathLike) -> Path:
         warnings.warn(f"{p.suffix} files do not store categorical order; columns {', '.join(cats)} "
                       "load back as text (save as .parquet to keep it)", UserWarning, stacklevel=2)
     if p.suffix == ".parquet":
-        _atomic_write(p, lambda t: df.to_parquet(t, index=False))
+        write_file(p, lambda t: df.to_parquet(t, index=False))
     elif p.suffix == ".csv":
-        _atomic_write(p, lambda t: df.to_csv(t, index=False))
+        write_file(p, lambda t: df.to_csv(t, index=False))
     else:
-        _atomic_write(p, lambda t: write_jsonl(df, t))
+        write_file(p, lambda t: write_jsonl(df, t))
     return p
 
 

@@ -113,7 +113,7 @@ def sidecar_files(out: str | os.PathLike) -> tuple[str, ...]:
 
 def leftovers(out: str | os.PathLike) -> list[Path]:
     """Temporary files of interrupted atomic writes of ``out`` (``.<name>.*.tmp``, the names
-    :func:`flyexplore.results.table.save` uses)."""
+    :func:`flyexplore.atomic.temp_for` gives)."""
     p = Path(out)
     folder = p.parent if str(p.parent) else Path(".")
     return [Path(x) for x in glob.glob(os.path.join(glob.escape(str(folder)), f".{glob.escape(p.name)}.*.tmp"))]
@@ -317,7 +317,7 @@ class Journal:
         created = not jp.exists()
         if not created:
             _check_existing(jp)  # a foreign or future database is refused before anything is written
-        con = _connect(jp)
+        con = _connect(jp, created)
         try:
             j = cls(out, con, lock, plan_fingerprint, {k: i for i, k in enumerate(keys)}, retry_failed)
             if note:
@@ -589,12 +589,21 @@ def _check_existing(path: Path) -> None:
                          f"writes {FORMAT}; finish it with the flyexplore that made it, or {move}")
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    """Open (create) a journal: WAL, ``synchronous=FULL``, autocommit off (transactions by hand).
-    Raises :class:`UsageError` naming the file when it cannot be opened or is not a journal."""
+#: SQLite's primary result codes for the OS refusing a write or an open (``SQLITE_PERM``,
+#: ``SQLITE_READONLY``, ``SQLITE_IOERR``, ``SQLITE_FULL``, ``SQLITE_CANTOPEN``): not damage of
+#: the journal, so nothing to move away (https://sqlite.org/rescode.html).
+_OS_REFUSED = {3, 8, 10, 13, 14}
+
+
+def _connect(path: Path, created: bool) -> sqlite3.Connection:
+    """Open (create, when ``created``) a journal: WAL, ``synchronous=FULL``, autocommit off
+    (transactions by hand). Raises :class:`UsageError` naming the file when it cannot be opened
+    or written (a full disk: SQLite's ``database or disk is full``; a journal this call created is
+    removed again, so nothing is left for a later ``--resume`` to trip on) or is not a journal."""
     try:
         con = sqlite3.connect(str(path), timeout=10.0, isolation_level=None)
     except sqlite3.Error as exc:
+        _remove(path, created)
         raise UsageError(f"cannot open the journal {str(path)!r}: {exc}") from None
     try:
         con.execute("PRAGMA journal_mode=WAL")
@@ -602,6 +611,11 @@ def _connect(path: Path) -> sqlite3.Connection:
         con.executescript(_SCHEMA)
     except sqlite3.Error as exc:
         con.close()
+        _remove(path, created)
+        if created:
+            raise UsageError(f"cannot create the journal {str(path)!r}: {exc}; nothing was left behind") from None
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _OS_REFUSED:
+            raise UsageError(f"cannot write the journal {str(path)!r}: {exc}; nothing was changed") from None
         raise UsageError(f"journal {str(path)!r} cannot be used ({exc}); move it away to start without it") from None
     return con
 

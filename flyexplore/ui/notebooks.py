@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from flyexplore.atomic import write_file
 from flyexplore.errors import UsageError, bad_choice
 from flyexplore.insight import xray as XR
 from flyexplore.paths import repo_dir
@@ -118,8 +119,7 @@ def xray_figure(op: str = "rmsnorm", shapes=XRAY_RMSNORM, dtype: str = "bf16", o
     xs = XR.xray_batch([(op, s, dtype) for s in shapes], arch="gfx950", out=None if out is None else str(out))
     df = XR.xray_frame(xs)
     if out is not None:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        df.to_csv(Path(out) / "xray.csv", index=False)
+        write_file(Path(out) / "xray.csv", lambda t: df.to_csv(t, index=False))
     return resources_figure(df)
 
 
@@ -248,11 +248,10 @@ def execute(path: str | os.PathLike, out: str | os.PathLike | None = None, *,
 
 
 def _write(nb, out) -> None:
+    """Write the executed notebook to ``out`` whole or not at all (:mod:`flyexplore.atomic`)."""
     import nbformat
 
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, out)
+    write_file(out, lambda t: nbformat.write(nb, t))
 
 
 #: ES module stored instead of a large anywidget bundle by :func:`slim_widget_state`.

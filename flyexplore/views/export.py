@@ -16,13 +16,13 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
 import pandas as pd
 
-from flyexplore.errors import UsageError, bad_choice
+from flyexplore import atomic as A
+from flyexplore.errors import UsageError, WriteError, bad_choice
 from flyexplore.results.table import check_writable  # noqa: F401 - the views' outputs are checked by it too
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
@@ -128,16 +128,33 @@ def _close_at_exit() -> None:
         _CLOSE_AT_EXIT.append(True)
 
 
+def _write_failure(err: BaseException) -> bool:
+    """Whether an error kaleido returned is the OS refusing to write the image file (a full disk,
+    a quota: an ``OSError`` with an errno), not the browser failing or timing out."""
+    return isinstance(err, OSError) and bool(err.errno) and not isinstance(err, (ConnectionError, TimeoutError))
+
+
 def _render(items: list[tuple[object, Path, str, int, int, float]], timeout: float) -> dict[Path, str]:
-    """Render ``(fig, path, format, width, height, scale)`` items in the persistent session;
-    returns ``{path: why}`` for the images that failed (timeout or error), the rest written."""
+    """Render ``(fig, path, format, width, height, scale)`` items in the persistent session,
+    each into a temporary file beside its path, put in place whole (:mod:`flyexplore.atomic`)
+    when it is a valid image; returns ``{path: why}`` for the images that failed (timeout or
+    error; their files are left as they were), the rest written. Raises
+    :class:`~flyexplore.errors.WriteError` naming the path when the OS refused to write an
+    image (a full disk), after putting in place those that rendered."""
     import kaleido
 
     kaleido_session(timeout)
-    specs = [{"fig": fig, "path": str(p), "opts": {"format": f, "width": w, "height": h, "scale": s}}
+    temps = {p: A.temp_for(p) for _, p, *_ in items}
+    try:
+        return _render_into(items, temps, timeout, kaleido)
+    finally:
+        for t in temps.values():
+            A.discard(t)
+
+
+def _render_into(items, temps: dict[Path, Path], timeout: float, kaleido) -> dict[Path, str]:
+    specs = [{"fig": fig, "path": str(temps[p]), "opts": {"format": f, "width": w, "height": h, "scale": s}}
              for fig, p, f, w, h, s in items]
-    for _, p, *_ in items:
-        p.unlink(missing_ok=True)   # what exists afterwards is what rendered
     try:
         errs = kaleido.write_fig_from_object_sync(specs, cancel_on_error=False) or ()
     except Exception as exc:  # noqa: BLE001 - the browser died or would not start
@@ -147,6 +164,9 @@ def _render(items: list[tuple[object, Path, str, int, int, float]], timeout: flo
         if kaleido._global_server.is_running():  # the browser opened: see _close_at_exit
             _close_at_exit()
     errs = list(errs)
+    # kaleido removes the file of an image that failed and returns the errors in the items' order
+    missing = [p for _, p, *_ in items if not temps[p].exists()]
+    refused = next(((p, e) for p, e in zip(missing, errs) if _write_failure(e)), None)
     if any(isinstance(e, TimeoutError) for e in errs):
         # a timed-out image can leave kaleido's executor closed, so the images after it fail
         # with ChannelClosedError: the timeout is the cause; the next export starts afresh
@@ -154,12 +174,16 @@ def _render(items: list[tuple[object, Path, str, int, int, float]], timeout: flo
         close_kaleido_session()
     else:
         why = f"{type(errs[0]).__name__}: {errs[0]}" if errs else "not written"
-    failed = {p: why for _, p, *_ in items if not p.exists()}
+    failed = {p: why for p in missing}
     for _, p, f, w, h, _s in items:
-        if p not in failed and not _is_image(p, f):   # kaleido can "write" a few bytes and no error
-            failed[p] = (f"kaleido wrote no valid {f.upper()} ({p.stat().st_size} bytes) for a figure of "
+        if p not in failed and not _is_image(temps[p], f):   # kaleido can "write" a few bytes and no error
+            failed[p] = (f"kaleido wrote no valid {f.upper()} ({temps[p].stat().st_size} bytes) for a figure of "
                          f"{w}x{h} px: too large for the browser to render")
-            p.unlink(missing_ok=True)
+    for _, p, *_ in items:
+        if p not in failed:
+            A.commit(temps[p], p)
+    if refused is not None:
+        raise A.write_error(refused[0], refused[1])
     return failed
 
 
@@ -178,33 +202,10 @@ def _is_image(p: Path, fmt: str) -> bool:
 
 
 def write_html(fig, path: str | os.PathLike) -> Path:
-    """Write ``fig`` as one standalone HTML file with plotly.js embedded (opens offline)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.write_html(str(p), include_plotlyjs=True, full_html=True)
-    return p
-
-
-def _made_parents(folder: Path) -> list[Path]:
-    """Create ``folder`` and its missing parents; return those created, deepest first."""
-    made = []
-    d = folder
-    while not d.exists():
-        made.append(d)
-        d = d.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    return made
-
-
-def _remove_empty(folders: list[Path]) -> None:
-    """Remove ``folders`` (deepest first, as :func:`_made_parents` returns them) while empty."""
-    for d in folders:
-        try:
-            d.rmdir()
-        except FileNotFoundError:
-            continue
-        except OSError:
-            break
+    """Write ``fig`` as one standalone HTML file with plotly.js embedded (opens offline),
+    atomically (:func:`flyexplore.atomic.write_text`; a failed write raises
+    :class:`~flyexplore.errors.WriteError` and leaves ``path`` as it was)."""
+    return A.write_text(path, fig.to_html(include_plotlyjs=True, full_html=True))
 
 
 def save_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
@@ -215,11 +216,12 @@ def save_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
     persistent kaleido session (:func:`kaleido_session`), each image within ``timeout`` s.
     ``height`` defaults to the figure's own layout height, else :data:`HEIGHT`.
 
-    Returns the written paths. Raises :class:`UsageError` for an unknown format or size
-    (:func:`check_image_size`) and
+    Every file is written whole or not at all (:mod:`flyexplore.atomic`). Returns the written
+    paths. Raises :class:`UsageError` for an unknown format or size (:func:`check_image_size`),
     ``RuntimeError`` (with :func:`static_export_problem`'s reason, or kaleido's error or
-    timeout for the first failed image) when static export is not possible here; the images
-    that did render stay written."""
+    timeout for the first failed image) when static export is not possible here (the images
+    that did render stay written; a failed one's file is left as it was), and
+    :class:`~flyexplore.errors.WriteError` naming the file when a write fails (a full disk)."""
     check_image_size(width, height, scale)
     formats = list(formats)
     for f in formats:
@@ -236,16 +238,22 @@ def save_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
     if static and figs:
         items = [(fig, out / f"{name}.{f}", f, fig.layout.width or width,
                   height or fig.layout.height or HEIGHT, scale) for name, fig in figs.items() for f in static]
-        failed = _render(items, timeout)
-        if failed:
-            p, why = next(iter(failed.items()))
-            raise RuntimeError(f"static figure export failed for {len(failed)} of {len(items)} image(s), "
-                               f"e.g. {p.name}: {why}")
-        written.extend(p for _, p, *_ in items)
+        written.extend(_save_static(items, timeout))
     if "html" in formats:
         for name, fig in figs.items():
             written.append(write_html(fig, out / f"{name}.html"))
     return written
+
+
+def _save_static(items: list[tuple[object, Path, str, int, int, float]], timeout: float) -> list[Path]:
+    """:func:`_render` the items (their folders exist); returns their paths. Raises
+    ``RuntimeError`` naming the first image that failed and why."""
+    failed = _render(items, timeout)
+    if failed:
+        p, why = next(iter(failed.items()))
+        raise RuntimeError(f"static figure export failed for {len(failed)} of {len(items)} image(s), "
+                           f"e.g. {p.name}: {why}")
+    return [p for _, p, *_ in items]
 
 
 def export_figures(figs: Mapping[str, object], out_dir: str | os.PathLike,
@@ -303,11 +311,12 @@ def export_figure(fig, path: str | os.PathLike, width: int = WIDTH, height: int 
     .svg, .pdf) cannot be made here (no browser, kaleido's error, or no image within
     ``timeout`` s) write ``path`` with ``.html`` instead. Returns ``(written path, note)``;
     the note says why the format changed, else ``None``. The file is made under a temporary
-    name beside ``path`` and renamed into place, so a failure leaves no half-written file (nor
-    a folder made for it). Raises :class:`UsageError` for an unknown extension, a size that is
-    not positive (:func:`check_image_size`) or a path that cannot be written
-    (:func:`check_writable`, both checked before anything is drawn), and
-    ``OSError`` with ``path`` as its filename for a write that fails (disk full, ...)."""
+    name beside ``path`` and renamed into place (:mod:`flyexplore.atomic`), so a failure
+    leaves no half-written file (an old ``path`` as it was, nor a folder made for it). Raises
+    :class:`UsageError` for an unknown extension, a size that is not positive
+    (:func:`check_image_size`) or a path that cannot be written (:func:`check_writable`, both
+    checked before anything is drawn), and :class:`~flyexplore.errors.WriteError` naming
+    ``path`` for a write that fails (disk full, ...)."""
     p = Path(path)
     fmt = p.suffix.lstrip(".").lower()
     if fmt not in FIGURE_FORMATS:
@@ -315,33 +324,27 @@ def export_figure(fig, path: str | os.PathLike, width: int = WIDTH, height: int 
                          f"(valid: {', '.join('.' + f for f in FIGURE_FORMATS)})")
     check_image_size(width, height, scale)
     check_writable(p, "figure file")
+    if fmt == "html":
+        return write_html(fig, p), None
     made: list[Path] = []
-    stage = None
     try:
-        made = _made_parents(p.parent)
-        stage = Path(tempfile.mkdtemp(prefix=".flyexplore-figure-", dir=p.parent))
-        final, note = p, None
-        if fmt == "html":
-            done = write_html(fig, stage / p.name)
-        else:
-            try:
-                done = save_figures({p.stem: fig}, stage, [fmt], width, height, scale, timeout)[0]
-            except RuntimeError as exc:
-                final = p.with_suffix(".html")
-                done = write_html(fig, stage / final.name)
-                note = f"{p.name} not written ({exc}); wrote {final.name} instead (opens offline in a browser)"
-        os.replace(done, final)
-        return final, note
+        made = A.make_folders(p.parent)
+        try:
+            why = static_export_problem()
+            if why:
+                raise RuntimeError(f"static figure export unavailable: {why}")
+            return _save_static([(fig, p, fmt, fig.layout.width or width, height or fig.layout.height or HEIGHT,
+                                  scale)], timeout)[0], None
+        except RuntimeError as exc:
+            final = p.with_suffix(".html")
+            note = f"{p.name} not written ({exc}); wrote {final.name} instead (opens offline in a browser)"
+            return write_html(fig, final), note
+    except WriteError:   # it names the file that failed: path, or the .html written instead
+        A.remove_empty(made)
+        raise
     except OSError as exc:
-        if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
-            stage = None
-        _remove_empty(made)
-        # the path asked for, not the staging file beside it, is what the user knows
-        raise OSError(exc.errno, exc.strerror or str(exc), str(p)) from exc
-    finally:
-        if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
+        A.remove_empty(made)
+        raise A.write_error(p, exc) from None
 
 
 def _fmt(v) -> str:
@@ -364,26 +367,25 @@ def plain(df: pd.DataFrame) -> pd.DataFrame:
 def save_table(df: pd.DataFrame, path: str | os.PathLike, float_format: str = "{:.4g}") -> Path:
     """Write a table; the format is the extension: ``.csv`` (full precision), ``.md``
     (GitHub Markdown via tabulate), ``.tex`` (LaTeX tabular via pandas/jinja2, special
-    characters escaped) or ``.html``. Raises :class:`UsageError` for another extension."""
+    characters escaped) or ``.html``, atomically (:mod:`flyexplore.atomic`). Raises
+    :class:`UsageError` for another extension and :class:`~flyexplore.errors.WriteError` naming
+    the file when the write fails (a full disk; an old file is left as it was)."""
     p = Path(path)
     fmt = p.suffix.lstrip(".").lower()
     if fmt not in TABLE_FORMATS:
         raise UsageError(f"unknown table file extension {p.suffix!r} in {str(p)!r} "
                          f"(valid: {', '.join('.' + f for f in TABLE_FORMATS)})")
-    p.parent.mkdir(parents=True, exist_ok=True)
     d = plain(df)
     if fmt == "csv":
-        df.to_csv(p, index=False)
-    elif fmt == "md":
+        return A.write_file(p, lambda t: df.to_csv(t, index=False))
+    if fmt == "md":
         m = d.astype(object).where(d.notna(), None)  # tabulate's missingval covers None, not NaN
-        p.write_text(m.to_markdown(index=False, floatfmt=".4g", missingval="") + "\n", encoding="utf-8")
+        text = m.to_markdown(index=False, floatfmt=".4g", missingval="") + "\n"
     elif fmt == "tex":
-        p.write_text(d.to_latex(index=False, escape=True, na_rep="",
-                                float_format=lambda v: float_format.format(v)), encoding="utf-8")
+        text = d.to_latex(index=False, escape=True, na_rep="", float_format=lambda v: float_format.format(v))
     else:
-        p.write_text(d.to_html(index=False, na_rep="", float_format=lambda v: float_format.format(v)),
-                     encoding="utf-8")
-    return p
+        text = d.to_html(index=False, na_rep="", float_format=lambda v: float_format.format(v))
+    return A.write_text(p, text)
 
 
 def save_tables(tables: Mapping[str, pd.DataFrame], out_dir: str | os.PathLike,

@@ -15,6 +15,7 @@ from typing import Iterable, NamedTuple, Sequence
 
 import pandas as pd
 
+from flyexplore.atomic import write_file
 from flyexplore.errors import UsageError
 from flyexplore.insight import coverage as CV
 from flyexplore.insight import hf as HF
@@ -278,9 +279,10 @@ class ModelCoverage:
         return RM.export_shapes(self.judged, self.routing)
 
     def export_shapes(self, path) -> int:
-        """Write :meth:`shapes` as CSV to ``path``; returns the number of rows."""
+        """Write :meth:`shapes` as CSV to ``path`` whole or not at all (:mod:`flyexplore.atomic`;
+        :class:`~flyexplore.errors.WriteError` on a failed write); returns the number of rows."""
         s = self.shapes()
-        s.to_csv(path, index=False)
+        write_file(path, lambda t: s.to_csv(t, index=False))
         return len(s)
 
     def _proj(self):

@@ -26,6 +26,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from flyexplore import atomic as A
 from flyexplore._version import __version__
 from flyexplore.errors import UsageError
 from flyexplore.measure import stats as S
@@ -231,12 +232,15 @@ class _Page:
     def write(self, out: Path, static: bool, formats: Sequence[str], table_formats: Sequence[str],
               keep: Iterable[str] = ()) -> Path:
         """Write the report into ``out`` (see :func:`check_report_dir` for which folders are
-        refused): everything is written into a staging folder inside ``out`` first; then an
-        earlier report's entries are moved aside, the new ones moved in by rename, and the old
-        ones deleted, so a failure while writing leaves the earlier report as it was (and a
-        folder made for the report is removed again). Raises :class:`UsageError` when ``out``
-        is refused or cannot be written (checked before anything is written), ``OSError`` with
-        ``out`` as its filename when a write fails midway (disk full, ...)."""
+        refused): everything is written into a staging folder inside ``out`` first, each file
+        whole and flushed to the disk (:mod:`flyexplore.atomic`); then an earlier report's
+        entries are moved aside, the new ones moved in by rename, and the old ones deleted, so a
+        failure while writing leaves the earlier report as it was (and a folder made for the
+        report is removed again). Raises :class:`UsageError` when ``out`` is refused or cannot
+        be written (checked before anything is written), :class:`~flyexplore.errors.WriteError`
+        when a write fails midway (disk full, ...), naming the file by its place in ``out``
+        (``cannot write rep/report.html: [Errno 28] No space left on device (the earlier report
+        is unchanged)``)."""
         old = check_report_dir(out, keep)
         check_writable(out, "report folder", folder=True)
         made = [d for d in (out, *out.parents) if not d.exists()]  # removed again if writing fails
@@ -244,18 +248,19 @@ class _Page:
             out.mkdir(parents=True, exist_ok=True)
             stage = Path(tempfile.mkdtemp(prefix=_STAGING, dir=out))
         except OSError as exc:
+            A.remove_empty(made)
             raise UsageError(f"cannot write report folder {str(out)!r}: {exc.strerror or exc}") from None
         try:
             return self._commit(out, stage, old, static, formats, table_formats, keep)
         except OSError as exc:   # disk full, a folder made read-only meanwhile, ...
             shutil.rmtree(stage, ignore_errors=True)
-            for d in made:
-                try:
-                    d.rmdir()
-                except OSError:
-                    break
-            # the folder asked for, not the staging file inside it, is what the user knows
-            raise OSError(exc.errno, exc.strerror or str(exc), str(out)) from exc
+            A.remove_empty(made)
+            # a staged file by its place in the folder asked for: what the user knows
+            where = out
+            if exc.filename is not None and Path(exc.filename).is_relative_to(stage):
+                where = out / Path(exc.filename).relative_to(stage)
+            left = "the earlier report is unchanged" if old else "no report was written"
+            raise A.write_error(where, exc, left=left) from exc
 
     def _commit(self, out: Path, stage: Path, old: list[str], static: bool, formats: Sequence[str],
                 table_formats: Sequence[str], keep: Iterable[str]) -> Path:
@@ -265,9 +270,8 @@ class _Page:
             earlier = _earlier_report(out)
             kept = sorted(n for n in set(keep) | (earlier[1] if earlier else set())
                           if (out / n).exists() and n not in entries)
-            (stage / REPORT_MARKER).write_text(json.dumps(
-                {"flyexplore_report": __version__, "entries": entries, "kept": kept}, indent=1),
-                encoding="utf-8")
+            A.write_text(stage / REPORT_MARKER, json.dumps(
+                {"flyexplore_report": __version__, "entries": entries, "kept": kept}, indent=1))
             trash = Path(tempfile.mkdtemp(prefix=_STAGING + "old-", dir=out))
             moved: list[str] = []
             try:
@@ -283,6 +287,7 @@ class _Page:
                     os.replace(p, out / p.name)
                 trash.rmdir()
                 raise
+            A.sync_folder(out)
             shutil.rmtree(trash, ignore_errors=True)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
@@ -316,7 +321,7 @@ class _Page:
         if self.figs:
             from plotly.offline import get_plotlyjs
 
-            (out / PLOTLYJS).write_text(get_plotlyjs(), encoding="utf-8")
+            A.write_text(out / PLOTLYJS, get_plotlyjs())
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         self.parts.append(f"<p style='color:#777;font-size:11px'>written by flyexplore {__version__} at {stamp}</p>")
         body = [p(csv) if callable(p) else p for p in self.parts]
@@ -325,7 +330,7 @@ class _Page:
         page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + html.escape(self.title) +
                 f"</title><style>{_CSS}{PAGER_CSS}</style></head><body>" + "\n".join(body) + "</body></html>")
         path = out / "report.html"
-        path.write_text(page, encoding="utf-8")
+        A.write_text(path, page)
         return path
 
 
@@ -502,7 +507,8 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
     anything is written, for another folder, an unwritable ``out_dir``
     (:func:`flyexplore.views.export.check_writable`) and a ``baseline`` that is not a backend of
     ``df`` (:func:`flyexplore.results.table.check_backends`). A write that fails midway (disk full)
-    raises ``OSError`` naming ``out_dir`` and leaves the folder as it was."""
+    raises :class:`~flyexplore.errors.WriteError` (an ``OSError``) naming the file in ``out_dir``
+    and leaves the folder as it was."""
 
     out = Path(out_dir)
     check_report_dir(out, keep)

@@ -6,7 +6,6 @@ import errno
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -151,8 +150,8 @@ def test_unwritable_output_is_one_line(tmp_path, capsys, cmd):
 
 
 def test_a_write_failing_midway_leaves_nothing(tmp_path, capsys, monkeypatch):
-    """A full disk while the report is written: one line naming the folder asked for (not the
-    staging file inside it), and the new folder is gone again."""
+    """A full disk while the report is written: one line naming the file by its place in the
+    folder asked for (not the staging folder inside it), and the new folder is gone again."""
     from flyexplore.views import report as VR
 
     def full(self, *a, **k):
@@ -162,21 +161,24 @@ def test_a_write_failing_midway_leaves_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(VR._Page, "_write_into", full)
     out = tmp_path / "a" / "rep"
     rc = main(["report", DEMO, "--out", str(out), "--no-images"])
-    assert one_line(capsys, rc) == f"flyexplore: error: {out}: No space left on device"
+    assert one_line(capsys, rc) == (f"flyexplore: error: cannot write {out / 'report.html'}: [Errno 28] "
+                                    "No space left on device (no report was written)")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_figure_failing_midway_leaves_nothing(tmp_path, capsys, monkeypatch):
-    from flyexplore.views import export as X
+    """The disk fills when the written figure is flushed (``fsync``, where a delayed allocation
+    fails): one line naming the file, no temporary file, no folder made for it."""
+    from flyexplore import atomic as A
 
-    def full(fig, path):
-        Path(path).write_text("<html>half")
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(X, "write_html", full)
+    monkeypatch.setattr(A.os, "fsync", full)
     out = tmp_path / "new" / "f.html"
     rc = main(["export", DEMO, "--op", "gemm", "--out", str(out)])
-    assert one_line(capsys, rc) == f"flyexplore: error: {out}: No space left on device"
+    assert one_line(capsys, rc) == (f"flyexplore: error: cannot write {out}: [Errno 28] No space left on "
+                                    "device (nothing was written)")
     assert list(tmp_path.iterdir()) == []
 
 

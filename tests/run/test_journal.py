@@ -11,6 +11,7 @@ import textwrap
 import time
 
 import pytest
+from full_disk import run_cases
 
 from flyexplore.cli import main
 from flyexplore.errors import UsageError
@@ -313,6 +314,23 @@ def test_a_full_disk_mid_sweep_is_one_line_and_resume_completes(tmp_path):
     for r in kept.itertuples():
         assert by_case.loc[r.case, "run_id"] == r.run_id and by_case.loc[r.case, "time_ms"] == r.time_ms
     assert df["run_id"].nunique() == 2
+
+
+@pytest.mark.slow
+def test_a_journal_that_a_full_disk_keeps_from_being_created_leaves_nothing(tmp_path):
+    """Issue 33, defect 9c: ``sweep --resume`` on a really full disk (``tests/full_disk.py``) said
+    "move it away" about the 0-byte journal the run itself had just made. Now: one line naming
+    the journal and SQLite's reason, and no journal left for the next run to trip on."""
+    got = run_cases(tmp_path, ["sweep-journal:new"])
+    r, mode = got["sweep-journal:new"], got["_mode"]
+    err = r["err"].splitlines()
+    assert r["rc"] == 2 and len(err) == 1 and "Traceback" not in r["err"], r["err"]
+    assert err[0].startswith(f"flyexplore: error: cannot create the journal {r['target']!r}: "), err
+    assert err[0].endswith("; nothing was left behind") and "move it away" not in err[0], err
+    if mode == "tmpfs":   # ENOSPC; under RLIMIT_FSIZE SQLite reads EFBIG as "disk I/O error"
+        assert "database or disk is full" in err[0], err
+    # only the writer lock, the empty file kept beside every result file, is new
+    assert set(r["after"]) - set(r["before"]) <= {".r.parquet.lock"}, r["after"]
 
 
 def test_a_final_write_that_fails_keeps_the_journal_whole_for_resume(tmp_path, monkeypatch):
