@@ -89,6 +89,8 @@ STDERR_LINES = 5
 POLL_S = 1.0
 #: Seconds a worker gets to exit after ``stop`` before it is killed.
 STOP_S = 5.0
+#: Longest wait for a worker's exit status once its pipe has closed, s (:meth:`EnvWorker.exit_text`).
+EXIT_WAIT_S = 5.0
 
 _clock = time.monotonic
 
@@ -215,8 +217,15 @@ class EnvWorker:
         return " | ".join(lines[-n:])[:1500]
 
     def exit_text(self) -> str:
-        code = self.proc.poll() if self.proc is not None else None
-        return _exit_text(code)
+        """How the worker ended (``killed by signal SIGKILL``, ``exit code 1``), once its pipe has
+        closed: its exit status is waited for up to :data:`EXIT_WAIT_S` (a loaded machine reaps a
+        killed process after its pipe is seen closed; without the wait the row said ``no exit
+        code``)."""
+        if self.proc is None:
+            return _exit_text(None)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(EXIT_WAIT_S)
+        return _exit_text(self.proc.poll())
 
     def _next(self, deadline: float) -> dict:
         """The next message, waiting until ``deadline`` (driver clock, s) at most."""
