@@ -75,7 +75,7 @@ def test_help_and_usage_errors_need_no_torch():
     p = _py(code, cwd="/tmp")
     assert p.returncode == 0, p.stderr
     assert "RC 2 2 2 False" in p.stdout            # torch never imported
-    assert time.time() - t < 5
+    assert time.time() - t < 20    # about 1.5 s idle; 8 s seen on a loaded 2-core machine (torch alone takes ~4 s)
     h = p.stdout
     # every operator with its backends, dtypes and suites; the timing modes
     for op, (bk, dt, su) in CS.catalogue().items():
