@@ -9,7 +9,11 @@ still missing. This script checks that on the real command line:
 - the sweep is ``flyexplore sweep --op gemm --shapes <S> --dtypes fp32 --backends aten
   --processes 3 --rep 5 --out OUT --quiet`` on the CPU (``--resume`` after the first run);
 - each run is killed with SIGKILL (the driver alone, as ``kill -9 PID``; its workers see it gone
-  and exit) at a moment drawn uniformly from ``[--min-s, --max-s]`` after its start;
+  and exit) at a random moment: one run in five at a time drawn from ``[--min-s, --max-s]``
+  after its start (mostly while it imports and starts its workers), the others once the
+  journal holds a random number of new pass rows (1 to twice the plan's pass rows / (kills +
+  2)), plus a random 0-1 s (between cases, mid-case, between passes) -- so that the kills
+  come at every stage and the sweep is still unfinished at the last one whatever the load;
 - after each kill, the journal's pass rows and combined rows are read (read-only) and compared
   with what was there before: a pass row that vanished or changed (another worker, another
   time) is a pass *not kept*;
@@ -19,6 +23,8 @@ still missing. This script checks that on the real command line:
   otherwise), and no journal left.
 
     python benchmarks/processes_torture.py --kills 20 --out data/bench/processes_torture.txt
+
+takes about 5 minutes on a 2-core CPU
 
 prints a line per run and a summary; exit 1 when a row was lost or doubled or a pass not kept.
 """
@@ -37,8 +43,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SHAPES = ";".join(f"{n}x{n}x{n}" for n in (16, 24, 32, 40, 48, 56, 64, 72))
 PROCESSES = 3
+
+
+def shapes(n: int) -> str:
+    """``n`` small CPU GEMMs (8x8x8, 16x16x16, ...): enough cases that 20 kills come before the end."""
+    return ";".join(f"{k}x{k}x{k}" for k in range(8, 8 * n + 1, 8))
+
+
+SHAPES = shapes(48)
 
 
 def _cmd(out: Path, resume: bool) -> list[str]:
@@ -47,7 +60,19 @@ def _cmd(out: Path, resume: bool) -> list[str]:
             "--quiet", *(["--resume"] if resume else [])]
 
 
-def _run(out: Path, resume: bool, kill_after: float | None) -> tuple[int, float, str]:
+def _pass_count(out: Path) -> int:
+    from flyexplore.run.journal import committed_rows
+
+    try:
+        return len(committed_rows(out, passes=True))
+    except Exception:  # noqa: BLE001 - a journal being created this moment
+        return 0
+
+
+def _run(out: Path, resume: bool, kill_after: float | None, rows_after: int | None = None,
+         extra_s: float = 0.0) -> tuple[int, float, str]:
+    """One run of the sweep: killed ``kill_after`` s after its start, or ``extra_s`` after the
+    journal holds ``rows_after`` pass rows, or (both None) left to its end."""
     t0 = time.monotonic()
     p = subprocess.Popen(_cmd(out, resume), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
     try:
@@ -55,6 +80,12 @@ def _run(out: Path, resume: bool, kill_after: float | None) -> tuple[int, float,
             try:
                 p.wait(kill_after)
             except subprocess.TimeoutExpired:
+                p.send_signal(signal.SIGKILL)
+        elif rows_after is not None:
+            while p.poll() is None and _pass_count(out) < rows_after:
+                time.sleep(0.1)
+            time.sleep(extra_s)
+            if p.poll() is None:
                 p.send_signal(signal.SIGKILL)
         err = p.communicate(timeout=1800)[1].decode(errors="replace")
     finally:
@@ -77,11 +108,14 @@ def _journal(out: Path) -> tuple[dict, dict]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kills", type=int, default=20, help="SIGKILLs (default 20)")
-    ap.add_argument("--min-s", type=float, default=2.0, help="earliest kill after a run's start, s (default 2)")
-    ap.add_argument("--max-s", type=float, default=25.0, help="latest kill after a run's start, s (default 25)")
+    ap.add_argument("--min-s", type=float, default=0.5, help="a timed kill's earliest moment, s (default 0.5)")
+    ap.add_argument("--max-s", type=float, default=15.0, help="a timed kill's latest moment, s (default 15)")
+    ap.add_argument("--cases", type=int, default=48, help="GEMM cases in the plan (default 48)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="also write the report here (e.g. data/bench/processes_torture.txt)")
     a = ap.parse_args(argv)
+    global SHAPES
+    SHAPES = shapes(a.cases)
     from flyexplore.results import table as R
     from flyexplore.run.journal import journal_path, leftovers
 
@@ -89,21 +123,28 @@ def main(argv=None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="flyexplore-ptorture-"))
     out = folder / "sweep.parquet"
     n_keys = len(SHAPES.split(";"))
-    lines = [f"# benchmarks/processes_torture.py --kills {a.kills} --min-s {a.min_s} --max-s {a.max_s} --seed {a.seed}",
+    lines = [f"# benchmarks/processes_torture.py --kills {a.kills} --min-s {a.min_s} --max-s {a.max_s} --cases {a.cases} "
+             f"--seed {a.seed}",
              f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load "
-             f"{os.getloadavg()[0]:.1f}; plan: gemm {SHAPES} fp32 aten on cpu, --processes {PROCESSES} = {n_keys} rows "
+             f"{os.getloadavg()[0]:.1f}; plan: gemm {a.cases} cases ({SHAPES.split(';')[0]} to {SHAPES.split(';')[-1]}) fp32 aten on cpu, --processes {PROCESSES} = {n_keys} rows "
              f"of {n_keys * PROCESSES} pass rows"]
     print("\n".join(lines), flush=True)
     seen: dict = {}        # (case, pass) -> (worker, time) ever seen in the journal
     not_kept: list = []
     finals: dict = {}
     kills = finished_early = 0
+    step = max(1, n_keys * PROCESSES // (a.kills + 2))
     for i in range(a.kills):
-        delay = rng.uniform(a.min_s, a.max_s)
-        rc, took, _ = _run(out, i > 0, delay)
+        if rng.random() < 0.2:
+            delay, target, extra = rng.uniform(a.min_s, a.max_s), None, 0.0
+            when = f"{delay:4.1f} s after its start"
+        else:
+            delay, target, extra = None, len(seen) + rng.randint(1, 2 * step), rng.uniform(0.0, 1.0)
+            when = f"{extra:.1f} s after pass row {target}"
+        rc, took, _ = _run(out, i > 0, delay, target, extra)
         if rc == 0:
             finished_early += 1
-            line = f"run {i + 1:>2}: finished before its kill at {delay:.1f} s"
+            line = f"run {i + 1:>2}: finished before its kill ({when})"
             lines.append(line)
             print(line, flush=True)
             break
@@ -113,7 +154,7 @@ def main(argv=None) -> int:
         not_kept += lost_now
         seen.update(passes)
         finals.update(final)
-        line = (f"run {i + 1:>2}: SIGKILL at {delay:4.1f} s -> journal: {len(passes):>2}/{n_keys * PROCESSES} pass rows, "
+        line = (f"run {i + 1:>2}: SIGKILL {when} ({took:.1f} s) -> journal: {len(passes):>2}/{n_keys * PROCESSES} pass rows, "
                 f"{len(final)}/{n_keys} combined; pass rows not kept since the last kill: {len(lost_now)}")
         lines.append(line)
         print(line, flush=True)
