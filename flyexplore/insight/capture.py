@@ -219,7 +219,8 @@ def _nbytes(t: TensorDesc | None) -> float:
 
 
 def cost(op: str, inputs: Sequence, outputs: Sequence, scalars: Mapping[str, Any]) -> tuple[float, float]:
-    """FLOPs and bytes of one call (shared/reference/pytorch-flydsl.md, "FLOPs/bytes"):
+    """FLOPs and bytes of one call (the usual counts: a multiply-add is 2 FLOPs, each tensor read
+    or written once):
 
     - ``mm`` [M, K] x [K, N]: 2MNK FLOPs, (MK + KN + MN) x element size bytes; ``addmm`` adds MN
       FLOPs and the bias; ``bmm`` [B, M, K] x [B, K, N]: 2BMNK;

@@ -184,7 +184,7 @@ def judge_call(c: Call, view: str, envs: Envs) -> Verdict:
         if op == "aten.bmm.default" or op == "aten.baddbmm.default":
             return Verdict("no FlyDSL path", "no FlyDSL path: bmm",
                            "no FlyDSL path: FlyDSL's dense template is for aten.mm; bmm/baddbmm have none "
-                           "(shared/reference/pytorch-flydsl.md)")
+                           "(torch 2.15: torch/_inductor/kernel/bmm.py offers no FlyDSL template)")
         if not compiled:
             return Verdict("not eligible", "gemm: eager (FlyDSL GEMMs need torch.compile)",
                            "not eligible in eager: FlyDSL's GEMM is an Inductor template, a candidate only under "

@@ -54,7 +54,7 @@ class DevicePeaks:
         return tf, bw
 
 
-_REF = "shared/reference/pytorch-flydsl.md (AMD / NVIDIA datasheets)"
+_REF = "AMD Instinct MI350 series / NVIDIA H200 datasheets"
 
 #: The devices with known peaks.
 DEVICES: dict[str, DevicePeaks] = {d.name: d for d in (

@@ -6,8 +6,8 @@ from.
 
 The FlyDSL readiness verdicts (which also decide whether the sweep's ``flydsl`` backends are
 available) are :mod:`flyexplore.world.readiness`'s rules, the ones ``explain`` uses, shown as
-:class:`Check` s with their fix (read from the torch 2.15.0 wheel; see
-``shared/reference/pytorch-flydsl.md``):
+:class:`Check` s with their fix (read from the torch 2.15.0 wheel's ``torch/_native`` and
+``torch/_inductor`` modules):
 
 - FlyDSL eager overrides (RMSNorm, TopK) register only on a ROCm build of torch
   (``torch.version.hip``) with flydsl importable, its version metadata a stable release of the
@@ -214,7 +214,7 @@ def aotriton_version(torch_dir: str | None = None) -> str:
 
     Returns ``"not present"`` when torch ships no AOTriton (CUDA and CPU builds) and
     ``"present, version unknown"`` when neither name tells. No Python API reports it
-    (``shared/reference/pytorch-flydsl.md``). ``torch_dir``: the torch package folder
+    (torch 2.15's ``torch.version`` has no AOTriton field). ``torch_dir``: the torch package folder
     (default: the installed torch's).
     """
     if torch_dir is None:
@@ -354,7 +354,7 @@ def _readiness(platform: str, versions: dict[str, str], environ: dict[str, str],
 #: Oldest LLD taken as able to link FlyDSL's gfx950 code objects. flydsl 0.3 emits AMDGPU code
 #: object v6 (``.amdhsa_code_object_version 6`` in its ISA), which arrived with LLVM 19's generic
 #: targets; only two versions were tried: Debian's lld-22 works, Debian's default lld 14 fails
-#: ("unknown abi version") -- shared/reference/flydsl-compile-only.md.
+#: ("unknown abi version"), tried on this project's Debian CI machine.
 MIN_LLD_MAJOR = 19
 
 

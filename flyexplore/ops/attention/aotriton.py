@@ -83,7 +83,8 @@ FLYC_KERNELS = {"fwd": "flyc_attn_fwd", "bwd": "flyc_bwd_dkdv + flyc_bwd_dq (aft
 AITER_RULES = {"arches": ("gfx942", "gfx950"), "dtypes": ("fp16", "bf16"),
                "fwd": frozenset({128, 192}), "bwd": frozenset({64, 80, 96, 128, 160, 192})}
 
-#: The version torch main pins (``shared/reference/pytorch-flydsl.md``), assumed by what-if
+#: The version torch main pins (pytorch/pytorch ``.ci/docker/aotriton_version.txt``, which
+#: ``cmake/External/aotriton.cmake`` reads), assumed by what-if
 #: explanations when no version is given and this torch bundles none.
 PINNED_BY_TORCH_MAIN = "0.14.2"
 

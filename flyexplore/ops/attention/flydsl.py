@@ -168,7 +168,7 @@ def explain_attention(shape: str, dtype: str | None = None, *, backend: str = "d
     conds.append(cond("ROCm build", rocm, "ROCm build of torch: SDPA's flash and efficient backends call AOTriton" if rocm
                     else f"torch {env.versions.get('torch')} is not a ROCm build ({env.platform}): SDPA never calls "
                          "AOTriton (ask a what-if with --arch gfx950)",
-                    "torch.version.hip; shared/reference/pytorch-flydsl.md (Attention)", "environment"))
+                    "torch.version.hip; torch.backends.cuda.preferred_rocm_fa_library (AOTriton by default)", "environment"))
     present = A.parse_version(ver) is not None
     conds.append(cond("AOTriton bundled", present, f"AOTriton {rel} (libaotriton_v2.so.{'.'.join(map(str, A.parse_version(ver)))})"
                     if present else f"no AOTriton version found ({ver})",

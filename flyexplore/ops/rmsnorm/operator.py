@@ -5,7 +5,8 @@ FlyDSL override replaces on gfx950).
 Shape ``MxN`` (M rows of N); options ``eps`` (default 1e-6; ``eps=None`` is torch's default:
 the machine epsilon of the computation type, ``torch.finfo(torch.float32).eps`` for fp16, bf16
 and fp32 inputs -- ``torch.nn.RMSNorm``'s documentation, torch 2.15) and ``weight`` (default on).
-FLOPs about 4*M*N; bytes 2*M*N*b_x + N*b_w (``shared/reference/pytorch-flydsl.md``).
+FLOPs about 4*M*N (square, sum, scale, weight: about 4 an element); bytes 2*M*N*b_x + N*b_w (x
+read once, y written once, the weight read once).
 
 Backends: ``aten`` (eager, FlyDSL overrides off), ``inductor`` (``torch.compile`` default; Triton
 on GPU, C++ on CPU), ``flydsl`` (eager with FlyDSL overrides on; needs ROCm torch >= 2.15,
