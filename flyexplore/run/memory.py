@@ -18,12 +18,15 @@ child process, under a peak-memory probe (:mod:`flyexplore.run.memprobe`):
   high-water mark is reset per case by writing ``5`` to ``/proc/self/clear_refs``, so one child
   measures every probe). ``tracemalloc`` does not see torch's allocations (a 4096x4096 fp32
   ``randn`` and its float64 copy: 0.0006 MB traced against 201 MB allocated, torch 2.15), and
-  ``ru_maxrss`` cannot be reset (one child per probe, 16 s each here). Before each probe the
-  child hands what glibc keeps freed back to the system (``malloc_trim(0)``), so that a probe
-  counts its own pages, not ones a previous probe left (without it, rmsnorm 1024x1024 fp32 run
-  twice measured 100 MB, then -0.2 MB); glibc's allocator is otherwise left as a sweep has it
-  (it keeps some freed blocks resident within a case: rmsnorm 4096x4096 fp32 peaked at 12x its
-  declared bytes with it, 9.4x with every block over 128 KiB mmapped and returned).
+  ``ru_maxrss`` cannot be reset (one child per probe, 16 s each here). The child fixes glibc's
+  mmap threshold at 128 KiB (:data:`TIDY_MMAP_THRESHOLD`) and hands freed memory back before
+  each probe (``malloc_trim(0)``), so that a probe counts what it holds live, not pages a
+  previous one left (with glibc as it comes, rmsnorm 1024x1024 fp32 run twice measured 100 MB,
+  then -0.2 MB). A large case's tensors are mmapped anyway (glibc's threshold stops at 32 MiB);
+  what glibc keeps resident of smaller freed blocks in a sweep's process is
+  :data:`ALLOCATOR_SLACK`, and what a process's first case costs once is measured in a fresh
+  child as a sweep has it (:func:`measure_fits`). Inductor's caches are off in the probes' child
+  (a cache hit compiles with less memory than a new shape).
 - GPU: ``torch.cuda.max_memory_reserved`` after ``reset_peak_memory_stats`` (what the caching
   allocator took from the device, the flush buffer included), plus the CUDA/HIP context (the
   device's free memory before and after the child created it, :func:`flyexplore.measure.devstate.free_memory`).
@@ -42,9 +45,9 @@ Cheap: a probe runs only when a decision depends on it. A case whose lower bound
 one output) is over the limit is refused as it is; one whose generous upper bound
 (:func:`upper_bound`: :data:`PRIOR_FIXED` plus :data:`PRIOR_BYTES_PER_ELEMENT` per element of
 its declared tensors) is under :data:`NEAR_LIMIT` of the limit can neither be refused nor run in
-a child, and is not measured. Only the cases between are: once per fit, in one child process
-for the whole plan (about 16 s to start it here: ``import torch``, flyexplore and the
-environment).
+a child, and is not measured. Only the cases between are: once per fit (per machine, with the
+disk cache), in one child process for the whole plan, and on the CPU one more fresh child per fit
+(about 16 s to start each here: ``import torch``, flyexplore and the environment).
 
 What the estimate drives (:func:`memory_check`): a case over the limit (the smaller of the
 device's free memory and ``--max-memory``) becomes a ``refused`` row; a CPU case over
@@ -90,11 +93,12 @@ PROBE_GROW = 4
 #: alignment (every power of two and 16 x odd stays a multiple of 16 down to 64).
 PROBE_MIN_DIM = 64
 #: The upper bound of a case not measured (:func:`upper_bound`): bytes per element of its declared
-#: tensors. The largest measured factor on the CPU (``data/cpu/memory_estimate``) is about 60
-#: (GEMM's output: float64 reference, |A| @ |B| and the check's float64 temporaries), 2x margin.
-PRIOR_BYTES_PER_ELEMENT = 128
-#: ... and fixed bytes: the largest fitted fixed term on the CPU is about 0.2 GB (Inductor's
-#: compile in the sweep's process); a GPU adds its context (0.5 GB on an H200) and the flush buffer.
+#: tensors. The largest measured factor on the CPU (``data/cpu/memory_estimate/fits.json``) is 108
+#: bytes per output element (grouped GEMM fp32: the float64 reference, |A| @ |B| and the check's
+#: float64 temporaries, with :data:`ALLOCATOR_SLACK`); 192 leaves 1.8x.
+PRIOR_BYTES_PER_ELEMENT = 192
+#: ... and fixed bytes: the largest fitted fixed term on the CPU is 0.18 GB (Inductor's compile in
+#: a fresh process); a GPU adds its context (0.5 GB on an H200) and the flush buffer.
 PRIOR_FIXED = {"cpu": 1 << 30, "cuda": 2 << 30}
 #: The probe's timer: two timed rounds after one warm-up (the peak of a round does not depend on
 #: how many there are).
@@ -110,7 +114,7 @@ TIDY_MMAP_THRESHOLD = 128 << 10
 #: peak). 1.25 keeps both within 1.25x (``data/cpu/memory_estimate``).
 ALLOCATOR_SLACK = 1.25
 #: Seconds a probe case may take in its child (compile included) before the child is killed.
-PROBE_CASE_TIMEOUT_S = 300.0
+PROBE_CASE_TIMEOUT_S = 120.0
 #: Starts of a probe child for one plan (a child that dies takes its current case with it; the
 #: next one goes on with the rest).
 PROBE_ATTEMPTS = 3
@@ -209,7 +213,8 @@ def _valid(op: Operator, params: dict) -> Case | None:
 def resize(op: Operator, case: Case, dtype: str, target: int) -> Case:
     """``case`` with the params ``op.memory_dims`` sets and its scaled dims (its groups; default:
     each dim alone) halved together while its declared bytes are over ``target``, then doubled
-    together while they stay within it: the proportions kept, no dim below
+    together, then one group at a time, while they stay within it: the proportions kept (within
+    2x), no dim below
     :data:`PROBE_MIN_DIM` (or its own value; a dim there stays while the others move), every
     step a valid case. A case that cannot shrink stays as large as it is."""
     groups, fixed = _groups(op, case)
@@ -226,8 +231,17 @@ def resize(op: Operator, case: Case, dtype: str, target: int) -> Case:
     while True:
         c = _valid(op, {**cur.p, **{d: cur[d] * 2 for d in dims}})
         if c is None or size(c) > target:
-            return cur
+            break
         cur = c
+    frozen: set[int] = set()
+    while len(frozen) < len(groups):     # then one group at a time, the smallest first
+        i = min((j for j in range(len(groups)) if j not in frozen), key=lambda j: min(cur[d] for d in groups[j]))
+        c = _valid(op, {**cur.p, **{d: cur[d] * 2 for d in groups[i]}})
+        if c is None or size(c) > target:
+            frozen.add(i)
+        else:
+            cur = c
+    return cur
 
 
 def probe_cases(op: Operator, case: Case, dtype: str) -> list[Case]:
@@ -411,6 +425,11 @@ def _exit(code) -> str:
 MARK = "flyexplore-memprobe "
 
 
+def _unmeasured(why: str) -> dict:
+    """A job's result when it has no peak (its child hung or died)."""
+    return {"peak": None, "status": [], "message": why, "how": "", "context": 0, "seconds": None}
+
+
 class ProbeError(RuntimeError):
     """No measurement: the probe child could not start or run (its reason in the message)."""
 
@@ -424,12 +443,14 @@ def measure_cases(op: Operator, jobs, device, *, timer: Mapping | None = None, t
     (bytes over the case; None when it did not run), ``status`` (each backend's), ``how``
     (the probe), ``context`` (a GPU's context bytes, else 0), ``seconds``, ``message``.
 
-    ``tidy_malloc``: glibc's mmap threshold fixed at :data:`TIDY_MMAP_THRESHOLD` in the child (the
-    probes; see the module text), else the allocator as a sweep has it (a check against a real
-    run). ``fresh``: each job in a child of its own (what a first case of a process takes, its
-    one-time costs included), else one child for all. ``timeout_s``: per job; a child past it, or dead, is
-    killed and its current job gets ``peak`` None with the reason; a new child goes on with the
-    rest, up to ``attempts`` starts. Raises :class:`UsageError` for an operator a child cannot
+    ``tidy_malloc``: the probes' child (see the module text): glibc's mmap threshold fixed at
+    :data:`TIDY_MMAP_THRESHOLD`, and Inductor's caches off (``TORCHINDUCTOR_FORCE_DISABLE_CACHES``:
+    every compile is a new shape's, as a sweep's case can be); else the allocator and caches as a
+    sweep has them (a check against a real run). ``fresh``: each job in a child of its own (what a first case of a process takes, its
+    one-time costs included), else one child for all. ``timeout_s``: per job; a child past it (``timeout_s``
+    x its jobs, and a minute to start) is killed and every job not done gets ``peak`` None with
+    the reason; a child that dies takes its current job with it, and a new one goes on with the
+    rest, up to ``attempts`` deaths. Raises :class:`UsageError` for an operator a child cannot
     import (:func:`flyexplore.run.spec.op_ref`)."""
     if fresh and len(jobs) > 1:
         return [measure_cases(op, [j], device, timer=timer, tidy_malloc=tidy_malloc, timeout_s=timeout_s,
@@ -438,8 +459,9 @@ def measure_cases(op: Operator, jobs, device, *, timer: Mapping | None = None, t
     out: list[dict | None] = [None] * len(jobs)
     todo = list(range(len(jobs)))
     env_vars = dict(os.environ)
-    if tidy_malloc:
+    if tidy_malloc:   # the probes: see the module text
         env_vars["MALLOC_MMAP_THRESHOLD_"] = str(TIDY_MMAP_THRESHOLD)
+        env_vars["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
     # the child imports this flyexplore and whatever module an operator came from, as this process does
     env_vars["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(
         [str(_ROOT), *(p for p in env_vars.get("PYTHONPATH", "").split(os.pathsep) if p),
@@ -453,12 +475,12 @@ def measure_cases(op: Operator, jobs, device, *, timer: Mapping | None = None, t
                                 start_new_session=True)
         why = None
         try:
-            stdout, stderr = proc.communicate(json.dumps(req), timeout=120 + timeout_s * len(todo))
+            stdout, stderr = proc.communicate(json.dumps(req), timeout=60 + timeout_s * len(todo))
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, 9)
             stdout, stderr = proc.communicate()
-            why = f"probe child ran past {timeout_s:g} s per case"
+            why = f"probe child ran past {timeout_s:g} s a case"
         got = [json.loads(ln[len(MARK):]) for ln in stdout.splitlines() if ln.startswith(MARK)]
         fatal = next((g["fatal"] for g in got if "fatal" in g), None)
         if fatal:
@@ -468,29 +490,38 @@ def measure_cases(op: Operator, jobs, device, *, timer: Mapping | None = None, t
             out[todo[g["index"]]] = g
         done = {g["index"] for g in rows}
         rest = [i for k, i in enumerate(todo) if k not in done]
-        if rest and (why is not None or proc.returncode != 0 or not rows):
-            if why is None:
-                tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or [""]
-                why = f"probe child died ({_exit(proc.returncode)}): {tail[0][:200]}"
-            out[rest[0]] = {"peak": None, "status": [], "message": why, "how": "", "context": 0, "seconds": None}
+        if why is not None:   # a hang: the rest would likely hang too
+            for i in rest:
+                out[i] = _unmeasured(why)
+            rest = []
+        if rest and (proc.returncode != 0 or not rows):
+            tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or [""]
+            why = f"probe child died ({_exit(proc.returncode)}): {tail[0][:200]}"
+            out[rest[0]] = _unmeasured(why)
             rest = rest[1:]
             failures += 1
             if failures >= attempts:
                 for i in rest:
-                    out[i] = {"peak": None, "status": [], "message": f"not measured: {attempts} probe children failed",
-                              "how": "", "context": 0, "seconds": None}
+                    out[i] = _unmeasured(f"not measured: {attempts} probe children failed")
                 rest = []
         todo = rest
     return out  # type: ignore[return-value]
 
 
 def measure_fits(op: Operator, wants, device) -> dict[tuple[str, str, str], Fit | str]:
-    """Measure and fit every ``(backend, dtype, probe cases)`` of ``wants`` not yet cached, in
-    one child process (:func:`measure_cases`), and store the fits (:func:`store_fit`). Each
-    fit's probes run after a warm-up run of its first probe, whose excess over the fit (what a
-    process does once: imports, thread pools, Inductor's compiler) is added to its fixed term --
-    at least the child's first fit's (the one-time costs common to every backend show there) --
-    as is a GPU's context. Returns ``{(backend, dtype, key): Fit or the reason there is none}``."""
+    """Measure and fit every ``(backend, dtype, probe cases)`` of ``wants`` not yet cached, and
+    store the fits (:func:`store_fit`). Returns ``{(backend, dtype, key): Fit or the reason there
+    is none}``.
+
+    The probes of every fit run in one child process (:func:`measure_cases`), each fit's after a
+    warm-up run of its first probe (what a process does once stays out of the fit). Then on the
+    CPU each fit's largest probe runs again, alone in a fresh child with glibc and Inductor's
+    caches as a sweep has them (a child per fit: about 16 s each here): its excess over the fit
+    goes into the fixed term -- what a process's first case costs once (imports, thread pools,
+    Inductor's compiler) and what glibc keeps resident of it under the case's own blocks (rmsnorm
+    2048x1024 fp32 with inductor in a fresh process: 400 MB, against 258 MB with every block
+    returned; aten: 258 MB against 178 MB). On a GPU the device's peaks are exact per job, and
+    the warm-up's excess (cuBLAS's workspace, ...) and the context go there."""
     kind = device_kind(device)
     res: dict = {}
     jobs, where = [], []
@@ -500,7 +531,7 @@ def measure_fits(op: Operator, wants, device) -> dict[tuple[str, str, str], Fit 
         if hit is not None:
             res[(backend, dtype, key)] = hit
             continue
-        for c in (probes[0], *probes):   # the first: a warm-up (what a process does once: imports, threads)
+        for c in (probes[0], *probes):   # the first: a warm-up
             jobs.append((c, dtype, (backend,)))
             where.append((backend, dtype, key))
     if not jobs:
@@ -517,23 +548,29 @@ def measure_fits(op: Operator, wants, device) -> dict[tuple[str, str, str], Fit 
     made = {}
     for w, items in by.items():
         backend, dtype, key = w
-        ok = [(job[0], g) for job, g in items if g["peak"] is not None and g["status"] == ["ok"]]
-        warm, ok = (ok[0], ok[1:]) if ok and ok[0][1] is items[0][1] else (None, ok)
+        ok = [(job[0], g) for job, g in items[1:] if g["peak"] is not None and g["status"] == ["ok"]]
         pts = [(c.label, features(op, c, dtype), g["peak"]) for c, g in ok]
         if len(pts) < 2:
             bad = next((g for _, g in items if g["status"] != ["ok"] or g["peak"] is None), items[0][1])
             res[w] = (f"{backend} {dtype} not measured: " + (bad.get("message") or ", ".join(bad["status"]) or "no peak"))
             continue
-        fit = fit_points(pts)
-        once = 0.0 if warm is None else max(warm[1]["peak"] - fit.predict(features(op, warm[0], dtype)), 0.0)
-        made[w] = (pts, once, ok[0][1])
-    # what a fresh process does once (imports, thread pools) shows in the warm-up of the child's
-    # first fit only: every fit of the child gets at least that
-    first = max((m[1] for m in list(made.values())[:1]), default=0.0)
-    for w, (pts, once, g) in made.items():
+        warm = items[0]     # (warm-up job, its result)
+        big = max((c for c, _ in ok), key=lambda c: sum(features(op, c, dtype).values()))
+        made[w] = (pts, (warm[0][0], warm[1]), big, ok[0][1])
+    # what a process's first case costs once: on a GPU the warm-up's excess; on the CPU the largest
+    # probe's, alone in a fresh child with glibc and Inductor's caches as a sweep has them
+    firsts = [warm for _, (_, warm, _, _) in made.items()]
+    if kind == "cpu" and made:
+        with contextlib.suppress(ProbeError, UsageError):
+            got = measure_cases(op, [(big, w[1], (w[0],)) for w, (_, _, big, _) in made.items()], device,
+                                tidy_malloc=False, fresh=True)
+            firsts = [(big, g) for (_, (_, _, big, _)), g in zip(made.items(), got)]
+    for (w, (pts, _, _, g)), (c0, first) in zip(made.items(), firsts):
         backend, dtype, key = w
+        raw = fit_points(pts).predict(features(op, c0, dtype))
+        once = max(first["peak"] - raw, 0.0) if first.get("peak") is not None and first.get("status") == ["ok"] else 0.0
         fit = fit_points(pts, key=key, op=op.name, backend=backend, dtype=dtype, device=kind, how=g["how"],
-                         extra_fixed=max(once, first) + max(int(g.get("context") or 0), 0),
+                         extra_fixed=once + max(int(g.get("context") or 0), 0),
                          slack=ALLOCATOR_SLACK if kind == "cpu" else 1.0)
         store_fit(fit)
         res[w] = fit
@@ -573,28 +610,25 @@ class Estimate:
 
 def _lower(op, case, dtype, flush: int, copies: int) -> Estimate:
     terms = case_memory_terms(op, case, dtype, flush_bytes=flush)
-    each = ", ".join(f"{k} {_sci(v)}" for k, v in terms.items())
+    each = ", ".join(f"{k} {_sci(v)}" for k, v in terms.items()) + "; its tensors alone, a lower bound"
     if copies > 1:
         each += f"; x {copies}: one worker per environment"
     return Estimate(sum(terms.values()) * copies, each, "lower bound")
 
 
 def _combined(fits, feats: Mapping[str, int], copies: int) -> Estimate:
-    """The estimate of a case whose backends have ``fits``: the largest prediction (they share the
-    inputs, the reference and the check, and one runs at a time) plus the others' fixed terms (what
-    each keeps once built: Inductor's compiled code; rmsnorm 4096x1024 fp32 with aten and inductor
-    interleaved peaked 12% over inductor alone)."""
+    """The estimate of a case whose backends have ``fits``: the largest prediction. They share the
+    inputs, the reference and the check, and one runs at a time; what each costs a process once
+    is in each fit's fixed term, not to be added up (``data/cpu/memory_estimate``: every case
+    with all its CPU backends within 0.76-1.17x of the largest backend's estimate)."""
     top = max(fits, key=lambda f: f.predict(feats))
-    others = sum(f.fixed for f in fits if f is not top)
     parts = [f"{ROLE_TERMS[r]} {_sci(feats[r])} x {top.factors[r]:.1f}" for r in ROLES if feats.get(r)]
     n = len(top.points)
     parts.append(f"fixed {_sci(top.fixed)}: {top.backend}'s peak on {n} small case{'s' if n != 1 else ''}")
-    if others:
-        parts.append(f"other backends' fixed {_sci(others)}")
     text = ", ".join(parts)
     if copies > 1:
         text += f"; x {copies}: one worker per environment"
-    return Estimate(int(math.ceil(top.predict(feats) + others)) * copies, text, "measured")
+    return Estimate(int(math.ceil(top.predict(feats))) * copies, text, "measured")
 
 
 @dataclass

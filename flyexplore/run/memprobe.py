@@ -17,8 +17,10 @@ The peak of a job (:class:`PeakProbe`):
   set before, for the first job only: the others get no line, and the parent starts a new child
   for them.
 - GPU: ``torch.cuda.max_memory_reserved()`` after ``empty_cache`` and ``reset_peak_memory_stats``
-  (``max_memory_allocated`` beside it); ``context``: the device's free memory before and after
-  this process created its CUDA/HIP context (:func:`flyexplore.measure.devstate.free_memory`).
+  (``allocated``: ``max_memory_allocated`` beside it); ``context``: the device's free memory
+  before and after this process created its CUDA/HIP context
+  (:func:`flyexplore.measure.devstate.free_memory`: NVML on NVIDIA); ``held``: what the driver
+  says this process holds after the job (context and the allocator's cache), the same way.
 """
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ class PeakProbe:
             self.resettable = self._reset()
             self.how = ("peak RSS growth (VmHWM after clear_refs)" if self.resettable
                         else "peak RSS growth (ru_maxrss, one job per process)")
-        self.base = 0
+        self.base = self.base_allocated = 0
 
     @staticmethod
     def _reset() -> bool:
@@ -97,6 +99,7 @@ class PeakProbe:
             c.empty_cache()
             c.reset_peak_memory_stats(self.device)
             self.base = c.memory_reserved(self.device)
+            self.base_allocated = c.memory_allocated(self.device)
         elif self.resettable:
             self._trim()
             self.base = _status_bytes("VmRSS") or 0
@@ -110,7 +113,7 @@ class PeakProbe:
             c = self.torch.cuda
             c.synchronize(self.device)
             return (max(c.max_memory_reserved(self.device) - self.base, 0),
-                    int(c.max_memory_allocated(self.device)))
+                    max(int(c.max_memory_allocated(self.device)) - self.base_allocated, 0))
         top = _status_bytes("VmHWM") if self.resettable else _maxrss()
         return max(int(top or 0) - self.base, 0), None
 
@@ -153,9 +156,13 @@ def main() -> int:
         rows = list(run_case(op, case, dtype, backends, ctx, timer_opts=req.get("timer") or {}))
         seconds = time.perf_counter() - t0
         peak, allocated = probe.peak()
+        held = None
+        if before is not None:    # the driver's view: what this process holds on the device now
+            now = free_memory(dev)[0]
+            held = max(before - now, 0) if now is not None else None
         statuses = [cols.get("status") for _, cols in rows]
         msg = "; ".join(f"{b}: {str(cols.get('message') or '')[:200]}" for b, cols in rows if cols.get("status") != "ok")
-        _say({"index": i, "peak": peak, "allocated": allocated, "status": statuses, "how": probe.how,
+        _say({"index": i, "peak": peak, "allocated": allocated, "held": held, "status": statuses, "how": probe.how,
               "context": context, "seconds": round(seconds, 3), "message": msg,
               "torch": torch.__version__, "threads": torch.get_num_threads()})
         del rows

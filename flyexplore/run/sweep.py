@@ -149,7 +149,10 @@ def run_sweep(spec: SweepSpec, *, progress: bool = True, on_row: Callable[[dict]
     last; earlier ones as far as a resumed Parquet file kept them).
 
     Before anything runs: a case whose estimated memory is over the device's free memory or
-    ``max_memory`` gets ``refused`` rows (:func:`flyexplore.run.cases.memory_refusals`).
+    ``max_memory`` gets ``refused`` rows (:func:`flyexplore.run.memory.memory_check`: measured on
+    small cases where it matters); on the CPU a case over half of that limit runs in a watched
+    worker process, even in an in-process sweep, and one that grows past the limit there (or that
+    the kernel's OOM killer takes) gets ``oom`` rows naming its estimate and the limit.
     Workers that cannot start leave ``crashed`` rows for the cases they did not run, and a line
     each in the returned frame's ``attrs["problems"]`` (:data:`PROBLEMS_ATTR`); notes that
     change no row (duplicates folded, a torn old-journal line dropped) are in

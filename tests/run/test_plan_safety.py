@@ -229,7 +229,8 @@ def test_cases_over_the_free_memory_are_refused_with_their_estimate():
     plan = make_plan("gemm", shapes="8x8x8;1024x1024x1024", dtypes="fp32")   # 768 B and 12.6 MB
     got = C.memory_refusals(plan, "cpu", reader=_fake(10 ** 6), measure=False)
     assert list(got) == [("1024x1024x1024", "fp32")]
-    assert got[("1024x1024x1024", "fp32")] == ("estimated memory 1.3e7 B (inputs 8.4e6 B, output 4.2e6 B) is over "
+    assert got[("1024x1024x1024", "fp32")] == ("estimated memory 1.3e7 B (inputs 8.4e6 B, output 4.2e6 B; its tensors alone, a "
+                                               "lower bound) is over "
                                                "the device's free memory 1.0 MB (fake reader)")
     assert C.memory_refusals(plan, "cpu", reader=_fake(10 ** 9), measure=False) == {}
 
@@ -262,7 +263,8 @@ def test_a_gpu_case_counts_the_devices_flush_buffer(monkeypatch):
     plan = make_plan("gemm", shapes="8x8x8;1024x1024x1024", dtypes="fp32")
     got = C.memory_refusals(plan, "cuda:0", reader=_fake(13 * 10 ** 7), measure=False)    # 8x8x8 + flush: 1.23e8 B
     assert got == {("1024x1024x1024", "fp32"): "estimated memory 1.4e8 B (inputs 8.4e6 B, output 4.2e6 B, flush "
-                                               "buffer 1.2e8 B) is over the device's free memory 130.0 MB (fake reader)"}
+                                               "buffer 1.2e8 B; its tensors alone, a lower bound) is over the device's "
+                                               "free memory 130.0 MB (fake reader)"}
 
     def unreadable(dev):
         raise RuntimeError("no GPU")
