@@ -213,8 +213,8 @@ def _valid(op: Operator, params: dict) -> Case | None:
 def resize(op: Operator, case: Case, dtype: str, target: int) -> Case:
     """``case`` with the params ``op.memory_dims`` sets and its scaled dims (its groups; default:
     each dim alone) halved together while its declared bytes are over ``target``, then doubled
-    together, then one group at a time, while they stay within it: the proportions kept (within
-    2x), no dim below
+    together, then each group once, the smallest first, while they stay within it: the
+    proportions kept within 2x, no dim below
     :data:`PROBE_MIN_DIM` (or its own value; a dim there stays while the others move), every
     step a valid case. A case that cannot shrink stays as large as it is."""
     groups, fixed = _groups(op, case)
@@ -233,13 +233,9 @@ def resize(op: Operator, case: Case, dtype: str, target: int) -> Case:
         if c is None or size(c) > target:
             break
         cur = c
-    frozen: set[int] = set()
-    while len(frozen) < len(groups):     # then one group at a time, the smallest first
-        i = min((j for j in range(len(groups)) if j not in frozen), key=lambda j: min(cur[d] for d in groups[j]))
-        c = _valid(op, {**cur.p, **{d: cur[d] * 2 for d in groups[i]}})
-        if c is None or size(c) > target:
-            frozen.add(i)
-        else:
+    for i in sorted(range(len(groups)), key=lambda j: min(cur[d] for d in groups[j])):
+        c = _valid(op, {**cur.p, **{d: cur[d] * 2 for d in groups[i]}})   # then each group once at most
+        if c is not None and size(c) <= target:
             cur = c
     return cur
 
@@ -481,6 +477,11 @@ def measure_cases(op: Operator, jobs, device, *, timer: Mapping | None = None, t
                 os.killpg(proc.pid, 9)
             stdout, stderr = proc.communicate()
             why = f"probe child ran past {timeout_s:g} s a case"
+        except BaseException:   # Ctrl-C: the child (and its compile workers) go too
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, 9)
+            proc.wait()
+            raise
         got = [json.loads(ln[len(MARK):]) for ln in stdout.splitlines() if ln.startswith(MARK)]
         fatal = next((g["fatal"] for g in got if "fatal" in g), None)
         if fatal:
@@ -536,6 +537,9 @@ def measure_fits(op: Operator, wants, device) -> dict[tuple[str, str, str], Fit 
             where.append((backend, dtype, key))
     if not jobs:
         return res
+    names = sorted({f"{b} {d}" for b, d, _ in where})
+    print(f"flyexplore: measuring the memory of {op.name} ({', '.join(names)}) on {len(jobs)} small cases in a child "
+          "process, for cases near the memory limit (once: kept in the cache)", file=sys.stderr, flush=True)
     try:
         got = measure_cases(op, jobs, device)
     except (ProbeError, UsageError) as exc:

@@ -28,8 +28,10 @@ import ctypes
 import ctypes.util
 import gc
 import json
+import os
 import resource
 import sys
+import threading
 import time
 
 from flyexplore.measure.devstate import free_memory
@@ -123,8 +125,17 @@ def _say(obj: dict) -> None:
     sys.stdout.flush()
 
 
+def _watch_parent(ppid: int) -> None:
+    """Exit when the parent is gone (killed mid-probe): nobody reads the lines any more."""
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != ppid:
+            os._exit(3)
+
+
 def main() -> int:
     """Read the request on stdin, run its jobs, write one line per job (see the module text)."""
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     try:
         import torch
 
