@@ -18,13 +18,16 @@ measured): ``memory_estimate.parquet`` and ``memory_estimate.csv`` (the table),
 fixed bytes, factors, probe points) and ``env.json`` (``flyexplore env --json``). Ratio =
 measured / estimate (1.5x either side is the goal).
 
-CPU (this project's 2-core machine):
-    nice -n 19 python benchmarks/memory_estimate.py --out data/cpu/memory_estimate
-On the lent GPU (the device found by itself; in parts under a time limit, each adding its rows):
-    python benchmarks/memory_estimate.py --out data/h200/memory_estimate --families gemm,rmsnorm
-    python benchmarks/memory_estimate.py --out data/h200/memory_estimate --families topk,grouped_gemm --append
+CPU (this project's 2-core machine, 27 minutes with other jobs beside; data/cpu/README.md):
+    nice -n 19 python benchmarks/memory_estimate.py --out data/cpu/memory_estimate \
+        --dtypes fp32,mxfp8,mxfp4,fp8_e4m3 --targets 12,48
+On the lent GPU (the device found by itself; in parts under a time limit, each adding its rows;
+the Triton and Inductor probes autotune and compile every shape, a few minutes per dtype):
+    python benchmarks/memory_estimate.py --out data/h200/memory_estimate --families rmsnorm,topk --dtypes bf16
+    python benchmarks/memory_estimate.py --out data/h200/memory_estimate --families gemm --dtypes bf16 --append
+    python benchmarks/memory_estimate.py --out data/h200/memory_estimate --families attention,grouped_gemm,scaled_gemm --append
 Options: ``--families``, ``--dtypes`` (comma lists; default every one that runs here),
-``--targets`` (MiB of declared tensors, comma list; default 16,64 on a CPU, 256,1024,4096 on a
+``--targets`` (MiB of declared tensors, comma list; default 16,64 on a CPU, 256,2048 on a
 GPU), ``--append`` (keep OUT's rows of what this run does not measure).
 """
 from __future__ import annotations
@@ -52,7 +55,7 @@ STRUCTURES = {
     "attention": ["1x8x1024x2048x64", "1x8x1024x1024x64:causal=1,bwd"],
 }
 #: Declared bytes (inputs, outputs, intermediates) of the measured cases, MiB, by device type.
-TARGETS = {"cpu": (16, 64), "cuda": (256, 1024, 4096)}
+TARGETS = {"cpu": (16, 64), "cuda": (256, 2048)}
 
 
 def _runnable(op, ctx, dtypes):
