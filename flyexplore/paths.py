@@ -28,3 +28,15 @@ def model_shapes_dir() -> Path:
     """``data/models/shapes``: the calls of the built-in models exported by ``fx.model(...).shapes()``
     (``flyexplore model --export-shapes``), read by the ``hf-*`` suites."""
     return data_dir() / "models" / "shapes"
+
+
+def cache_dir() -> Path | None:
+    """Where flyexplore keeps what it can make again (the memory estimate's fits,
+    :mod:`flyexplore.run.memory`): ``$FLYEXPLORE_CACHE``, else ``$XDG_CACHE_HOME/flyexplore``, else
+    ``~/.cache/flyexplore``; None (no disk cache) when ``FLYEXPLORE_CACHE`` is ``off``."""
+    env = os.environ.get("FLYEXPLORE_CACHE")
+    if env is not None and env.strip().lower() in ("off", "0", "none", "no", "false"):
+        return None
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flyexplore"

@@ -108,9 +108,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "killed and started again, a few times; then the remaining cases get crashed rows "
                    "(default 300)")
     p.add_argument("--max-memory", metavar="BYTES",
-                   help="refuse a case whose estimated memory (inputs, outputs, the cache-flush buffer) is "
-                   "over this, e.g. 40GB or 32GiB (always: over the device's free memory); refused cases "
-                   "become refused rows")
+                   help="refuse a case whose estimated memory (its peak, measured on small cases of the same "
+                   "operator and backend) is over this, e.g. 40GB or 32GiB (always: over the device's free "
+                   "memory); refused cases become refused rows; on the CPU a case over half of it runs in a "
+                   "watched worker process (past the limit: an oom row)")
     p.add_argument("--extend", action="store_true",
                    help="with --resume: add this plan's cases to a file made by another plan (a resume "
                    "with another plan is otherwise refused, naming what differs)")

@@ -58,8 +58,11 @@ INT64_MAX = 2 ** 63 - 1
 class TensorSize:
     """One tensor a case allocates, as the operator's ``tensors`` hook describes it (pure Python,
     no torch): ``name`` (``"a"``, ``"out"``), ``role`` (``"input"``: built by ``make_inputs`` and
-    held for the whole case; ``"output"``: returned by one backend call), ``shape`` (the storage
-    shape, e.g. ``[M, K/2]`` for packed FP4) and ``itemsize`` (bytes per element of that storage)."""
+    held for the whole case; ``"output"``: returned by one backend call; ``"work"``: an
+    intermediate whose size follows neither, built by the reference or the check, e.g.
+    attention's scores [B, H, SQ, SKV]), ``shape`` (the storage shape, e.g. ``[M, K/2]`` for
+    packed FP4) and ``itemsize`` (bytes per element of that storage). The memory estimate
+    (:mod:`flyexplore.run.memory`) fits one measured factor per role."""
 
     name: str
     role: str
@@ -272,6 +275,10 @@ class Operator:
     # (case, dtype) -> iterable of TensorSize: what make_inputs allocates and one call returns,
     # in pure Python (the plan's int64 check and the sweep's memory estimate; None: neither)
     tensors: Callable = None
+    # (case) -> (groups of dims, {param: value}): the dims a memory probe shrinks and grows (each
+    # group's dims together; the other dims as in the case) and the params a probe sets
+    # (flyexplore.run.memory.probe_cases; None: each dim alone, nothing set)
+    memory_dims: Callable = None
 
     # -- registration --------------------------------------------------------------------
     def backend(self, name: str, doc: str, *, available=None, context=None,

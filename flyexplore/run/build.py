@@ -29,10 +29,18 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {msg[0] if msg else ''}"[:500]
 
 
+#: Texts of out-of-memory errors: torch's CUDA/HIP allocator (``CUDA out of memory``), its CPU
+#: allocator (torch 2.15: ``DefaultCPUAllocator: can't allocate memory: ... Error code 12 (Cannot
+#: allocate memory)``; older: ``not enough memory``).
+OOM_TEXTS = ("out of memory", "can't allocate memory", "cannot allocate memory", "not enough memory")
+
+
 def is_oom(exc: BaseException) -> bool:
-    """Whether ``exc`` is an out-of-memory error (torch's CUDA/HIP allocator, or its text)."""
+    """Whether ``exc`` is an out-of-memory error: torch's CUDA/HIP ``OutOfMemoryError``, Python's
+    ``MemoryError``, or a message with one of :data:`OOM_TEXTS` (the CPU allocator's failure)."""
     import torch
-    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
+    msg = str(exc).lower()
+    return isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or any(t in msg for t in OOM_TEXTS)
 
 
 def build_first(op: Operator, case: Case, dtype: str, bk, ctx: RunContext, inputs: dict, ref,

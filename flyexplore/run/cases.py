@@ -4,10 +4,8 @@ sweep worker runs (:mod:`flyexplore.run.engine`); :func:`flyexplore.run.sweep.ru
 and writes the rows. Split from ``sweep.py`` so that the engine, the trace and the sweep import
 it without importing each other.
 
-Also here, because they size a case before it runs: :func:`case_memory` (a case's estimated
-memory, from the operator's pure-Python tensor sizes) and :func:`memory_refusals` (the cases of a
-plan over the device's free memory or ``max_memory``, which the sweep records as ``refused`` rows
-instead of allocating them).
+A case's memory (:func:`case_memory`, :func:`memory_refusals`: the cases the sweep records as
+``refused`` rows instead of allocating them) is :mod:`flyexplore.run.memory`'s, named here too.
 """
 from __future__ import annotations
 
@@ -15,17 +13,17 @@ import datetime as _dt
 import json
 import os
 import traceback
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
-from flyexplore.errors import UsageError
 from flyexplore.measure import stats as S
-from flyexplore.measure.devstate import _bdf, case_columns, free_memory, sampler_for
+from flyexplore.measure.devstate import _bdf, case_columns, sampler_for
 from flyexplore.measure.interleaved import measure_interleaved
-from flyexplore.measure.timing import MIN_FLUSH_BYTES, Timer, flush_bytes_for
+from flyexplore.measure.timing import Timer
 from flyexplore.ops.base import Case, Operator, RunContext, reset_dynamo
 from flyexplore.results import table as R
 from flyexplore.run import build as B
-from flyexplore.run.spec import Plan, interleaved_kwargs
+from flyexplore.run.memory import case_memory, case_memory_terms, memory_refusals  # noqa: F401 - named here too
+from flyexplore.run.spec import interleaved_kwargs
 
 # the build steps live in flyexplore.run.build (no pandas: the environment A/B's worker shares them)
 _first_line, _is_oom, _traced, _accuracy_ok, _note = B.first_line, B.is_oom, B.traced, B.accuracy_ok, B.note
@@ -242,139 +240,3 @@ def physical_device_id(device) -> str | None:
         return None if u is None else (str(u) if str(u).startswith("GPU-") else f"GPU-{u}")
     except Exception:  # noqa: BLE001 - the row keeps an empty device_id
         return None
-
-
-
-
-# -- memory: estimate a case before it allocates, refuse what cannot fit ----------------------------
-
-def case_memory_terms(op: Operator, case: Case, dtype: str, *, flush_bytes: int = MIN_FLUSH_BYTES) -> dict[str, int]:
-    """The terms of :func:`case_memory`, in bytes, in this order:
-
-    - ``inputs``: the tensors ``op.make_inputs`` builds, held for the whole case -- the ``input``
-      entries of :meth:`~flyexplore.ops.base.Operator.tensor_sizes` (the operator's ``tensors``
-      hook: storage shape x bytes per element, e.g. GEMM A [M, K] and B [K, N]);
-    - ``output``: what one backend call returns (its ``output`` entries, e.g. GEMM [M, N]); the
-      timers drop each call's output before the next call, so one is counted;
-    - ``flush buffer``: ``flush_bytes``, the cache-flush buffer the timers allocate once per case
-      (:class:`~flyexplore.measure.timing.Timer` and
-      :func:`~flyexplore.measure.interleaved.measure_interleaved`): on a GPU
-      :func:`~flyexplore.measure.timing.flush_bytes_for` the device, at least
-      :data:`~flyexplore.measure.timing.MIN_FLUSH_BYTES` (256 MiB, as ``triton.testing.do_bench``;
-      the default here); on the CPU none unless the timer's ``flush`` is on (then 64 MiB). Left
-      out when 0.
-
-    An operator without a ``tensors`` hook is estimated by ``op.bytes(case, dtype)`` (the bytes an
-    ideal kernel moves, usually inputs plus output) as ``inputs and output``, or 0 when it has
-    none. Raises :class:`~flyexplore.errors.UsageError` for a tensor past int64 (as the plan does)."""
-    sizes = op.tensor_sizes(case, dtype)
-    if sizes:
-        terms = {"inputs": sum(t.nbytes for t in sizes if t.role == "input"),
-                 "output": sum(t.nbytes for t in sizes if t.role == "output")}
-    else:
-        try:
-            nbytes = int(op.bytes(case, dtype)) if callable(op.bytes) else 0
-        except Exception:  # noqa: BLE001 - an operator without a byte count: nothing estimated
-            nbytes = 0
-        terms = {"inputs and output": max(nbytes, 0)}
-    if flush_bytes:
-        terms["flush buffer"] = int(flush_bytes)
-    return terms
-
-
-def case_memory(op: Operator, case: Case, dtype: str, *, flush_bytes: int = MIN_FLUSH_BYTES) -> int:
-    """Estimated bytes ``case`` in ``dtype`` needs on its device before any backend runs: its
-    inputs, one output and the timers' cache-flush buffer (``flush_bytes``; the terms and where
-    each number comes from: :func:`case_memory_terms`). Pure Python, exact past int64 (no torch,
-    nothing allocated).
-
-    A lower bound, not a peak: not counted are the reference (``op.reference``, kept in float64 on
-    the CPU and float32 on a GPU beside the inputs), the error check's temporaries, what autograd
-    saves (attention ``bwd``), per-backend extras (BLAS/cuBLAS/hipBLASLt workspace, Inductor's
-    compile and autotune buffers), the worker's CUDA/HIP context (about 0.5 GB, seen on an H200
-    with torch 2.11) and the allocator's rounding. So a case over a limit by this
-    estimate cannot run; one under it may still run out of memory (an ``oom`` row)."""
-    return sum(case_memory_terms(op, case, dtype, flush_bytes=flush_bytes).values())
-
-
-def _sci(n: float) -> str:
-    """``1.2e19 B``-style bytes (two significant digits; plain digits below 10 kB)."""
-    if n < 10_000:
-        return f"{int(n)} B"
-    mant, _, exp = f"{n:.1e}".partition("e")
-    return f"{mant}e{int(exp)} B"
-
-
-def _human(n: float) -> str:
-    """``22.1 GB`` (decimal units)."""
-    for unit, scale in (("EB", 1e18), ("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
-
-
-def _device_flush_bytes(dev) -> int:
-    """The flush buffer the timers allocate on ``dev`` by default: :func:`flush_bytes_for` on a
-    GPU (device properties only: no CUDA context is created), none on the CPU (flush off)."""
-    if dev.type != "cuda":
-        return 0
-    try:
-        return int(flush_bytes_for(dev))
-    except Exception:  # noqa: BLE001 - properties unreadable: the smallest GPU flush
-        return MIN_FLUSH_BYTES
-
-
-def memory_refusals(plan: Plan, device=None, max_memory: int | None = None, *,
-                    reader: Callable[[Any], tuple[int | None, str]] | None = None,
-                    copies: int = 1) -> dict[tuple[str, str], str]:
-    """The cases of ``plan`` that must not be run on ``device``: ``{(case label, dtype): message}``
-    for every case whose :func:`case_memory` estimate (with the device's flush buffer) is over the
-    limit, the message the sweep gives its ``refused`` rows, e.g. ``estimated memory 1.2e19 B
-    (inputs 8.0e18 B, output 4.0e18 B, flush buffer 2.7e8 B) is over the device's free memory
-    22.1 GB (NVML nvmlDeviceGetMemoryInfo)``. Cases within the limit are not in the dict.
-
-    The limit is the smaller of ``max_memory`` (bytes, ``--max-memory``) and the device's free
-    memory now (``reader(device) -> (bytes or None, source)``, default
-    :func:`flyexplore.measure.devstate.free_memory`: MemAvailable on the CPU, NVML on NVIDIA
-    without creating a CUDA context, amdsmi or ``torch.cuda.mem_get_info`` on ROCm). Where the free
-    memory cannot be read, only ``max_memory`` applies; with neither, nothing is refused.
-    ``device``: a torch device or its text (default: a GPU when one is visible, else the CPU);
-    with several GPUs (``--devices``) the one given is asked, and its free memory stands for all.
-
-    ``copies``: processes that hold the case at once (an environment A/B: one worker per
-    environment, each with its own inputs, output and flush buffer), the estimate multiplied by it.
-
-    Raises :class:`UsageError` (one line: the smallest estimate, its case and the limit) when
-    every case of the plan is over, and for a ``max_memory`` that is not an integer >= 1."""
-    import torch
-
-    if max_memory is not None and (isinstance(max_memory, bool) or not isinstance(max_memory, int) or max_memory < 1):
-        raise UsageError(f"max_memory must be a number of bytes >= 1, got {max_memory!r}")
-    dev = torch.device(device) if device is not None else torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-    free, source = (reader or free_memory)(dev)
-    limits = []
-    if max_memory is not None:
-        limits.append((max_memory, f"max_memory (--max-memory) {_human(max_memory)}"))
-    if free is not None:
-        limits.append((int(free), f"the device's free memory {_human(free)} ({source})"))
-    if not limits:
-        return {}
-    limit, said = min(limits, key=lambda x: x[0])
-    flush = _device_flush_bytes(dev)
-    out: dict[tuple[str, str], str] = {}
-    smallest: tuple[int, str, Mapping[str, int]] | None = None
-    for case, dtype in plan.pairs:
-        terms = case_memory_terms(plan.op, case, dtype, flush_bytes=flush)
-        est = sum(terms.values()) * max(int(copies), 1)
-        if smallest is None or est < smallest[0]:
-            smallest = (est, f"{case.label} {dtype}", terms)
-        if est > limit:
-            each = ", ".join(f"{k} {_sci(v)}" for k, v in terms.items())
-            out[(case.label, dtype)] = (f"estimated memory {_sci(est)} ({each}"
-                                        f"{f'; x {copies}: one worker per environment' if copies > 1 else ''}) "
-                                        f"is over {said}")
-    if plan.pairs and len(out) == len(plan.pairs):
-        est, name, _ = smallest
-        raise UsageError(f"every case of the plan is over the memory limit: the smallest, {name}, is estimated at "
-                         f"{_sci(est)}, over {said}")
-    return out

@@ -15,6 +15,12 @@ cases of :func:`flyexplore.run.sweep.run_sweep` run in **worker processes** by d
   ``case_timeout`` seconds (compile included; default :data:`CASE_TIMEOUT_S`, 0 = none) gives
   ``timeout`` rows and its worker is killed (its whole process group: Inductor's and Triton's
   compile subprocesses too) and replaced. The sweep goes on.
+- A case near the memory limit (a :class:`~flyexplore.run.memory.Guard` on its :class:`Task`:
+  on the CPU, an estimate over half the limit, :func:`flyexplore.run.memory.memory_check`) has its
+  worker's resident set read every :data:`~flyexplore.run.memory.WATCH_S` s: grown past the
+  limit, the worker is killed and the case gets ``oom`` rows naming its estimate and the limit. A
+  worker killed by SIGKILL in a guarded case, or while the kernel's OOM-kill count
+  (``/proc/vmstat``) rose, gives ``oom`` rows too, not ``crashed``.
 - A worker has ``start_timeout`` seconds (default :data:`WORKER_START_TIMEOUT_S`, CLI
   ``--worker-start-timeout``) from its spawn to its ready message: on a GPU its start is
   ``import torch`` plus CUDA/HIP initialisation, which can hang. A worker past it is killed (its
@@ -75,6 +81,7 @@ from typing import Any
 from flyexplore.ops.base import RunContext
 from flyexplore.run import frames
 from flyexplore.run.cases import physical_device_id, run_case
+from flyexplore.run.memory import WATCH_S, Guard, oom_death_text, oom_kills, resident_bytes
 from flyexplore.run.spec import SweepSpec, gpu_indices, op_ref, resolve_op
 from flyexplore.world import env as ENV
 
@@ -135,13 +142,16 @@ class CaseSettings:
 @dataclass(frozen=True)
 class Task:
     """One case to run: its position in the plan, the :class:`~flyexplore.ops.base.Case`,
-    dtype, backends (all timed together) and expected cost (FLOPs or bytes)."""
+    dtype, backends (all timed together) and expected cost (FLOPs or bytes); ``guard``: a
+    :class:`~flyexplore.run.memory.Guard` when the case is near the memory limit (its worker is
+    watched: see :func:`run_tasks`)."""
 
     index: int
     case: Any
     dtype: str
     backends: tuple[str, ...]
     cost: float
+    guard: Guard | None = None
 
 
 def pin_env(index: int, environ=None, rocm: bool | None = None) -> dict[str, str | None]:
@@ -406,6 +416,7 @@ class _Slot:
         self.log = None
         self.spawns = 0
         self.given_up = False
+        self.rss0 = self.oom0 = None
 
 
 def _slots(device, devices, workers, env) -> list[_Slot]:
@@ -444,6 +455,10 @@ def run_tasks(tasks: Sequence[Task], settings: CaseSettings, kind: str, *, devic
     0 = no limit; ``max_cases`` None = :data:`MAX_CASES`; ``start_timeout`` (s, > 0) from a
     worker's spawn to its ready message, None = :data:`WORKER_START_TIMEOUT_S`. ``should_stop()``
     is checked before each case is handed out and at least every :data:`POLL_S` s.
+
+    A task with a ``guard`` is watched: its worker's resident set grown past the guard's limit
+    over the case gets it killed and ``oom`` rows (so does a SIGKILL during a guarded case, or
+    one the kernel's OOM killer gave; see the module text).
 
     A worker place whose start fails (the process died, sent no ready message within
     ``start_timeout``, or its :class:`CaseRunner` raised) is started again, up to
@@ -568,6 +583,10 @@ class _Pool:
                     queue.insert(0, t)
                     continue
                 s.task, s.pending, s.started = t, list(t.backends), _clock()
+                # the kernel's OOM kills so far (a worker killed by SIGKILL after more is an oom row),
+                # and for a case near the memory limit the worker's resident set now (watched)
+                s.oom0 = oom_kills()
+                s.rss0 = resident_bytes(s.proc.pid) if t.guard is not None else None
                 self.starts.started(s.label)
                 if self.status:
                     self.status(f"{t.case.label} {t.dtype} on {s.label}")
@@ -581,6 +600,8 @@ class _Pool:
                 waits.append(s.spawned + self.start_limit - now)
             elif s.task is not None and self.limit > 0:
                 waits.append(s.started + self.limit - now)
+            if s.task is not None and s.task.guard is not None:
+                waits.append(WATCH_S)
         return min(POLL_S, max(0.0, min(waits)) + 0.005)
 
     def check_limits(self) -> None:
@@ -594,6 +615,12 @@ class _Pool:
                 self.kill(s)
                 self.fail_case(s, "timeout", f"case ran past --case-timeout {self.limit:g} s "
                                "(compile included); its worker was killed and replaced")
+            elif s.task is not None and s.task.guard is not None and s.rss0 is not None:
+                grown = (resident_bytes(s.proc.pid) or 0) - s.rss0
+                if grown > s.task.guard.limit:
+                    guard = s.task.guard
+                    self.kill(s)
+                    self.fail_case(s, "oom", guard.killed_text(grown))
 
     def run(self, queue: list) -> list[str]:
         from multiprocessing.connection import wait
@@ -644,8 +671,12 @@ class _Pool:
         tail = _tail(s.log)
         exit_text = _exit_text(code) + (f": {tail}" if tail else "")
         if s.task is not None:
-            self.fail_case(s, "crashed", f"worker crashed ({_exit_text(code)}) in this case"
-                           + (f"; last stderr: {tail}" if tail else ""))
+            rose = (oom_kills() or 0) - s.oom0 if s.oom0 is not None else 0
+            if code == -signal.SIGKILL and (s.task.guard is not None or rose > 0):
+                self.fail_case(s, "oom", oom_death_text(rose, s.task.guard))
+            else:
+                self.fail_case(s, "crashed", f"worker crashed ({_exit_text(code)}) in this case"
+                               + (f"; last stderr: {tail}" if tail else ""))
             self.kill(s)
         elif s.info is None:
             self.start_failed(s, exit_text)

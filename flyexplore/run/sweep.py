@@ -50,12 +50,12 @@ from flyexplore.run.cases import (
     _base_row,
     _now,
     case_cost,
-    memory_refusals,
     physical_device_id,
     run_case,
 )
 from flyexplore.run.engine import CaseSettings, Task, limits, run_tasks
 from flyexplore.run.journal import Journal, JournalError, journal_path  # noqa: F401 - journal_path: re-exported
+from flyexplore.run.memory import Guard, memory_check
 from flyexplore.run.processes import combine, rotated
 from flyexplore.run.spec import TIME_NOTE_S, SweepSpec
 from flyexplore.world import env as ENV
@@ -150,7 +150,10 @@ def run_sweep(spec: SweepSpec, *, progress: bool = True, on_row: Callable[[dict]
     last; earlier ones as far as a resumed Parquet file kept them).
 
     Before anything runs: a case whose estimated memory is over the device's free memory or
-    ``max_memory`` gets ``refused`` rows (:func:`flyexplore.run.cases.memory_refusals`).
+    ``max_memory`` gets ``refused`` rows (:func:`flyexplore.run.memory.memory_check`: measured on
+    small cases where it matters); on the CPU a case over half of that limit runs in a watched
+    worker process, even in an in-process sweep, and one that grows past the limit there (or that
+    the kernel's OOM killer takes) gets ``oom`` rows naming its estimate and the limit.
     Workers that cannot start leave ``crashed`` rows for the cases they did not run, and a line
     each in the returned frame's ``attrs["problems"]`` (:data:`PROBLEMS_ATTR`); notes that
     change no row (duplicates folded, a torn old-journal line dropped) are in
@@ -177,8 +180,12 @@ def run_sweep(spec: SweepSpec, *, progress: bool = True, on_row: Callable[[dict]
     run_id = f"{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
     record = sweep_record(spec, run_id)
     keys = [(c.label, d, b) for c, d, b in plan.items()]
-    refusals = memory_refusals(plan, device, spec.max_memory,  # UsageError when every case is over
-                               copies=len(spec.environments) if kind == "envab" else 1)
+    mem = memory_check(plan, device, spec.max_memory,  # UsageError when every case is over
+                       copies=len(spec.environments) if kind == "envab" else 1)
+    refusals = mem.refused
+    # on the CPU a case near the limit runs in a watched worker process, never in this one
+    guards = {k: Guard.of(mem, k) for k in mem.near} if device.type == "cpu" and kind in ("in-process", "local") \
+        else {}
     if progress and spec.time_bound_s() > TIME_NOTE_S:
         print(f"flyexplore: note: {spec.time_note()}", file=sys.stderr)
     ab = None
@@ -197,7 +204,8 @@ def run_sweep(spec: SweepSpec, *, progress: bool = True, on_row: Callable[[dict]
             ab.close()
         raise
     try:
-        return _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_row, should_stop, ab)
+        writer.notes.extend(mem.notes)
+        return _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_row, should_stop, ab, guards)
     finally:
         writer.close()
         if ab is not None:
@@ -231,8 +239,10 @@ class _ABStart:
 
 
 def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_row, should_stop,
-         ab: _ABStart | None = None) -> pd.DataFrame:
-    """:func:`run_sweep` once its output is open: the rows not yet there, then the final file."""
+         ab: _ABStart | None = None, guards: dict | None = None) -> pd.DataFrame:
+    """:func:`run_sweep` once its output is open: the rows not yet there, then the final file.
+    ``guards``: ``{(case label, dtype): Guard}`` of the CPU cases near the memory limit, which
+    run in a watched worker process (in-process sweeps too)."""
     plan = spec.plan
     done = writer.done()
     writer.add_record(record)
@@ -307,12 +317,15 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
                                     f"{max(st.start_s):.1f} s each (not counted in any case's time)")
         elif kind == "in-process":
             inproc = {"worker": "in-process", "device_id": physical_device_id(device)}
+            guarded, stopped = _guarded(spec, by_case, guards or {}, cases, writer.notes), False
             for (label, dtype), bks in by_case.items():
                 if should_stop is not None and should_stop():
+                    stopped = True
                     break
+                if (label, dtype) in guarded:
+                    continue
                 case = cases[label]
                 bar.set_postfix_str(f"{label} {dtype}")
-                stopped = False
                 for b, cols in run_case(plan.op, case, dtype, bks, ctx, order=spec.order,
                                         timer_opts=dict(spec.timer), trace=spec.trace, seed=spec.seed,
                                         band=spec.band, baseline=spec.baseline, should_stop=should_stop):
@@ -322,10 +335,16 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
                     emit(case, dtype, b, cols, inproc)
                 if stopped:
                     break
+            if guarded and not stopped:   # near the memory limit: one watched worker process per case
+                problems += run_tasks(list(guarded.values()), CaseSettings.of(spec), "local", device=device, env=env,
+                                      workers=1, case_timeout=spec.case_timeout, max_cases=1,
+                                      emit=lambda t, b, cols, info: emit(t.case, t.dtype, b, cols, info),
+                                      should_stop=should_stop, status=bar.set_postfix_str,
+                                      start_timeout=spec.worker_start_timeout)
         else:
             pos = {k: i for i, k in enumerate(by_case)}
             tasks = [Task(pos[(label, dtype)], cases[label], dtype, tuple(bks),
-                          case_cost(plan.op, cases[label], dtype))
+                          case_cost(plan.op, cases[label], dtype), (guards or {}).get((label, dtype)))
                      for (label, dtype), bks in by_case.items()]
             task_row = lambda t, b, cols, info: emit(t.case, t.dtype, b, cols, info)  # noqa: E731
             if kind == "ray":
@@ -364,6 +383,21 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
     result.attrs[PROBLEMS_ATTR] = problems
     result.attrs[NOTES_ATTR] = list(getattr(plan, "notes", ())) + list(writer.notes)
     return result
+
+
+def _guarded(spec: SweepSpec, by_case: dict, guards: dict, cases: dict, notes: list) -> dict:
+    """The tasks of an in-process sweep's cases near the memory limit (``guards``), each to run in a
+    watched worker process (:func:`flyexplore.run.engine.run_tasks`); ``{}`` (they run here, a
+    note in ``notes`` says why) for an operator a worker cannot import."""
+    near = [(k, g) for k, g in guards.items() if k in by_case and g is not None]
+    if not near:
+        return {}
+    try:
+        CaseSettings.of(spec)
+    except UsageError as exc:
+        notes.append(f"{len(near)} case(s) near the memory limit ran in this process: {exc}")
+        return {}
+    return {k: Task(i, cases[k[0]], k[1], tuple(by_case[k]), 0.0, g) for i, (k, g) in enumerate(near)}
 
 
 def _finish(writer, spec: SweepSpec, platform: str | None) -> pd.DataFrame:

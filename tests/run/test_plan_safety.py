@@ -22,6 +22,7 @@ from flyexplore.ops import get_op  # noqa: E402
 from flyexplore.ops.base import INT64_MAX  # noqa: E402
 from flyexplore.results import table as R  # noqa: E402
 from flyexplore.run import cases as C  # noqa: E402
+from flyexplore.run import memory as M  # noqa: E402
 from flyexplore.run.spec import SweepSpec, make_plan, shapes_file_plan  # noqa: E402
 
 HUGE_GEMM = "1000000000x1000000000x1000000000"           # 10^9 cubed: 4e18 B per fp32 operand
@@ -209,7 +210,7 @@ def test_an_attention_backward_counts_the_held_forward_output_and_the_three_grad
     assert sizes == {"q": ("input", (2, 8, 16, 64)), "k": ("input", (2, 2, 32, 64)), "v": ("input", (2, 2, 32, 64)),
                      "do": ("input", (2, 8, 16, 64)), "o": ("output", (2, 8, 16, 64)),
                      "dq": ("output", (2, 8, 16, 64)), "dk": ("output", (2, 2, 32, 64)),
-                     "dv": ("output", (2, 2, 32, 64))}
+                     "dv": ("output", (2, 2, 32, 64)), "scores": ("work", (2, 8, 16, 32))}
 
 
 def test_an_operator_without_tensor_sizes_is_estimated_by_its_byte_count():
@@ -226,21 +227,22 @@ def test_an_operator_without_tensor_sizes_is_estimated_by_its_byte_count():
 
 def test_cases_over_the_free_memory_are_refused_with_their_estimate():
     plan = make_plan("gemm", shapes="8x8x8;1024x1024x1024", dtypes="fp32")   # 768 B and 12.6 MB
-    got = C.memory_refusals(plan, "cpu", reader=_fake(10 ** 6))
+    got = C.memory_refusals(plan, "cpu", reader=_fake(10 ** 6), measure=False)
     assert list(got) == [("1024x1024x1024", "fp32")]
-    assert got[("1024x1024x1024", "fp32")] == ("estimated memory 1.3e7 B (inputs 8.4e6 B, output 4.2e6 B) is over "
+    assert got[("1024x1024x1024", "fp32")] == ("estimated memory 1.3e7 B (inputs 8.4e6 B, output 4.2e6 B; its tensors alone, a "
+                                               "lower bound) is over "
                                                "the device's free memory 1.0 MB (fake reader)")
-    assert C.memory_refusals(plan, "cpu", reader=_fake(10 ** 9)) == {}
+    assert C.memory_refusals(plan, "cpu", reader=_fake(10 ** 9), measure=False) == {}
 
 
 def test_the_smaller_of_max_memory_and_the_free_memory_is_the_limit():
     plan = make_plan("gemm", shapes="8x8x8;1024x1024x1024", dtypes="fp32")
-    by_max = C.memory_refusals(plan, "cpu", max_memory=10 ** 6, reader=_fake(10 ** 9))
+    by_max = C.memory_refusals(plan, "cpu", max_memory=10 ** 6, reader=_fake(10 ** 9), measure=False)
     assert by_max[("1024x1024x1024", "fp32")].endswith("is over max_memory (--max-memory) 1.0 MB")
-    by_free = C.memory_refusals(plan, "cpu", max_memory=10 ** 9, reader=_fake(2 * 10 ** 6))
+    by_free = C.memory_refusals(plan, "cpu", max_memory=10 ** 9, reader=_fake(2 * 10 ** 6), measure=False)
     assert by_free[("1024x1024x1024", "fp32")].endswith("is over the device's free memory 2.0 MB (fake reader)")
     # the free memory unread: max_memory alone; neither: nothing refused
-    assert list(C.memory_refusals(plan, "cpu", max_memory=10 ** 6, reader=_fake(None, "not read"))) == [
+    assert list(C.memory_refusals(plan, "cpu", max_memory=10 ** 6, reader=_fake(None, "not read"), measure=False)) == [
         ("1024x1024x1024", "fp32")]
     assert C.memory_refusals(plan, "cpu", reader=_fake(None, "not read")) == {}
     for bad in (0, -5, 1.5, True, "1e9"):
@@ -257,17 +259,18 @@ def test_a_plan_whose_every_case_is_over_is_a_usage_error_naming_the_smallest():
 
 
 def test_a_gpu_case_counts_the_devices_flush_buffer(monkeypatch):
-    monkeypatch.setattr(C, "flush_bytes_for", lambda dev: 123_456_789)
+    monkeypatch.setattr(M, "flush_bytes_for", lambda dev: 123_456_789)
     plan = make_plan("gemm", shapes="8x8x8;1024x1024x1024", dtypes="fp32")
-    got = C.memory_refusals(plan, "cuda:0", reader=_fake(13 * 10 ** 7))    # 8x8x8 + flush: 1.23e8 B
+    got = C.memory_refusals(plan, "cuda:0", reader=_fake(13 * 10 ** 7), measure=False)    # 8x8x8 + flush: 1.23e8 B
     assert got == {("1024x1024x1024", "fp32"): "estimated memory 1.4e8 B (inputs 8.4e6 B, output 4.2e6 B, flush "
-                                               "buffer 1.2e8 B) is over the device's free memory 130.0 MB (fake reader)"}
+                                               "buffer 1.2e8 B; its tensors alone, a lower bound) is over the device's "
+                                               "free memory 130.0 MB (fake reader)"}
 
     def unreadable(dev):
         raise RuntimeError("no GPU")
 
-    monkeypatch.setattr(C, "flush_bytes_for", unreadable)       # the smallest GPU flush, 256 MiB
-    got = C.memory_refusals(plan, "cuda:0", reader=_fake(275 * 10 ** 6))    # 2.68e8 B and 2.81e8 B
+    monkeypatch.setattr(M, "flush_bytes_for", unreadable)       # the smallest GPU flush, 256 MiB
+    got = C.memory_refusals(plan, "cuda:0", reader=_fake(275 * 10 ** 6), measure=False)    # 2.68e8 B and 2.81e8 B
     assert list(got) == [("1024x1024x1024", "fp32")] and "flush buffer 2.7e8 B" in got[("1024x1024x1024", "fp32")]
 
 
@@ -283,7 +286,7 @@ def test_real_small_and_huge_cases_on_this_cpu(op, shapes, dtype):
     assert free is not None and free > 0, source
     plan = make_plan(op, shapes=shapes, dtypes=dtype)
     huge = plan.pairs[1][0].label
-    got = C.memory_refusals(plan, "cpu")
+    got = C.memory_refusals(plan, "cpu", measure=False)
     assert list(got) == [(huge, dtype)]                  # the small case is not refused
     assert got[(huge, dtype)].startswith("estimated memory ") and "free memory" in got[(huge, dtype)]
     assert C.case_memory(plan.op, plan.pairs[1][0], dtype) > 10 ** 15

@@ -248,20 +248,33 @@ def _bytes(case, dtype):
 def _tensors(case, dtype):
     """What :func:`_inputs` allocates and one call returns, all in ``dtype``: q [B, H, SQ, D],
     k and v [B, HKV, SKV, D] (and dO [B, H, SQ, D] for ``bwd``); the output O [B, H, SQ, D], or for
-    ``bwd`` the forward's O (held by the built backend) and dq, dk, dv. What autograd saves for the
-    backward (the log-sum-exp, the math backend's scores) is not counted."""
+    ``bwd`` the forward's O (held by the built backend) and dq, dk, dv; and one ``work`` tensor,
+    the scores [B, H, SQ, SKV] that :func:`_reference` builds (in float64 on the CPU, float32 on a
+    GPU, several at once: P, |S|; autograd's for ``bwd``) and the math backend too: the term of
+    an attention case's memory that grows with SQ x SKV (the memory estimate,
+    :mod:`flyexplore.run.memory`, measures its factor)."""
     b, h, sq, skv, d, hk = case["b"], case["h"], case["sq"], case["skv"], case["d"], kv_heads(case)
     it = int(DTYPE_BYTES[dtype])
     qs, ks = (b, h, sq, d), (b, hk, skv, d)
     out = [TensorSize("q", "input", qs, it), TensorSize("k", "input", ks, it), TensorSize("v", "input", ks, it)]
+    scores = TensorSize("scores", "work", (b, h, sq, skv), it)
     if case["pass"] == "fwd":
-        return (*out, TensorSize("o", "output", qs, it))
+        return (*out, TensorSize("o", "output", qs, it), scores)
     return (*out, TensorSize("do", "input", qs, it), TensorSize("o", "output", qs, it),
-            TensorSize("dq", "output", qs, it), TensorSize("dk", "output", ks, it), TensorSize("dv", "output", ks, it))
+            TensorSize("dq", "output", qs, it), TensorSize("dk", "output", ks, it), TensorSize("dv", "output", ks, it),
+            scores)
+
+
+def _memory_dims(case):
+    """What a memory probe scales (:mod:`flyexplore.run.memory`): SQ and SKV (together when
+    causal, which needs SQ == SKV), with B = 1 (every tensor is linear in B); H, HKV, D and the
+    options stay the case's (they pick the kernels and the GQA repeat)."""
+    return ((("sq", "skv"),) if case["causal"] else (("sq",), ("skv",))), {"b": 1}
 
 
 ATTENTION.make_inputs = _inputs
 ATTENTION.tensors = _tensors
+ATTENTION.memory_dims = _memory_dims
 ATTENTION.reference = _reference
 ATTENTION.error = error
 ATTENTION.flops = flops
