@@ -16,7 +16,8 @@ The peak of a job (:class:`PeakProbe`):
   be reset (not Linux), ``ru_maxrss`` (``resource.getrusage``) after the job less the resident
   set before, for the first job only: the others get no line, and the parent starts a new child
   for them.
-- GPU: ``torch.cuda.max_memory_reserved()`` after ``empty_cache`` and ``reset_peak_memory_stats``
+- GPU: ``torch.cuda.max_memory_reserved()`` after the garbage collector, ``empty_cache`` and
+  ``reset_peak_memory_stats``
   (``allocated``: ``max_memory_allocated`` beside it); ``context``: the device's free memory
   before and after this process created its CUDA/HIP context
   (:func:`flyexplore.measure.devstate.free_memory`: NVML on NVIDIA); ``held``: what the driver
@@ -96,6 +97,10 @@ class PeakProbe:
 
     def start(self) -> None:
         if self.gpu:
+            # an earlier job's tensors held only by reference cycles would be freed by an automatic
+            # collection in the middle of this job, and this job would then reuse their blocks and
+            # read a peak near 0 (2 MB for an 8192x4096x8192 GEMM, H200): collect them now
+            gc.collect()
             c = self.torch.cuda
             c.synchronize(self.device)
             c.empty_cache()
