@@ -12,7 +12,7 @@ still missing. This script checks that on the real command line:
   and exit) at a random moment: one run in five at a time drawn from ``[--min-s, --max-s]``
   after its start (mostly while it imports and starts its workers), the others once the
   journal holds a random number of new pass rows (1 to twice the plan's pass rows / (kills +
-  2)), plus a random 0-1 s (between cases, mid-case, between passes) -- so that the kills
+  2)), plus a random 0-0.3 s (between cases, mid-case, between passes) -- so that the kills
   come at every stage and the sweep is still unfinished at the last one whatever the load;
 - after each kill, the journal's pass rows and combined rows are read (read-only) and compared
   with what was there before: a pass row that vanished or changed (another worker, another
@@ -51,7 +51,7 @@ def shapes(n: int) -> str:
     return ";".join(f"{k}x{k}x{k}" for k in range(8, 8 * n + 1, 8))
 
 
-SHAPES = shapes(48)
+SHAPES = shapes(120)
 
 
 def _cmd(out: Path, resume: bool) -> list[str]:
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kills", type=int, default=20, help="SIGKILLs (default 20)")
     ap.add_argument("--min-s", type=float, default=0.5, help="a timed kill's earliest moment, s (default 0.5)")
     ap.add_argument("--max-s", type=float, default=15.0, help="a timed kill's latest moment, s (default 15)")
-    ap.add_argument("--cases", type=int, default=48, help="GEMM cases in the plan (default 48)")
+    ap.add_argument("--cases", type=int, default=120, help="GEMM cases in the plan (default 120)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="also write the report here (e.g. data/bench/processes_torture.txt)")
     a = ap.parse_args(argv)
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
             delay, target, extra = rng.uniform(a.min_s, a.max_s), None, 0.0
             when = f"{delay:4.1f} s after its start"
         else:
-            delay, target, extra = None, len(seen) + rng.randint(1, 2 * step), rng.uniform(0.0, 1.0)
+            delay, target, extra = None, len(seen) + rng.randint(1, 2 * step), rng.uniform(0.0, 0.3)
             when = f"{extra:.1f} s after pass row {target}"
         rc, took, _ = _run(out, i > 0, delay, target, extra)
         if rc == 0:
