@@ -43,6 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from torture import end  # noqa: E402 - benchmarks/ is sys.path[0] when run as a script
+
 PROCESSES = 3
 
 
@@ -182,12 +184,7 @@ def main(argv=None) -> int:
                f"seen in the journal across kills; final file {len(df)} rows: rows lost {lost}, rows doubled {dup}, "
                f"pass rows not kept across a kill {len(not_kept)}, final rows not made of the journaled passes "
                f"{mismatched}, journals/temp files left {left} -> {'PASS' if ok else 'FAIL'}")
-    lines.append(summary)
-    print(summary)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text("\n".join(lines) + "\n")
-    return 0 if ok else 1
+    return end(lines, summary, a.out, ok)
 
 
 if __name__ == "__main__":

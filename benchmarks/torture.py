@@ -182,11 +182,17 @@ def main(argv=None) -> int:
     summary = (f"SUMMARY: {a.n} sweeps, {kills} SIGKILLs ({', '.join(f'{m} {n}' for m, n in by.items())}), "
                f"{sum(r['rows'] for r in results)} rows: rows lost {lost}, rows duplicated {dup}, "
                f"journals/temp files left {left} -> {'PASS' if ok else 'FAIL'}")
+    return end(lines, summary, a.out, ok)
+
+
+def end(lines: list[str], summary: str, out: str | None, ok: bool) -> int:
+    """Print the SUMMARY line, write the report (``lines`` and it) to ``out`` when given; the
+    exit status: 0 when ``ok``, else 1. Shared by the torture scripts."""
     lines.append(summary)
     print(summary)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text("\n".join(lines) + "\n")
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text("\n".join(lines) + "\n")
     return 0 if ok else 1
 
 
