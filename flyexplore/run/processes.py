@@ -139,11 +139,7 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
                     "rounds": r.get("rounds"), "wall_s": _num(r.get("wall_s")), "verdict_s": _num(r.get("verdict_s")),
                     "clock_mhz_min": _num(r.get("clock_mhz_min")), "stop_reason": r.get("stop_reason"),
                     "worker": r.get("worker")})
-    if kind == "pairs":
-        out["message"] = _pair_notes([r.get("message") for r in ok])
-    else:
-        msgs = list(dict.fromkeys(str(r["message"]) for r in ok if r.get("message")))
-        out["message"] = "; ".join(msgs) or None
+    out["message"] = _notes([r.get("message") for r in ok], "pair" if kind == "pairs" else "process")
     out["processes"] = len(ok)
     out["process_estimates"] = json.dumps([{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                                             for k, v in p.items()} for p in per])
@@ -211,9 +207,10 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
 _UNCONVERGED = re.compile(r"^unconverged after \d+ rounds: (.*)$")
 
 
-def _pair_notes(messages) -> str | None:
-    """The notes of an environment A/B's pairs as one message: each distinct note once, and the
-    pairs that stopped before their target in one note naming each pair's reason
+def _notes(messages, unit: str = "pair") -> str | None:
+    """The notes of an environment A/B's pairs (or of ``--processes``' passes, ``unit`` "process")
+    as one message: each distinct note once however many rows carry it (a stopped sweep's rows all
+    say why), and the ones that stopped before their target in one note naming each one's reason
     (``unconverged in 2 of 3 pairs (pair 1: a label still undecided; pair 3: case budget ran
     out)``; the rounds of each are in ``process_estimates``)."""
     notes, unconv = [], []
@@ -221,12 +218,13 @@ def _pair_notes(messages) -> str | None:
         for part in str(m or "").split("; "):
             hit = _UNCONVERGED.match(part.strip())
             if hit:
-                unconv.append(f"pair {k}: {hit.group(1)}")
+                unconv.append(f"{unit} {k}: {hit.group(1)}")
             elif part.strip():
                 notes.append(part.strip())
     out = list(dict.fromkeys(notes))
     if unconv:
-        out.append(f"unconverged in {len(unconv)} of {len(messages)} pairs ({'; '.join(unconv)})")
+        units = "processes" if unit == "process" else f"{unit}s"
+        out.append(f"unconverged in {len(unconv)} of {len(messages)} {units} ({'; '.join(unconv)})")
     return "; ".join(out) or None
 
 

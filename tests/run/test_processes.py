@@ -107,6 +107,19 @@ def test_combine_names_failed_processes_and_keeps_a_lone_failure():
         combine([], 3)
 
 
+def test_combine_says_each_note_once_however_many_processes_carry_it():
+    """Issue 33: after SIGINT a --processes row's message said the same thing 43 times."""
+    stop = "stopped by the user: timed over the rounds before the stop"
+    rows = [{**_proc_row(1.0, 0.99, 1.01), "message": f"{stop}; unconverged after {k + 3} rounds: a label still undecided"}
+            for k in range(3)]
+    rows[1]["message"] = stop
+    out = combine(rows, 3)
+    assert out["message"].count(stop) == 1, out["message"]
+    assert "unconverged in 2 of 3 processes (process 1: a label still undecided; process 3: a label" in out["message"]
+    again = combine([out, {**_proc_row(1.0, 0.99, 1.01), "message": stop}], 2)   # a combined row combined again
+    assert again["message"].count(stop) == 1, again["message"]
+
+
 @pytest.mark.parametrize("kw, bad", [({"processes": 0}, "0"), ({"processes": "3"}, "'3'"),
                                      ({"processes": 2, "engine": "in-process"}, "--in-process"),
                                      ({"processes": 2, "order": "block"}, "block"),
