@@ -24,7 +24,7 @@ still missing. This script checks that on the real command line:
 
     python benchmarks/processes_torture.py --kills 20 --out data/bench/processes_torture.txt
 
-takes about 5 minutes on a 2-core CPU
+takes about 6 minutes on a 2-core CPU
 
 prints a line per run and a summary; exit 1 when a row was lost or doubled or a pass not kept.
 """
