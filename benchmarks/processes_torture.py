@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from torture import end  # noqa: E402 - benchmarks/ is sys.path[0] when run as a script
+from torture import end, kill_at  # noqa: E402 - benchmarks/ is sys.path[0] when run as a script
 
 PROCESSES = 3
 
@@ -79,10 +79,7 @@ def _run(out: Path, resume: bool, kill_after: float | None, rows_after: int | No
     p = subprocess.Popen(_cmd(out, resume), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
     try:
         if kill_after is not None:
-            try:
-                p.wait(kill_after)
-            except subprocess.TimeoutExpired:
-                p.send_signal(signal.SIGKILL)
+            kill_at(p, kill_after)
         elif rows_after is not None:
             while p.poll() is None and _pass_count(out) < rows_after:
                 time.sleep(0.1)

@@ -82,10 +82,7 @@ def _run(out: Path, mode: str, resume: bool, kill_after: float | None) -> tuple[
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         if kill_after is not None:
-            try:
-                p.wait(kill_after)
-            except subprocess.TimeoutExpired:
-                p.send_signal(signal.SIGKILL)
+            kill_at(p, kill_after)
         err = p.communicate(timeout=600)[1]
     except subprocess.TimeoutExpired:
         p.kill()
@@ -183,6 +180,14 @@ def main(argv=None) -> int:
                f"{sum(r['rows'] for r in results)} rows: rows lost {lost}, rows duplicated {dup}, "
                f"journals/temp files left {left} -> {'PASS' if ok else 'FAIL'}")
     return end(lines, summary, a.out, ok)
+
+
+def kill_at(p: subprocess.Popen, seconds: float) -> None:
+    """SIGKILL ``p`` ``seconds`` after now unless it has ended by then. Shared by the torture scripts."""
+    try:
+        p.wait(seconds)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGKILL)
 
 
 def end(lines: list[str], summary: str, out: str | None, ok: bool) -> int:
