@@ -1,7 +1,7 @@
 """The package's floor plan (issue 20): folders by layer, imports only going down (import-linter's
 ``layers`` contract in pyproject.toml, run here), at most ten modules at the root, lazy imports of
-flyexplore only where they keep torch/pandas/plotly off a light path, README's layout section
-matching the tree, and one light public face (``import flyexplore as fx``)."""
+flyexplore only where they keep torch/pandas/plotly off a light path, docs/architecture.md's file
+tree matching the real one, and one light public face (``import flyexplore as fx``)."""
 from __future__ import annotations
 
 import ast
@@ -85,10 +85,7 @@ def test_lazy_imports_of_flyexplore_only_keep_the_command_line_light():
     assert lazy == [], lazy
 
 
-def test_readme_layout_matches_the_tree():
-    text = (Path(ROOT) / "README.md").read_text()
-    section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```\n(.*?)```", section, re.S).group(1)
+def _listed_modules(block: str) -> set[str]:
     listed, folder = set(), []
     for line in block.splitlines():
         name = line.strip().split()[0] if line.strip() else ""
@@ -97,8 +94,27 @@ def test_readme_layout_matches_the_tree():
             folder = folder[:depth] + [name.rstrip("/")]
         elif name.endswith(".py"):
             listed.add("/".join(folder[:depth] + [name]))
+    return listed
+
+
+def test_the_file_tree_in_docs_architecture_matches_the_tree():
+    # the one file tree of the project is docs/architecture.md's; README holds none
+    text = (Path(ROOT) / "docs" / "architecture.md").read_text()
+    section = text.split("## The file tree", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```\n(.*?)```", section, re.S)
+    assert len(blocks) == 1, len(blocks)
+    listed = _listed_modules(blocks[0])
     tree = {str(p.relative_to(PKG.parent)) for p in PKG.rglob("*.py")}
     assert listed == tree, (sorted(tree - listed), sorted(listed - tree))
+    for page in [Path(ROOT) / "README.md", *sorted((Path(ROOT) / "docs").glob("*.md"))]:
+        if page.name != "architecture.md":
+            assert "  __init__.py" not in page.read_text(), f"{page.name} holds a file tree"
+
+
+def test_the_tree_check_sees_a_missing_or_extra_module():
+    block = "flyexplore/\n  __init__.py\n  measure/\n    stats.py\n  cli/\n    __init__.py\n"
+    assert _listed_modules(block) == {"flyexplore/__init__.py", "flyexplore/measure/stats.py",
+                                      "flyexplore/cli/__init__.py"}
 
 
 def test_public_face_is_light_and_its_doors_are_functions():
