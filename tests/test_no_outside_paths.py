@@ -9,9 +9,11 @@ from pathlib import Path
 
 from conftest import ROOT
 
-#: A path outside the repository: the background folder beside a checkout, or an absolute /work/
-#: path (not a folder that merely ends in "work", such as /root/out/work/ on the GPU machine).
-OUTSIDE = re.compile(r"\.\./shared|shared/reference|shared/mission|(?<![\w.~-])/work/")
+#: A path outside the repository: the background folders beside a checkout (shared/, the tool
+#: library .library/, the mission text), or an absolute /work/ path (not a folder that merely ends
+#: in "work", such as /root/out/work/ on the GPU machine).
+OUTSIDE = re.compile(r"\.\./shared|shared/(?:reference|mission|measurements)|\.library/|mission/000_"
+                     r"|(?<![\w.~-])/work/")
 #: Binary formats that are tracked (images, tables, archives): never read as text.
 BINARY = (".png", ".jpg", ".jpeg", ".gif", ".pdf", ".parquet", ".sqlite", ".gz", ".zip", ".whl", ".ico")
 #: Lines of recorded run output that name the checkout the run used on its machine, kept as the

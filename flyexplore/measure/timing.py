@@ -24,7 +24,8 @@ What the table's lines leave out:
     CPU: ``cpu-thread`` (``cpu-wall`` with a custom ``clock``). GPU: ``kernel`` as the headline,
     with the ``event`` per-call median kept in ``per_call_ms``, so that short, launch-bound calls
     get the right verdict (on an H200, 16x28672x4096 bf16: events say Triton is 0.79x of ATen,
-    kernel time says 1.05x; ``shared/measurements/README.md``). Falls back to ``graph`` then
+    kernel time says 1.05x; a lent-GPU probe, torch 2.11; ``data/h200/trace/`` holds
+    this shape's kernels). Falls back to ``graph`` then
     ``event`` if the profiler gives no device time, with a note saying so.
 
 All times are milliseconds (``*_ms``). The noise and host-bound thresholds are named constants.

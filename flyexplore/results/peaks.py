@@ -75,8 +75,9 @@ DEVICES: dict[str, DevicePeaks] = {d.name: d for d in (
                 f"{_REF}; FP32: NVIDIA H200 datasheet", exclude=("NVL",),
                 measured_tflops={"bf16": 790.0}, measured_tbps=4.3,
                 measured_source="one H200 (torch 2.11): bf16 8192^3 matmul about 790 TFLOP/s "
-                                "(shared/measurements, 769-798 over runs); device-to-device copy "
-                                "about 4.3 TB/s counting read + write (.library/device/KINDS.md)"),
+                                "(769-798 over lent-GPU probes, not kept under data/; data/h200/"
+                                "published_suites reads 701 under sweep timing); device-to-device "
+                                "copy about 4.3 TB/s counting read + write (the GPU lender's notes)"),
 )}
 
 

@@ -18,8 +18,8 @@ from flyexplore.insight import case_trace as CT  # noqa: E402
 from flyexplore.insight import kernels as K  # noqa: E402
 from flyexplore.insight import trace as T  # noqa: E402
 
-#: Real CUDA kernel names from torch.profiler on an NVIDIA H200 (torch 2.11.0+cu130), as recorded
-#: in shared/measurements/h200_caps.json ("cuda kernel names"), with the family each belongs to.
+#: Real CUDA kernel names from torch.profiler on an NVIDIA H200 (torch 2.11.0+cu130), as a lent-GPU
+#: probe recorded them (data/h200/trace/kernels.csv holds more), with the family each belongs to.
 H200_NAMES = {
     "Memset (Device)": ("runtime", "memset/memcpy"),
     "at::native::mbtopk::computeDigitCumSum(short*, unsigned int*, unsigned int)": ("ATen native", "ATen"),
