@@ -9,7 +9,7 @@ For each ``notebooks/*.ipynb``: runs it top to bottom in a fresh kernel with
 Also writes ``OUT_DIR/env.json`` (``flyexplore env --json``) and ``OUT_DIR/run.json`` (size,
 duration and outcome per notebook). A notebook that fails is written up to the failing cell
 (whether a cell raised, ran past ``--timeout`` or the kernel died; the failure is in the copy's
-metadata, ``flyexplore.failure``) and the script goes on; the exit code is 1 if any failed.
+metadata, ``metadata["flyexplore"]["failure"]``) and the script goes on; the exit code is 1 if any failed.
 
 Needs the ``notebook`` and ``test`` extras (nbclient, nbformat, ipykernel, ipywidgets,
 anywidget). On a 2-core CPU: 10-30 s per notebook. On one H200 with ``--size gpu``: the whole set
