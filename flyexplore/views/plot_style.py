@@ -194,6 +194,19 @@ def scatter_class(points: int):
     return go.Scattergl if points > WEBGL_POINTS else go.Scatter
 
 
+def has_intervals(g: pd.DataFrame, lo: str = "speedup_lo", hi: str = "speedup_hi") -> bool:
+    """True when some row of ``g`` has a 95% interval (both ``lo`` and ``hi``): whether a
+    figure draws whiskers, and so whether its subtitle may promise them."""
+    if lo not in g or hi not in g or g.empty:
+        return False
+    both = pd.to_numeric(g[lo], errors="coerce").notna() & pd.to_numeric(g[hi], errors="coerce").notna()
+    return bool(both.any())
+
+
+#: What a figure's subtitle says in place of its whiskers when no value has an interval.
+NO_INTERVALS = "no 95% intervals (the rows carry no samples), so no whiskers and no labels"
+
+
 def whiskers(g: pd.DataFrame, est: str = "speedup", lo: str = "speedup_lo", hi: str = "speedup_hi") -> dict:
     """plotly ``error_y``/``error_x`` for the 95% intervals in ``g``: columns ``est`` (the
     value), ``lo`` and ``hi`` (the interval; none drawn where missing, never negative)."""

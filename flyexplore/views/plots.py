@@ -32,11 +32,13 @@ from flyexplore.views.plot_style import (
     CURVE_MAX_POINTS,
     HEIGHT,
     LABEL_SYMBOLS,
+    NO_INTERVALS,
     SERIES_COLORS,
     backend_color,
     baseline_name,
     case_labels,
     dtype_shade,
+    has_intervals,
     horizontal_bars,
     rank_curve,
     ref_line,
@@ -120,9 +122,9 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
     ttl = title or f"Speedup over {base}"
     # the geometric means also in the subtitle: visible wherever the legend is hidden or cut
     gms = "; ".join(means) if len(means) <= _SUBTITLE_MEANS else f"geomeans of {len(means)} series in the legend"
-    ttl += ("<br><sup>baseline time / backend time per case; higher is better; whiskers: 95% interval; "
-            "outlined: SAME (interval within ±1%); after the value: + FASTER, = SAME, − SLOWER, ? AMBIGUOUS"
-            f"<br>{gms}</sup>")
+    ci = ("whiskers: 95% interval; outlined: SAME (interval within ±1%); after the value: + FASTER, = SAME, "
+          "− SLOWER, ? AMBIGUOUS") if has_intervals(s) else NO_INTERVALS
+    ttl += f"<br><sup>baseline time / backend time per case; higher is better; {ci}<br>{gms}</sup>"
     vlab = f"speedup vs {base} (x)"
     style_figure(fig, ttl, vlab if horizontal else "case", "case" if horizontal else vlab, legend_title="backend",
            height=max(HEIGHT, 200 + 18 * ncase * s["backend"].nunique()) if horizontal else HEIGHT)
@@ -195,8 +197,9 @@ def speedup_distribution_figure(df: pd.DataFrame, baseline: str | Sequence[str] 
                         vertical_spacing=min(0.12, 0.3 / max(nrow - 1, 1)) if nrow > 1 else 0.1)
     base = baseline_name(baseline)
     ttl = (title or f"Speedup over {base}") + (
-        "<br><sup>each backend's per-case speedups sorted (x: share of cases); whiskers or shaded band: 95% "
-        "interval; marker: the case's label; hover for the case</sup>")
+        "<br><sup>each backend's per-case speedups sorted (x: share of cases); "
+        + ("whiskers or shaded band: 95% interval; marker: the case's label" if has_intervals(s) else NO_INTERVALS)
+        + "; hover for the case</sup>")
     style_figure(fig, ttl, "", "", legend_title="", height=max(HEIGHT, 200 + 380 * nrow))
     single = len(facets) == 1
     seen_labels: set[str] = set()

@@ -194,6 +194,18 @@ def test_ab_figure():
     box = [t for t in fig.data if t.type == "box"][0]
     assert sorted(box.y) == pytest.approx(sorted(bar.y))
     assert "1 case(s) only in old, 1 only in new" in fig.layout.title.text
+    assert "whiskers: 95% interval" in fig.layout.title.text and max(bar.error_y.array) > 0
+
+
+def test_figures_promise_whiskers_only_where_they_draw_them():
+    # issue 36: the synthetic A/B's chart promised whiskers its pairs could not have
+    bare = {("64x4096x4096", "aten"): 0.02, ("64x4096x4096", "triton"): 0.01}
+    for fig in (F.speedup_figure(rows(bare)), F.speedup_distribution_figure(rows(bare)),
+                FC.ab_figure(pair(rows({("64x4096x4096", "aten"): 0.02}), rows({("64x4096x4096", "aten"): 0.01}, run="r2")))):
+        t = fig.layout.title.text
+        assert "whiskers" not in t.replace("no whiskers", "") and ST.NO_INTERVALS in t, t
+    t = F.speedup_figure(rows(bare, samples=True)).layout.title.text
+    assert "whiskers: 95% interval" in t and ST.NO_INTERVALS not in t
 
 
 def test_published_vs_measured():
