@@ -7,9 +7,10 @@ For each ``notebooks/*.ipynb``: runs it top to bottom in a fresh kernel with
 (:func:`flyexplore.ui.notebooks.execute`), and writes the executed copy to ``OUT_DIR/<name>.ipynb``
 (the plotly.js bundle of FigureWidgets left out: :func:`flyexplore.ui.notebooks.slim_widget_state`).
 Also writes ``OUT_DIR/env.json`` (``flyexplore env --json``) and ``OUT_DIR/run.json`` (size,
-duration and outcome per notebook). A notebook that fails is written up to the failing cell
+duration and outcome per notebook; with ``--only NAME`` NAME's entry replaces its earlier one and
+the other notebooks' entries already in ``run.json`` are kept: :func:`merge_runs`). A notebook that fails is written up to the failing cell
 (whether a cell raised, ran past ``--timeout`` or the kernel died; the failure is in the copy's
-metadata, ``flyexplore.failure``) and the script goes on; the exit code is 1 if any failed.
+metadata, ``metadata["flyexplore"]["failure"]``) and the script goes on; the exit code is 1 if any failed.
 
 Needs the ``notebook`` and ``test`` extras (nbclient, nbformat, ipykernel, ipywidgets,
 anywidget). On a 2-core CPU: 10-30 s per notebook. On one H200 with ``--size gpu``: the whole set
@@ -29,6 +30,30 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+
+def merge_runs(old, new: list[dict], order: list[str]) -> list[dict]:
+    """``run.json``'s entries after a run: the ``new`` entries, and those of ``old`` (the file's
+    earlier entries) for notebooks not run now; in ``order`` (notebook file names), any other
+    name after them. ``old`` that is not a list of entries with a ``notebook`` is left out."""
+    ran = {r["notebook"] for r in new}
+    kept = [r for r in old if isinstance(r, dict) and "notebook" in r and r["notebook"] not in ran] \
+        if isinstance(old, list) else []
+    rank = {name: i for i, name in enumerate(order)}
+    return sorted(kept + new, key=lambda r: rank.get(r["notebook"], len(rank)))
+
+
+def _earlier_runs(path: Path) -> list:
+    """The entries of an earlier ``run.json`` (empty when there is none; an unreadable one is
+    said on stderr and replaced)."""
+    if not path.exists():
+        return []
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"run_notebooks: {path} unreadable ({exc}); written anew", file=sys.stderr)
+        return []
+    return old if isinstance(old, list) else []
 
 
 def main(argv=None) -> int:
@@ -78,6 +103,8 @@ def main(argv=None) -> int:
         runs.append({"notebook": path.name, "size": a.size, "status": status, "seconds": round(dt, 1),
                      "error": error, "device": env.device.name, "platform": env.platform})
         print(f"{path.name}: {status} in {dt:.0f} s -> {dest}" + (f"\n  {error[:500]}" if error else ""))
+    if a.only is not None:   # the other notebooks' entries of an earlier run stay
+        runs = merge_runs(_earlier_runs(out / "run.json"), runs, [p.name for p in N.list_notebooks()])
     (out / "run.json").write_text(json.dumps(runs, indent=2))
     return 1 if failed else 0
 

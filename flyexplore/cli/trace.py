@@ -1,5 +1,5 @@
 """``flyexplore trace``: run one case and show the kernels that really ran
-(:func:`flyexplore.insight.trace.trace_case`)."""
+(:func:`flyexplore.insight.case_trace.trace_case`)."""
 from __future__ import annotations
 
 import argparse

@@ -56,7 +56,7 @@ def trace_columns(tr: Trace, backend: str, op: str, case, dtype: str,
     explainer's reason or the autotune decision that picked another backend). A family whose
     FlyDSL path reads its own rows (``op.flydsl.trace_columns``; attention, whatever SDPA
     backend the row asked for: AOTriton's FlyDSL ("flyc") kernels count as FlyDSL taken,
-    :func:`flyexplore.ops.attention.aotriton.trace_columns`) fills these columns itself."""
+    :func:`flyexplore.ops.attention.aotriton.aotriton_trace_columns`) fills these columns itself."""
     cols: dict[str, Any] = {"observed": tr.observed}
     if tr.autotune:
         cols["autotune"] = json.dumps([autotune_dict(d) for d in tr.autotune])

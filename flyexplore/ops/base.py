@@ -375,8 +375,13 @@ class Operator:
     def case(self, text: str) -> Case:
         """Parse one shape text: ``"8x4096x4096"``, ``"8x4096x4096:NN"``, ``"2048x8192:eps=1e-5"``.
 
-        Raises :class:`UsageError` for malformed or non-positive shapes, or a dimension past int64
-        (:data:`INT64_MAX`), naming the text.
+        Options after ``:``, comma-separated: ``key=value``; a boolean key alone (``causal``:
+        ``causal=1``); a choice alone (``bwd``: ``pass=bwd``) or as a flag (``bwd=1``; ``bwd=0``:
+        the other of two choices, ``pass=fwd``). Booleans take ``1/0``, ``true/false``, ``yes/no``,
+        ``on/off``.
+
+        Raises :class:`UsageError` for malformed or non-positive shapes, a dimension past int64
+        (:data:`INT64_MAX`), an unknown option or a bad value, naming it.
         """
         text = text.strip()
         shape, _, opts = text.partition(":")
@@ -395,19 +400,38 @@ class Operator:
                 raise UsageError(f"{self.name} {d}={v} in shape {text!r} does not fit int64 "
                                  f"(at most {INT64_MAX}): torch cannot index it")
         for tok in filter(None, (t.strip() for t in opts.split(","))):
-            if "=" in tok:
-                k, _, v = tok.partition("=")
-                k = k.strip()
-                if k not in self.options:
-                    raise bad_choice(f"{self.name} option", k, self.options)
-                params[k] = _coerce(self.options[k], v.strip(), self.name, k)
-            else:
-                hit = [k for k, ch in self.choices.items() if tok.upper() in ch or tok in ch]
-                if not hit:
-                    valid = [c for ch in self.choices.values() for c in ch]
-                    raise bad_choice(f"{self.name} option", tok, valid or ["key=value"])
-                params[hit[0]] = tok.upper() if tok.upper() in self.choices[hit[0]] else tok
+            k, eq, v = (x.strip() for x in tok.partition("="))
+            if eq and k in self.options:
+                params[k] = _coerce(self.options[k], v, self.name, k)
+                continue
+            if not eq and isinstance(self.options.get(k), bool):
+                params[k] = True   # a bare boolean key: "causal" is causal=1
+                continue
+            hit = self._choice_word(k)
+            if hit is None:
+                words = [c for ch in self.choices.values() for c in ch]
+                if eq:
+                    raise bad_choice(f"{self.name} option", k, [*self.options, *words])
+                flags = [o for o, d in self.options.items() if isinstance(d, bool)]
+                raise bad_choice(f"{self.name} option", k, [*words, *flags] or ["key=value"])
+            opt, word = hit
+            if eq and not _coerce(True, v, self.name, k):   # "bwd=0": the other of two choices
+                others = [c for c in self.choices[opt] if c != word]
+                if len(others) != 1:
+                    raise UsageError(f"{self.name} option {tok!r} does not say which {opt} to take: give "
+                                     f"{opt}=<one of {', '.join(others)}>")
+                word = others[0]
+            params[opt] = word
         return self.make_case(**params)
+
+    def _choice_word(self, word: str) -> tuple[str, str] | None:
+        """``(option, choice)`` for a word that is one of an option's ``choices`` (``"bwd"`` ->
+        ``("pass", "bwd")``, ``"nt"`` -> ``("layout", "NT")``), else None."""
+        for opt, ch in self.choices.items():
+            for w in (word, word.upper()):
+                if w in ch:
+                    return opt, w
+        return None
 
     def parse_shapes(self, text: str) -> tuple[Case, ...]:
         """``"4096x4096x4096;8x4096x4096"`` -> cases. Empty text is a :class:`UsageError`."""
@@ -458,8 +482,9 @@ def _coerce(default, text: str, op: str, key: str):
                 return None
             return float(text)
     except ValueError:
-        raise UsageError(f"bad value {text!r} for {op} option {key} "
-                         f"(expected {type(default).__name__})") from None
+        want = "/".join(f"{t}/{f}" for t, f in zip(TRUE_WORDS, FALSE_WORDS)) if isinstance(default, bool) \
+            else type(default).__name__
+        raise UsageError(f"bad value {text!r} for {op} option {key} (expected {want})") from None
     return text
 
 

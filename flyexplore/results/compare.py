@@ -63,6 +63,9 @@ class ABResult:
     #: an environment A/B's sides in words (:func:`ab_setting`): what the two sides ran in and how
     #: they were paired; empty for two result files
     setting: tuple[str, ...] = ()
+    #: either side has a row marked made-up (``synthetic_example``: the example files under
+    #: data/examples/); every summary then says so first (:func:`is_synthetic`)
+    synthetic: bool = False
 
     @property
     def geomean(self) -> float:
@@ -257,8 +260,9 @@ def pair(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B"),
     warn = env_warnings(a, b, names)
     if setting:   # an A/B's interpreters and variables are what it compares, said in its setting
         warn = tuple(w for w in warn if not w.startswith(("env_python differs", "env_changes differs")))
+    synth = any(V.SYNTHETIC_FIELD in d and d[V.SYNTHETIC_FIELD].notna().any() for d in (a, b))
     return ABResult(p, only_a, only_b, pd.DataFrame(rows), tuple(names), tuple(key), env_table(a, b, names),
-                    warn, setting)
+                    warn, setting, synth)
 
 
 def ab_setting(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B")) -> tuple[str, ...]:
@@ -697,6 +701,23 @@ def _parts(x: "ABResult | Sides"):
     raise TypeError(f"an A/B summary needs an ABResult or Sides, got {type(x).__name__}")
 
 
+#: The line every summary of made-up inputs starts with (terminal, JSON, Markdown, report).
+SYNTHETIC_LINE = "SYNTHETIC EXAMPLE: the inputs are marked made-up; no number here is a measurement"
+
+
+def is_synthetic(x: "ABResult | Sides") -> bool:
+    """True when either side of an A/B has a row marked made-up (a ``synthetic_example``
+    value, :data:`flyexplore.results.vllm.SYNTHETIC_FIELD`: the example files under
+    data/examples/): an :class:`ABResult`'s ``synthetic``; for :class:`Sides` (result rows or
+    vllm runs) their rows are read."""
+    if isinstance(x, ABResult):
+        return x.synthetic
+    if not isinstance(x, Sides):
+        return False
+    return any(isinstance(d, pd.DataFrame) and V.SYNTHETIC_FIELD in d and d[V.SYNTHETIC_FIELD].notna().any()
+               for d in (x.a, x.b))
+
+
 def _vllm_lines(tab: pd.DataFrame, names: tuple[str, str]) -> list[str]:
     keys = tab[["model", "concurrency", "request_rate"]].drop_duplicates() if len(tab) else tab
     out = [f"flyexplore compare (vllm serve): {names[1]} vs {names[0]}, {len(keys)} (model, concurrency, "
@@ -716,7 +737,8 @@ def _vllm_lines(tab: pd.DataFrame, names: tuple[str, str]) -> list[str]:
 def summary_lines(x: "ABResult | Sides", gate_result: GateResult | None = None, top: int = TOP,
                   notes: Sequence[str] = ()) -> list[str]:
     """The A/B in a few plain-text lines of at most :data:`WIDTH` characters, what
-    ``flyexplore compare`` prints: the number of pairs and of cases in one side only; the
+    ``flyexplore compare`` prints: first, for made-up inputs (:func:`is_synthetic`),
+    :data:`SYNTHETIC_LINE`; the number of pairs and of cases in one side only; the
     pairs per label (FASTER / SAME / SLOWER / AMBIGUOUS, saying which side is faster); the
     geometric mean of ``time A / time B`` with its 95% interval and label; the cross-run
     allowance when the pairs carry one (:func:`allowance_text`); the bound the AMBIGUOUS pairs
@@ -730,12 +752,13 @@ def summary_lines(x: "ABResult | Sides", gate_result: GateResult | None = None, 
     Returns the lines (no newlines). Raises ``TypeError`` for anything but an
     :class:`ABResult` or :class:`Sides`."""
     kind, ab, names = _parts(x)
+    synth = _wrap(SYNTHETIC_LINE) if is_synthetic(x) else []
     if kind != "rows":
-        return _vllm_lines(ab, names)
+        return synth + _vllm_lines(ab, names)
     na, nb = names
     c = label_counts(ab)
-    out = _wrap(f"flyexplore compare: {nb} vs {na}, {len(ab.pairs)} pairs ({len(ab.only_a)} only in {na}, "
-                f"{len(ab.only_b)} only in {nb})")
+    out = synth + _wrap(f"flyexplore compare: {nb} vs {na}, {len(ab.pairs)} pairs ({len(ab.only_a)} only in {na}, "
+                        f"{len(ab.only_b)} only in {nb})")
     out += _wrap(f"ratio = time {na} / time {nb} per pair (> 1: {nb} faster), with its 95% interval")
     for line in ab.setting:
         out += _wrap(line)
@@ -780,6 +803,7 @@ def summary_dict(x: "ABResult | Sides", gate_result: GateResult | None = None, t
     """The A/B as a JSON-ready dict (NaN and NA as None; ``json.dumps(..., allow_nan=False)``
     takes it), what ``flyexplore compare --json`` writes.
 
+    Both kinds have ``synthetic`` (:func:`is_synthetic`: the inputs are marked made-up).
     Result rows: ``kind`` ``"rows"``, ``names``, ``ratio`` (its definition), ``key`` (the
     pairing columns), ``pairs_count``, ``only_a`` / ``only_b`` (counts of cases in one side
     only), ``counts`` (pairs per label, :func:`label_counts`), ``geomean`` (``ratio``, ``lo``,
@@ -794,12 +818,13 @@ def summary_dict(x: "ABResult | Sides", gate_result: GateResult | None = None, t
     ``only_b`` (counts), ``warnings`` (empty), ``gate`` (None). Raises ``TypeError`` as
     :func:`summary_lines`."""
     kind, ab, names = _parts(x)
+    synth = is_synthetic(x)
     if kind != "rows":
-        return jsonable({"kind": "vllm", "names": names, "pairs": ab.to_dict("records"),
+        return jsonable({"kind": "vllm", "synthetic": synth, "names": names, "pairs": ab.to_dict("records"),
                          "only_a": len(ab.attrs.get("only_a", [])), "only_b": len(ab.attrs.get("only_b", [])),
                          "warnings": [], "gate": None})
     gm = ab.geomean_ci
-    d = {"kind": "rows", "names": names, "ratio": f"time {names[0]} / time {names[1]} (> 1: {names[1]} faster)",
+    d = {"kind": "rows", "synthetic": synth, "names": names, "ratio": f"time {names[0]} / time {names[1]} (> 1: {names[1]} faster)",
          "key": ab.key, "pairs_count": len(ab.pairs), "only_a": len(ab.only_a), "only_b": len(ab.only_b),
          "counts": label_counts(ab),
          "geomean": {"ratio": gm[0], "lo": gm[1], "hi": gm[2], "label": _geomean_label(gm)},
@@ -830,7 +855,8 @@ def summary_markdown(x: "ABResult | Sides", gate_result: GateResult | None = Non
                      notes: Sequence[str] = ()) -> str:
     """The A/B as GitHub-flavoured Markdown for a GitHub Actions job summary
     (``$GITHUB_STEP_SUMMARY``), what ``flyexplore compare --summary-md`` appends: a heading
-    (with the gate's outcome when there is a gate), the number of pairs, a table of pairs per
+    (with the gate's outcome when there is a gate), :data:`SYNTHETIC_LINE` in bold for made-up
+    inputs, the number of pairs, a table of pairs per
     label, the geometric mean with its interval and label, the cross-run allowance when the
     pairs carry one, a table of the ``top`` largest changes (case, times in ms, ratio, 95%
     interval, label), the ``notes`` (as :func:`summary_lines` takes them), the environment
@@ -839,13 +865,15 @@ def summary_markdown(x: "ABResult | Sides", gate_result: GateResult | None = Non
     ``TypeError`` as :func:`summary_lines`."""
     kind, ab, names = _parts(x)
     na, nb = names
+    synth = [f"**{_md(SYNTHETIC_LINE)}**", ""] if is_synthetic(x) else []
     if kind != "rows":
         body = "\n".join(f"- {_md(ln.strip())}" for ln in _vllm_lines(ab, names))
-        return f"## flyexplore compare (vllm serve): {_md(nb)} vs {_md(na)}\n\n{body}\n"
+        return f"## flyexplore compare (vllm serve): {_md(nb)} vs {_md(na)}\n\n" + "".join(t + "\n" for t in synth) \
+            + f"{body}\n"
     head = f"## flyexplore compare: {_md(nb)} vs {_md(na)}"
     if gate_result is not None:
         head += f" (gate {'FAILED' if gate_result.failed else 'passed'})"
-    out = [head, "",
+    out = [head, "", *synth,
            f"{len(ab.pairs)} pairs, ratio = time {_md(na)} / time {_md(nb)} (> 1: {_md(nb)} faster); "
            f"{len(ab.only_a)} only in {_md(na)}, {len(ab.only_b)} only in {_md(nb)}.", "",
            "| label | pairs |", "| --- | ---: |"]

@@ -215,7 +215,7 @@ def execute(path: str | os.PathLike, out: str | os.PathLike | None = None, *,
     past ``timeout`` (``CellTimeoutError``), a kernel that dies (``DeadKernelError``) or does not
     start, or an interrupt -- is re-raised after the partly executed notebook (every output up to
     the failing cell) is written to ``out``, with the failure recorded in its metadata under
-    ``flyexplore.failure``. Needs nbclient, nbformat and ipykernel (the ``test`` or
+    ``metadata["flyexplore"]["failure"]``. Needs nbclient, nbformat and ipykernel (the ``test`` or
     ``notebook`` extra).
     """
     import nbformat

@@ -42,6 +42,9 @@ from flyexplore.views.plot_style import backend_color
 
 #: Marker symbol of each verdict label (SAME is also outlined in black, as in speedup_figure).
 SYMBOLS = {"FASTER": "triangle-up", "SAME": "circle", "SLOWER": "triangle-down", "AMBIGUOUS": "diamond"}
+#: What the mark after a point's value (small plans: :data:`flyexplore.measure.stats.MARKS`) means;
+#: never a first letter, which would read SAME and SLOWER alike.
+MARK_LEGEND = ", ".join(f"{m.strip()} {lab}" for lab, m in S.MARKS.items())
 
 
 class SpeedupSeries:
@@ -138,7 +141,8 @@ class SweepPanel:
       left), :attr:`message` (HTML; errors and outcomes), :attr:`figure` (plotly
       ``FigureWidget``, live: one marker series per backend (and dtype), baseline time /
       backend time per case with its 95% interval as a whisker, the verdict label as the
-      marker (and letter, for small plans), the geometric mean with its interval and the label
+      marker (and, for small plans, a mark after the value: + FASTER, = SAME, − SLOWER,
+      ? AMBIGUOUS), the geometric mean with its interval and the label
       counts in the legend; the statistics of :func:`flyexplore.views.plots.speedup_figure`, computed
       by :func:`flyexplore.results.table.speedup`, one call per redraw; without anywidget a plain ``go.Figure`` shown
       statically, with :attr:`notice` saying what to install), :attr:`table` (the results grid:
@@ -761,7 +765,7 @@ class SweepPanel:
                            ("marker.symbol", [SYMBOLS.get(lab, "circle") for lab in s.lab]),
                            ("marker.line.width", [2 if lab == "SAME" else 0 for lab in s.lab]),
                            ("hovertext", list(s.hover)),
-                           ("text", [f"{v:.2f} {lab[:1]}".rstrip() for v, lab in zip(y, s.lab)])):
+                           ("text", [f"{v:.2f}{S.MARKS.get(lab, '')}" for v, lab in zip(y, s.lab)])):
                 if key in upd:
                     upd[key].append(v)
         self._dirty = set()
@@ -774,7 +778,8 @@ class SweepPanel:
                 f"Speedup over {html.escape(base)} ({npts} points)<br><sup>baseline time / backend time per "
                 "case; higher is better; whiskers: 95% interval; dashed: 1.0x, dotted: geomean<br>"
                 "marker: ▲ FASTER, ● SAME (outlined: interval within ±1%), ▼ SLOWER, ◆ AMBIGUOUS"
-                f"<br>{html.escape(gms)}</sup>")
+                + (f"; after the value: {MARK_LEGEND}" if self._text else "")
+                + f"<br>{html.escape(gms)}</sup>")
             fig.layout.title.y, fig.layout.title.yanchor = 0.98, "top"
             fig.layout.shapes = shapes
 

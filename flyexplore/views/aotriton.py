@@ -83,9 +83,7 @@ def report_section(page, ab, a: pd.DataFrame, b: pd.DataFrame) -> None:
     if view.empty:
         return
     page.h2("Attention: which AOTriton backend ran")
-    if (view["source"] == "synthetic example").any():
-        page.p("SYNTHETIC EXAMPLE: at least one input file is marked made-up; no number here is a measurement.",
-               cls="note")
+    # made-up inputs: the report says so at its top (flyexplore.views.report), the figure in its title
     page.p("AOTriton picks Triton, aiter or FlyDSL (flyc, 0.14 and later) per call from its own tuning table; "
            "torch has no switch for it. 'ran' is read from the kernel names each row recorded (sweep with "
            "--trace on ROCm); 'not traced' means the row has no kernel record. The published range (AOTriton "

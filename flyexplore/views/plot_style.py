@@ -87,6 +87,32 @@ def baseline_name(baseline) -> str:
     return baseline if isinstance(baseline, str) else "the faster of " + ", ".join(baseline)
 
 
+def _few(values, what: str, most: int = 3) -> str:
+    """The distinct values, ``/``-joined (``gemm/rmsnorm``), or ``"5 ops"`` past ``most``."""
+    u = [str(v) for v in pd.unique(pd.Series(list(values)).dropna())]
+    return "/".join(u) if len(u) <= most else f"{len(u)} {what}"
+
+
+def data_title(df: pd.DataFrame, what: str, device: str | None = None) -> str:
+    """A figure's default title from the data it draws: ``"gemm bf16 on NVIDIA H200: speedup
+    vs aten"`` -- the ``op``, ``dtype`` and ``device`` columns' values (``/``-joined, or a count
+    past three; a CPU row's device marked ``(CPU)``), then ``what`` the figure shows.
+    ``device``: name this device instead of the rows' (a roofline's peaks). The figures use it
+    where the caller gives no title; a given title is kept as it is."""
+    if "status" in df:
+        df = df[df["status"].isin(["ok", "published"])]
+    head = " ".join(t for t in (_few(df["op"], "ops") if "op" in df else "",
+                                _few(df["dtype"], "dtypes") if "dtype" in df else "") if t)
+    if device is None and "device" in df:
+        plat = df["platform"].astype(object) if "platform" in df else pd.Series([None] * len(df), index=df.index)
+        names = [f"{d} (CPU)" if p == "cpu" and "cpu" not in str(d).lower() else str(d)
+                 for d, p in zip(df["device"].astype(object), plat) if d is not None and not pd.isna(d)]
+        device = _few(names, "devices") or None
+    if device:
+        head += f" on {device}"
+    return f"{head}: {what}" if head else what[:1].upper() + what[1:]
+
+
 def case_labels(d: pd.DataFrame, cols=("op", "dtype")) -> pd.Series:
     """Every row's case label on a category axis, for all rows of ``d`` at once (a string
     Series on ``d``'s index): the ``case``, preceded by the ``op`` and followed by the other
@@ -192,6 +218,19 @@ def scatter_class(points: int):
     import plotly.graph_objects as go
 
     return go.Scattergl if points > WEBGL_POINTS else go.Scatter
+
+
+def has_intervals(g: pd.DataFrame, lo: str = "speedup_lo", hi: str = "speedup_hi") -> bool:
+    """True when some row of ``g`` has a 95% interval (both ``lo`` and ``hi``): whether a
+    figure draws whiskers, and so whether its subtitle may promise them."""
+    if lo not in g or hi not in g or g.empty:
+        return False
+    both = pd.to_numeric(g[lo], errors="coerce").notna() & pd.to_numeric(g[hi], errors="coerce").notna()
+    return bool(both.any())
+
+
+#: What a figure's subtitle says in place of its whiskers when no value has an interval.
+NO_INTERVALS = "no 95% intervals (the rows carry no samples), so no whiskers and no labels"
 
 
 def whiskers(g: pd.DataFrame, est: str = "speedup", lo: str = "speedup_lo", hi: str = "speedup_hi") -> dict:

@@ -32,11 +32,14 @@ from flyexplore.views.plot_style import (
     CURVE_MAX_POINTS,
     HEIGHT,
     LABEL_SYMBOLS,
+    NO_INTERVALS,
     SERIES_COLORS,
     backend_color,
     baseline_name,
     case_labels,
+    data_title,
     dtype_shade,
+    has_intervals,
     horizontal_bars,
     rank_curve,
     ref_line,
@@ -117,12 +120,12 @@ def speedup_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "aten", tit
             ref_line(fig, gm, c, "dot", f"{backend} geomean (dotted)", horizontal)
     ref_line(fig, 1.0, "#555", "dash", "1.0x (baseline)", horizontal)
     base = baseline_name(baseline)
-    ttl = title or f"Speedup over {base}"
+    ttl = title or data_title(df, f"speedup vs {base}")
     # the geometric means also in the subtitle: visible wherever the legend is hidden or cut
     gms = "; ".join(means) if len(means) <= _SUBTITLE_MEANS else f"geomeans of {len(means)} series in the legend"
-    ttl += ("<br><sup>baseline time / backend time per case; higher is better; whiskers: 95% interval; "
-            "outlined: SAME (interval within ±1%); after the value: + FASTER, = SAME, − SLOWER, ? AMBIGUOUS"
-            f"<br>{gms}</sup>")
+    ci = ("whiskers: 95% interval; outlined: SAME (interval within ±1%); after the value: + FASTER, = SAME, "
+          "− SLOWER, ? AMBIGUOUS") if has_intervals(s) else NO_INTERVALS
+    ttl += f"<br><sup>baseline time / backend time per case; higher is better; {ci}<br>{gms}</sup>"
     vlab = f"speedup vs {base} (x)"
     style_figure(fig, ttl, vlab if horizontal else "case", "case" if horizontal else vlab, legend_title="backend",
            height=max(HEIGHT, 200 + 18 * ncase * s["backend"].nunique()) if horizontal else HEIGHT)
@@ -146,7 +149,8 @@ def speedup_overview_figure(df: pd.DataFrame, baseline: str | Sequence[str] = "a
     ncase = len(R.speedup(df, baseline).drop_duplicates(subset=["op", "case", "dtype"]))
     if ncase > BAR_MAX_CASES:  # a bar per case is unreadable (and slow) past this
         base = baseline_name(baseline)
-        return speedup_distribution_figure(df, baseline, title=f"{title or f'Speedup over {base}'}, {ncase:,} cases")
+        return speedup_distribution_figure(df, baseline,
+                                           title=f"{title or data_title(df, f'speedup vs {base}')}, {ncase:,} cases")
     return speedup_figure(df, baseline, title=title)
 
 
@@ -194,9 +198,10 @@ def speedup_distribution_figure(df: pd.DataFrame, baseline: str | Sequence[str] 
     fig = make_subplots(rows=nrow, cols=ncol, subplot_titles=titles, horizontal_spacing=0.07,
                         vertical_spacing=min(0.12, 0.3 / max(nrow - 1, 1)) if nrow > 1 else 0.1)
     base = baseline_name(baseline)
-    ttl = (title or f"Speedup over {base}") + (
-        "<br><sup>each backend's per-case speedups sorted (x: share of cases); whiskers or shaded band: 95% "
-        "interval; marker: the case's label; hover for the case</sup>")
+    ttl = (title or data_title(df, f"speedup vs {base}")) + (
+        "<br><sup>each backend's per-case speedups sorted (x: share of cases); "
+        + ("whiskers or shaded band: 95% interval; marker: the case's label" if has_intervals(s) else NO_INTERVALS)
+        + "; hover for the case</sup>")
     style_figure(fig, ttl, "", "", legend_title="", height=max(HEIGHT, 200 + 380 * nrow))
     single = len(facets) == 1
     seen_labels: set[str] = set()
@@ -343,7 +348,7 @@ def sweep_figure(df: pd.DataFrame, x: str = "m", y: str = "time_ms", title: str 
     if not fig.data:
         raise UsageError(f"no series with {min_points} or more values of {x} to draw")
     xs = sorted(float(v) for v in d[x].unique())
-    ttl = title or f"{unit.split(' (')[0]} across {x}"
+    ttl = title or data_title(d, f"{unit.split(' (')[0]} across {x}")
     sub = [f"{c}={_num(v)}" for c, v in (fixed or {}).items()]
     if dropped:
         sub.append(f"{dropped} point(s) of series with fewer than {min_points} values not drawn")
@@ -560,7 +565,7 @@ def roofline_figure(df: pd.DataFrame, device: str | None = None, kind: str = "da
             fig.add_scatter(x=[None], y=[None], mode="markers", name=t, legendgroup="dtypes",
                             legendgrouptitle_text="dtype (symbol)", marker=dict(symbol=sh, color="#777", size=9))
     note = f"; {skipped} row(s) without a FLOP or byte count not shown" if skipped else ""
-    ttl = title or f"Roofline on {peak.name}"
+    ttl = title or data_title(d, "roofline", device=peak.name)
     ttl += f"<br><sup>datasheet peaks{' and measured (dashed)' if kind == 'measured' else ''}; ideal bytes (each input read once){note}</sup>"
     style_figure(fig, ttl, "arithmetic intensity (FLOP / byte)", "achieved TFLOP/s", legend_title="")
     fig.update_xaxes(type="log")
@@ -616,7 +621,7 @@ def error_figure(df: pd.DataFrame, metric: str = "err_rel", title: str | None = 
                 c = SERIES_COLORS[dtypes.index(str(dtype)) % len(SERIES_COLORS)]
                 ref_line(fig, float(tols[0]), c, "dot", f"{dtype} tolerance {float(tols[0]):g} (dotted)")
     kinds = ", ".join(sorted(d["source"].dropna().unique()))
-    ttl = (title or f"Numerical error per case ({metric})") + \
+    ttl = (title or data_title(d, f"numerical error per case ({metric})")) + \
         f"<br><sup>{_ERR[metric]}; lower is better; sources: {kinds} (open markers: not measured)</sup>"
     style_figure(fig, ttl, "case", metric, legend_title="dtype backend (source)")
     fig.update_layout(showlegend=True)

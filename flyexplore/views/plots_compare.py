@@ -17,10 +17,12 @@ from flyexplore.results.published import load
 from flyexplore.views.plot_style import (
     BAR_MAX_CASES,
     HEIGHT,
+    NO_INTERVALS,
     SERIES_COLORS,
     backend_color,
     baseline_name,
     case_labels,
+    has_intervals,
     horizontal_bars,
     rank_curve,
     ref_line,
@@ -39,7 +41,8 @@ def ab_figure(ab, title: str | None = None):
     (a rank curve of WebGL markers, the label as the marker, the case in the hover) and a box
     without points. Dashed 1.0x line, geometric means with their 95% intervals in the legend,
     each ratio's interval as a whisker, SAME labels outlined (bars), cases present on one side
-    only counted in the subtitle. The data are not changed."""
+    only counted in the subtitle, which promises whiskers only where some pair has an interval
+    (else says there are none). The data are not changed."""
     from plotly.subplots import make_subplots
 
     a, b = ab.names
@@ -77,10 +80,14 @@ def ab_figure(ab, title: str | None = None):
     fig.add_scatter(x=[None], y=[None], mode="lines", name="1.0x (no change)",
                     line=dict(color="#555", dash="dash", width=1.5), hoverinfo="skip", row=1, col=1)
     only = f"{len(ab.only_a)} case(s) only in {a}, {len(ab.only_b)} only in {b}"
-    how = ("sorted per backend, x: share of cases; marker: label" if many else "outlined: SAME")
+    # whiskers and labels promised only where some pair has an interval (the synthetic examples have none)
+    if has_intervals(p, "ratio_lo", "ratio_hi"):
+        ci = (f"{'whiskers or band' if many else 'whiskers'}: 95% interval; "
+              + ("sorted per backend, x: share of cases; marker: label" if many else "outlined: SAME"))
+    else:
+        ci = NO_INTERVALS + ("; sorted per backend, x: share of cases" if many else "")
     ttl = (title or f"A/B: {b} vs {a}") + \
-        (f"<br><sup>time {a} / time {b} per case (> 1: {b} faster; {'whiskers or band' if many else 'whiskers'}: "
-         f"95% interval; {how}); "
+        (f"<br><sup>time {a} / time {b} per case (> 1: {b} faster; {ci}); "
          f"{len(p)} pairs, geomean {S.fmt_interval(*ab.geomean_ci)}; {only}</sup>")
     style_figure(fig, ttl, "", f"time {a} / time {b} (x)", legend_title="backend")
     fig.update_layout(barmode="group", margin=dict(t=110))

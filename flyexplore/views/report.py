@@ -34,7 +34,7 @@ from flyexplore.results import model as RM
 from flyexplore.results import peaks as K
 from flyexplore.results import table as R
 from flyexplore.results import vllm as V
-from flyexplore.results.compare import Sides, pair
+from flyexplore.results.compare import SYNTHETIC_LINE, Sides, is_synthetic, pair
 from flyexplore.results.published import headlines, load, ranges, vllm_published
 from flyexplore.views import plots as F
 from flyexplore.views import plots_compare as FC
@@ -140,6 +140,67 @@ def verdict_sentence(labels: pd.Series, faster: str = "faster", than: str = "the
                      "crosses a band edge; within one run more rounds may decide, across runs the "
                      "run-to-run allowance sets the width: sweep --processes measures it)")
     return "Of " + str(len(lab)) + " comparisons: " + "; ".join(parts) + "."
+
+
+#: Up to this many comparisons :func:`verdict_lines` gives one line each; past it, one line per
+#: (op, dtype, backend) with the geometric mean and the count of each label.
+VERDICT_LINES = 40
+
+
+def verdict_lines(df: pd.DataFrame, baseline: str | Sequence[str] | None = None,
+                  limit: int = VERDICT_LINES) -> list[str]:
+    """The verdicts of a result set in a few plain-text lines, what ``flyexplore demo`` prints
+    before the report's path: a heading saying what the numbers are, then one line per
+    comparison (``  gemm 128x128x128 fp32 inductor vs aten  0.812x [0.790, 0.830] SLOWER``:
+    op, case, dtype, backend vs its baseline, the speedup with its 95% interval and label; the
+    device too where the rows hold several), the numbers in one column; past ``limit``
+    comparisons one line per (op, dtype, backend) instead (its geometric mean, interval and
+    label, and how many cases got each label); last, how many rows did not run. ``baseline``
+    None: :func:`flyexplore.results.table.default_baseline`. Empty when nothing has a speedup."""
+    if df is None or df.empty:
+        return []
+    if baseline is None:
+        baseline = R.default_baseline(df)
+    bname = baseline if isinstance(baseline, str) else "faster of " + ", ".join(baseline)
+    devs = df["device"].astype(object).where(df["device"].notna(), "unknown device") if "device" in df else None
+    several = devs is not None and devs.nunique() > 1
+    items: list[tuple[str, str]] = []
+    n_cmp = 0
+    groups = df.groupby(devs, sort=False) if several else [(None, df)]
+    sps = []
+    for dev, d in groups:
+        try:
+            sp = R.speedup(d, baseline)
+        except UsageError:
+            continue
+        sps.append((dev, d, sp))
+        n_cmp += len(sp)
+    for dev, d, sp in sps:
+        on = f" on {dev}" if several else ""
+        if n_cmp <= limit:
+            for r in sp.itertuples():
+                lab = None if pd.isna(r.verdict) else str(r.verdict)
+                items.append((f"{r.op} {r.case} {r.dtype} {r.backend} vs {r.baseline}{on}",
+                              S.fmt_interval(r.speedup, r.speedup_lo, r.speedup_hi, lab)))
+        else:
+            for r in R.geomean_speedup(d, baseline).itertuples():
+                lab = None if pd.isna(r.verdict) else str(r.verdict)
+                counts = ", ".join(f"{getattr(r, k)} {k}" for k in S.LABELS if getattr(r, k))
+                items.append((f"{r.op} {r.dtype} {r.backend} vs {bname}{on}, geomean of {r.cases} cases",
+                              S.fmt_interval(r.geomean, r.geomean_lo, r.geomean_hi, lab)
+                              + (f" ({counts})" if counts else "")))
+    if not items:
+        return []
+    head = f"verdicts: speedup = {bname} time / backend time, [95% interval], label (SAME: within ±{S.BAND:.0%})"
+    if n_cmp > limit:
+        head += f"; {n_cmp} comparisons, per backend here, per case in the report"
+    col = max(len(c) for c, _ in items)
+    out = [head] + [f"  {c:<{col}}  {v}" for c, v in items]
+    bad = df[~df["status"].isin(["ok", "published"])] if "status" in df else df.iloc[0:0]
+    if len(bad):
+        what = ", ".join(f"{be} {st} ({len(g)})" for (be, st), g in bad.groupby(["backend", "status"], sort=False))
+        out.append(f"not run: {len(bad)} row(s): {what}; the report says why")
+    return out
 
 
 def env_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -646,11 +707,19 @@ def write_compare_report(a: pd.DataFrame, b: pd.DataFrame, out_dir: str | Path,
                            title, static, formats=formats, table_formats=table_formats)
 
 
+def _synthetic_banner(page: _Page, sd: Sides) -> None:
+    """The made-up-inputs banner, right under the title (:func:`flyexplore.results.compare.is_synthetic`)."""
+    if is_synthetic(sd):
+        page.p(SYNTHETIC_LINE + ".", cls="note")
+
+
 def _compare_page(sd: Sides, title: str | None) -> _Page:
     ab, names = sd.ab, sd.names
     page = _Page(title or f"A/B: {names[1]} vs {names[0]}")
+    _synthetic_banner(page, sd)
+    gm = S.fmt_interval(*ab.geomean_ci)
     page.p(f"ratio = time {names[0]} / time {names[1]} per case (> 1: {names[1]} faster); "
-           f"{len(ab.pairs)} pairs, geometric mean {S.fmt_interval(*ab.geomean_ci)} (95% interval). "
+           f"{len(ab.pairs)} pairs, geometric mean {gm}{'' if 'no interval' in gm else ' (95% interval)'}. "
            + verdict_sentence(ab.pairs["verdict"], f"{names[1]} faster", names[0], env_ab=bool(R.ab_envs(sd.a))))
     for line in ab.setting:
         page.p(line[0].upper() + line[1:] + ".")
@@ -691,6 +760,7 @@ def write_vllm_report(a_paths, b_paths, out_dir: str | Path, names: tuple[str, s
 def _vllm_page(sd: Sides, title: str | None, with_published: bool) -> _Page:
     ab, names, ra, rb = sd.ab, sd.names, sd.a, sd.b
     page = _Page(title or f"vLLM serving A/B: {names[1]} vs {names[0]}")
+    _synthetic_banner(page, sd)
     page.p(f"speedup of {names[1]} over {names[0]} per (model, concurrency, request rate) and metric: "
            f"latency {names[0]}/{names[1]}, throughput {names[1]}/{names[0]}; > 1: {names[1]} better.")
     page.fig("vllm_ab", FC.vllm_figure(ab, title=f"vLLM serving A/B: {names[1]} vs {names[0]}"))

@@ -181,10 +181,14 @@ def test_vllm_ab_gets_a_short_summary_and_refuses_a_gate(tmp_path, capsys):
     a, b = (str(ROOT / "data/examples/vllm" / n) for n in ("flydsl_off", "flydsl_on"))
     assert main(["compare", a, b, "--json", str(tmp_path / "v.json"), "--summary-md", str(tmp_path / "v.md")]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("flyexplore compare (vllm serve): B vs A, 3 (model, concurrency, request rate) pairs")
+    # the example files are made up, and the summary says so first (issue 36)
+    assert out.startswith("SYNTHETIC EXAMPLE: the inputs are marked made-up; no number here is a measurement\n"
+                          "flyexplore compare (vllm serve): B vs A, 3 (model, concurrency, request rate) pairs")
     assert "TTFT median (ms): geomean" in out and "no gate" in out
     assert json.loads((tmp_path / "v.json").read_text())["kind"] == "vllm"
-    assert (tmp_path / "v.md").read_text().startswith("## flyexplore compare (vllm serve)")
+    assert json.loads((tmp_path / "v.json").read_text())["synthetic"] is True
+    md = (tmp_path / "v.md").read_text()
+    assert md.startswith("## flyexplore compare (vllm serve)") and "**SYNTHETIC EXAMPLE: the inputs" in md
     rc = main(["compare", a, b, "--fail-on", "SLOWER", "--json", str(tmp_path / "g.json")])
     out, err = capsys.readouterr()
     assert rc == 2 and "vllm bench results carry no per-case interval" in err

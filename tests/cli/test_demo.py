@@ -9,6 +9,13 @@ def test_demo_writes_results_env_and_report(cli, tmp_path):
     p = cli("demo", "--out", str(out), "--quiet")
     assert p.returncode == 0, p.stderr
     assert "report:" in p.stdout
+    # issue 36: the verdicts on the terminal, one line per comparison, before the report's path
+    said = p.stdout.splitlines()
+    assert said[-1].startswith("report: ")
+    v = next(i for i, ln in enumerate(said) if ln.startswith("verdicts: speedup = aten time / backend time"))
+    cmp = [ln for ln in said[v + 1:] if ln.startswith("  ")]
+    assert len(cmp) == 9 and all(" inductor vs aten " in ln for ln in cmp)   # 3 cases of each op
+    assert all(ln.rstrip().endswith(("FASTER", "SAME", "SLOWER", "AMBIGUOUS")) for ln in cmp)
     df = R.load(out / "results.parquet")
     R.validate(df)
     assert set(df.op) == {"gemm", "rmsnorm", "topk"}

@@ -45,6 +45,42 @@ def test_rmsnorm_and_topk_options():
         get_op("topk").case("4x8x16")
 
 
+@pytest.mark.parametrize("text,label", [
+    # `flyexplore explain --help` shows causal=1,bwd: the choice word alone, or as a flag
+    ("1x32x4096x4096x128:causal=1,bwd", "1x32x4096x4096x128:causal=1,bwd"),
+    ("1x32x4096x4096x128:causal=1,bwd=1", "1x32x4096x4096x128:causal=1,bwd"),
+    ("1x32x4096x4096x128:causal=1,bwd=true", "1x32x4096x4096x128:causal=1,bwd"),
+    ("1x32x4096x4096x128:causal=1,bwd=0", "1x32x4096x4096x128:causal=1"),
+    ("1x32x4096x4096x128:fwd=0", "1x32x4096x4096x128:bwd"),
+    ("1x32x4096x4096x128:pass=bwd", "1x32x4096x4096x128:bwd"),
+    # a boolean key alone is that key set
+    ("1x32x4096x4096x128:causal,bwd", "1x32x4096x4096x128:causal=1,bwd"),
+    ("1x32x4096x4096x128:causal=off", "1x32x4096x4096x128"),
+])
+def test_attention_flags_by_word_or_value(text, label):
+    assert get_op("attention").case(text).label == label
+
+
+def test_other_boolean_keys_and_choice_flags():
+    assert get_op("topk").case("8x64x2:deterministic").label == "8x64x2:deterministic=1"
+    assert get_op("topk").case("8x64x2:largest=no").label == "8x64x2:largest=0"
+    assert get_op("rmsnorm").case("8x8:weight=off").label == "8x8:weight=0"
+    assert get_op("gemm").case("8x8x8:NN=1").label == "8x8x8:NN"
+
+
+@pytest.mark.parametrize("op,text,msg", [
+    ("attention", "1x4x8x8x64:bwd=2", r"^bad value '2' for attention option bwd \(expected 1/0/true/false"),
+    ("attention", "1x4x8x8x64:causal=maybe", r"^bad value 'maybe' for attention option causal"),
+    ("attention", "1x4x8x8x64:bwdd", r"^unknown attention option 'bwdd' \(valid: fwd, bwd, causal\)$"),
+    ("attention", "1x4x8x8x64:bwdd=1", r"^unknown attention option 'bwdd' \(valid: hkv, causal, pass, fwd, bwd\)$"),
+    ("gemm", "8x8x8:NN=0", r"^gemm option 'NN=0' does not say which layout to take"),
+])
+def test_bad_flag_values_are_one_line_naming_the_value(op, text, msg):
+    with pytest.raises(UsageError, match=msg) as e:
+        get_op(op).case(text)
+    assert "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
 def test_gemm_layouts_inputs_and_reference(layout):
     op = get_op("gemm")

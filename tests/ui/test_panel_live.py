@@ -80,6 +80,20 @@ def test_live_figure_has_speedup_figures_numbers_labels_and_geomeans():
     assert len(p.figure.data) == 0 and "waiting for a inductor row" in p.figure.layout.title.text
 
 
+def test_small_plans_mark_each_value_unambiguously_with_a_legend():
+    # issue 36: "0.71 S" read as SAME where it meant SLOWER; the marks are + = − ? now, explained
+    rows, _ = synthetic_rows(30)
+    p = SweepPanel("gemm", backends="aten,triton,flydsl")
+    feed(p, rows)
+    sp = R.speedup(R.frame(rows), "aten")
+    assert {"SLOWER", "FASTER", "AMBIGUOUS"} <= set(sp.verdict)   # SLOWER, whose letter was SAME's
+    marks = {"FASTER": "+", "SAME": "=", "SLOWER": "−", "AMBIGUOUS": "?"}
+    for t in p.figure.data:
+        s = sp[sp.backend == t.name.split(":")[0]]
+        assert list(t.text) == [f"{v:.2f} {marks[lab]}" for v, lab in zip(s.speedup, s.verdict)]
+    assert "after the value: + FASTER, = SAME, − SLOWER, ? AMBIGUOUS" in p.figure.layout.title.text
+
+
 def test_a_case_in_parts_draws_when_its_baseline_arrives_and_moves_when_it_changes():
     rows, _ = synthetic_rows(6)
     aten, triton, flydsl = rows[:3]

@@ -5,6 +5,7 @@ import threading
 import pandas as pd
 import pytest
 
+from flyexplore.measure import stats as S
 from flyexplore.results import table as R
 from flyexplore.errors import UsageError
 from flyexplore.ops import list_ops
@@ -104,7 +105,8 @@ def test_run_fills_rows_progress_table_and_figure(tmp_path):
     assert [y + e for y, e in zip(pts[0].y, pts[0].error_y.array)] == pytest.approx(list(sp["speedup_hi"]))
     assert [y - e for y, e in zip(pts[0].y, pts[0].error_y.arrayminus)] == pytest.approx(list(sp["speedup_lo"]))
     assert list(pts[0].marker.symbol) == [SYMBOLS[v] for v in sp["verdict"]]
-    assert [t[-1] for t in pts[0].text] == [v[0] for v in sp["verdict"]]  # a small plan writes the letters
+    # a small plan writes a mark after each value (never a first letter: SAME and SLOWER alike)
+    assert [t.split()[-1] for t in pts[0].text] == [S.MARKS[v].strip() for v in sp["verdict"]]
     assert pts[0].name == speedup_figure(df, "aten").data[0].name  # geomean, interval, label counts
     assert any(s.y0 == 1.0 and s.line.dash == "dash" for s in p.figure.layout.shapes)
     # a lone backend's geometric mean is shown: legend on, and in the subtitle

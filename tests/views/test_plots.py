@@ -194,6 +194,18 @@ def test_ab_figure():
     box = [t for t in fig.data if t.type == "box"][0]
     assert sorted(box.y) == pytest.approx(sorted(bar.y))
     assert "1 case(s) only in old, 1 only in new" in fig.layout.title.text
+    assert "whiskers: 95% interval" in fig.layout.title.text and max(bar.error_y.array) > 0
+
+
+def test_figures_promise_whiskers_only_where_they_draw_them():
+    # issue 36: the synthetic A/B's chart promised whiskers its pairs could not have
+    bare = {("64x4096x4096", "aten"): 0.02, ("64x4096x4096", "triton"): 0.01}
+    for fig in (F.speedup_figure(rows(bare)), F.speedup_distribution_figure(rows(bare)),
+                FC.ab_figure(pair(rows({("64x4096x4096", "aten"): 0.02}), rows({("64x4096x4096", "aten"): 0.01}, run="r2")))):
+        t = fig.layout.title.text
+        assert "whiskers" not in t.replace("no whiskers", "") and ST.NO_INTERVALS in t, t
+    t = F.speedup_figure(rows(bare, samples=True)).layout.title.text
+    assert "whiskers: 95% interval" in t and ST.NO_INTERVALS not in t
 
 
 def test_published_vs_measured():
@@ -293,3 +305,34 @@ def test_vllm_figure_tags_non_measured_sources():
     assert titles == ["TTFT median [synthetic example]"]
     titles = [a.text for a in FC.vllm_figure(ab.assign(source="measured")).layout.annotations]
     assert titles == ["TTFT median"]
+
+
+def test_default_titles_name_op_dtype_and_device(tmp_path):
+    # issue 36: exported figures' titles lacked the op, dtype and device
+    g = rows({("64x4096x4096", "aten"): 0.02, ("64x4096x4096", "triton"): 0.01,
+              ("128x4096x4096", "aten"): 0.03, ("128x4096x4096", "triton"): 0.02,
+              ("256x4096x4096", "aten"): 0.05, ("256x4096x4096", "triton"): 0.04}, samples=True, err_rel=1e-3)
+
+    def head(fig):
+        return fig.layout.title.text.split("<br>")[0]
+
+    assert head(F.speedup_figure(g)) == "gemm bf16 on NVIDIA H200: speedup vs aten"
+    assert head(F.speedup_overview_figure(g, ["aten"])) == "gemm bf16 on NVIDIA H200: speedup vs the faster of aten"
+    assert head(F.speedup_distribution_figure(g)) == "gemm bf16 on NVIDIA H200: speedup vs aten"
+    assert head(F.sweep_figure(g, x="m", y="tflops")) == "gemm bf16 on NVIDIA H200: TFLOP/s across m"
+    assert head(F.error_figure(g)) == "gemm bf16 on NVIDIA H200: numerical error per case (err_rel)"
+    assert head(F.roofline_figure(g)) == "gemm bf16 on H200 SXM: roofline"
+    assert head(F.speedup_figure(g, title="mine")) == "mine"   # a given title is kept
+    # several of each, a CPU, rows that did not run left out
+    cpu = pd.concat([rows({("64x64x64", "aten"): 1.0, ("64x64x64", "inductor"): 0.5}, dtype="fp32", device="AMD EPYC",
+                          platform="cpu"),
+                     rows({("64x64", "aten"): 1.0, ("64x64", "inductor"): 0.5}, op="rmsnorm", dtype="fp32",
+                          device="AMD EPYC", platform="cpu")])
+    assert head(F.speedup_figure(cpu)) == "gemm/rmsnorm fp32 on AMD EPYC (CPU): speedup vs aten"
+    assert ST.data_title(g.assign(op=["a", "b", "c", "d", "e", "f"]), "x") == "6 ops bf16 on NVIDIA H200: x"
+    assert ST.data_title(g.iloc[0:0], "speedup vs aten") == "Speedup vs aten"
+    # flyexplore export without --title
+    from flyexplore.cli import main
+    R.save(g, tmp_path / "g.parquet")
+    assert main(["export", str(tmp_path / "g.parquet"), "--figure", "speedup", "--out", str(tmp_path / "g.html")]) == 0
+    assert "gemm bf16 on NVIDIA H200: speedup vs aten" in (tmp_path / "g.html").read_text()

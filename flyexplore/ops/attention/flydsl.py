@@ -249,7 +249,7 @@ def explain_attention(shape: str, dtype: str | None = None, *, backend: str = "d
         ai, ai_why = A.aiter_support(dev_arch, dt, d, pas)
         notes.append("AOTriton 0.13b (no flyc) runs its Triton kernels here" +
                      (f", or aiter ({ai_why})" if ai else "") + "; a 0.13b vs 0.14.2b A/B shows the difference "
-                     "(flyexplore.ops.attention.aotriton_ab.ab_view)")
+                     "(flyexplore.results.aotriton_ab.ab_view; fx.aotriton_ab in a notebook)")
     if pas == "bwd":
         notes.append("the FlyDSL backward is a metro: Triton bwd_preprocess, then flyc_bwd_dkdv and flyc_bwd_dq "
                      "(flyc_bwd_dkdv.py), so a trace shows AOTriton[FlyDSL] and AOTriton[Triton]")
