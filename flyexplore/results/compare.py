@@ -628,7 +628,7 @@ def same_within_text(pairs: pd.DataFrame) -> str | None:
     within ``±largest`` of 1 (column ``same_within``: ``max(1 - ratio_lo, ratio_hi - 1)``, the
     narrowest ``--band`` at which the pair would read SAME), with the median of them. An
     A-vs-A compare across runs on a GPU is AMBIGUOUS at the ±1% band whenever fresh processes
-    spread by more than that (``benchmarks/process_spread.py``); this line is then the bound it
+    spread by more than that (``benchmarks/evidence/process_spread.py``); this line is then the bound it
     does give. None when no AMBIGUOUS pair has a finite ``same_within``."""
     if "same_within" not in pairs or "verdict" not in pairs:
         return None

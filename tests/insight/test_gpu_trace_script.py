@@ -1,4 +1,4 @@
-"""benchmarks/gpu_trace.py runs its CPU-testable part here: every case is attempted, GPU-only
+"""benchmarks/gpu/gpu_trace.py runs its CPU-testable part here: every case is attempted, GPU-only
 cases are recorded as skipped/errors rather than crashing, and the output files are written."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_trace.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "gpu_trace.py"
 
 
 def test_gpu_trace_script_small_on_cpu(tmp_path, capsys):

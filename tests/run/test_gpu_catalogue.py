@@ -1,4 +1,4 @@
-"""benchmarks/gpu_catalogue.py in CPU mode: the cpu-small suites of grouped GEMM, scaled GEMM
+"""benchmarks/gpu/gpu_catalogue.py in CPU mode: the cpu-small suites of grouped GEMM, scaled GEMM
 and attention swept through run_sweep, with result files, the environment and a summary."""
 import importlib.util
 import json
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow  # every test reads one module-wide sweep of three
 def _script():
     if "gpu_catalogue" in sys.modules:
         return sys.modules["gpu_catalogue"]
-    spec = importlib.util.spec_from_file_location("gpu_catalogue", ROOT / "benchmarks" / "gpu_catalogue.py")
+    spec = importlib.util.spec_from_file_location("gpu_catalogue", ROOT / "benchmarks" / "gpu" / "gpu_catalogue.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["gpu_catalogue"] = mod           # dataclasses look their module up there
     spec.loader.exec_module(mod)

@@ -22,7 +22,7 @@ still missing. This script checks that on the real command line:
   estimates are the pass rows seen in the journal (same worker, same time: ``not kept``
   otherwise), and no journal left.
 
-    python benchmarks/processes_torture.py --kills 20 --out data/bench/processes_torture.txt
+    python benchmarks/evidence/processes_torture.py --kills 20 --out data/bench/processes_torture.txt
 
 takes about 6 minutes on a 2-core CPU
 
@@ -40,10 +40,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from torture import end, kill_at  # noqa: E402 - benchmarks/ is sys.path[0] when run as a script
+from torture import end, kill_at  # noqa: E402 - benchmarks/evidence/ is sys.path[0] when run as a script
 
 PROCESSES = 3
 
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="flyexplore-ptorture-"))
     out = folder / "sweep.parquet"
     n_keys = len(SHAPES.split(";"))
-    lines = [f"# benchmarks/processes_torture.py --kills {a.kills} --min-s {a.min_s} --max-s {a.max_s} --cases {a.cases} "
+    lines = [f"# benchmarks/evidence/processes_torture.py --kills {a.kills} --min-s {a.min_s} --max-s {a.max_s} --cases {a.cases} "
              f"--seed {a.seed}",
              f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load "
              f"{os.getloadavg()[0]:.1f}; plan: gemm {a.cases} cases ({SHAPES.split(';')[0]} to {SHAPES.split(';')[-1]}) fp32 aten on cpu, --processes {PROCESSES} = {n_keys} rows "

@@ -1,6 +1,6 @@
 """Where does the spread of GEMM times between fresh processes come from? Issue 24's A-vs-A goal.
 
-``benchmarks/reproducible.py`` found that fresh processes on the lent H200 read the same cuBLAS
+``benchmarks/evidence/reproducible.py`` found that fresh processes on the lent H200 read the same cuBLAS
 GEMM 0.1-2.8% apart (standard deviation of log time over processes, by shape), more than the
 +-1% SAME band can hold. This benchmark asks whether that spread lives *inside* a process -- where
 the inputs lie in memory, which interleaving would average out -- or *between* processes
@@ -22,8 +22,8 @@ processes can average.
 
 Usage (repository root, on a GPU)::
 
-    python benchmarks/process_spread.py measure data/h200/process_spread --processes 6
-    python benchmarks/process_spread.py analyze data/h200/process_spread
+    python benchmarks/evidence/process_spread.py measure data/h200/process_spread --processes 6
+    python benchmarks/evidence/process_spread.py analyze data/h200/process_spread
 """
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-#: GEMM shapes M x N x K of ``benchmarks/reproducible.py``: from the most to the least stable
+#: GEMM shapes M x N x K of ``benchmarks/evidence/reproducible.py``: from the most to the least stable
 #: between processes there.
 SHAPES = ((4096, 4096, 4096), (1024, 4096, 4096), (64, 4096, 4096), (2048, 14336, 4096),
           (8192, 4096, 4096), (512, 8192, 28672), (8192, 8192, 8192))
@@ -96,7 +96,7 @@ def analyze(out: Path) -> None:
 
     d = pd.read_json(out / "spread.jsonl", lines=True)
     d["log"] = np.log(d["time_ms"])
-    lines = ["# Spread of GEMM times within and between fresh processes (benchmarks/process_spread.py)", "",
+    lines = ["# Spread of GEMM times within and between fresh processes (benchmarks/evidence/process_spread.py)", "",
              f"{d['process'].nunique()} fresh processes, one after another; in each, every shape at "
              f"{d['placement'].nunique()} input placements (the same values after pads of random size), "
              f"timed interleaved for {int(d['rounds'].iloc[0])} rounds (flyexplore's interleaved timer, "

@@ -2,7 +2,7 @@
 machine: compile-only for gfx950, no GPU. Writes OUT/xray_published.csv (one row per kernel,
 ``source = "compiled"``), OUT/env.json (``flyexplore env --json``) and OUT/resources_<op>.html.
 
-    PYTHONPATH=. python benchmarks/xray_published.py OUT [--radix] [--grouped]
+    PYTHONPATH=. python benchmarks/evidence/xray_published.py OUT [--radix] [--grouped]
 
 RMSNorm (22 cases), dense BF16 GEMM (15, NT), MXFP8/MXFP4 GEMM (17 + 17) and the TopK register
 cases (10) take a few minutes on 2 CPU cores. ``--radix`` adds the 23 TopK radix cases (20-60 s
@@ -20,7 +20,7 @@ import re
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from flyexplore.world.env import collect  # noqa: E402
 from flyexplore.paths import published_dir  # noqa: E402

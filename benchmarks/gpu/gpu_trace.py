@@ -1,7 +1,7 @@
 """What really runs on a GPU: trace ATen and Triton GEMMs, each SDPA backend, RMSNorm and TopK,
 and classify the real kernel names (flyexplore.insight.trace).
 
-    python benchmarks/gpu_trace.py OUT_DIR [--small] [--reps 5] [--skip-compile]
+    python benchmarks/gpu/gpu_trace.py OUT_DIR [--small] [--reps 5] [--skip-compile]
 
 Writes to OUT_DIR:
   env.json        flyexplore's environment report (as ``flyexplore env --json``)
@@ -33,7 +33,7 @@ import time
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -14,11 +14,11 @@ Writes into OUT (at most 8 files): ``workers.parquet``, ``inprocess.parquet``, `
 the summary.
 Imports no plotly (the GPU machine has none).
 
-On the lent GPU:   python benchmarks/engine_overhead.py data/h200/engine_overhead
+On the lent GPU:   python benchmarks/evidence/engine_overhead.py data/h200/engine_overhead
   (or in two calls, each under a 10-minute limit: ``--part workers``, then ``--part inprocess``;
   each run's wall time is kept in OUT/wall_s.json (the 8th file) and the summary is written once
   both result files are there)
-On a CPU (check):  python benchmarks/engine_overhead.py /tmp/eo --cpu-small
+On a CPU (check):  python benchmarks/evidence/engine_overhead.py /tmp/eo --cpu-small
 (``--cpu-small``: gemm ``cpu-small``, backend aten, workers forced with ``--executor local``.)
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(out: Path, name: str, args: list[str], extra: list[str]) -> float:

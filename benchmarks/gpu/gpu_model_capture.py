@@ -1,7 +1,7 @@
 """Model capture on a real GPU (issue 21): does the capture equal what eager really runs there, and
 what does a model's exported shape list measure?
 
-Run on the lent H200 (``benchmarks/gpu_model_capture.sh`` runs it with the wheels it needs):
+Run on the lent H200 (``benchmarks/gpu/gpu_model_capture.sh`` runs it with the wheels it needs):
 
 1. **Capture = a real run, on the GPU.** Small Llama and Qwen3-MoE models (2 layers) are built with
    real bf16 weights on ``cuda:0`` and run for real under a ``TorchDispatchMode`` that counts

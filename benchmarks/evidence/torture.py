@@ -18,7 +18,7 @@ the finished file must hold every plan key exactly once (``lost`` = keys missing
 = rows past one per key) and every recorded row unchanged (same ``run_id`` and time: a committed
 row that disappeared also counts as lost), with no journal and no temporary file left.
 
-    python benchmarks/torture.py --n 50 --jobs 2 --out data/bench/torture.txt
+    python benchmarks/evidence/torture.py --n 50 --jobs 2 --out data/bench/torture.txt
 
 prints one line per sweep and a summary; exit 1 when anything was lost or duplicated.
 """
@@ -36,7 +36,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 SHAPES = ";".join(f"{n}x{n}x{n}" for n in (8, 16, 24, 32, 40, 48, 56, 64))
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
     rng = random.Random(a.seed)
     folder = Path(tempfile.mkdtemp(prefix="flyexplore-torture-"))
     _, full_s = _run(folder / "reference.parquet", "none", False, None)
-    lines = [f"# benchmarks/torture.py --n {a.n} --kills {a.kills} --jobs {a.jobs} --seed {a.seed} --device {a.device}",
+    lines = [f"# benchmarks/evidence/torture.py --n {a.n} --kills {a.kills} --jobs {a.jobs} --seed {a.seed} --device {a.device}",
              f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
              f"load {os.getloadavg()[0]:.1f}; plan: gemm {SHAPES} {'fp32' if DEVICE == 'cpu' else 'bf16'} on {DEVICE} "
              f"x {BACKENDS} = {N_KEYS} rows; "

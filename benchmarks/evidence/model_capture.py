@@ -6,7 +6,7 @@ context 2048, in both views (eager and compiled), the coverage table and its ter
 included: what ``flyexplore model`` does. Goal (the issue): under 20 s and under 2 GB peak
 memory on the 2-core CPU machine.
 
-How: each repetition is a fresh Python process (``python benchmarks/model_capture.py --child``),
+How: each repetition is a fresh Python process (``python benchmarks/evidence/model_capture.py --child``),
 so the import time and the peak RSS are those of a real run. The child times its stages --
 imports (flyexplore, pandas, torch, transformers: what the run imports anyway; transformers'
 per-model modules, and what they pull in -- torchao, torch.distributed.tensor, Inductor's
@@ -25,7 +25,7 @@ The report names the machine (CPUs, load average before and after, Python, torch
 transformers versions): on a loaded 2-core machine the times wander. PASS means every
 repetition met both goals (the max); the median is beside it. Exits 1 on FAIL.
 Output: the report as text in ``data/bench/model_capture.txt`` (``--out``), also printed.
-Usage: ``python benchmarks/model_capture.py [--reps 3] [--models llama|all] [--out FILE]``.
+Usage: ``python benchmarks/evidence/model_capture.py [--reps 3] [--models llama|all] [--out FILE]``.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GOAL_S = 20.0
 GOAL_BYTES = 2e9  # "2 GB": 2,000,000,000 bytes (1907 MiB), the stricter reading
 MAIN_MODEL = "llama-3.1-8b"

@@ -16,7 +16,7 @@
 
 Usage, from the repository root::
 
-    python benchmarks/verdicts.py OUT_DIR [--procs 3] [--quick]
+    python benchmarks/evidence/verdicts.py OUT_DIR [--procs 3] [--quick]
 
 Runs ``--procs`` fresh Python processes one after another (``--worker`` mode, results in a
 temporary folder), then writes to OUT_DIR: ``rows.parquet`` (every sweep row of every process,
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 A_GEMM = ("1024x4096x4096:NT", "2048x6144x4096:NT", "4096x4096x4096:NT", "16x28672x4096:NT",
           "8192x8192x1024:NT", "3000x5000x2000:NT")
@@ -169,7 +169,7 @@ def summarize(tmp: Path, out: Path, procs: int) -> None:
     chk = pd.concat([pd.read_parquet(tmp / f"checks_{p}.parquet") for p in range(procs)], ignore_index=True)
     rows = R.concat([R.load(tmp / f"rows_{p}.parquet").assign(proc=p) for p in range(procs)])
     R.save(rows, out / "rows.parquet")
-    lines = ["# Verdict checks (benchmarks/verdicts.py)", ""]
+    lines = ["# Verdict checks (benchmarks/evidence/verdicts.py)", ""]
     a = chk[chk["check"] == "a"].copy()
     a["ok"] = (a["verdict"] == "SAME") & ((a["speedup"] - 1).abs() <= 0.01)
     a.to_csv(out / "a_same.csv", index=False)

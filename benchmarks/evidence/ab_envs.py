@@ -33,9 +33,9 @@ Two steps:
 
 Usage (repository root)::
 
-    python benchmarks/ab_envs.py run data/h200/ab --part aa      # on the GPU
-    python benchmarks/ab_envs.py run data/h200/ab --part effects # on the GPU
-    python benchmarks/ab_envs.py analyze data/h200/ab
+    python benchmarks/evidence/ab_envs.py run data/h200/ab --part aa      # on the GPU
+    python benchmarks/evidence/ab_envs.py run data/h200/ab --part effects # on the GPU
+    python benchmarks/evidence/ab_envs.py analyze data/h200/ab
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 #: The A/A cases: (op, backend, dtype, shapes). Long calls first (40 µs and more on an H200),
 #: then short ones (under 20 µs): the issue's 8192x8192x8192, 3072x3072x12288, 512x8192x28672,
@@ -139,7 +139,7 @@ def provenance(out: Path, part: str) -> None:
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,uuid,driver_version,power.limit", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip() if shutil_which("nvidia-smi") else "none"
     (out / f"provenance_{part}.json").write_text(json.dumps(
-        {"script": "benchmarks/ab_envs.py", "part": part, "commit": commit,
+        {"script": "benchmarks/evidence/ab_envs.py", "part": part, "commit": commit,
          "dirty": os.environ.get("FLYEXPLORE_DIRTY", "unknown"), "flyexplore": __version__,
          "host": platform.node(), "gpu": gpu, "python": sys.version.split()[0],
          "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1))
@@ -238,7 +238,7 @@ def analyze(out: Path) -> None:
     from flyexplore.results import compare as C
     from flyexplore.results import table as R
 
-    lines = ["# Environment A/B on the H200: summary (`benchmarks/ab_envs.py analyze`)", ""]
+    lines = ["# Environment A/B on the H200: summary (`benchmarks/evidence/ab_envs.py analyze`)", ""]
     aa = R.load(out / "aa.parquet")
     base = aa[aa["speedup"].isna() & aa["status"].eq("ok")]
     other = aa[aa["speedup"].notna()]

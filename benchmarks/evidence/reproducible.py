@@ -30,10 +30,10 @@ Three steps, each a separate command so that each fits one call of the lent GPU:
 
 Usage (repository root)::
 
-    python benchmarks/reproducible.py sweep data/h200/reproducible --run 1
-    python benchmarks/reproducible.py sweep data/h200/reproducible --run 2
-    python benchmarks/reproducible.py sweep data/h200/reproducible --run 3
-    python benchmarks/reproducible.py analyze data/h200/reproducible
+    python benchmarks/evidence/reproducible.py sweep data/h200/reproducible --run 1
+    python benchmarks/evidence/reproducible.py sweep data/h200/reproducible --run 2
+    python benchmarks/evidence/reproducible.py sweep data/h200/reproducible --run 3
+    python benchmarks/evidence/reproducible.py analyze data/h200/reproducible
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 #: GEMM shapes M x N x K (``:NT``: B stored N x K, the nn.Linear layout), from a 9 µs call to a
 #: 1.5 ms one, the issue's two (512x8192x28672, 8192x8192x8192) among them.
@@ -156,7 +156,7 @@ def analyze(out: Path) -> None:
     dfs = {p.stem: R.load(p) for p in runs}
     dfs = {n: _current_rule(d[d["status"] == "ok"].reset_index(drop=True)) for n, d in dfs.items()}
     platform = str(next(iter(dfs.values()))["platform"].iloc[0])
-    lines = [f"# Reproducible verdicts ({platform}; benchmarks/reproducible.py)", "",
+    lines = [f"# Reproducible verdicts ({platform}; benchmarks/evidence/reproducible.py)", "",
              f"Runs: {', '.join(dfs)}; each `flyexplore sweep --processes "
              f"{int(next(iter(dfs.values()))['processes'].max())}`, a fresh driver per run. Row intervals "
              f"and labels recomputed from each row's `process_estimates` by the current rule (run shift "

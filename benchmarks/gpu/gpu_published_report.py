@@ -2,7 +2,7 @@
 measured-vs-published comparison. Not a test: run on a GPU and commit the output with its
 environment.
 
-    python benchmarks/gpu_published_report.py OUT_DIR [--budget-s 250] [--no-images]
+    python benchmarks/gpu/gpu_published_report.py OUT_DIR [--budget-s 250] [--no-images]
 
 Sweeps (GPU), in this order: ``gemm`` suite ``published-bf16`` and ``grouped_gemm`` suite
 ``published`` with aten + triton (the published suites' baselines), ``topk`` suite
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 GPU_PLAN = (("gemm", "published-bf16", "aten,triton"),
             ("grouped_gemm", "published", "aten,triton"),

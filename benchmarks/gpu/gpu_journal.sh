@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 22 on the lent GPU: the journal, the writer lock, the memory refusal and the worker start
-# limit with real CUDA workers, and benchmarks/torture.py on cuda:0.
-# Usage (device tool, repo root, .whl carried with plotly):  bash benchmarks/gpu_journal.sh "$OUT"
+# limit with real CUDA workers, and benchmarks/evidence/torture.py on cuda:0.
+# Usage (device tool, repo root, .whl carried with plotly):  bash benchmarks/gpu/gpu_journal.sh "$OUT"
 set -uo pipefail
 OUT=${1:-out/gpu_journal}
 mkdir -p "$OUT"
@@ -49,5 +49,5 @@ for f in ("mem", "two", "start"):
 PY
 
 if [ "${TORTURE_N:-10}" != 0 ]; then step "4. torture on cuda:0"
-python3 benchmarks/torture.py --device cuda:0 --n ${TORTURE_N:-10} --jobs 2 --out "$OUT/torture_cuda.txt" 2>&1 | tail -3 >> "$OUT/steps.log"; fi
+python3 benchmarks/evidence/torture.py --device cuda:0 --n ${TORTURE_N:-10} --jobs 2 --out "$OUT/torture_cuda.txt" 2>&1 | tail -3 >> "$OUT/steps.log"; fi
 cat "$OUT/steps.log"

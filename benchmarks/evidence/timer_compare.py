@@ -3,7 +3,7 @@ calls: the 15 published dense BF16 shapes (NT layout), ATen eager and torch.comp
 
 Not a test: run on a GPU and commit the output with its environment.
 
-    python benchmarks/timer_compare.py OUT_DIR [--backends aten,triton] [--limit N]
+    python benchmarks/evidence/timer_compare.py OUT_DIR [--backends aten,triton] [--limit N]
 
 Writes ``OUT_DIR/timer_compare.csv`` (one row per shape and backend; times in µs, harness wall
 time in s) and ``OUT_DIR/env.json``, and prints a table. Columns:
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main(argv=None):

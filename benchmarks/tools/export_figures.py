@@ -2,7 +2,7 @@
 persistent kaleido session, each image timed, and print the figures. The first image includes
 starting Chromium; the goal for the others is under 1.5 s per image on 2 CPU cores.
 
-    PYTHONPATH=. python benchmarks/export_figures.py [OUT] [--n 20] [--format png]
+    PYTHONPATH=. python benchmarks/tools/export_figures.py [OUT] [--n 20] [--format png]
 
 The figures are the report's own kinds (speedup bars, sweep lines, roofline, error dots) drawn
 from the stored H200 demo rows (data/h200/demo/results.parquet), cycled to N.
@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from flyexplore.views import plots as F  # noqa: E402
 from flyexplore.results import table as R  # noqa: E402

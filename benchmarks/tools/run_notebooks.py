@@ -1,6 +1,6 @@
 """Execute every walkthrough notebook headless and keep the executed copies.
 
-    python benchmarks/run_notebooks.py OUT_DIR [--size cpu|gpu] [--timeout S] [--only NAME]
+    python benchmarks/tools/run_notebooks.py OUT_DIR [--size cpu|gpu] [--timeout S] [--only NAME]
 
 For each ``notebooks/*.ipynb``: runs it top to bottom in a fresh kernel with
 ``SIZE`` and ``OUT=OUT_DIR/<name>-out`` injected below its ``parameters`` cell
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 

@@ -4,8 +4,8 @@
 # at --size gpu. Not a benchmark: it shows that what worked before the layout change still works
 # on a real GPU. Writes two archives under OUT (the lent machine returns at most 8 files):
 #   OUT/layers_smoke.tar.gz   env.json, the sweeps' result files and logs, fx.json, report/
-#   OUT/notebooks.tar.gz      the executed notebooks, env.json, run.json (benchmarks/run_notebooks.py)
-# Usage (repo root): bash benchmarks/gpu_layers_smoke.sh OUT
+#   OUT/notebooks.tar.gz      the executed notebooks, env.json, run.json (benchmarks/tools/run_notebooks.py)
+# Usage (repo root): bash benchmarks/gpu/gpu_layers_smoke.sh OUT
 set -uo pipefail
 OUT=${1:?usage: gpu_layers_smoke.sh OUT}
 S="$OUT/layers_smoke"
@@ -51,7 +51,7 @@ if __name__ == "__main__":
     main(sys.argv[1])
 EOF
 $py "$OUT/fx_smoke.py" "$S" > "$S/fx.log" 2>&1; rm -f "$OUT/fx_smoke.py"
-$py benchmarks/run_notebooks.py "$OUT/notebooks" --size gpu > "$S/notebooks.log" 2>&1
+$py benchmarks/tools/run_notebooks.py "$OUT/notebooks" --size gpu > "$S/notebooks.log" 2>&1
 tar -C "$OUT" -czf "$OUT/layers_smoke.tar.gz" layers_smoke && rm -rf "$S"
 tar -C "$OUT" -czf "$OUT/notebooks.tar.gz" notebooks && rm -rf "$OUT/notebooks"
 ls -la "$OUT"

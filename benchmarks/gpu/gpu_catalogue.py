@@ -5,7 +5,7 @@ forward and backward -- all through :func:`flyexplore.run.sweep.run_sweep`.
 
 Usage, from the repository root::
 
-    python benchmarks/gpu_catalogue.py OUT_DIR [--budget-s 240] [--parts a,b,...]
+    python benchmarks/gpu/gpu_catalogue.py OUT_DIR [--budget-s 240] [--parts a,b,...]
 
 Writes to OUT_DIR: one result file per part (``<part>.parquet``; ``.jsonl`` where pyarrow is
 missing), everything together in ``results.parquet`` and ``results.csv``, the environment (``env.json``, as ``flyexplore env
@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 #: Grouped GEMM cases given to the Triton backend: each compiles and autotunes Inductor's
 #: grouped-GEMM template (up to 144 configs before pruning, ~30 s), so only two published

@@ -19,13 +19,13 @@ fixed bytes, factors, probe points) and ``env.json`` (``flyexplore env --json``)
 measured / estimate (1.5x either side is the goal).
 
 CPU (this project's 2-core machine, 27 minutes with other jobs beside; data/cpu/README.md):
-    nice -n 19 python benchmarks/memory_estimate.py --out data/cpu/memory_estimate \
+    nice -n 19 python benchmarks/evidence/memory_estimate.py --out data/cpu/memory_estimate \
         --dtypes fp32,mxfp8,mxfp4,fp8_e4m3 --targets 12,48
 On the lent GPU (the device found by itself; in parts under a time limit, each adding its rows;
 the Triton and Inductor probes autotune and compile every shape, a few minutes per dtype):
-    python benchmarks/memory_estimate.py --out data/h200/memory_estimate --families rmsnorm,topk --dtypes bf16
-    python benchmarks/memory_estimate.py --out data/h200/memory_estimate --families gemm --dtypes bf16 --append
-    python benchmarks/memory_estimate.py --out data/h200/memory_estimate --families attention,grouped_gemm,scaled_gemm --append
+    python benchmarks/evidence/memory_estimate.py --out data/h200/memory_estimate --families rmsnorm,topk --dtypes bf16
+    python benchmarks/evidence/memory_estimate.py --out data/h200/memory_estimate --families gemm --dtypes bf16 --append
+    python benchmarks/evidence/memory_estimate.py --out data/h200/memory_estimate --families attention,grouped_gemm,scaled_gemm --append
 Options: ``--families``, ``--dtypes`` (comma lists; default every one that runs here),
 ``--targets`` (MiB of declared tensors, comma list; default 16,64 on a CPU, 256,2048 on a
 GPU), ``--append`` (keep OUT's rows of what this run does not measure).
@@ -41,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 #: Each family's case structures (options and the proportions of the scaled dims), per dtype
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
             chk = M.memory_check(plan, device, measure=False)
             guard_ms.append((fam, (time.perf_counter() - t0) * 1e3, len(chk.estimates)))
     t_all = time.perf_counter()
-    head = [f"`python benchmarks/memory_estimate.py {' '.join(argv if argv is not None else sys.argv[1:])}`; "
+    head = [f"`python benchmarks/evidence/memory_estimate.py {' '.join(argv if argv is not None else sys.argv[1:])}`; "
             f"torch {torch.__version__}, flyexplore {M.__version__}, {time.strftime('%Y-%m-%d')}, "
             f"{os.cpu_count()} CPU cores.", ""]
     rows, fits, text = [], {}, ""
