@@ -35,7 +35,8 @@ CLOCK_DIFFERS = 0.05
 
 #: Environment columns shown side by side (and flagged when they differ).
 ENV_COLUMNS = ("env", "env_python", "env_changes", "platform", "device", "arch", "torch", "torch_git", "triton",
-               "flydsl", "aotriton", "gpu_runtime", "blas_library", "tunableop", "python", "host", "env_id")
+               "flydsl", "aotriton", "gpu_runtime", "blas_library", "tunableop", "python", "host", "env_id",
+               "flyexplore", "flyexplore_commit")
 
 
 @dataclass

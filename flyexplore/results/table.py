@@ -173,6 +173,10 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "host": ("string", "host name"),
     "env_id": ("string", "hash of the environment fingerprint"),
     "flyexplore": ("string", "flyexplore version that wrote the row"),
+    "flyexplore_commit": ("string", "flyexplore's git commit that wrote the row; '-dirty' after it: tracked files "
+                          "had changed since, '-dirty?': unknown whether they had (FLYEXPLORE_COMMIT given "
+                          "without FLYEXPLORE_DIRTY); empty: unknown, as in files written before the column "
+                          "(flyexplore.world.env.git_commit, Environment.code_columns)"),
     "torch_git": ("string", "torch's git version (torch.version.git_version)"),
     "blas_library": ("string", "the BLAS library torch prefers for GEMMs (cublas, cublaslt, hipblaslt, ck; "
                      "'cpu: mkl' on the CPU): with tunableop, what decides ATen's GEMM kernel "
