@@ -28,6 +28,8 @@ What is timed (wall seconds on this machine; one run each unless ``--repeat``):
 * the live sweep panel at 2,000 rows (``benchmarks/evidence/panel_rows.py``, run as it is).
 
 Usage: ``python benchmarks/evidence/analysis_scale.py [--sizes 10000,100000] [--out data/bench/analysis_scale.txt]``.
+The ``--out`` file's second line is its provenance (:func:`flyexplore.world.env.provenance`: commit,
+flyexplore's version, the machine).
 """
 import argparse
 import math
@@ -261,8 +263,11 @@ def main(argv=None) -> int:
         say(f"# load {os.getloadavg()[0]:.2f} at the end")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if a.out:
-        Path(a.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if a.out:   # the provenance as the second line, read now: torch imported after every timing
+        from flyexplore.world.env import provenance, provenance_line
+
+        head = "# " + provenance_line(provenance("benchmarks/evidence/analysis_scale.py"))
+        Path(a.out).write_text("\n".join([lines[0], head, *lines[1:]]) + "\n", encoding="utf-8")
     return 0
 
 

@@ -15,8 +15,10 @@ processes can average.
     rounds, event-gated, the L2 flush before each call) for a fixed R rounds. Each process
     appends one JSON line per shape and placement to ``OUT/spread.jsonl``: its median time
     (ms), rounds, and the device state at the start and end (SM clock, power, temperature).
+    ``OUT/provenance.json``: the commit, flyexplore's version, the machine
+    (:func:`flyexplore.world.env.write_provenance`).
 ``analyze OUT``
-    Writes ``OUT/summary.md``: per shape, the spread between placements within a process
+    Writes ``OUT/summary.md`` (its last line: the analysis's provenance): per shape, the spread between placements within a process
     (standard deviation of log time, pooled over the processes) and between processes (of each
     process's mean over its placements), in percent.
 
@@ -36,6 +38,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+SCRIPT = "benchmarks/evidence/process_spread.py"
 
 #: GEMM shapes M x N x K of ``benchmarks/evidence/reproducible.py``: from the most to the least stable
 #: between processes there.
@@ -81,8 +85,12 @@ def one(out: Path, process: int, placements: int, rounds: int) -> None:
 
 
 def measure(out: Path, processes: int, placements: int, rounds: int) -> None:
+    from flyexplore.world.env import write_provenance
+
     out.mkdir(parents=True, exist_ok=True)
     (out / "spread.jsonl").unlink(missing_ok=True)
+    write_provenance(out, SCRIPT, extra={"step": "measure", "processes": processes, "placements": placements,
+                                         "rounds": rounds})
     for i in range(processes):
         t0 = time.time()
         subprocess.run([sys.executable, __file__, "_one", str(out), str(i), str(placements), str(rounds)],
@@ -116,6 +124,9 @@ def analyze(out: Path) -> None:
         clk_txt = f"{int(clk.min())}-{int(clk.max())}" if len(clk) else "not read"
         lines.append(f"| {shape} | {s['time_ms'].median():.4f} | {within:.2f} | {between:.2f} | {rng:.2f} | "
                      f"{clk_txt} |")
+    from flyexplore.world.env import provenance, provenance_line
+
+    lines += ["", f"`{provenance_line(provenance(SCRIPT, extra={'step': 'analyze'}))}`"]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

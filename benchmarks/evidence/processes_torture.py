@@ -26,7 +26,8 @@ still missing. This script checks that on the real command line:
 
 takes about 6 minutes on a 2-core CPU
 
-prints a line per run and a summary; exit 1 when a row was lost or doubled or a pass not kept.
+prints a line per run and a summary; exit 1 when a row was lost or doubled or a pass not kept. The
+``--out`` report's second line is its provenance (commit, flyexplore's version, the machine).
 """
 from __future__ import annotations
 
@@ -181,7 +182,7 @@ def main(argv=None) -> int:
                f"seen in the journal across kills; final file {len(df)} rows: rows lost {lost}, rows doubled {dup}, "
                f"pass rows not kept across a kill {len(not_kept)}, final rows not made of the journaled passes "
                f"{mismatched}, journals/temp files left {left} -> {'PASS' if ok else 'FAIL'}")
-    return end(lines, summary, a.out, ok)
+    return end(lines, summary, a.out, ok, "benchmarks/evidence/processes_torture.py")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ Not a test: run on a GPU and commit the output with its environment.
     python benchmarks/evidence/timer_compare.py OUT_DIR [--backends aten,triton] [--limit N]
 
 Writes ``OUT_DIR/timer_compare.csv`` (one row per shape and backend; times in µs, harness wall
-time in s) and ``OUT_DIR/env.json``, and prints a table. Columns:
+time in s) and ``OUT_DIR/env.json`` (``flyexplore env --json`` with the run's provenance under
+``provenance``: commit, flyexplore's version, the machine), and prints a table. Columns:
 
 - ``do_bench_us``: ``triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")``
   (256 MB flush, events per call).
@@ -43,7 +44,7 @@ def main(argv=None):
     import triton.testing
     import torch.utils.benchmark as tb
 
-    from flyexplore.world.env import collect
+    from flyexplore.world.env import collect, env_json
     from flyexplore.ops import get_op
     from flyexplore.ops.base import RunContext
     from flyexplore.ops.base import reset_dynamo
@@ -52,7 +53,7 @@ def main(argv=None):
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     env = collect()
-    (out / "env.json").write_text(json.dumps(env.to_dict(), indent=2, default=str))
+    (out / "env.json").write_text(env_json("benchmarks/evidence/timer_compare.py", env))
     op = get_op("gemm")
     dev = torch.device("cuda:0")
     ctx = RunContext(dev, env)

@@ -9,7 +9,8 @@ Usage, from the repository root::
 
 Writes to OUT_DIR: one result file per part (``<part>.parquet``; ``.jsonl`` where pyarrow is
 missing), everything together in ``results.parquet`` and ``results.csv``, the environment (``env.json``, as ``flyexplore env
---json`` prints it, and ``env.txt``) and ``summary.json`` (rows per status, seconds per part,
+--json`` prints it with the run's provenance under ``provenance``: commit, flyexplore's version, the
+machine; and ``env.txt``, with the commit) and ``summary.json`` (rows per status, seconds per part,
 parts cut short by the time budget). Sized for an H200 with torch 2.11 (no FlyDSL there:
 those rows are unavailable with the reason) to finish in under 5 minutes: no new row starts
 after ``--budget-s`` seconds, and the parts run most important first.
@@ -79,7 +80,7 @@ def run(out_dir: str | Path, budget_s: float = 240.0, parts: list[str] | None = 
     """Run the parts for this machine (GPU or CPU) into ``out_dir``; returns the summary dict
     (also written to ``summary.json``). Raises ``UsageError`` for an unknown part name."""
     from flyexplore.results import table as R
-    from flyexplore.world.env import collect
+    from flyexplore.world.env import collect, env_json
     from flyexplore.errors import bad_choice
     from flyexplore.run.spec import SweepSpec
     from flyexplore.measure.devstate import default_device
@@ -99,7 +100,7 @@ def run(out_dir: str | Path, budget_s: float = 240.0, parts: list[str] | None = 
                 raise bad_choice("part", p, names)
         plan = tuple(p for p in plan if p.name in parts)
     env = collect()
-    (out / "env.json").write_text(json.dumps(env.to_dict(), indent=2, default=str))
+    (out / "env.json").write_text(env_json("benchmarks/gpu/gpu_catalogue.py", env))
     (out / "env.txt").write_text(env.to_text() + "\n")
     deadline = t0 + budget_s
     # Parquet needs pyarrow; without it (a bare GPU image) the per-part files are JSON Lines.

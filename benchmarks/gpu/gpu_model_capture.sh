@@ -3,7 +3,9 @@
 # real device present, and the exported shapes of Llama-3.1-8B and Qwen3-30B-A3B swept with
 # --shapes-from, then a report with the model-weighted (measured) section.
 # Usage (device tool, repo root, .whl carried with transformers 5.23 and plotly):
-#   bash benchmarks/gpu/gpu_model_capture.sh "$OUT"
+#   FLYEXPLORE_COMMIT=<hash> FLYEXPLORE_DIRTY=<0|1> bash benchmarks/gpu/gpu_model_capture.sh "$OUT"
+# The provenance (commit, flyexplore's version, the machine) is in OUT/env.json (gpu_model_capture.py)
+# and every swept row carries the commit (flyexplore_commit).
 set -uo pipefail
 OUT=${1:-out/gpu_model_capture}
 mkdir -p "$OUT"

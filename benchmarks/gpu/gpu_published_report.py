@@ -11,7 +11,8 @@ aten + inductor. On a CPU (a smoke run of this script) the operators'
 ``cpu-small`` suites with aten only. The sweeps stop starting new cases after ``--budget-s``
 seconds (finished rows are kept; the stop is printed).
 
-Writes ``OUT_DIR/results.parquet``, ``results.csv``, ``env.json`` (``flyexplore env --json``),
+Writes ``OUT_DIR/results.parquet``, ``results.csv``, ``env.json`` (``flyexplore env --json`` with
+the run's provenance under ``provenance``: commit, flyexplore's version, the machine),
 and ``OUT_DIR/report/`` (``report.html``, ``figures/*.{png,svg,pdf}`` when kaleido finds a
 Chromium, ``tables/*.{csv,md,tex}``). On a machine without plotly the report is skipped and
 the reason printed; the results are still written.
@@ -19,7 +20,6 @@ the reason printed; the results are still written.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     from flyexplore.results import table as R
-    from flyexplore.world.env import collect
+    from flyexplore.world.env import collect, env_json
     from flyexplore.run.spec import SweepSpec
     from flyexplore.measure.devstate import default_device
     from flyexplore.run.sweep import run_sweep
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     env = collect()
-    (out / "env.json").write_text(json.dumps(env.to_dict(), indent=2, default=str))
+    (out / "env.json").write_text(env_json("benchmarks/gpu/gpu_published_report.py", env))
     gpu = default_device().type == "cuda"
     deadline = time.monotonic() + a.budget_s
     frames = []

@@ -4,7 +4,8 @@ and classify the real kernel names (flyexplore.insight.trace).
     python benchmarks/gpu/gpu_trace.py OUT_DIR [--small] [--reps 5] [--skip-compile]
 
 Writes to OUT_DIR:
-  env.json        flyexplore's environment report (as ``flyexplore env --json``)
+  env.json        flyexplore's environment report (as ``flyexplore env --json``) with the run's
+                  provenance under ``provenance`` (commit, flyexplore's version, the machine)
   traces.json     one record per (case, backend): status, observed families, kernels, autotune
   kernels.csv     one row per kernel: case, backend, name, family, library, calls, us
   autotune.csv    one row per autotune candidate: case, backend, op, name, family, time_ms, winner
@@ -62,12 +63,12 @@ def run(out: Path, small: bool = False, reps: int = 5, skip_compile: bool = Fals
     import torch
 
     from flyexplore.world import switches
-    from flyexplore.world.env import collect
+    from flyexplore.world.env import collect, env_json
     from flyexplore.insight.trace import trace
 
     out.mkdir(parents=True, exist_ok=True)
     env = collect()
-    (out / "env.json").write_text(json.dumps(env.to_dict(), indent=2, default=str))
+    (out / "env.json").write_text(env_json("benchmarks/gpu/gpu_trace.py", env))
     gpu = torch.cuda.is_available()
     dev = torch.device("cuda:0" if gpu else "cpu")
     log: list[str] = []

@@ -679,7 +679,7 @@ def commit_text(commit: str, dirty: str) -> str:
 
 
 def provenance(script: str = "", env: Environment | None = None,
-               environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+               environ: Mapping[str, str] | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Where a benchmark's output came from, to write beside it (``provenance.json``, a key of its
     ``env.json``, or one header line of a text output: :func:`provenance_line`).
 
@@ -695,7 +695,8 @@ def provenance(script: str = "", env: Environment | None = None,
 
     ``env``: the :class:`Environment` the run measured in (default: :func:`collect`'s, which
     imports torch). The commit is read for this call, so ``environ`` (default ``os.environ``)
-    may carry :data:`COMMIT_ENV` / :data:`DIRTY_ENV`. Never raises for a missing git."""
+    may carry :data:`COMMIT_ENV` / :data:`DIRTY_ENV`. ``extra``: the script's own keys (a part,
+    a command line), added last. Never raises for a missing git."""
     env = collect() if env is None else env
     environ = os.environ if environ is None else environ
     commit, dirty = git_commit(environ=environ), git_dirty(environ=environ)
@@ -720,6 +721,7 @@ def provenance(script: str = "", env: Environment | None = None,
         "torch": env.versions.get("torch", ""),
         "gpu_runtime": env.versions.get("hip") or env.versions.get("cuda") or "",
         "flydsl": env.versions.get("flydsl", ""),
+        **(extra or {}),
     }
 
 
@@ -730,10 +732,11 @@ def provenance_line(prov: dict[str, Any]) -> str:
 
 
 def write_provenance(folder: str | os.PathLike, script: str, env: Environment | None = None,
-                     name: str = "provenance.json") -> dict[str, Any]:
-    """Write :func:`provenance` as ``folder/name`` (JSON, created with the folder, replaced
-    atomically); returns it. Raises :class:`flyexplore.errors.WriteError` when the write fails."""
-    prov = provenance(script, env)
+                     name: str = "provenance.json", extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write :func:`provenance` (``extra``: the script's own keys) as ``folder/name`` (JSON, created
+    with the folder, replaced atomically); returns it. Raises :class:`flyexplore.errors.WriteError`
+    when the write fails."""
+    prov = provenance(script, env, extra=extra)
     os.makedirs(folder, exist_ok=True)
     write_text(os.path.join(folder, name), json.dumps(prov, indent=1) + "\n")
     return prov

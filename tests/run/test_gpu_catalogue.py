@@ -39,7 +39,12 @@ def test_files_and_summary(run_dir):
     s = json.loads((out / "summary.json").read_text())
     assert [p["part"] for p in s["parts"]] == ["grouped_cpu", "scaled_cpu", "attention_cpu"]
     assert s["rows"] == summary["rows"] == 16 + 24 + 30
-    assert json.loads((out / "env.json").read_text())["platform"] == "cpu"
+    env = json.loads((out / "env.json").read_text())
+    assert env["platform"] == "cpu"
+    prov = env["provenance"]   # which code and machine made the files (issue 36)
+    assert prov["script"] == "benchmarks/gpu/gpu_catalogue.py" and prov["platform"] == "cpu"
+    assert prov["flyexplore_commit"] == env["flyexplore_commit"] and "host" not in prov
+    assert "flyexplore commit:" in (out / "env.txt").read_text()
 
 
 def test_rows_are_measured_emulated_or_explained(run_dir):

@@ -160,9 +160,9 @@ def test_files_written_before_the_column_still_load(tmp_path):
 
 def test_provenance_names_commit_version_and_machine_but_no_host(tmp_path):
     env = E.collect(refresh=True)
-    p = E.provenance("benchmarks/evidence/x.py", env,
+    p = E.provenance("benchmarks/evidence/torture.py", env,
                      environ={"FLYEXPLORE_COMMIT": "abc123", "FLYEXPLORE_DIRTY": "0"})
-    assert p["script"] == "benchmarks/evidence/x.py"
+    assert p["script"] == "benchmarks/evidence/torture.py"
     assert (p["flyexplore_commit"], p["flyexplore_dirty"], p["commit_from"]) == ("abc123", "clean", "FLYEXPLORE_COMMIT")
     assert p["flyexplore"] == env.versions["flyexplore"]
     assert p["platform"] == env.platform and p["device"] == env.device.name
@@ -181,9 +181,9 @@ def test_write_provenance_and_env_json(tmp_path, monkeypatch):
     monkeypatch.setenv("FLYEXPLORE_COMMIT", "d00d")
     monkeypatch.delenv("FLYEXPLORE_DIRTY", raising=False)
     env = E.collect(refresh=True)
-    got = E.write_provenance(tmp_path / "new" / "folder", "benchmarks/gpu/y.py", env)
+    got = E.write_provenance(tmp_path / "new" / "folder", "benchmarks/gpu/gpu_trace.py", env)
     on_disk = json.loads((tmp_path / "new" / "folder" / "provenance.json").read_text())
     assert on_disk == got and got["flyexplore_commit"] == "d00d" and got["flyexplore_dirty"] == ""
-    d = json.loads(E.env_json("benchmarks/gpu/y.py", env))
-    assert d["provenance"]["script"] == "benchmarks/gpu/y.py" and d["fingerprint"] == env.fingerprint()
+    d = json.loads(E.env_json("benchmarks/gpu/gpu_trace.py", env))
+    assert d["provenance"]["script"] == "benchmarks/gpu/gpu_trace.py" and d["fingerprint"] == env.fingerprint()
     assert d["flyexplore_commit"] == "d00d"
