@@ -204,7 +204,7 @@ def _source() -> str:
     from flyexplore.world import env as ENV
 
     label = ENV.commit_label(ENV.git_commit(ROOT), ENV.git_dirty(ROOT))
-    return f"{ROOT.name}/ at git {label}" if label else f"{ROOT.name}/ (not a git checkout; commit unknown)"
+    return f"the checkout at git {label}" if label else "not a git checkout (commit unknown)"
 
 
 def _provenance() -> str:
