@@ -60,14 +60,14 @@ PRECISION_CAP_S = {"cpu": 0.2, "cuda": 0.1}
 #: than +-band/2) keeps the case going this long at most (``stop_reason="label_cap"``,
 #: ``converged=False``). Never before ``2 * min_rounds`` rounds (a long call gets some rounds).
 #: The GPU value keeps the slowest case within 3x ``do_bench``: on an H200
-#: (``benchmarks/reproducible.py``, ``data/h200/reproducible/``) do_bench took 0.21-0.33 s for
+#: (``benchmarks/evidence/reproducible.py``, ``data/h200/reproducible/``) do_bench took 0.21-0.33 s for
 #: the three backends of a case of 9-70 µs calls, 0.07 s a callable at the least; 3x that is
 #: 0.21 s a backend, less the case's share of the profiled round and stopping checks (about
 #: 0.02 s a case): 0.18 s. At 0.2 s the slowest case read 3.09x its do_bench. The CPU value is
 #: 3x the CPU precision cap.
 LABEL_CAP_S = {"cpu": 0.6, "cuda": 0.18}
 #: Least time in timed rounds before a case may stop at ``target``, s per backend. On an H200
-#: (``benchmarks/reproducible.py``, first GPU run of the sequential rule) cases that stopped
+#: (``benchmarks/evidence/reproducible.py``, first GPU run of the sequential rule) cases that stopped
 #: after 10-13 rounds (20-40 ms of rounds after the 50 ms warm-up) read absolute times 2-3.5%
 #: apart between fresh processes -- the clock had not settled after the GPU idled through the
 #: case's compile -- where the same cases read 0.15-0.7% apart with longer timing. Speedups were
@@ -82,7 +82,7 @@ MIN_TIMED_S = {"cpu": 0.0, "cuda": 0.05}
 #: rounds apart from 10 rounds on, the chance that *any* look's 99% interval misses the true
 #: median ratio is 4.3% up to 300 rounds (15 looks), 6.2% up to 1,000 (20 looks) and 8.0% up to
 #: 3,000 (25 looks), where looks at 95% would miss 26% of the time up to 1,000 rounds
-#: (``benchmarks/sequential_looks.py``: seeded, exact for any continuous distribution of the
+#: (``benchmarks/evidence/sequential_looks.py``: seeded, exact for any continuous distribution of the
 #: ratios, since order-statistic intervals depend only on ranks). A wrong label needs a miss on
 #: one side, beyond a band edge: 2.2%, 3.2% and 4.1%, against the 2.5% of a single 95% interval.
 #: Bonferroni over 20 looks would ask for 99.75% per look, and some 38% more rounds than 99%

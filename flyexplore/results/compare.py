@@ -35,7 +35,8 @@ CLOCK_DIFFERS = 0.05
 
 #: Environment columns shown side by side (and flagged when they differ).
 ENV_COLUMNS = ("env", "env_python", "env_changes", "platform", "device", "arch", "torch", "torch_git", "triton",
-               "flydsl", "aotriton", "gpu_runtime", "blas_library", "tunableop", "python", "host", "env_id")
+               "flydsl", "aotriton", "gpu_runtime", "blas_library", "tunableop", "python", "host", "env_id",
+               "flyexplore", "flyexplore_commit")
 
 
 @dataclass
@@ -632,7 +633,7 @@ def same_within_text(pairs: pd.DataFrame) -> str | None:
     within ``±largest`` of 1 (column ``same_within``: ``max(1 - ratio_lo, ratio_hi - 1)``, the
     narrowest ``--band`` at which the pair would read SAME), with the median of them. An
     A-vs-A compare across runs on a GPU is AMBIGUOUS at the ±1% band whenever fresh processes
-    spread by more than that (``benchmarks/process_spread.py``); this line is then the bound it
+    spread by more than that (``benchmarks/evidence/process_spread.py``); this line is then the bound it
     does give. None when no AMBIGUOUS pair has a finite ``same_within``."""
     if "same_within" not in pairs or "verdict" not in pairs:
         return None

@@ -173,6 +173,10 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "host": ("string", "host name"),
     "env_id": ("string", "hash of the environment fingerprint"),
     "flyexplore": ("string", "flyexplore version that wrote the row"),
+    "flyexplore_commit": ("string", "flyexplore's git commit that wrote the row; '-dirty' after it: tracked files "
+                          "had changed since, '-dirty?': unknown whether they had (FLYEXPLORE_COMMIT given "
+                          "without FLYEXPLORE_DIRTY); empty: unknown, as in files written before the column "
+                          "(flyexplore.world.env.git_commit, Environment.code_columns)"),
     "torch_git": ("string", "torch's git version (torch.version.git_version)"),
     "blas_library": ("string", "the BLAS library torch prefers for GEMMs (cublas, cublaslt, hipblaslt, ck; "
                      "'cpu: mkl' on the CPU): with tunableop, what decides ATen's GEMM kernel "
@@ -607,7 +611,7 @@ def _ends_in_newline(p: Path) -> bool:
 
 #: pandas before 3.1 parses CSV floats with a fast parser that is often 1 ulp off (measured with
 #: pandas 3.0.6 on the lent H200: 9,831 of 10,000 float32 event times saved by ``to_csv`` came
-#: back different; ``benchmarks/torture.py`` saw every CSV time change across a resume);
+#: back different; ``benchmarks/evidence/torture.py`` saw every CSV time change across a resume);
 #: ``float_precision="round_trip"`` reads every float ``save`` wrote exactly. pandas 3.1 parses
 #: exactly by default and deprecates the argument.
 _CSV_FLOATS = ({"float_precision": "round_trip"}
@@ -928,7 +932,7 @@ class _Rows:
 #: ``--processes``): the interval of a ratio of medians from different runs is widened by this
 #: fraction on each side, because one process's interval knows its own noise but not how much a
 #: fresh process or another run reads (clock and power state, autotune choices on a GPU; load and
-#: neighbours on a shared CPU). Calibrated by ``benchmarks/reproducible.py`` (``calibration.json``:
+#: neighbours on a shared CPU). Calibrated by ``benchmarks/evidence/reproducible.py`` (``calibration.json``:
 #: for every row, every two single processes of different runs, ``|t_p / t_q - 1|``), the 95th
 #: percentile rounded up: H200, 8 GEMM shapes x 3 backends x 3 runs x 3 processes (648 pairs):
 #: median 0.45%, p95 3.61%, largest 8.7% (``label_cap_0.2/``), and the same again a day later:
@@ -943,7 +947,7 @@ RUN_TO_RUN = {"cuda": 0.04, "rocm": 0.04, "cpu": 0.50}
 #: space, per platform: added (in quadrature) to the between-process intervals of rows measured
 #: with ``--processes`` and of cross-run pairs of such rows
 #: (:func:`flyexplore.measure.stats.between_process`, :func:`~flyexplore.measure.stats.between_runs`).
-#: Calibrated by ``benchmarks/reproducible.py`` as the variance of run means beyond what the runs'
+#: Calibrated by ``benchmarks/evidence/reproducible.py`` as the variance of run means beyond what the runs'
 #: between-process variation explains (method of moments, pooled over rows): H200, 2 runs x 3
 #: processes x 24 rows: none (the between-run differences, -0.94% to +0.31%, are what the
 #: processes' own spread predicts: excess variance < 0), so 0; this 2-core shared CPU, 2 runs x 3
@@ -956,7 +960,7 @@ RUN_SHIFT = {"cuda": 0.0, "rocm": 0.0, "cpu": 0.03}
 #: sd)``, ``sd`` the standard deviation of one process's log estimate. A GPU under its power limit
 #: moves between runs a few minutes apart as it moves between processes, and the more a shape
 #: moves between processes, the more it moves between runs: on an H200, two sweeps of 8 processes
-#: each (``benchmarks/reproducible.py --processes 8``, ``data/h200/reproducible/processes8/``) read
+#: each (``benchmarks/evidence/reproducible.py --processes 8``, ``data/h200/reproducible/processes8/``) read
 #: 8192x8192x8192 4% apart, past their Welch interval (A-vs-A read FASTER on 2 of 24 pairs, and
 #: each run's interval held the other run's time on 39 of 48 rows). Method of moments over those
 #: 24 rows x 1 pair of runs: excess variance of run means / per-process variance = 0.47, whose

@@ -213,7 +213,7 @@ class CaseRunner:
         self.ctx = RunContext(self.device, self.env)
         torch.ones(2, 2) @ torch.ones(2, 2)  # loads the CPU BLAS now, not in the first case's time limit
         self.info = {"pid": os.getpid(), "device_id": physical_device_id(self.device),
-                     "fp": {**self.env.fingerprint(), "flyexplore": self.env.versions.get("flyexplore", "")},
+                     "fp": {**self.env.fingerprint(), **self.env.code_columns()},
                      "worker": f"{label}/pid{os.getpid()}"}
 
     def run(self, task: Task):

@@ -60,7 +60,7 @@ PROBE_TIMEOUT_S = 60.0
 #: enough), but calls of 12-18 µs keep a per-process offset of 2-3% even when taking turns
 #: (issue 32), which only fresh pairs can measure; with 3 the interval of the mean over the pairs
 #: has t(2) = 4.3 and catches an offset that one pair would call an effect
-#: (``benchmarks/ab_envs.py``, ``data/h200/ab/``).
+#: (``benchmarks/evidence/ab_envs.py``, ``data/h200/ab/``).
 PAIRS = 3
 #: The name of the A/A copy of an environment (:func:`aa_copy`).
 AA_SUFFIX = "-aa"

@@ -98,7 +98,7 @@ class Worker:
         self.case_state: dict | None = None
 
     def hello(self) -> dict:
-        fp = {**self.env.fingerprint(), "flyexplore": __version__}
+        fp = {**self.env.fingerprint(), **self.env.code_columns(), "flyexplore": __version__}
         mods = sorted({m.split(".")[0] for m in list(sys.modules) if not m.startswith("_")})
         return {"kind": "hello", "pid": os.getpid(), "name": self.name, "python": sys.version.split()[0],
                 "executable": sys.executable,

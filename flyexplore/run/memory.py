@@ -40,7 +40,7 @@ Fits are cached in this process and on disk (:func:`flyexplore.paths.cache_dir`,
 fit keyed by torch and flyexplore versions, the device and the probes' labels; ``FLYEXPLORE_CACHE=off``
 disables it). Accuracy: ``tests/run/test_memory.py`` holds the estimate within 1.5x of the
 measured peak for every (family, backend) that runs on the CPU, and
-``benchmarks/memory_estimate.py`` tabulates it (``data/cpu/memory_estimate``).
+``benchmarks/evidence/memory_estimate.py`` tabulates it (``data/cpu/memory_estimate``).
 
 Cheap: a probe runs only when a decision depends on it. A case whose lower bound (inputs and
 one output) is over the limit is refused as it is; one whose generous upper bound

@@ -248,7 +248,7 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
     writer.add_record(record)
     env = ENV.collect()
     ctx = RunContext(device, env)
-    fp = {**env.fingerprint(), "flyexplore": env.versions.get("flyexplore", "")}
+    fp = {**env.fingerprint(), **env.code_columns()}
     run_id = record["run_id"]
     todo = [(c, d, b) for c, d, b in plan.items() if (plan.op.name, c.label, d, b) not in done]
     problems: list[str] = []

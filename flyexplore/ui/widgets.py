@@ -30,7 +30,7 @@ from flyexplore.world import switches as S
 
 
 def environment_view(env=None) -> W.HTML:
-    """The environment report as an HTML widget: platform, devices, versions and, for each
+    """The environment report as an HTML widget: platform, devices, versions, flyexplore's commit and, for each
     FlyDSL path (eager overrides, compile templates, the compile-only kernel X-ray), every
     readiness check with its fix.
     ``env`` defaults to :func:`flyexplore.world.env.collect()`."""
@@ -45,6 +45,8 @@ def environment_view(env=None) -> W.HTML:
                      f"{d.compute_units} {unit}, {mem}<br>")
     parts.append("<b>versions</b>: " + ", ".join(f"{e(k)} {e(str(v) or 'none')}"
                                                  for k, v in env.versions.items()))
+    parts.append(f"<br><b>flyexplore commit</b>: "
+                 f"{e(ENV.commit_text(getattr(env, 'flyexplore_commit', ''), getattr(env, 'flyexplore_dirty', '')))}")
     parts.append(f"<br><b>FlyDSL target arch</b>: {e(env.target_arch or 'none')} "
                  f"(from {e(env.target_arch_source)})")
     for r in (env.flydsl_eager, env.flydsl_compile, getattr(env, "flydsl_xray", None)):

@@ -63,7 +63,7 @@ _TABLE_COLS = ["op", "case", "dtype", "backend", "status", "time_ms", "per_call_
                "host_bound", "clock_mhz_min", "throttled", "source", "observed", "flydsl_taken", "device",
                "message"]
 _ENV_COLS = ["env", "platform", "device", "arch", "torch", "triton", "flydsl", "aotriton", "gpu_runtime",
-             "blas_library", "tunableop", "python", "env_python", "env_changes", "host", "env_id"]
+             "blas_library", "tunableop", "python", "env_python", "env_changes", "host", "env_id", "flyexplore_commit"]
 _CSS = ("body{font-family:Arial,Helvetica,sans-serif;margin:2em;max-width:1500px;color:#222}"
         "table{border-collapse:collapse;font-size:12px;margin:0.5em 0 1.5em}"
         "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}th{background:#f3f3f3}"

@@ -2,7 +2,13 @@
 
 ``collect()`` returns an :class:`Environment` (frozen); ``flyexplore env [--json]`` prints it.
 Every result row carries :meth:`Environment.fingerprint` so a number always says where it came
-from.
+from, and :meth:`Environment.code_columns` (flyexplore's version and git commit) so it also says
+which code measured it. :func:`provenance` is the same for a benchmark's output folder: the
+commit, whether the tree had changes, flyexplore's version and the machine (no host name).
+
+Which commit: :func:`git_commit` and :func:`git_dirty` read the git work tree the package lives in;
+a copy without ``.git`` (the lent GPU machine receives one) is told by ``FLYEXPLORE_COMMIT`` and
+``FLYEXPLORE_DIRTY``, which whoever starts the run there sets from the checkout it copied.
 
 The FlyDSL readiness verdicts (which also decide whether the sweep's ``flydsl`` backends are
 available) are :mod:`flyexplore.world.readiness`'s rules, the ones ``explain`` uses, shown as
@@ -38,10 +44,13 @@ import platform as _platform
 import re
 import shutil
 import subprocess
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from flyexplore._version import __version__
+from flyexplore.atomic import write_text
 from flyexplore.world import readiness as R
 from flyexplore.world.readiness import ACCEPTED_FLYDSL_SERIES
 from flyexplore.world.routes import routes
@@ -127,6 +136,11 @@ class Environment:
     host: str = ""
     #: Can ``flyexplore xray`` compile FlyDSL kernels for gfx950 here (no GPU needed)?
     flydsl_xray: Readiness | None = None
+    #: flyexplore's git commit (:func:`git_commit`; ``""``: unknown).
+    flyexplore_commit: str = ""
+    #: ``"dirty"`` (tracked files changed since the commit), ``"clean"`` or ``""`` (unknown):
+    #: :func:`git_dirty`.
+    flyexplore_dirty: str = ""
 
     @property
     def device(self) -> Device:
@@ -159,6 +173,15 @@ class Environment:
         fp["env_id"] = hashlib.sha1(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:12]
         return fp
 
+    def code_columns(self) -> dict[str, str]:
+        """The result row's columns that name the code which measured it: ``flyexplore`` (the
+        version) and ``flyexplore_commit`` (:func:`commit_label`: the commit, ``-dirty`` after it
+        when tracked files had changed, ``-dirty?`` when that is unknown; ``""`` when the commit
+        is unknown). Not part of :meth:`fingerprint`: ``env_id`` names the environment, not
+        the code."""
+        return {"flyexplore": self.versions.get("flyexplore", ""),
+                "flyexplore_commit": commit_label(self.flyexplore_commit, self.flyexplore_dirty)}
+
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["flydsl_eager"]["ready"] = self.flydsl_eager.ready
@@ -178,6 +201,7 @@ class Environment:
         lines.append("versions:")
         for k, v in self.versions.items():
             lines.append(f"  {k}: {v}")
+        lines.append(f"flyexplore commit: {commit_text(self.flyexplore_commit, self.flyexplore_dirty)}")
         tgt = self.target_arch or "none"
         lines.append(f"FlyDSL target arch: {tgt} (from {self.target_arch_source})")
         for r in (self.flydsl_eager, self.flydsl_compile, self.flydsl_xray):
@@ -509,16 +533,21 @@ def _devices(torch) -> tuple[str, tuple[Device, ...]]:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         mem = 0
+    return "cpu", (Device(0, cpu_name(), _platform.machine(), os.cpu_count() or 1, mem, None),)
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``'s first ``model name``; elsewhere
+    ``platform.processor()`` or the machine string)."""
     name = _platform.processor() or _platform.machine() or "cpu"
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return "cpu", (Device(0, name, _platform.machine(), os.cpu_count() or 1, mem, None),)
+    return name
 
 
 @functools.lru_cache(maxsize=1)
@@ -555,4 +584,166 @@ def collect(refresh: bool = False, environ: dict[str, str] | None = None) -> Env
                              R.flydsl_built())
     env_vars = {k: environ[k] for k in RELEVANT_ENV_VARS if k in environ}
     xray = xray_readiness(versions, environ)
-    return Environment(plat, devs, versions, arch, src, eager, comp, env_vars, _platform.node(), xray)
+    return Environment(plat, devs, versions, arch, src, eager, comp, env_vars, _platform.node(), xray,
+                       git_commit(environ=environ), git_dirty(environ=environ))
+
+
+# -- which code: flyexplore's git commit, and a benchmark output's provenance -------------------------
+
+#: Set where the code was copied without ``.git`` (the lent GPU machine): the commit the copy was
+#: made from (``git rev-parse HEAD`` of the checkout), read by :func:`git_commit` instead of git.
+COMMIT_ENV = "FLYEXPLORE_COMMIT"
+#: With :data:`COMMIT_ENV`: whether the copied tree had changes since that commit (``1``/``true``/
+#: ``yes``/``dirty`` or ``0``/``false``/``no``/``clean``), read by :func:`git_dirty`.
+DIRTY_ENV = "FLYEXPLORE_DIRTY"
+_YES = frozenset({"1", "true", "yes", "dirty"})
+_NO = frozenset({"0", "false", "no", "clean"})
+
+
+def package_root() -> str:
+    """The folder that holds the ``flyexplore`` package (a checkout's top, or site-packages)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@functools.lru_cache(maxsize=16)
+def _git_state(root: str) -> tuple[str, str]:
+    """``(commit, "dirty" | "clean" | "")`` of the git work tree whose top is ``root``;
+    ``("", "")`` when git is missing, fails or takes over 10 s, or ``root`` is not the top of a
+    work tree with a commit (an installed copy inside some other repository reads nothing).
+    Two git calls, a few ms; cached per ``root`` (``_git_state.cache_clear()`` forgets)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_OPTIONAL_LOCKS"] = "0"   # status must not write the index (another git may hold it)
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, timeout=10,
+                              env=env, stdin=subprocess.DEVNULL, check=False)
+
+    try:
+        head = git("rev-parse", "--show-toplevel", "HEAD")
+        got = head.stdout.splitlines()
+        if head.returncode != 0 or len(got) != 2 or os.path.realpath(got[0]) != os.path.realpath(root):
+            return "", ""
+        status = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "", ""
+    dirty = "" if status.returncode != 0 else "dirty" if status.stdout.strip() else "clean"
+    return got[1].strip(), dirty
+
+
+def git_commit(repo: str | os.PathLike | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """flyexplore's git commit: ``$FLYEXPLORE_COMMIT`` when set (a copy without ``.git``), else
+    the full hash of ``HEAD`` of the git work tree whose top is ``repo`` (default:
+    :func:`package_root`, the checkout this flyexplore runs from). ``""`` when unknown: no git,
+    no repository there, or the package installed inside another repository's folder. Never
+    raises; cached (see :func:`_git_state`). ``environ``: default ``os.environ``."""
+    environ = os.environ if environ is None else environ
+    given = (environ.get(COMMIT_ENV) or "").strip()
+    if given:
+        return given
+    return _git_state(os.fspath(repo) if repo is not None else package_root())[0]
+
+
+def git_dirty(repo: str | os.PathLike | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """Whether tracked files differ from the commit :func:`git_commit` names: ``"dirty"``,
+    ``"clean"`` or ``""`` (unknown). ``$FLYEXPLORE_DIRTY`` when set (``1``/``true``/``yes``/``dirty``
+    or ``0``/``false``/``no``/``clean``; any other value: unknown); else, when
+    ``$FLYEXPLORE_COMMIT`` is set, unknown (the commit did not come from this tree); else ``git
+    status --porcelain --untracked-files=no`` of ``repo``'s work tree (untracked files, such as
+    outputs, do not count). Never raises."""
+    environ = os.environ if environ is None else environ
+    flag = (environ.get(DIRTY_ENV) or "").strip().lower()
+    if flag:
+        return "dirty" if flag in _YES else "clean" if flag in _NO else ""
+    if (environ.get(COMMIT_ENV) or "").strip():
+        return ""
+    return _git_state(os.fspath(repo) if repo is not None else package_root())[1]
+
+
+def commit_label(commit: str, dirty: str) -> str:
+    """One text for a commit and its tree's state, as result rows carry it (column
+    ``flyexplore_commit``): ``<commit>``, ``<commit>-dirty`` (tracked files had changed),
+    ``<commit>-dirty?`` (unknown whether they had); ``""`` when the commit is unknown."""
+    if not commit:
+        return ""
+    return commit + {"clean": "", "dirty": "-dirty"}.get(dirty, "-dirty?")
+
+
+def commit_text(commit: str, dirty: str) -> str:
+    """The commit and its tree's state in words (``flyexplore env``'s line)."""
+    if not commit:
+        return (f"unknown (not a git checkout, or no git here; set {COMMIT_ENV} and {DIRTY_ENV} "
+                "where the code is a copy)")
+    state = {"clean": "no changes to tracked files", "dirty": "tracked files changed since"}.get(
+        dirty, "unknown whether files changed since")
+    return f"{commit} ({state})"
+
+
+def provenance(script: str = "", env: Environment | None = None,
+               environ: Mapping[str, str] | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Where a benchmark's output came from, to write beside it (``provenance.json``, a key of its
+    ``env.json``, or one header line of a text output: :func:`provenance_line`).
+
+    Keys: ``script`` (as given: the benchmark's path from the repository root), ``flyexplore``
+    (version), ``flyexplore_commit`` and ``flyexplore_dirty`` (:func:`git_commit`,
+    :func:`git_dirty`; ``""``: unknown), ``commit_from`` (``"git"``, ``"FLYEXPLORE_COMMIT"`` or
+    ``""``), ``utc`` (ISO 8601, seconds), and the machine without its host name: ``platform``
+    (``cpu``/``cuda``/``rocm``), ``device`` and ``arch`` (device 0; the CPU's model on a CPU),
+    ``device_count`` (accelerators; 0 on a CPU), ``device_memory_gib`` (device 0's, GiB),
+    ``cpu`` (model name), ``cpu_count`` (logical CPUs, ``os.cpu_count()``), ``os``
+    (``platform.system()`` and release), ``python``, ``torch``, ``gpu_runtime`` (HIP or CUDA
+    version) and ``flydsl``.
+
+    ``env``: the :class:`Environment` the run measured in (default: :func:`collect`'s, which
+    imports torch). The commit is read for this call, so ``environ`` (default ``os.environ``)
+    may carry :data:`COMMIT_ENV` / :data:`DIRTY_ENV`. ``extra``: the script's own keys (a part,
+    a command line), added last. Never raises for a missing git."""
+    env = collect() if env is None else env
+    environ = os.environ if environ is None else environ
+    commit, dirty = git_commit(environ=environ), git_dirty(environ=environ)
+    d = env.device
+    gpu = env.platform in ("cuda", "rocm")
+    return {
+        "script": script,
+        "flyexplore": env.versions.get("flyexplore", __version__),
+        "flyexplore_commit": commit,
+        "flyexplore_dirty": dirty,
+        "commit_from": ("FLYEXPLORE_COMMIT" if (environ.get(COMMIT_ENV) or "").strip() else "git") if commit else "",
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "platform": env.platform,
+        "device": d.name,
+        "arch": d.arch,
+        "device_count": len(env.devices) if gpu else 0,
+        "device_memory_gib": round(d.memory_bytes / 2**30, 1) if d.memory_bytes else None,
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "os": f"{_platform.system()} {_platform.release()}".strip(),
+        "python": env.versions.get("python", _platform.python_version()),
+        "torch": env.versions.get("torch", ""),
+        "gpu_runtime": env.versions.get("hip") or env.versions.get("cuda") or "",
+        "flydsl": env.versions.get("flydsl", ""),
+        **(extra or {}),
+    }
+
+
+def provenance_line(prov: dict[str, Any]) -> str:
+    """:func:`provenance` as one line, ``provenance: {json}``, for the head of a text output
+    (prefix it with the file's comment mark)."""
+    return "provenance: " + json.dumps(prov, default=str)
+
+
+def write_provenance(folder: str | os.PathLike, script: str, env: Environment | None = None,
+                     name: str = "provenance.json", extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write :func:`provenance` (``extra``: the script's own keys) as ``folder/name`` (JSON, created
+    with the folder, replaced atomically); returns it. Raises :class:`flyexplore.errors.WriteError`
+    when the write fails."""
+    prov = provenance(script, env, extra=extra)
+    os.makedirs(folder, exist_ok=True)
+    write_text(os.path.join(folder, name), json.dumps(prov, indent=1) + "\n")
+    return prov
+
+
+def env_json(script: str, env: Environment | None = None) -> str:
+    """``flyexplore env --json``'s text with :func:`provenance` under the key ``provenance``: what
+    a benchmark writes as its folder's ``env.json``."""
+    env = collect() if env is None else env
+    return json.dumps({**env.to_dict(), "provenance": provenance(script, env)}, indent=2, default=str) + "\n"

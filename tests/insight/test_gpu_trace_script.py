@@ -1,4 +1,4 @@
-"""benchmarks/gpu_trace.py runs its CPU-testable part here: every case is attempted, GPU-only
+"""benchmarks/gpu/gpu_trace.py runs its CPU-testable part here: every case is attempted, GPU-only
 cases are recorded as skipped/errors rather than crashing, and the output files are written."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_trace.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "gpu_trace.py"
 
 
 def test_gpu_trace_script_small_on_cpu(tmp_path, capsys):
@@ -23,6 +23,8 @@ def test_gpu_trace_script_small_on_cpu(tmp_path, capsys):
         assert (tmp_path / f).exists(), f
     env = json.loads((tmp_path / "env.json").read_text())
     assert env["platform"] == "cpu" and "fingerprint" in env
+    assert env["provenance"]["script"] == "benchmarks/gpu/gpu_trace.py" and "host" not in env["provenance"]
+    assert {"flyexplore", "flyexplore_commit", "flyexplore_dirty", "device", "cpu_count"} <= set(env["provenance"])
     recs = json.loads((tmp_path / "traces.json").read_text())["records"]
     by = {(r["case"].split()[0], r["backend"]): r for r in recs}
     assert by[("gemm", "aten")]["status"] == "ok"

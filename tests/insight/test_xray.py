@@ -462,7 +462,7 @@ def test_cli_xray_json(tmp_path, capsys):
 def test_published_script_builds_its_case_list():
     import importlib.util
 
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "xray_published.py")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "evidence", "xray_published.py")
     spec = importlib.util.spec_from_file_location("xray_published", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

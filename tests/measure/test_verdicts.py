@@ -593,7 +593,7 @@ def test_a_fixed_number_of_rounds_says_so():
 
 
 def test_repeated_looks_need_the_stricter_confidence():
-    """The figures behind LOOK_CONFIDENCE (benchmarks/sequential_looks.py), smaller: with looks
+    """The figures behind LOOK_CONFIDENCE (benchmarks/evidence/sequential_looks.py), smaller: with looks
     LOOK_GROWTH apart up to 1,000 rounds, some 99% interval misses the true median about 6% of
     the time, some 95% one about 26%."""
     import importlib.util
@@ -601,7 +601,7 @@ def test_repeated_looks_need_the_stricter_confidence():
     import flyexplore.measure.interleaved as I
     from conftest import ROOT
 
-    spec = importlib.util.spec_from_file_location("sequential_looks", ROOT / "benchmarks" / "sequential_looks.py")
+    spec = importlib.util.spec_from_file_location("sequential_looks", ROOT / "benchmarks" / "evidence" / "sequential_looks.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     got = mod.miss_rates(I.MIN_ROUNDS, I.LOOK_GROWTH, 1000, (0.95, I.LOOK_CONFIDENCE), trials=4000, seed=0)

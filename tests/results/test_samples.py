@@ -87,13 +87,13 @@ def test_each_text_is_parsed_once_and_the_cache_stays_within_its_bound(monkeypat
 
 
 def test_the_scale_benchmark_copies_rows_with_samples_of_their_own():
-    """benchmarks/analysis_scale.py times the parser without its cache's help: every copy of a row
+    """benchmarks/evidence/analysis_scale.py times the parser without its cache's help: every copy of a row
     gets its own samples text (its first sample nudged), the statistics barely move."""
     import importlib.util
 
     from conftest import ROOT
 
-    spec = importlib.util.spec_from_file_location("analysis_scale", ROOT / "benchmarks" / "analysis_scale.py")
+    spec = importlib.util.spec_from_file_location("analysis_scale", ROOT / "benchmarks" / "evidence" / "analysis_scale.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     src = bench.source()

@@ -701,7 +701,7 @@ def test_carried_speedups_never_reach_the_sample_based_interval(monkeypatch):
 def _panel_rows(n):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("panel_rows", ROOT / "benchmarks" / "panel_rows.py")
+    spec = importlib.util.spec_from_file_location("panel_rows", ROOT / "benchmarks" / "evidence" / "panel_rows.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.synthetic_rows(n)

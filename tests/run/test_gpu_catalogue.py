@@ -1,4 +1,4 @@
-"""benchmarks/gpu_catalogue.py in CPU mode: the cpu-small suites of grouped GEMM, scaled GEMM
+"""benchmarks/gpu/gpu_catalogue.py in CPU mode: the cpu-small suites of grouped GEMM, scaled GEMM
 and attention swept through run_sweep, with result files, the environment and a summary."""
 import importlib.util
 import json
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow  # every test reads one module-wide sweep of three
 def _script():
     if "gpu_catalogue" in sys.modules:
         return sys.modules["gpu_catalogue"]
-    spec = importlib.util.spec_from_file_location("gpu_catalogue", ROOT / "benchmarks" / "gpu_catalogue.py")
+    spec = importlib.util.spec_from_file_location("gpu_catalogue", ROOT / "benchmarks" / "gpu" / "gpu_catalogue.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["gpu_catalogue"] = mod           # dataclasses look their module up there
     spec.loader.exec_module(mod)
@@ -39,7 +39,12 @@ def test_files_and_summary(run_dir):
     s = json.loads((out / "summary.json").read_text())
     assert [p["part"] for p in s["parts"]] == ["grouped_cpu", "scaled_cpu", "attention_cpu"]
     assert s["rows"] == summary["rows"] == 16 + 24 + 30
-    assert json.loads((out / "env.json").read_text())["platform"] == "cpu"
+    env = json.loads((out / "env.json").read_text())
+    assert env["platform"] == "cpu"
+    prov = env["provenance"]   # which code and machine made the files (issue 36)
+    assert prov["script"] == "benchmarks/gpu/gpu_catalogue.py" and prov["platform"] == "cpu"
+    assert prov["flyexplore_commit"] == env["flyexplore_commit"] and "host" not in prov
+    assert "flyexplore commit:" in (out / "env.txt").read_text()
 
 
 def test_rows_are_measured_emulated_or_explained(run_dir):

@@ -277,7 +277,7 @@ print("fed", len(rows), "rows")""",
 
 
 def test_sweep_panel_with_2000_rows_shows_figure_and_grid(lab, tmp_path):
-    """The sweep panel fed 2,000 synthetic rows from a thread (benchmarks/panel_rows.py) in
+    """The sweep panel fed 2,000 synthetic rows from a thread (benchmarks/evidence/panel_rows.py) in
     JupyterLab: the WebGL figure with its geometric means and the itables grid of 2,000 rows render;
     the screenshot is kept as panel-2000-rows.png."""
     try:
@@ -287,7 +287,7 @@ def test_sweep_panel_with_2000_rows_shows_figure_and_grid(lab, tmp_path):
         _need(False, "playwright is not installed (pip install playwright; no 'playwright install')")
     url, work, log = lab
     nb = nbformat.v4.new_notebook()
-    bench = str(ROOT / "benchmarks" / "panel_rows.py")
+    bench = str(ROOT / "benchmarks" / "evidence" / "panel_rows.py")
     nb.cells = [nbformat.v4.new_code_cell(c.format(bench=bench) if "{bench" in c else c) for c in PANEL_2000]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, work / "panel2000.ipynb")

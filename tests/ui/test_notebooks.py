@@ -242,7 +242,7 @@ def _check_run_notebooks_script(executed):
     assert all(r["status"] == "ok" and r["size"] == "cpu" and r["seconds"] > 0 for r in runs)
     # the 5 MB plotly.js bundle of the FigureWidget is not stored in the copies
     assert (executed / "quickstart.ipynb").stat().st_size < 1_000_000
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_notebooks.py"),
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tools" / "run_notebooks.py"),
                         str(executed / "again"), "--only", "nope"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "no notebook named 'nope'" in p.stderr
 
@@ -470,13 +470,13 @@ CHECKS = {"quickstart": _check_quickstart, "gemm_sweeps": _check_gemm_sweeps, "m
 
 @pytest.mark.slow
 def test_every_notebook_runs_on_the_cpu_and_shows_what_it_promises(tmp_path):
-    """All notebooks executed once, with SIZE="cpu", by ``benchmarks/run_notebooks.py`` (the
+    """All notebooks executed once, with SIZE="cpu", by ``benchmarks/tools/run_notebooks.py`` (the
     script used for the GPU copies; each notebook through :func:`flyexplore.ui.notebooks.execute`,
     nbclient and a fresh kernel), then every check: each notebook ran top to bottom, the script
     wrote its logs, and each notebook shows what it promises. Every failed check is reported,
     not only the first."""
     executed = tmp_path / "executed"
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run_notebooks.py"), str(executed),
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tools" / "run_notebooks.py"), str(executed),
                         "--size", "cpu", "--timeout", "300"],
                        capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, p.stdout + p.stderr

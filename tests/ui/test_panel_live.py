@@ -29,9 +29,9 @@ WAIT = 240
 
 
 def synthetic_rows(n):
-    """The benchmark's synthetic GEMM rows (benchmarks/panel_rows.py): aten, triton, flydsl per
+    """The benchmark's synthetic GEMM rows (benchmarks/evidence/panel_rows.py): aten, triton, flydsl per
     case, speedups with intervals and labels against aten, flydsl unavailable in 1 case of 10."""
-    spec = importlib.util.spec_from_file_location("panel_rows", ROOT / "benchmarks" / "panel_rows.py")
+    spec = importlib.util.spec_from_file_location("panel_rows", ROOT / "benchmarks" / "evidence" / "panel_rows.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.synthetic_rows(n), mod.REASON

@@ -13,6 +13,7 @@ from flyexplore.views.plots import speedup_figure
 from flyexplore.ui.panel import CUSTOM, SweepPanel
 from flyexplore.ui.panel import SYMBOLS
 from flyexplore.ui.widgets import environment_view
+from flyexplore.world.env import collect
 
 FAST = {"rep": 3, "warmup": 1}
 WAIT = 240  # seconds; a bound, never reached on a healthy machine
@@ -47,6 +48,8 @@ def test_controls_follow_the_operator_registry():
     plan = p.plan()
     assert [c.label for c, _ in plan.pairs] == ["64x256", "64x256", "32x128", "32x128"]
     assert environment_view().value.count("FlyDSL") >= 2
+    env = collect(refresh=True, environ={"FLYEXPLORE_COMMIT": "c0ffee", "FLYEXPLORE_DIRTY": "0"})
+    assert "<b>flyexplore commit</b>: c0ffee (no changes to tracked files)" in environment_view(env).value
 
 
 @pytest.mark.parametrize("edit, expected", [

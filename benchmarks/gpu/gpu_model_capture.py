@@ -1,7 +1,7 @@
 """Model capture on a real GPU (issue 21): does the capture equal what eager really runs there, and
 what does a model's exported shape list measure?
 
-Run on the lent H200 (``benchmarks/gpu_model_capture.sh`` runs it with the wheels it needs):
+Run on the lent H200 (``benchmarks/gpu/gpu_model_capture.sh`` runs it with the wheels it needs):
 
 1. **Capture = a real run, on the GPU.** Small Llama and Qwen3-MoE models (2 layers) are built with
    real bf16 weights on ``cuda:0`` and run for real under a ``TorchDispatchMode`` that counts
@@ -13,7 +13,9 @@ Run on the lent H200 (``benchmarks/gpu_model_capture.sh`` runs it with the wheel
 3. **Exported shapes**: ``cov.shapes()`` of both, written for ``flyexplore sweep --shapes-from``.
 
 Writes into ``OUT`` (first argument): ``exact.json``, ``<model>_coverage.csv``, ``<model>_text.txt``,
-``<model>_shapes.csv``, ``env.json``. Runs anywhere; on the CPU it checks the same on ``cpu``.
+``<model>_shapes.csv``, ``env.json`` (versions, device, time, and the run's provenance under
+``provenance``: commit, flyexplore's version, the machine). Runs anywhere; on the CPU it checks the
+same on ``cpu``.
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ import platform
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def count_real(model, kwargs):
@@ -92,7 +96,9 @@ def main(out: Path) -> int:
            "device": torch.cuda.get_device_name(0) if dev.startswith("cuda") else platform.processor(),
            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     import transformers
+    from flyexplore.world.env import provenance
     env["transformers"] = transformers.__version__
+    env["provenance"] = provenance("benchmarks/gpu/gpu_model_capture.py")
     (out / "env.json").write_text(json.dumps(env, indent=1))
     ex = exactness(dev)
     (out / "exact.json").write_text(json.dumps(ex, indent=1, default=str))

@@ -1,8 +1,9 @@
 """X-ray the FlyDSL kernels behind the published MI355X cases (data/published/*.csv), on any
 machine: compile-only for gfx950, no GPU. Writes OUT/xray_published.csv (one row per kernel,
-``source = "compiled"``), OUT/env.json (``flyexplore env --json``) and OUT/resources_<op>.html.
+``source = "compiled"``), OUT/env.json (``flyexplore env --json`` with the run's provenance under
+``provenance``: commit, flyexplore's version, the machine) and OUT/resources_<op>.html.
 
-    PYTHONPATH=. python benchmarks/xray_published.py OUT [--radix] [--grouped]
+    PYTHONPATH=. python benchmarks/evidence/xray_published.py OUT [--radix] [--grouped]
 
 RMSNorm (22 cases), dense BF16 GEMM (15, NT), MXFP8/MXFP4 GEMM (17 + 17) and the TopK register
 cases (10) take a few minutes on 2 CPU cores. ``--radix`` adds the 23 TopK radix cases (20-60 s
@@ -14,15 +15,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import re
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from flyexplore.world.env import collect  # noqa: E402
+from flyexplore.world.env import collect, env_json  # noqa: E402
 from flyexplore.paths import published_dir  # noqa: E402
 
 
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     os.makedirs(a.out, exist_ok=True)
     env = collect()
     with open(os.path.join(a.out, "env.json"), "w") as f:
-        json.dump(env.to_dict(), f, indent=2, default=str)
+        f.write(env_json("benchmarks/evidence/xray_published.py", env))
     if env.flydsl_xray is None or not env.flydsl_xray.ready:
         why = "; ".join(c.detail for c in env.flydsl_xray.failed) if env.flydsl_xray else "torch too old"
         print(f"X-ray cannot run here: {why}")

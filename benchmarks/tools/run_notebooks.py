@@ -1,12 +1,13 @@
 """Execute every walkthrough notebook headless and keep the executed copies.
 
-    python benchmarks/run_notebooks.py OUT_DIR [--size cpu|gpu] [--timeout S] [--only NAME]
+    python benchmarks/tools/run_notebooks.py OUT_DIR [--size cpu|gpu] [--timeout S] [--only NAME]
 
 For each ``notebooks/*.ipynb``: runs it top to bottom in a fresh kernel with
 ``SIZE`` and ``OUT=OUT_DIR/<name>-out`` injected below its ``parameters`` cell
 (:func:`flyexplore.ui.notebooks.execute`), and writes the executed copy to ``OUT_DIR/<name>.ipynb``
 (the plotly.js bundle of FigureWidgets left out: :func:`flyexplore.ui.notebooks.slim_widget_state`).
-Also writes ``OUT_DIR/env.json`` (``flyexplore env --json``) and ``OUT_DIR/run.json`` (size,
+Also writes ``OUT_DIR/env.json`` (``flyexplore env --json`` with the run's provenance under
+``provenance``: commit, flyexplore's version, the machine) and ``OUT_DIR/run.json`` (size,
 duration and outcome per notebook; with ``--only NAME`` NAME's entry replaces its earlier one and
 the other notebooks' entries already in ``run.json`` are kept: :func:`merge_runs`). A notebook that fails is written up to the failing cell
 (whether a cell raised, ran past ``--timeout`` or the kernel died; the failure is in the copy's
@@ -28,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 
@@ -74,7 +75,7 @@ def main(argv=None) -> int:
         return 2
 
     from flyexplore.ui import notebooks as N
-    from flyexplore.world.env import collect
+    from flyexplore.world.env import collect, env_json
 
     paths = [p for p in N.list_notebooks() if a.only in (None, p.stem)]
     if not paths:
@@ -84,7 +85,7 @@ def main(argv=None) -> int:
     out = a.out_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
     env = collect()
-    (out / "env.json").write_text(json.dumps(env.to_dict(), indent=2, default=str))
+    (out / "env.json").write_text(env_json("benchmarks/tools/run_notebooks.py", env))
     runs, failed = [], 0
     for path in paths:
         t0 = time.perf_counter()

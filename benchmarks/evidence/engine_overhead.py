@@ -9,16 +9,18 @@ that the statuses are the same row by row, that each row's median lies within th
 workers in percent (goal: under 5%; the worker's start-up -- importing torch, creating a CUDA
 context -- is part of the cost).
 
-Writes into OUT (at most 8 files): ``workers.parquet``, ``inprocess.parquet``, ``env.json``,
-``summary.json``, ``summary.md``, ``workers.log``, ``inprocess.log``, ``wall_s.json``; prints
-the summary.
+Writes into OUT (at most 8 files): ``workers.parquet``, ``inprocess.parquet``, ``env.json``
+(``flyexplore env --json`` with the run's provenance under ``provenance``: commit, flyexplore's
+version, the machine; :func:`flyexplore.world.env.env_json`), ``summary.json`` (the provenance
+again, of the step that wrote it), ``summary.md``, ``workers.log``, ``inprocess.log``,
+``wall_s.json``; prints the summary.
 Imports no plotly (the GPU machine has none).
 
-On the lent GPU:   python benchmarks/engine_overhead.py data/h200/engine_overhead
+On the lent GPU:   python benchmarks/evidence/engine_overhead.py data/h200/engine_overhead
   (or in two calls, each under a 10-minute limit: ``--part workers``, then ``--part inprocess``;
   each run's wall time is kept in OUT/wall_s.json (the 8th file) and the summary is written once
   both result files are there)
-On a CPU (check):  python benchmarks/engine_overhead.py /tmp/eo --cpu-small
+On a CPU (check):  python benchmarks/evidence/engine_overhead.py /tmp/eo --cpu-small
 (``--cpu-small``: gemm ``cpu-small``, backend aten, workers forced with ``--executor local``.)
 """
 from __future__ import annotations
@@ -33,7 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+SCRIPT = "benchmarks/evidence/engine_overhead.py"
 
 
 def _run(out: Path, name: str, args: list[str], extra: list[str]) -> float:
@@ -99,10 +103,10 @@ def main(argv=None) -> int:
     import pandas as pd
 
     from flyexplore.results import table as R
-    from flyexplore.world.env import collect
+    from flyexplore.world.env import collect, env_json, provenance
 
     env = collect()
-    (out / "env.json").write_text(json.dumps(env.to_dict(), indent=2, default=str))
+    (out / "env.json").write_text(env_json(SCRIPT, env))
     walls_p = out / "wall_s.json"
     walls = json.loads(walls_p.read_text()) if walls_p.exists() and a.part != "both" else {}
     if a.part in ("both", "workers"):
@@ -121,7 +125,8 @@ def main(argv=None) -> int:
              worker_cost_pct=round(100 * (t_w - t_i) / t_i, 2),
              workers_device_ids=sorted(set(w.device_id.dropna())), workers=sorted(set(w.worker.dropna())),
              note="each run is its own process with empty Inductor/Triton caches; wall times include "
-                  "starting the process (and, for workers, the worker), in this order: workers, then in-process")
+                  "starting the process (and, for workers, the worker), in this order: workers, then in-process",
+             provenance=provenance(SCRIPT, env))
     (out / "summary.json").write_text(json.dumps(s, indent=2, default=str))
     lines = [f"# Worker processes vs in-process: {s['command']}", "",
              f"- device: {s['device']} ({s['platform']}); worker rows on {', '.join(s['workers_device_ids']) or 'cpu'}",

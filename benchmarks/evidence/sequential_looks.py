@@ -9,7 +9,7 @@ of the median depends only on how many values lie below the true median (a Binom
 count for any continuous distribution), so a simulation of that count is exact for every
 distribution of the per-round ratios. Seeded; CPU; seconds.
 
-    python benchmarks/sequential_looks.py [--trials 40000] [--seed 1]
+    python benchmarks/evidence/sequential_looks.py [--trials 40000] [--seed 1]
 
 Prints, for each confidence and number of rounds, the looks and the chance that any look's
 interval misses the median (both sides, and above it only: a wrong label needs a miss on the
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def looks(first: int, growth: float, last: int) -> list[int]:

@@ -18,9 +18,10 @@ the finished file must hold every plan key exactly once (``lost`` = keys missing
 = rows past one per key) and every recorded row unchanged (same ``run_id`` and time: a committed
 row that disappeared also counts as lost), with no journal and no temporary file left.
 
-    python benchmarks/torture.py --n 50 --jobs 2 --out data/bench/torture.txt
+    python benchmarks/evidence/torture.py --n 50 --jobs 2 --out data/bench/torture.txt
 
-prints one line per sweep and a summary; exit 1 when anything was lost or duplicated.
+prints one line per sweep and a summary; exit 1 when anything was lost or duplicated. The ``--out``
+report's second line is its provenance (commit, flyexplore's version, the machine).
 """
 from __future__ import annotations
 
@@ -36,8 +37,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+SCRIPT = "benchmarks/evidence/torture.py"
 
 SHAPES = ";".join(f"{n}x{n}x{n}" for n in (8, 16, 24, 32, 40, 48, 56, 64))
 BACKENDS = "aten,triton,flydsl"
@@ -155,7 +157,7 @@ def main(argv=None) -> int:
     rng = random.Random(a.seed)
     folder = Path(tempfile.mkdtemp(prefix="flyexplore-torture-"))
     _, full_s = _run(folder / "reference.parquet", "none", False, None)
-    lines = [f"# benchmarks/torture.py --n {a.n} --kills {a.kills} --jobs {a.jobs} --seed {a.seed} --device {a.device}",
+    lines = [f"# benchmarks/evidence/torture.py --n {a.n} --kills {a.kills} --jobs {a.jobs} --seed {a.seed} --device {a.device}",
              f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
              f"load {os.getloadavg()[0]:.1f}; plan: gemm {SHAPES} {'fp32' if DEVICE == 'cpu' else 'bf16'} on {DEVICE} "
              f"x {BACKENDS} = {N_KEYS} rows; "
@@ -190,14 +192,18 @@ def kill_at(p: subprocess.Popen, seconds: float) -> None:
         p.send_signal(signal.SIGKILL)
 
 
-def end(lines: list[str], summary: str, out: str | None, ok: bool) -> int:
-    """Print the SUMMARY line, write the report (``lines`` and it) to ``out`` when given; the
+def end(lines: list[str], summary: str, out: str | None, ok: bool, script: str = SCRIPT) -> int:
+    """Print the SUMMARY line, write the report (``lines`` and it, the provenance of ``script``'s
+    run as its second line: :func:`flyexplore.world.env.provenance`) to ``out`` when given; the
     exit status: 0 when ``ok``, else 1. Shared by the torture scripts."""
     lines.append(summary)
     print(summary)
     if out:
+        from flyexplore.world.env import provenance, provenance_line
+
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text("\n".join(lines) + "\n")
+        head = "# " + provenance_line(provenance(script))
+        Path(out).write_text("\n".join([*lines[:1], head, *lines[1:]]) + "\n")
     return 0 if ok else 1
 
 

@@ -25,9 +25,11 @@ What is timed (wall seconds on this machine; one run each unless ``--repeat``):
 * a sweep's own per-row cost: the journal's commit of row ``n`` (:meth:`flyexplore.run.journal.Journal.add`,
   one SQLite transaction, fsynced) over 50,000 rows, the median of each tenth and the trend,
   and the one final write of the result file;
-* the live sweep panel at 2,000 rows (``benchmarks/panel_rows.py``, run as it is).
+* the live sweep panel at 2,000 rows (``benchmarks/evidence/panel_rows.py``, run as it is).
 
-Usage: ``python benchmarks/analysis_scale.py [--sizes 10000,100000] [--out data/bench/analysis_scale.txt]``.
+Usage: ``python benchmarks/evidence/analysis_scale.py [--sizes 10000,100000] [--out data/bench/analysis_scale.txt]``.
+The ``--out`` file's second line is its provenance (:func:`flyexplore.world.env.provenance`: commit,
+flyexplore's version, the machine).
 """
 import argparse
 import math
@@ -40,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
@@ -184,7 +186,7 @@ def main(argv=None) -> int:
 
     src = source()
     load1 = os.getloadavg()[0]
-    say(f"# benchmarks/analysis_scale.py --sizes {a.sizes}  ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})")
+    say(f"# benchmarks/evidence/analysis_scale.py --sizes {a.sizes}  ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})")
     say(f"# machine: {platform.machine()}, {os.cpu_count()} CPUs visible, load {load1:.2f} at start; Python "
         f"{platform.python_version()}, pandas {pd.__version__}, numpy {np.__version__}, "
         f"pyarrow {__import__('pyarrow').__version__}")
@@ -251,8 +253,8 @@ def main(argv=None) -> int:
         for s_ in lines_j:
             say(s_)
         say()
-        say("## the live sweep panel at 2,000 rows (benchmarks/panel_rows.py --rows 2000)")
-        p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "panel_rows.py"), "--rows", "2000"],
+        say("## the live sweep panel at 2,000 rows (benchmarks/evidence/panel_rows.py --rows 2000)")
+        p = subprocess.run([sys.executable, str(Path(__file__).resolve().parent / "panel_rows.py"), "--rows", "2000"],
                            capture_output=True, text=True, cwd=ROOT)
         for s_ in p.stdout.splitlines():
             if not s_.startswith("machine:"):
@@ -261,8 +263,11 @@ def main(argv=None) -> int:
         say(f"# load {os.getloadavg()[0]:.2f} at the end")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if a.out:
-        Path(a.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if a.out:   # the provenance as the second line, read now: torch imported after every timing
+        from flyexplore.world.env import provenance, provenance_line
+
+        head = "# " + provenance_line(provenance("benchmarks/evidence/analysis_scale.py"))
+        Path(a.out).write_text("\n".join([lines[0], head, *lines[1:]]) + "\n", encoding="utf-8")
     return 0
 
 

@@ -3,9 +3,9 @@
 # to end, worker processes, event-gated interleaved timing, traces, a report, and every notebook
 # at --size gpu. Not a benchmark: it shows that what worked before the layout change still works
 # on a real GPU. Writes two archives under OUT (the lent machine returns at most 8 files):
-#   OUT/layers_smoke.tar.gz   env.json, the sweeps' result files and logs, fx.json, report/
-#   OUT/notebooks.tar.gz      the executed notebooks, env.json, run.json (benchmarks/run_notebooks.py)
-# Usage (repo root): bash benchmarks/gpu_layers_smoke.sh OUT
+#   OUT/layers_smoke.tar.gz   env.json, provenance.json, the sweeps' result files and logs, fx.json, report/
+#   OUT/notebooks.tar.gz      the executed notebooks, env.json, run.json (benchmarks/tools/run_notebooks.py)
+# Usage (repo root): FLYEXPLORE_COMMIT=<hash> FLYEXPLORE_DIRTY=<0|1> bash benchmarks/gpu/gpu_layers_smoke.sh OUT
 set -uo pipefail
 OUT=${1:?usage: gpu_layers_smoke.sh OUT}
 S="$OUT/layers_smoke"
@@ -13,7 +13,9 @@ mkdir -p "$S"
 py=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 
-$py -m flyexplore env --json > "$S/env.json"
+$py -m flyexplore env --json > "$S/env.json"   # with the commit (FLYEXPLORE_COMMIT / FLYEXPLORE_DIRTY on a copy)
+$py -c 'import sys; from flyexplore.world.env import write_provenance; write_provenance(sys.argv[1], sys.argv[2])' \
+    "$S" benchmarks/gpu/gpu_layers_smoke.sh
 # CLI: worker process per GPU, event-gated rounds, every row traced
 $py -m flyexplore sweep --op gemm --shapes "4096x4096x4096;16x28672x4096;2048x6144x4096" --dtypes bf16 \
     --backends aten,triton,inductor --trace --out "$S/gemm.parquet" > "$S/gemm.log" 2>&1
@@ -51,7 +53,7 @@ if __name__ == "__main__":
     main(sys.argv[1])
 EOF
 $py "$OUT/fx_smoke.py" "$S" > "$S/fx.log" 2>&1; rm -f "$OUT/fx_smoke.py"
-$py benchmarks/run_notebooks.py "$OUT/notebooks" --size gpu > "$S/notebooks.log" 2>&1
+$py benchmarks/tools/run_notebooks.py "$OUT/notebooks" --size gpu > "$S/notebooks.log" 2>&1
 tar -C "$OUT" -czf "$OUT/layers_smoke.tar.gz" layers_smoke && rm -rf "$S"
 tar -C "$OUT" -czf "$OUT/notebooks.tar.gz" notebooks && rm -rf "$OUT/notebooks"
 ls -la "$OUT"

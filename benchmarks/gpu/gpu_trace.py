@@ -1,10 +1,11 @@
 """What really runs on a GPU: trace ATen and Triton GEMMs, each SDPA backend, RMSNorm and TopK,
 and classify the real kernel names (flyexplore.insight.trace).
 
-    python benchmarks/gpu_trace.py OUT_DIR [--small] [--reps 5] [--skip-compile]
+    python benchmarks/gpu/gpu_trace.py OUT_DIR [--small] [--reps 5] [--skip-compile]
 
 Writes to OUT_DIR:
-  env.json        flyexplore's environment report (as ``flyexplore env --json``)
+  env.json        flyexplore's environment report (as ``flyexplore env --json``) with the run's
+                  provenance under ``provenance`` (commit, flyexplore's version, the machine)
   traces.json     one record per (case, backend): status, observed families, kernels, autotune
   kernels.csv     one row per kernel: case, backend, name, family, library, calls, us
   autotune.csv    one row per autotune candidate: case, backend, op, name, family, time_ms, winner
@@ -33,7 +34,7 @@ import time
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -62,12 +63,12 @@ def run(out: Path, small: bool = False, reps: int = 5, skip_compile: bool = Fals
     import torch
 
     from flyexplore.world import switches
-    from flyexplore.world.env import collect
+    from flyexplore.world.env import collect, env_json
     from flyexplore.insight.trace import trace
 
     out.mkdir(parents=True, exist_ok=True)
     env = collect()
-    (out / "env.json").write_text(json.dumps(env.to_dict(), indent=2, default=str))
+    (out / "env.json").write_text(env_json("benchmarks/gpu/gpu_trace.py", env))
     gpu = torch.cuda.is_available()
     dev = torch.device("cuda:0" if gpu else "cpu")
     log: list[str] = []

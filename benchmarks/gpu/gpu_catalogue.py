@@ -5,11 +5,12 @@ forward and backward -- all through :func:`flyexplore.run.sweep.run_sweep`.
 
 Usage, from the repository root::
 
-    python benchmarks/gpu_catalogue.py OUT_DIR [--budget-s 240] [--parts a,b,...]
+    python benchmarks/gpu/gpu_catalogue.py OUT_DIR [--budget-s 240] [--parts a,b,...]
 
 Writes to OUT_DIR: one result file per part (``<part>.parquet``; ``.jsonl`` where pyarrow is
 missing), everything together in ``results.parquet`` and ``results.csv``, the environment (``env.json``, as ``flyexplore env
---json`` prints it, and ``env.txt``) and ``summary.json`` (rows per status, seconds per part,
+--json`` prints it with the run's provenance under ``provenance``: commit, flyexplore's version, the
+machine; and ``env.txt``, with the commit) and ``summary.json`` (rows per status, seconds per part,
 parts cut short by the time budget). Sized for an H200 with torch 2.11 (no FlyDSL there:
 those rows are unavailable with the reason) to finish in under 5 minutes: no new row starts
 after ``--budget-s`` seconds, and the parts run most important first.
@@ -27,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 #: Grouped GEMM cases given to the Triton backend: each compiles and autotunes Inductor's
 #: grouped-GEMM template (up to 144 configs before pruning, ~30 s), so only two published
@@ -79,7 +80,7 @@ def run(out_dir: str | Path, budget_s: float = 240.0, parts: list[str] | None = 
     """Run the parts for this machine (GPU or CPU) into ``out_dir``; returns the summary dict
     (also written to ``summary.json``). Raises ``UsageError`` for an unknown part name."""
     from flyexplore.results import table as R
-    from flyexplore.world.env import collect
+    from flyexplore.world.env import collect, env_json
     from flyexplore.errors import bad_choice
     from flyexplore.run.spec import SweepSpec
     from flyexplore.measure.devstate import default_device
@@ -99,7 +100,7 @@ def run(out_dir: str | Path, budget_s: float = 240.0, parts: list[str] | None = 
                 raise bad_choice("part", p, names)
         plan = tuple(p for p in plan if p.name in parts)
     env = collect()
-    (out / "env.json").write_text(json.dumps(env.to_dict(), indent=2, default=str))
+    (out / "env.json").write_text(env_json("benchmarks/gpu/gpu_catalogue.py", env))
     (out / "env.txt").write_text(env.to_text() + "\n")
     deadline = t0 + budget_s
     # Parquet needs pyarrow; without it (a bare GPU image) the per-part files are JSON Lines.

@@ -22,11 +22,12 @@ still missing. This script checks that on the real command line:
   estimates are the pass rows seen in the journal (same worker, same time: ``not kept``
   otherwise), and no journal left.
 
-    python benchmarks/processes_torture.py --kills 20 --out data/bench/processes_torture.txt
+    python benchmarks/evidence/processes_torture.py --kills 20 --out data/bench/processes_torture.txt
 
 takes about 6 minutes on a 2-core CPU
 
-prints a line per run and a summary; exit 1 when a row was lost or doubled or a pass not kept.
+prints a line per run and a summary; exit 1 when a row was lost or doubled or a pass not kept. The
+``--out`` report's second line is its provenance (commit, flyexplore's version, the machine).
 """
 from __future__ import annotations
 
@@ -40,10 +41,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from torture import end, kill_at  # noqa: E402 - benchmarks/ is sys.path[0] when run as a script
+from torture import end, kill_at  # noqa: E402 - benchmarks/evidence/ is sys.path[0] when run as a script
 
 PROCESSES = 3
 
@@ -122,7 +123,7 @@ def main(argv=None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="flyexplore-ptorture-"))
     out = folder / "sweep.parquet"
     n_keys = len(SHAPES.split(";"))
-    lines = [f"# benchmarks/processes_torture.py --kills {a.kills} --min-s {a.min_s} --max-s {a.max_s} --cases {a.cases} "
+    lines = [f"# benchmarks/evidence/processes_torture.py --kills {a.kills} --min-s {a.min_s} --max-s {a.max_s} --cases {a.cases} "
              f"--seed {a.seed}",
              f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load "
              f"{os.getloadavg()[0]:.1f}; plan: gemm {a.cases} cases ({SHAPES.split(';')[0]} to {SHAPES.split(';')[-1]}) fp32 aten on cpu, --processes {PROCESSES} = {n_keys} rows "
@@ -181,7 +182,7 @@ def main(argv=None) -> int:
                f"seen in the journal across kills; final file {len(df)} rows: rows lost {lost}, rows doubled {dup}, "
                f"pass rows not kept across a kill {len(not_kept)}, final rows not made of the journaled passes "
                f"{mismatched}, journals/temp files left {left} -> {'PASS' if ok else 'FAIL'}")
-    return end(lines, summary, a.out, ok)
+    return end(lines, summary, a.out, ok, "benchmarks/evidence/processes_torture.py")
 
 
 if __name__ == "__main__":

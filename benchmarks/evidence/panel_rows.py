@@ -13,7 +13,7 @@ thread sleeps ``--gap-ms`` (default 1 ms: a sweep far faster than any real one, 
 tens of ms or more), so the UI thread competes with it as it would with a sweep.
 
 Public API only; runs on the CPU; no kernel (widget state is serialized but not sent).
-Usage: ``python benchmarks/panel_rows.py --rows 2000``.
+Usage: ``python benchmarks/evidence/panel_rows.py --rows 2000``.
 Goals (issue 13, on a 2-core CPU): under 2 ms per row on the sweep's thread; a redraw under 200 ms.
 """
 import argparse
@@ -25,7 +25,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from flyexplore.measure import stats as S  # noqa: E402
 from flyexplore.ui.panel import REDRAW_FACTOR, SweepPanel  # noqa: E402

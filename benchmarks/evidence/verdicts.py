@@ -16,12 +16,14 @@
 
 Usage, from the repository root::
 
-    python benchmarks/verdicts.py OUT_DIR [--procs 3] [--quick]
+    python benchmarks/evidence/verdicts.py OUT_DIR [--procs 3] [--quick]
 
 Runs ``--procs`` fresh Python processes one after another (``--worker`` mode, results in a
 temporary folder), then writes to OUT_DIR: ``rows.parquet`` (every sweep row of every process,
 with ``proc``), ``a_same.csv``, ``b_known.csv``, ``c_aten_triton.csv``, ``d_walltime.csv``,
-``env.json`` and ``summary.md`` (each check's pass/fail in words). Needs a CUDA or ROCm GPU.
+``env.json`` (``flyexplore env --json`` with the run's provenance under ``provenance``: commit,
+flyexplore's version, the machine) and ``summary.md`` (each check's pass/fail in words; its last
+line the provenance). Needs a CUDA or ROCm GPU.
 """
 from __future__ import annotations
 
@@ -34,7 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+SCRIPT = "benchmarks/evidence/verdicts.py"
 
 A_GEMM = ("1024x4096x4096:NT", "2048x6144x4096:NT", "4096x4096x4096:NT", "16x28672x4096:NT",
           "8192x8192x1024:NT", "3000x5000x2000:NT")
@@ -169,7 +173,7 @@ def summarize(tmp: Path, out: Path, procs: int) -> None:
     chk = pd.concat([pd.read_parquet(tmp / f"checks_{p}.parquet") for p in range(procs)], ignore_index=True)
     rows = R.concat([R.load(tmp / f"rows_{p}.parquet").assign(proc=p) for p in range(procs)])
     R.save(rows, out / "rows.parquet")
-    lines = ["# Verdict checks (benchmarks/verdicts.py)", ""]
+    lines = ["# Verdict checks (benchmarks/evidence/verdicts.py)", ""]
     a = chk[chk["check"] == "a"].copy()
     a["ok"] = (a["verdict"] == "SAME") & ((a["speedup"] - 1).abs() <= 0.01)
     a.to_csv(out / "a_same.csv", index=False)
@@ -208,6 +212,9 @@ def summarize(tmp: Path, out: Path, procs: int) -> None:
                  f"{dl['ratio_wall'].median():.2f}x, max {dl['ratio_wall'].max():.2f}x; "
                  f"{int(d['converged'].sum())}/{len(d)} cases converged; stopped by: "
                  + ", ".join(f"{k} {v}" for k, v in d["stop_reason"].value_counts().items()))
+    from flyexplore.world.env import provenance, provenance_line
+
+    lines += ["", f"`{provenance_line(provenance(SCRIPT, extra={'procs': procs}))}`"]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -225,8 +232,8 @@ def main(argv=None) -> int:
         return 0
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    from flyexplore.world.env import collect
-    (out / "env.json").write_text(json.dumps(collect().to_dict(), indent=2, default=str))
+    from flyexplore.world.env import env_json
+    (out / "env.json").write_text(env_json(SCRIPT))
     tmp = Path(tempfile.mkdtemp(prefix="verdicts-"))
     for p in range(a.procs):
         cmd = [sys.executable, __file__, a.out, "--worker", str(p), "--tmp", str(tmp)] + (["--quick"] if a.quick else [])

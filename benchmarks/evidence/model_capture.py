@@ -6,7 +6,7 @@ context 2048, in both views (eager and compiled), the coverage table and its ter
 included: what ``flyexplore model`` does. Goal (the issue): under 20 s and under 2 GB peak
 memory on the 2-core CPU machine.
 
-How: each repetition is a fresh Python process (``python benchmarks/model_capture.py --child``),
+How: each repetition is a fresh Python process (``python benchmarks/evidence/model_capture.py --child``),
 so the import time and the peak RSS are those of a real run. The child times its stages --
 imports (flyexplore, pandas, torch, transformers: what the run imports anyway; transformers'
 per-model modules, and what they pull in -- torchao, torch.distributed.tensor, Inductor's
@@ -24,8 +24,10 @@ information, no goal.
 The report names the machine (CPUs, load average before and after, Python, torch and
 transformers versions): on a loaded 2-core machine the times wander. PASS means every
 repetition met both goals (the max); the median is beside it. Exits 1 on FAIL.
-Output: the report as text in ``data/bench/model_capture.txt`` (``--out``), also printed.
-Usage: ``python benchmarks/model_capture.py [--reps 3] [--models llama|all] [--out FILE]``.
+Output: the report as text in ``data/bench/model_capture.txt`` (``--out``), also printed; its
+first line is the provenance (:func:`flyexplore.world.env.provenance`: commit, flyexplore's
+version, the machine).
+Usage: ``python benchmarks/evidence/model_capture.py [--reps 3] [--models llama|all] [--out FILE]``.
 """
 from __future__ import annotations
 
@@ -44,7 +46,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = "benchmarks/evidence/model_capture.py"
 GOAL_S = 20.0
 GOAL_BYTES = 2e9  # "2 GB": 2,000,000,000 bytes (1907 MiB), the stricter reading
 MAIN_MODEL = "llama-3.1-8b"
@@ -195,20 +198,21 @@ def _mib(kib: float) -> str:
 
 
 def _source() -> str:
-    """Which flyexplore was measured: ROOT's git commit and its changed files, if a checkout."""
-    try:
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=10, check=False)
-        if head.returncode != 0:
-            raise OSError
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "flyexplore"],
-                               capture_output=True, text=True, timeout=10, check=False).stdout.split("\n")
-        n = len([x for x in dirty if x.strip()])
-        return f"{ROOT} at git {head.stdout.strip()}" + (f" with {n} changed files under flyexplore/" if n else "")
-    except (OSError, subprocess.SubprocessError):
-        snap = ROOT / "SNAPSHOT_OF"
-        return f"{ROOT} (not a git checkout" + (f"; a snapshot of {snap.read_text().strip()[:12]})"
-                                                 if snap.exists() else ")")
+    """Which flyexplore was measured: ROOT's git commit, ``-dirty`` when tracked files had changed
+    (:func:`flyexplore.world.env.git_commit`; ``FLYEXPLORE_COMMIT`` / ``FLYEXPLORE_DIRTY`` in a copy
+    without ``.git``)."""
+    from flyexplore.world import env as ENV
+
+    label = ENV.commit_label(ENV.git_commit(ROOT), ENV.git_dirty(ROOT))
+    return f"the checkout at git {label}" if label else "not a git checkout (commit unknown)"
+
+
+def _provenance() -> str:
+    """The report's provenance line (:func:`flyexplore.world.env.provenance`; imports torch, so
+    read after every measured process)."""
+    from flyexplore.world import env as ENV
+
+    return "# " + ENV.provenance_line(ENV.provenance(SCRIPT))
 
 
 def _load() -> str:
@@ -337,7 +341,10 @@ def main(argv=None) -> int:
         for m in OTHER_MODELS:
             others.append(measure(m))
             print(f"{m}: {others[-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
+    if str(ROOT) not in sys.path:   # the parent reads the provenance from ROOT's flyexplore (the children run it)
+        sys.path.insert(0, str(ROOT))
     text = report(reps, cli, others, load0, _load(), loads)
+    text = _provenance() + "\n" + text
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")

@@ -3,14 +3,16 @@
 # real device present, and the exported shapes of Llama-3.1-8B and Qwen3-30B-A3B swept with
 # --shapes-from, then a report with the model-weighted (measured) section.
 # Usage (device tool, repo root, .whl carried with transformers 5.23 and plotly):
-#   bash benchmarks/gpu_model_capture.sh "$OUT"
+#   FLYEXPLORE_COMMIT=<hash> FLYEXPLORE_DIRTY=<0|1> bash benchmarks/gpu/gpu_model_capture.sh "$OUT"
+# The provenance (commit, flyexplore's version, the machine) is in OUT/env.json (gpu_model_capture.py)
+# and every swept row carries the commit (flyexplore_commit).
 set -uo pipefail
 OUT=${1:-out/gpu_model_capture}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD || exit 1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$OUT/nvidia-smi.csv" 2>&1
-python3 benchmarks/gpu_model_capture.py "$OUT" 2>&1 | grep -v "is an Enum subclass" | tee "$OUT/capture.log"
+python3 benchmarks/gpu/gpu_model_capture.py "$OUT" 2>&1 | grep -v "is an Enum subclass" | tee "$OUT/capture.log"
 FX="python3 -m flyexplore"
 for m in llama-3.1-8b qwen3-30b-a3b; do
   $FX sweep --op gemm --shapes-from "$OUT/${m}_shapes.csv" --backends aten,inductor --budget-s 2 \

@@ -14,18 +14,20 @@ family one row with every backend of a case at once (interleaved, as a sweep run
 
 Writes into OUT (no subfolders, 5 files), again after each family (a run cut short keeps what it
 measured): ``memory_estimate.parquet`` and ``memory_estimate.csv`` (the table),
-``summary.md`` (the ratio range, how measured, the table as Markdown), ``fits.json`` (each fit:
-fixed bytes, factors, probe points) and ``env.json`` (``flyexplore env --json``). Ratio =
+``summary.md`` (the command, the provenance line, the ratio range, how measured, the table as
+Markdown), ``fits.json`` (each fit: fixed bytes, factors, probe points) and ``env.json``
+(``flyexplore env --json`` with the run's provenance under ``provenance``: commit, flyexplore's
+version, the machine, the command; :func:`flyexplore.world.env.provenance`). Ratio =
 measured / estimate (1.5x either side is the goal).
 
 CPU (this project's 2-core machine, 27 minutes with other jobs beside; data/cpu/README.md):
-    nice -n 19 python benchmarks/memory_estimate.py --out data/cpu/memory_estimate \
+    nice -n 19 python benchmarks/evidence/memory_estimate.py --out data/cpu/memory_estimate \
         --dtypes fp32,mxfp8,mxfp4,fp8_e4m3 --targets 12,48
 On the lent GPU (the device found by itself; in parts under a time limit, each adding its rows;
 the Triton and Inductor probes autotune and compile every shape, a few minutes per dtype):
-    python benchmarks/memory_estimate.py --out data/h200/memory_estimate --families rmsnorm,topk --dtypes bf16
-    python benchmarks/memory_estimate.py --out data/h200/memory_estimate --families gemm --dtypes bf16 --append
-    python benchmarks/memory_estimate.py --out data/h200/memory_estimate --families attention,grouped_gemm,scaled_gemm --append
+    python benchmarks/evidence/memory_estimate.py --out data/h200/memory_estimate --families rmsnorm,topk --dtypes bf16
+    python benchmarks/evidence/memory_estimate.py --out data/h200/memory_estimate --families gemm --dtypes bf16 --append
+    python benchmarks/evidence/memory_estimate.py --out data/h200/memory_estimate --families attention,grouped_gemm,scaled_gemm --append
 Options: ``--families``, ``--dtypes`` (comma lists; default every one that runs here),
 ``--targets`` (MiB of declared tensors, comma list; default 16,64 on a CPU, 256,2048 on a
 GPU), ``--append`` (keep OUT's rows of what this run does not measure).
@@ -41,8 +43,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+SCRIPT = "benchmarks/evidence/memory_estimate.py"
 
 #: Each family's case structures (options and the proportions of the scaled dims), per dtype
 #: where one needs its own (FP8 with per-row scales).
@@ -151,7 +154,9 @@ def main(argv=None) -> int:
     dev_name = M.device_kind(device)
     p = subprocess.run([sys.executable, "-m", "flyexplore", "env", "--json"], capture_output=True, text=True,
                        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    (out / "env.json").write_text(p.stdout if p.returncode == 0 else json.dumps({"error": p.stderr[-2000:]}))
+    prov = ENV.provenance(SCRIPT, env, extra={"command": " ".join(argv if argv is not None else sys.argv[1:])})
+    (out / "env.json").write_text(json.dumps({**json.loads(p.stdout), "provenance": prov}, indent=2)
+                                  if p.returncode == 0 else json.dumps({"error": p.stderr[-2000:], "provenance": prov}))
     # the guard's cost where nothing needs measuring: each family's small suite on this device
     guard_ms = []
     for fam in families:
@@ -161,9 +166,9 @@ def main(argv=None) -> int:
             chk = M.memory_check(plan, device, measure=False)
             guard_ms.append((fam, (time.perf_counter() - t0) * 1e3, len(chk.estimates)))
     t_all = time.perf_counter()
-    head = [f"`python benchmarks/memory_estimate.py {' '.join(argv if argv is not None else sys.argv[1:])}`; "
+    head = [f"`python benchmarks/evidence/memory_estimate.py {' '.join(argv if argv is not None else sys.argv[1:])}`; "
             f"torch {torch.__version__}, flyexplore {M.__version__}, {time.strftime('%Y-%m-%d')}, "
-            f"{os.cpu_count()} CPU cores.", ""]
+            f"{os.cpu_count()} CPU cores.", "", f"`{ENV.provenance_line(prov)}`", ""]
     rows, fits, text = [], {}, ""
     for fam in families:
         op = get_op(fam)

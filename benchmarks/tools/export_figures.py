@@ -2,10 +2,11 @@
 persistent kaleido session, each image timed, and print the figures. The first image includes
 starting Chromium; the goal for the others is under 1.5 s per image on 2 CPU cores.
 
-    PYTHONPATH=. python benchmarks/export_figures.py [OUT] [--n 20] [--format png]
+    PYTHONPATH=. python benchmarks/tools/export_figures.py [OUT] [--n 20] [--format png]
 
 The figures are the report's own kinds (speedup bars, sweep lines, roofline, error dots) drawn
-from the stored H200 demo rows (data/h200/demo/results.parquet), cycled to N.
+from the stored H200 demo rows (data/h200/demo/results.parquet), cycled to N. Beside the images:
+``provenance.json`` (commit, flyexplore's version, the machine, each image's seconds).
 """
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from flyexplore.views import plots as F  # noqa: E402
 from flyexplore.results import table as R  # noqa: E402
 from flyexplore.views.export import save_figures, static_export_problem  # noqa: E402
 from flyexplore.paths import data_dir  # noqa: E402
+from flyexplore.world.env import write_provenance  # noqa: E402
 
 
 def figures(n: int) -> dict:
@@ -62,6 +64,8 @@ def main(argv=None) -> int:
         save_figures({name: fig}, out, [a.format])
         times.append(time.perf_counter() - t)
     rest = times[1:]
+    write_provenance(out, "benchmarks/tools/export_figures.py",
+                     extra={"format": a.format, "seconds": [round(t, 3) for t in times]})
     print(f"{len(times)} figures to {a.format} in {out}; load average {os.getloadavg()[0]:.2f} on "
           f"{os.cpu_count()} CPUs")
     for (name, _), s in zip(figs.items(), times):

@@ -2,7 +2,7 @@
 measured-vs-published comparison. Not a test: run on a GPU and commit the output with its
 environment.
 
-    python benchmarks/gpu_published_report.py OUT_DIR [--budget-s 250] [--no-images]
+    python benchmarks/gpu/gpu_published_report.py OUT_DIR [--budget-s 250] [--no-images]
 
 Sweeps (GPU), in this order: ``gemm`` suite ``published-bf16`` and ``grouped_gemm`` suite
 ``published`` with aten + triton (the published suites' baselines), ``topk`` suite
@@ -11,7 +11,8 @@ aten + inductor. On a CPU (a smoke run of this script) the operators'
 ``cpu-small`` suites with aten only. The sweeps stop starting new cases after ``--budget-s``
 seconds (finished rows are kept; the stop is printed).
 
-Writes ``OUT_DIR/results.parquet``, ``results.csv``, ``env.json`` (``flyexplore env --json``),
+Writes ``OUT_DIR/results.parquet``, ``results.csv``, ``env.json`` (``flyexplore env --json`` with
+the run's provenance under ``provenance``: commit, flyexplore's version, the machine),
 and ``OUT_DIR/report/`` (``report.html``, ``figures/*.{png,svg,pdf}`` when kaleido finds a
 Chromium, ``tables/*.{csv,md,tex}``). On a machine without plotly the report is skipped and
 the reason printed; the results are still written.
@@ -19,12 +20,11 @@ the reason printed; the results are still written.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 GPU_PLAN = (("gemm", "published-bf16", "aten,triton"),
             ("grouped_gemm", "published", "aten,triton"),
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     from flyexplore.results import table as R
-    from flyexplore.world.env import collect
+    from flyexplore.world.env import collect, env_json
     from flyexplore.run.spec import SweepSpec
     from flyexplore.measure.devstate import default_device
     from flyexplore.run.sweep import run_sweep
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     env = collect()
-    (out / "env.json").write_text(json.dumps(env.to_dict(), indent=2, default=str))
+    (out / "env.json").write_text(env_json("benchmarks/gpu/gpu_published_report.py", env))
     gpu = default_device().type == "cuda"
     deadline = time.monotonic() + a.budget_s
     frames = []

@@ -21,11 +21,12 @@ Two steps:
       (:func:`flyexplore.measure.interleaved.measure_interleaved`): the time an in-process case of
       the same backends costs, against the A/B case's (its ``wall_s``: warm-up, rounds and the
       profiled round, worker starts and builds not counted);
-    * ``env.json`` (``flyexplore env --json``), ``provenance_<part>.json`` (commit, machine,
-      time) and ``run.log``.
+    * ``env.json`` (``flyexplore env --json``), ``provenance_<part>.json`` (commit and tree state,
+      flyexplore's version, the machine, the time: :func:`provenance`) and ``run.log``.
 
 ``analyze OUT``
-    Here. Reads the files and writes ``OUT/summary.md`` and ``OUT/aa_pairs.csv``: A/A labels at
+    Here. Reads the files and writes ``OUT/summary.md`` (its last line: the provenance of the
+    analysis) and ``OUT/aa_pairs.csv``: A/A labels at
     the +-1% band for the calls of 40 µs and more (goal: SAME in 90% or more, FASTER/SLOWER in
     none), what the short calls read with 2..K pairs (each row's first k pairs combined as the
     A/B combines them), the effects' labels and directions, and the A/B case's time against the
@@ -33,9 +34,9 @@ Two steps:
 
 Usage (repository root)::
 
-    python benchmarks/ab_envs.py run data/h200/ab --part aa      # on the GPU
-    python benchmarks/ab_envs.py run data/h200/ab --part effects # on the GPU
-    python benchmarks/ab_envs.py analyze data/h200/ab
+    python benchmarks/evidence/ab_envs.py run data/h200/ab --part aa      # on the GPU
+    python benchmarks/evidence/ab_envs.py run data/h200/ab --part effects # on the GPU
+    python benchmarks/evidence/ab_envs.py analyze data/h200/ab
 """
 from __future__ import annotations
 
@@ -50,7 +51,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+SCRIPT = "benchmarks/evidence/ab_envs.py"
 
 #: The A/A cases: (op, backend, dtype, shapes). Long calls first (40 µs and more on an H200),
 #: then short ones (under 20 µs): the issue's 8192x8192x8192, 3072x3072x12288, 512x8192x28672,
@@ -124,31 +127,19 @@ def make_venv(where: Path) -> str:
 
 
 def provenance(out: Path, part: str) -> None:
-    """Where the numbers come from: the commit (``FLYEXPLORE_COMMIT``, set by whoever started the
-    run where the checkout is a git repository; else ``git rev-parse`` here), whether the tree was
-    dirty (``FLYEXPLORE_DIRTY``), flyexplore's version, the machine and the time, as
-    ``provenance_<part>.json``."""
-    import platform
-
-    from flyexplore._version import __version__
-
-    commit = os.environ.get("FLYEXPLORE_COMMIT")
-    if not commit:
-        got = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
-        commit = got.stdout.strip() or "unknown"
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,uuid,driver_version,power.limit", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip() if shutil_which("nvidia-smi") else "none"
-    (out / f"provenance_{part}.json").write_text(json.dumps(
-        {"script": "benchmarks/ab_envs.py", "part": part, "commit": commit,
-         "dirty": os.environ.get("FLYEXPLORE_DIRTY", "unknown"), "flyexplore": __version__,
-         "host": platform.node(), "gpu": gpu, "python": sys.version.split()[0],
-         "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1))
-
-
-def shutil_which(name: str):
+    """Where the numbers come from, as ``provenance_<part>.json``
+    (:func:`flyexplore.world.env.write_provenance`: the commit -- ``git rev-parse`` of the checkout,
+    or ``FLYEXPLORE_COMMIT`` / ``FLYEXPLORE_DIRTY`` set by whoever started the run where the code is
+    a copy without ``.git`` --, whether the tree was dirty, flyexplore's version, the machine
+    without its host name and the time), with the part and what ``nvidia-smi`` says of the GPU
+    (name, driver, power limit; ``none`` without it)."""
     import shutil
 
-    return shutil.which(name)
+    from flyexplore.world.env import write_provenance
+
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,power.limit", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip() if shutil.which("nvidia-smi") else "none"
+    write_provenance(out, SCRIPT, name=f"provenance_{part}.json", extra={"part": part, "nvidia_smi": gpu})
 
 
 def run(out: Path, part: str, pairs: int, quick: bool, device: str) -> None:
@@ -238,7 +229,7 @@ def analyze(out: Path) -> None:
     from flyexplore.results import compare as C
     from flyexplore.results import table as R
 
-    lines = ["# Environment A/B on the H200: summary (`benchmarks/ab_envs.py analyze`)", ""]
+    lines = ["# Environment A/B on the H200: summary (`benchmarks/evidence/ab_envs.py analyze`)", ""]
     aa = R.load(out / "aa.parquet")
     base = aa[aa["speedup"].isna() & aa["status"].eq("ok")]
     other = aa[aa["speedup"].notna()]
@@ -324,15 +315,25 @@ def analyze(out: Path) -> None:
     if fu.exists():   # the RMSNorm A/A again, after a change (run with --part aa-rmsnorm)
         d = R.load(fu)
         b = d[d["speedup"].isna() & d["status"].eq("ok")].set_index("case")["time_ms"]
+        prov = json.loads((fu.parent / "provenance_aa-rmsnorm.json").read_text())
         lines += ["", f"## Follow-up: the RMSNorm A/A again ({fu.parent.name}/, "
-                      f"{json.loads((fu.parent / 'provenance_aa-rmsnorm.json').read_text())['commit']})", "",
+                      f"{prov.get('flyexplore_commit') or prov.get('commit')})", "",
                   "| case | time µs | A-aa / A | 95% interval | label | per-pair |", "| --- | ---: | ---: | --- | --- | --- |"]
         for r in d[d["speedup"].notna()].itertuples():
             per = ";".join(f"{p['speedup']:.4f}" for p in R.process_estimates(r.process_estimates))
             lines.append(f"| {r.case} | {b[r.case] * 1e3:.1f} | {r.speedup:.4f} | [{r.speedup_lo:.4f}, {r.speedup_hi:.4f}] | "
                          f"{r.verdict} | {per} |")
+    lines += ["", f"`{_made_by(out, 'analyze')}`"]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _made_by(out: Path, step: str) -> str:
+    """One line naming the code and machine that wrote ``out``'s summary (its measurements name
+    theirs in ``provenance_<part>.json``)."""
+    from flyexplore.world.env import provenance, provenance_line
+
+    return provenance_line(provenance(SCRIPT, extra={"step": step}))
 
 
 def _sd_log(per_pair: str) -> float:

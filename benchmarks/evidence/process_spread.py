@@ -1,6 +1,6 @@
 """Where does the spread of GEMM times between fresh processes come from? Issue 24's A-vs-A goal.
 
-``benchmarks/reproducible.py`` found that fresh processes on the lent H200 read the same cuBLAS
+``benchmarks/evidence/reproducible.py`` found that fresh processes on the lent H200 read the same cuBLAS
 GEMM 0.1-2.8% apart (standard deviation of log time over processes, by shape), more than the
 +-1% SAME band can hold. This benchmark asks whether that spread lives *inside* a process -- where
 the inputs lie in memory, which interleaving would average out -- or *between* processes
@@ -15,15 +15,17 @@ processes can average.
     rounds, event-gated, the L2 flush before each call) for a fixed R rounds. Each process
     appends one JSON line per shape and placement to ``OUT/spread.jsonl``: its median time
     (ms), rounds, and the device state at the start and end (SM clock, power, temperature).
+    ``OUT/provenance.json``: the commit, flyexplore's version, the machine
+    (:func:`flyexplore.world.env.write_provenance`).
 ``analyze OUT``
-    Writes ``OUT/summary.md``: per shape, the spread between placements within a process
+    Writes ``OUT/summary.md`` (its last line: the analysis's provenance): per shape, the spread between placements within a process
     (standard deviation of log time, pooled over the processes) and between processes (of each
     process's mean over its placements), in percent.
 
 Usage (repository root, on a GPU)::
 
-    python benchmarks/process_spread.py measure data/h200/process_spread --processes 6
-    python benchmarks/process_spread.py analyze data/h200/process_spread
+    python benchmarks/evidence/process_spread.py measure data/h200/process_spread --processes 6
+    python benchmarks/evidence/process_spread.py analyze data/h200/process_spread
 """
 from __future__ import annotations
 
@@ -35,9 +37,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-#: GEMM shapes M x N x K of ``benchmarks/reproducible.py``: from the most to the least stable
+SCRIPT = "benchmarks/evidence/process_spread.py"
+
+#: GEMM shapes M x N x K of ``benchmarks/evidence/reproducible.py``: from the most to the least stable
 #: between processes there.
 SHAPES = ((4096, 4096, 4096), (1024, 4096, 4096), (64, 4096, 4096), (2048, 14336, 4096),
           (8192, 4096, 4096), (512, 8192, 28672), (8192, 8192, 8192))
@@ -81,8 +85,12 @@ def one(out: Path, process: int, placements: int, rounds: int) -> None:
 
 
 def measure(out: Path, processes: int, placements: int, rounds: int) -> None:
+    from flyexplore.world.env import write_provenance
+
     out.mkdir(parents=True, exist_ok=True)
     (out / "spread.jsonl").unlink(missing_ok=True)
+    write_provenance(out, SCRIPT, extra={"step": "measure", "processes": processes, "placements": placements,
+                                         "rounds": rounds})
     for i in range(processes):
         t0 = time.time()
         subprocess.run([sys.executable, __file__, "_one", str(out), str(i), str(placements), str(rounds)],
@@ -96,7 +104,7 @@ def analyze(out: Path) -> None:
 
     d = pd.read_json(out / "spread.jsonl", lines=True)
     d["log"] = np.log(d["time_ms"])
-    lines = ["# Spread of GEMM times within and between fresh processes (benchmarks/process_spread.py)", "",
+    lines = ["# Spread of GEMM times within and between fresh processes (benchmarks/evidence/process_spread.py)", "",
              f"{d['process'].nunique()} fresh processes, one after another; in each, every shape at "
              f"{d['placement'].nunique()} input placements (the same values after pads of random size), "
              f"timed interleaved for {int(d['rounds'].iloc[0])} rounds (flyexplore's interleaved timer, "
@@ -116,6 +124,9 @@ def analyze(out: Path) -> None:
         clk_txt = f"{int(clk.min())}-{int(clk.max())}" if len(clk) else "not read"
         lines.append(f"| {shape} | {s['time_ms'].median():.4f} | {within:.2f} | {between:.2f} | {rng:.2f} | "
                      f"{clk_txt} |")
+    from flyexplore.world.env import provenance, provenance_line
+
+    lines += ["", f"`{provenance_line(provenance(SCRIPT, extra={'step': 'analyze'}))}`"]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -1,7 +1,7 @@
 """Screenshot a report (headless Chromium via Playwright): the top of the page and the FlyDSL
 section, for docs/.
 
-    PYTHONPATH=. python benchmarks/screenshot_report.py flyexplore-demo/report.html docs/demo-report.png
+    PYTHONPATH=. python benchmarks/tools/screenshot_report.py flyexplore-demo/report.html docs/demo-report.png
 
 Needs /usr/bin/chromium (Debian: apt-get install chromium) and the playwright Python package.
 """

@@ -6,7 +6,9 @@ Three steps, each a separate command so that each fits one call of the lent GPU:
     One independent sweep: ``flyexplore sweep`` (a fresh driver process, whose workers are fresh
     processes too) of :data:`GEMM` shapes, bf16, backends aten, triton (torch.compile
     max-autotune, Triton templates) and inductor (torch.compile default: the same cuBLAS kernel as
-    aten), ``--processes P`` (default 3), written to ``OUT/run{R}.parquet``; then, in another
+    aten), ``--processes P`` (default 3), written to ``OUT/run{R}.parquet`` (each row carries the
+    commit, ``flyexplore_commit``) with ``OUT/provenance_run{R}.json`` (commit, flyexplore's
+    version, the machine, the command: :func:`flyexplore.world.env.provenance`); then, in another
     fresh process, ``triton.testing.do_bench`` (its defaults: 25 ms warm-up, 100 ms of
     repetitions) on the same three callables of every case, its wall time per case written to
     ``OUT/dobench{R}.csv``. On the CPU (``--device cpu``) the shapes are :data:`CPU_GEMM` and
@@ -30,10 +32,10 @@ Three steps, each a separate command so that each fits one call of the lent GPU:
 
 Usage (repository root)::
 
-    python benchmarks/reproducible.py sweep data/h200/reproducible --run 1
-    python benchmarks/reproducible.py sweep data/h200/reproducible --run 2
-    python benchmarks/reproducible.py sweep data/h200/reproducible --run 3
-    python benchmarks/reproducible.py analyze data/h200/reproducible
+    python benchmarks/evidence/reproducible.py sweep data/h200/reproducible --run 1
+    python benchmarks/evidence/reproducible.py sweep data/h200/reproducible --run 2
+    python benchmarks/evidence/reproducible.py sweep data/h200/reproducible --run 3
+    python benchmarks/evidence/reproducible.py analyze data/h200/reproducible
 """
 from __future__ import annotations
 
@@ -47,7 +49,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+SCRIPT = "benchmarks/evidence/reproducible.py"
 
 #: GEMM shapes M x N x K (``:NT``: B stored N x K, the nn.Linear layout), from a 9 µs call to a
 #: 1.5 ms one, the issue's two (512x8192x28672, 8192x8192x8192) among them.
@@ -59,6 +63,8 @@ CPU_BACKENDS = ("aten", "inductor")
 
 
 def sweep(out: Path, run: int, processes: int, device: str, quick: bool) -> None:
+    from flyexplore.world.env import write_provenance
+
     out.mkdir(parents=True, exist_ok=True)
     gpu = device != "cpu"
     shapes = (GEMM if gpu else CPU_GEMM)[: 2 if quick else None]
@@ -67,6 +73,8 @@ def sweep(out: Path, run: int, processes: int, device: str, quick: bool) -> None
     cmd = [sys.executable, "-m", "flyexplore", "sweep", "--op", "gemm", "--shapes", ";".join(shapes),
            "--dtypes", "bf16" if gpu else "fp32", "--backends", ",".join(backends), "--device", device,
            "--processes", str(processes), "--out", str(dest), "--overwrite"]
+    write_provenance(out, SCRIPT, name=f"provenance_run{run}.json",
+                     extra={"step": "sweep", "run": run, "command": " ".join(cmd[1:])})
     t0 = time.time()
     subprocess.run(cmd, check=True)
     print(f"[run {run}] sweep {time.time() - t0:.0f} s", flush=True)
@@ -149,6 +157,7 @@ def analyze(out: Path) -> None:
     from flyexplore.measure import stats as S
     from flyexplore.results import compare as C
     from flyexplore.results import table as R
+    from flyexplore.world.env import provenance, provenance_line
 
     runs = sorted(out.glob("run*.parquet"))
     if len(runs) < 2:
@@ -156,7 +165,7 @@ def analyze(out: Path) -> None:
     dfs = {p.stem: R.load(p) for p in runs}
     dfs = {n: _current_rule(d[d["status"] == "ok"].reset_index(drop=True)) for n, d in dfs.items()}
     platform = str(next(iter(dfs.values()))["platform"].iloc[0])
-    lines = [f"# Reproducible verdicts ({platform}; benchmarks/reproducible.py)", "",
+    lines = [f"# Reproducible verdicts ({platform}; benchmarks/evidence/reproducible.py)", "",
              f"Runs: {', '.join(dfs)}; each `flyexplore sweep --processes "
              f"{int(next(iter(dfs.values()))['processes'].max())}`, a fresh driver per run. Row intervals "
              f"and labels recomputed from each row's `process_estimates` by the current rule (run shift "
@@ -262,6 +271,9 @@ def analyze(out: Path) -> None:
     env = next(iter(dfs.values())).iloc[0]
     lines += ["## Where", "", f"{env.get('device')} ({env.get('arch')}), torch {env.get('torch')}, triton {env.get('triton')}, "
               f"timing mode {env.get('timing_mode')}, flyexplore {env.get('flyexplore')}; every row is `measured`.", ""]
+    commits = sorted({str(c) for d in dfs.values() if "flyexplore_commit" in d for c in d["flyexplore_commit"].dropna()})
+    lines += [f"Measured by flyexplore commit {', '.join(commits) if commits else 'unknown (runs made before rows carried it)'}; "
+              f"this summary: `{provenance_line(provenance(SCRIPT, extra={'step': 'analyze'}))}`", ""]
     (out / "summary.md").write_text("\n".join(lines))
     print("\n".join(lines))
 

@@ -3,10 +3,11 @@ calls: the 15 published dense BF16 shapes (NT layout), ATen eager and torch.comp
 
 Not a test: run on a GPU and commit the output with its environment.
 
-    python benchmarks/timer_compare.py OUT_DIR [--backends aten,triton] [--limit N]
+    python benchmarks/evidence/timer_compare.py OUT_DIR [--backends aten,triton] [--limit N]
 
 Writes ``OUT_DIR/timer_compare.csv`` (one row per shape and backend; times in µs, harness wall
-time in s) and ``OUT_DIR/env.json``, and prints a table. Columns:
+time in s) and ``OUT_DIR/env.json`` (``flyexplore env --json`` with the run's provenance under
+``provenance``: commit, flyexplore's version, the machine), and prints a table. Columns:
 
 - ``do_bench_us``: ``triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")``
   (256 MB flush, events per call).
@@ -26,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main(argv=None):
@@ -43,7 +44,7 @@ def main(argv=None):
     import triton.testing
     import torch.utils.benchmark as tb
 
-    from flyexplore.world.env import collect
+    from flyexplore.world.env import collect, env_json
     from flyexplore.ops import get_op
     from flyexplore.ops.base import RunContext
     from flyexplore.ops.base import reset_dynamo
@@ -52,7 +53,7 @@ def main(argv=None):
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     env = collect()
-    (out / "env.json").write_text(json.dumps(env.to_dict(), indent=2, default=str))
+    (out / "env.json").write_text(env_json("benchmarks/evidence/timer_compare.py", env))
     op = get_op("gemm")
     dev = torch.device("cuda:0")
     ctx = RunContext(dev, env)

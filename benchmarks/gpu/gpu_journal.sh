@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Issue 22 on the lent GPU: the journal, the writer lock, the memory refusal and the worker start
-# limit with real CUDA workers, and benchmarks/torture.py on cuda:0.
-# Usage (device tool, repo root, .whl carried with plotly):  bash benchmarks/gpu_journal.sh "$OUT"
+# limit with real CUDA workers, and benchmarks/evidence/torture.py on cuda:0.
+# Usage (device tool, repo root, .whl carried with plotly):
+#   FLYEXPLORE_COMMIT=<hash> FLYEXPLORE_DIRTY=<0|1> bash benchmarks/gpu/gpu_journal.sh "$OUT"
+# Writes OUT/provenance.json, nvidia-smi.csv, steps.log, *_rows.csv and torture_cuda.txt.
 set -uo pipefail
 OUT=${1:-out/gpu_journal}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   && export PYTHONPATH=/tmp/site:$PWD || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.free --format=csv > "$OUT/nvidia-smi.csv" 2>&1
+# where the numbers come from: commit (FLYEXPLORE_COMMIT / FLYEXPLORE_DIRTY on a copy without .git),
+# flyexplore's version, the machine (flyexplore.world.env.write_provenance)
+python3 -c 'import sys; from flyexplore.world.env import write_provenance; write_provenance(sys.argv[1], sys.argv[2])' \
+    "$OUT" benchmarks/gpu/gpu_journal.sh >> "$OUT/steps.log" 2>&1
 FX="python3 -m flyexplore"
 W="$OUT/work"; mkdir -p "$W"
 step() { echo "== $*" | tee -a "$OUT/steps.log"; }
@@ -49,5 +55,5 @@ for f in ("mem", "two", "start"):
 PY
 
 if [ "${TORTURE_N:-10}" != 0 ]; then step "4. torture on cuda:0"
-python3 benchmarks/torture.py --device cuda:0 --n ${TORTURE_N:-10} --jobs 2 --out "$OUT/torture_cuda.txt" 2>&1 | tail -3 >> "$OUT/steps.log"; fi
+python3 benchmarks/evidence/torture.py --device cuda:0 --n ${TORTURE_N:-10} --jobs 2 --out "$OUT/torture_cuda.txt" 2>&1 | tail -3 >> "$OUT/steps.log"; fi
 cat "$OUT/steps.log"
