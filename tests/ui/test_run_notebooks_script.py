@@ -14,9 +14,7 @@ from conftest import ROOT
 
 
 def _script():
-    # benchmarks/run_notebooks.py, or benchmarks/tools/ once it moves there
-    path = next(p for p in (ROOT / "benchmarks" / "run_notebooks.py", ROOT / "benchmarks" / "tools" / "run_notebooks.py")
-                if p.exists())
+    path = ROOT / "benchmarks" / "tools" / "run_notebooks.py"
     spec = importlib.util.spec_from_file_location("run_notebooks_script", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
