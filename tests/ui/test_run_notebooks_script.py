@@ -3,12 +3,10 @@ notebooks' entries of ``run.json`` (issue 36: it overwrote them). The notebooks 
 here: the executor is replaced by one that writes the copy."""
 import importlib.util
 import json
-import types
 
 import pytest
 
 from flyexplore.ui import notebooks as N
-from flyexplore.world import env as ENV
 
 from conftest import ROOT
 
@@ -31,10 +29,7 @@ def script(monkeypatch):
         if path.stem == "export_report":
             raise RuntimeError("a cell failed")
 
-    env = types.SimpleNamespace(to_dict=lambda: {"platform": "cpu"}, device=types.SimpleNamespace(name="cpu"),
-                                platform="cpu")
-    monkeypatch.setattr(N, "execute", execute)
-    monkeypatch.setattr(ENV, "collect", lambda: env)
+    monkeypatch.setattr(N, "execute", execute)   # the real environment report: env.json as written
     mod = _script()
     mod.ran = ran
     return mod
@@ -56,6 +51,7 @@ def test_only_merges_into_run_json(script, tmp_path, capsys):
     names = [p.name for p in N.list_notebooks()]
     assert script.main([str(tmp_path), "--only", "quickstart"]) == 0
     assert [r["notebook"] for r in json.loads((tmp_path / "run.json").read_text())] == ["quickstart.ipynb"]
+    assert json.loads((tmp_path / "env.json").read_text())["provenance"]["flyexplore"]
     assert script.main([str(tmp_path), "--only", "export_report"]) == 1   # a failed one is kept too
     runs = json.loads((tmp_path / "run.json").read_text())
     assert [r["notebook"] for r in runs] == [n for n in names if n in ("quickstart.ipynb", "export_report.ipynb")]
