@@ -4,6 +4,7 @@ exit 2, no traceback, and write nothing. In-process (:func:`flyexplore.cli.main`
 check of what export leaves at interpreter exit, which needs an exit."""
 import errno
 import os
+import re
 import subprocess
 import sys
 
@@ -252,8 +253,12 @@ def test_image_export_leaves_the_browser_profile_to_the_browser(tmp_path):
                        capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == f"{out} None" and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # choreographer (kaleido's browser driver) logs and ignores a message that Chromium cut short
+    # under load ("JSONError decoding message. Ignoring" with its traceback): not this defect
+    err = re.sub(r"JSONError decoding message\. Ignoring\n(?:[ \t].*\n|\n|Traceback.*\n|The above .*\n|"
+                 r"choreographer\S*JSONError.*\n|simplejson\S*: .*\n)*", "", r.stderr)
     for bad in ("REMOVED UNDER", "Traceback", "OSError", "TmpDirWarning"):
-        assert bad not in r.stderr, r.stderr
+        assert bad not in err, r.stderr
 
 
 @pytest.mark.slow  # starts Chromium
