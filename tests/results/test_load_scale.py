@@ -16,7 +16,7 @@ from flyexplore.errors import UsageError
 from flyexplore.measure.stats import notch_ci
 from flyexplore.results import table as R
 
-from conftest import ROOT
+from conftest import FAST_DATA_FILES, ROOT, data_file_params
 
 
 # ---- the OLD implementation, frozen --------------------------------------------------------------
@@ -95,11 +95,17 @@ def _files():
                   for p in (ROOT / "data").rglob(f"*.{ext}"))
 
 
+def test_the_fast_lanes_data_files_are_all_there():
+    """The fast lane's sample of data files (conftest.FAST_DATA_FILES) exists, so the sample cannot
+    shrink unseen when a file moves."""
+    assert FAST_DATA_FILES <= set(_files()), sorted(FAST_DATA_FILES - set(_files()))
+
+
 def _same(raw: pd.DataFrame) -> None:
     pd.testing.assert_frame_equal(R.normalize(raw), _old_normalize(raw), check_exact=True)
 
 
-@pytest.mark.parametrize("path", _files())
+@pytest.mark.parametrize("path", data_file_params(_files()))
 def test_committed_files_normalize_as_before(path):
     p = ROOT / path
     with warnings.catch_warnings():

@@ -26,7 +26,7 @@ from flyexplore.measure import stats as S
 from flyexplore.measure import timing
 from flyexplore.errors import UsageError
 
-from conftest import ROOT
+from conftest import ROOT, data_file_params
 
 
 # ---- the OLD implementation, frozen --------------------------------------------------------------
@@ -363,7 +363,7 @@ def test_the_data_folder_has_result_files():
     assert len(FILES) >= 20 and any(f.endswith(".parquet") for f in FILES)
 
 
-@pytest.mark.parametrize("path", FILES)
+@pytest.mark.parametrize("path", data_file_params(FILES))
 def test_committed_result_files_give_the_old_frames(path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -887,7 +887,7 @@ def _check_pair(a, b, **kw):
     return new
 
 
-@pytest.mark.parametrize("path", FILES)
+@pytest.mark.parametrize("path", data_file_params(FILES))
 def test_committed_result_files_pair_as_before(path):
     """Every committed result file against itself (one run: paired), each run of it against the
     next (cross-run: unpaired+run) and one backend against another (paired from the samples)."""
