@@ -6,7 +6,6 @@ import ast
 import json
 import subprocess
 import sys
-import traceback
 
 import nbformat
 import pytest
@@ -234,16 +233,20 @@ def test_slim_widget_state_replaces_only_large_bundles():
     assert st["b"]["state"]["_esm"] == "export default {}"
 
 
-def _check_run_notebooks_script(executed):
+def _check_run_notebooks_script(executed, name):
     env = json.loads((executed / "env.json").read_text())
     assert env["platform"] == "cpu" and env["fingerprint"]["torch"]
     runs = json.loads((executed / "run.json").read_text())
-    assert [r["notebook"] for r in runs] == [p.name for p in NOTEBOOKS]
+    assert [r["notebook"] for r in runs] == [f"{name}.ipynb"]
     assert all(r["status"] == "ok" and r["size"] == "cpu" and r["seconds"] > 0 for r in runs)
     # the 5 MB plotly.js bundle of the FigureWidget is not stored in the copies
-    assert (executed / "quickstart.ipynb").stat().st_size < 1_000_000
+    assert (executed / f"{name}.ipynb").stat().st_size < 1_000_000
+
+
+@pytest.mark.slow   # a subprocess
+def test_run_notebooks_refuses_a_name_it_does_not_have(tmp_path):
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tools" / "run_notebooks.py"),
-                        str(executed / "again"), "--only", "nope"], capture_output=True, text=True, timeout=120)
+                        str(tmp_path / "again"), "--only", "nope"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "no notebook named 'nope'" in p.stderr
 
 
@@ -468,28 +471,23 @@ CHECKS = {"quickstart": _check_quickstart, "gemm_sweeps": _check_gemm_sweeps, "m
           "rmsnorm_topk": _check_rmsnorm_topk, "model_coverage": _check_model_coverage}
 
 
+def test_every_notebook_has_its_check():
+    assert set(CHECKS) == {path.stem for path in NOTEBOOKS}  # a new notebook gets its check
+
+
 @pytest.mark.slow
-def test_every_notebook_runs_on_the_cpu_and_shows_what_it_promises(tmp_path):
-    """All notebooks executed once, with SIZE="cpu", by ``benchmarks/tools/run_notebooks.py`` (the
-    script used for the GPU copies; each notebook through :func:`flyexplore.ui.notebooks.execute`,
-    nbclient and a fresh kernel), then every check: each notebook ran top to bottom, the script
-    wrote its logs, and each notebook shows what it promises. Every failed check is reported,
-    not only the first."""
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_each_notebook_runs_on_the_cpu_and_shows_what_it_promises(tmp_path, name):
+    """Each notebook executed with SIZE="cpu" by ``benchmarks/tools/run_notebooks.py --only NAME``
+    (the script used for the GPU copies; :func:`flyexplore.ui.notebooks.execute`, nbclient and a
+    fresh kernel), then its checks: it ran top to bottom, the script wrote its logs, and it shows
+    what it promises. One test per notebook, so that the suite's workers share them."""
     executed = tmp_path / "executed"
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tools" / "run_notebooks.py"), str(executed),
-                        "--size", "cpu", "--timeout", "300"],
-                       capture_output=True, text=True, timeout=1200)
+                        "--size", "cpu", "--timeout", "300", "--only", name],
+                       capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert set(CHECKS) == {path.stem for path in NOTEBOOKS}  # a new notebook gets its check
-    failed = []
-    for path in NOTEBOOKS:
-        for check, args in ((_check_runs_top_to_bottom, (executed, path)), (CHECKS[path.stem], (executed,))):
-            try:
-                check(*args)
-            except Exception:  # noqa: BLE001 - every failed check is reported below
-                failed.append(f"{path.name}:\n{traceback.format_exc(limit=-1)}")
-    try:
-        _check_run_notebooks_script(executed)
-    except AssertionError:
-        failed.append(f"run_notebooks.py:\n{traceback.format_exc(limit=-1)}")
-    assert not failed, "\n".join(failed)
+    path = ROOT / "notebooks" / f"{name}.ipynb"
+    _check_runs_top_to_bottom(executed, path)
+    CHECKS[name](executed)
+    _check_run_notebooks_script(executed, name)
