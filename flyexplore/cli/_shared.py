@@ -13,7 +13,7 @@ from flyexplore.ops import get_op, list_ops
 # The helpers below import their layer when they run, as every command module does, so that
 # `flyexplore --help` imports neither torch nor pandas.
 
-#: Exit codes (documented in :mod:`flyexplore.cli` and README): 0 success (``explain``: FlyDSL
+#: Exit codes (documented in :mod:`flyexplore.cli` and docs/index.md): 0 success (``explain``: FlyDSL
 #: YES / AOTriton eligible), 1 ``explain``: NO / not eligible (``xray``: cannot run here;
 #: ``compare --fail-on``: the gate tripped, B slower beyond the threshold),
 #: 2 usage error (also: a damaged input file, a full disk), 3 ``explain --op attention``:

@@ -69,7 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"±{_pct(BAND)})")
     p.add_argument("--budget-s", type=float, help="hard time limit of one case after warm-up, s "
                    "(default 10 on GPU, 2 on CPU; most cases stop earlier, at the time caps: 0.1 s per "
-                   "backend once the labels are decided, 0.3 s while one is not, twice that on CPU); "
+                   "backend once the labels are decided, 0.18 s while one is not; on CPU 0.2 s and 0.6 s: "
+                   "flyexplore.measure.interleaved's PRECISION_CAP_S, LABEL_CAP_S); "
                    "past it the row is flagged unconverged")
     p.add_argument("--baseline", help="backend speedups are taken against (default: the operator's, "
                    "e.g. aten)")
