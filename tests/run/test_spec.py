@@ -144,7 +144,8 @@ def test_the_command_line_builds_the_spec(monkeypatch, tmp_path, capsys):
     out = tmp_path / "r.csv"
     assert main(["sweep", "--op", "gemm", "--shapes", "8x8x8", "--backends", "aten", "--out", str(out),
                  "--rep", "5", "--band", "0.02", "--quiet"]) == 130
-    assert "finished rows kept in" in capsys.readouterr().err
+    assert f"interrupted before any case finished; nothing was written to {out}" in capsys.readouterr().err
+    assert not out.exists()
     (spec, kw), = got
     assert kw == {"progress": False}
     assert spec == SweepSpec("gemm", shapes="8x8x8", dtypes="fp32", backends="aten", out=out, band=0.02,
