@@ -261,7 +261,7 @@ def pair(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B"),
     warn = env_warnings(a, b, names)
     if setting:   # an A/B's interpreters and variables are what it compares, said in its setting
         warn = tuple(w for w in warn if not w.startswith(("env_python differs", "env_changes differs")))
-    synth = any(V.SYNTHETIC_FIELD in d and d[V.SYNTHETIC_FIELD].notna().any() for d in (a, b))
+    synth = _marked_synthetic(a, b)
     return ABResult(p, only_a, only_b, pd.DataFrame(rows), tuple(names), tuple(key), env_table(a, b, names),
                     warn, setting, synth)
 
@@ -713,10 +713,14 @@ def is_synthetic(x: "ABResult | Sides") -> bool:
     vllm runs) their rows are read."""
     if isinstance(x, ABResult):
         return x.synthetic
-    if not isinstance(x, Sides):
-        return False
+    return isinstance(x, Sides) and _marked_synthetic(x.a, x.b)
+
+
+def _marked_synthetic(*frames) -> bool:
+    """Whether any of ``frames`` (DataFrames; anything else is skipped) has a row with a
+    ``synthetic_example`` value: what :func:`pair` and :func:`is_synthetic` read."""
     return any(isinstance(d, pd.DataFrame) and V.SYNTHETIC_FIELD in d and d[V.SYNTHETIC_FIELD].notna().any()
-               for d in (x.a, x.b))
+               for d in frames)
 
 
 def _vllm_lines(tab: pd.DataFrame, names: tuple[str, str]) -> list[str]:

@@ -36,6 +36,7 @@ from flyexplore.results import table as R
 from flyexplore.results import vllm as V
 from flyexplore.results.compare import SYNTHETIC_LINE, Sides, is_synthetic, pair
 from flyexplore.results.published import headlines, load, ranges, vllm_published
+from flyexplore.views import plot_style as P
 from flyexplore.views import plots as F
 from flyexplore.views import plots_compare as FC
 from flyexplore.views import export as E
@@ -161,7 +162,7 @@ def verdict_lines(df: pd.DataFrame, baseline: str | Sequence[str] | None = None,
         return []
     if baseline is None:
         baseline = R.default_baseline(df)
-    bname = baseline if isinstance(baseline, str) else "faster of " + ", ".join(baseline)
+    bname = P.baseline_name(baseline)
     devs = df["device"].astype(object).where(df["device"].notna(), "unknown device") if "device" in df else None
     several = devs is not None and devs.nunique() > 1
     items: list[tuple[str, str]] = []
@@ -498,7 +499,7 @@ def _op_section(page: _Page, op: str, d: pd.DataFrame, baseline, idx: int) -> No
             parts.append(f"{be} {st} in {len(g)} row(s)" + (f": {msg}" if msg else ""))
         page.p(f"{len(bad)} row(s) not ok: " + "; ".join(parts), cls="note")
     name = _safe(f"{idx:02d}_{op.split(' on ')[0]}")
-    bname = baseline if isinstance(baseline, str) else "faster of " + ", ".join(baseline)
+    bname = P.baseline_name(baseline)
     try:
         sp = R.speedup(d, baseline)
         fig = F.speedup_overview_figure(d, baseline, title=f"{op}: speedup over {bname}")
