@@ -15,12 +15,22 @@ Two views of the same step (``view=``):
   decomposition table), before Inductor's post-grad pattern passes (``pad_mm`` may still pad a
   GEMM). This is where the GEMM templates (``aten.mm``, ``aten._grouped_mm``) are decided.
 
-What is kept as one call (its inner ATen calls are recorded, marked ``inner``, and not judged):
+Which family a call belongs to, its FLOPs and bytes, and what is kept as one call are the
+operator families' own knowledge (:class:`flyexplore.ops.base.ModelHooks`, ``Operator.model``,
+read through :func:`flyexplore.ops.model_families`): a family claims ATen overloads
+(``aten_ops``), may keep a torch function as one call (attention: ``F.scaled_dot_product_attention``,
+whose math decomposition is not what a GPU runs) or a module (RMSNorm: a module computing
+pow / mean / rsqrt / mul, which never reaches the FlyDSL override); the inner ATen calls of a
+kept call are recorded, marked ``inner``, and not judged. A family registered with
+:func:`flyexplore.ops.register_op` is captured the same way.
 
-- ``F.scaled_dot_product_attention`` (its math decomposition is not what a GPU runs);
-- a module whose class name ends in ``RMSNorm`` and that does not call ``_fused_rms_norm``: the
-  decomposed RMSNorm of Hugging Face models (pow / mean / rsqrt / mul), which never reaches
-  the FlyDSL override.
+In the compiled view Inductor's post-grad pattern ``add(mm(a, b), inp) -> addmm(inp, a, b)``
+(torch 2.15 ``torch/_inductor/fx_passes/post_grad.py``: ``addmm`` with ``is_valid_addmm_fusion``)
+is applied as the calls are recorded: an ``aten.add`` whose operand is the very output of an
+``aten.mm`` (no view between) and whose other operand has the output's shape becomes the
+``aten.addmm`` Inductor lowers (``addmm`` has no FlyDSL template). A bias-like other operand (a
+broadcast row) is left unfused, as Inductor does on a GPU when the sum feeds pointwise code
+(``should_prefer_unfused_addmm``); an ``mm`` output used again after the add is not seen.
 
 What cannot be captured is listed in :attr:`Capture.uncaptured` with the reason, never dropped:
 custom operators (``torch.library`` ops outside ``aten``/``prims``: shapes from their fake
@@ -43,6 +53,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from flyexplore.errors import UsageError, bad_choice
+from flyexplore.ops import get_op, model_families
 from flyexplore.world.conditions import TensorDesc, short_dtype
 
 #: The two views of a forward step (module docstring).
@@ -50,19 +61,34 @@ VIEWS = ("eager", "compiled")
 #: ``torch.cuda.get_device_capability`` as a ROCm torch reports each target arch (major, minor),
 #: answered while capturing on a machine without that GPU (gfx950 = MI350/MI355X: 9.5).
 ARCH_CAPABILITY = {"gfx950": (9, 5), "gfx942": (9, 4), "gfx90a": (9, 0), "gfx1201": (12, 0)}
-#: The ATen operators each explainable family reads (:mod:`flyexplore.insight.explain`).
-FAMILY_OF = {
-    "aten.mm.default": "gemm", "aten.addmm.default": "gemm", "aten.bmm.default": "gemm",
-    "aten.baddbmm.default": "gemm",
-    "aten._grouped_mm.default": "grouped_gemm",
-    "aten._scaled_mm.default": "scaled_gemm", "aten._scaled_mm_v2.default": "scaled_gemm",
-    "aten._scaled_grouped_mm.default": "grouped_gemm",
-    "aten._fused_rms_norm.default": "rmsnorm",
-    "aten.topk.default": "topk", "aten.topk.values": "topk",
-}
-#: The name a kept-as-one call is recorded under.
+#: The names the built-in families record their kept-as-one calls under (the attention family's
+#: SDPA, the RMSNorm family's decomposed module), for callers that look for them.
 SDPA = "F.scaled_dot_product_attention"
 DECOMPOSED_RMSNORM = "RMSNorm module (decomposed)"
+
+
+def family_of() -> dict[str, str]:
+    """``{ATen overload or kept-call name: family}`` over every family with model hooks
+    (:func:`flyexplore.ops.model_families`; their ``aten_ops``, kept modules and functions)."""
+    out: dict[str, str] = {}
+    for name, op in model_families().items():
+        hooks = op.model
+        for a in hooks.aten_ops:
+            out.setdefault(a, name)
+        if hooks.keep_function is not None:
+            out.setdefault(hooks.keep_function[1], name)
+    return out
+
+
+def kept_names() -> frozenset:
+    """The names kept-as-one calls are recorded under (not ATen calls: left out of
+    :meth:`Capture.aten_counts`)."""
+    out = {DECOMPOSED_RMSNORM, SDPA}
+    for op in model_families().values():
+        h = op.model
+        if h.keep_function is not None:
+            out.add(h.keep_function[1])
+    return frozenset(out)
 
 #: Calls a FakeTensor makes that a real tensor does not (``tensor.device`` goes through dispatch).
 _FAKE_ONLY = frozenset({"prim.device.default"})
@@ -93,7 +119,9 @@ class Call:
     dotted module path (``""`` = the top module) and ``module_type`` its class; ``layer``: the
     first list index in the path (``model.layers.3.mlp`` -> 3) or ``None``; ``flops`` and
     ``bytes``: per call (:func:`cost`); ``inner``: recorded inside a kept-as-one call (not judged,
-    not counted in shares); ``note``: why it is listed as it is."""
+    not counted in shares); ``note``: why it is listed as it is; ``names``: the tensor
+    arguments' names; ``kept``: a kept-as-one call (a family's function or module, not an ATen
+    call)."""
 
     op: str
     family: str | None
@@ -108,6 +136,7 @@ class Call:
     inner: bool = False
     note: str = ""
     names: tuple = ()
+    kept: bool = False
 
     def arg(self, name: str):
         """The :class:`TensorDesc` (or ``None``) of tensor argument ``name``, else its scalar value."""
@@ -205,8 +234,9 @@ class Capture:
     def aten_counts(self) -> Counter:
         """``Counter`` of ``(op, input shapes)`` over every ATen call (inner ones included, kept-as-one
         calls left out): what a ``TorchDispatchMode`` on a real run of the same step sees."""
+        kept = kept_names() | {c.op for c in self.calls if c.kept}
         return Counter((c.op, tuple(t.shape for t in c.inputs if t is not None))
-                       for c in self.calls if c.op not in (SDPA, DECOMPOSED_RMSNORM) and c.op not in _FAKE_ONLY)
+                       for c in self.calls if c.op not in kept and c.op not in _FAKE_ONLY)
 
 
 # -- FLOPs and bytes -----------------------------------------------------------------------------
@@ -218,50 +248,35 @@ def _nbytes(t: TensorDesc | None) -> float:
     return float(math.prod(t.shape)) * isz
 
 
-def cost(op: str, inputs: Sequence, outputs: Sequence, scalars: Mapping[str, Any]) -> tuple[float, float]:
-    """FLOPs and bytes of one call (the usual counts: a multiply-add is 2 FLOPs, each tensor read
-    or written once):
-
-    - ``mm`` [M, K] x [K, N]: 2MNK FLOPs, (MK + KN + MN) x element size bytes; ``addmm`` adds MN
-      FLOPs and the bias; ``bmm`` [B, M, K] x [B, K, N]: 2BMNK;
-    - ``_grouped_mm`` A [total_M, K], B [G, K, N]: 2 x total_M x N x K (the routing does not change
-      it), bytes A + B + out;
-    - SDPA q [B, H, Sq, D], k [B, Hkv, Skv, D]: 4 x B x H x Sq x Skv x D (causal with Sq == Skv:
-      about half), bytes q + k + v + out;
-    - anything else: one FLOP per output element, bytes = tensor inputs + outputs (each read or
-      written once: a lower bound for an unfused eager op).
-
-    Views cost nothing. ``inputs`` / ``outputs``: :class:`TensorDesc` or ``None``."""
-    if op in _VIEW_OPS:
+def call_cost(c: "Call") -> tuple[float, float]:
+    """FLOPs and bytes of one captured call. A family's calls are counted by the family
+    (:attr:`flyexplore.ops.base.ModelHooks.cost`: a GEMM [M, K] x [K, N] is 2MNK, SDPA
+    4 x B x H x Sq x Skv x D, halved when causal, ...); views cost nothing; anything else is one
+    FLOP per output element and each tensor read or written once (a lower bound for an unfused
+    eager op)."""
+    if c.op in _VIEW_OPS:
         return 0.0, 0.0
-    ins = [t for t in inputs if t is not None]
-    outs = [t for t in outputs if t is not None]
+    if c.family:
+        try:
+            hooks = get_op(c.family).model
+        except UsageError:
+            hooks = None
+        if hooks is not None and hooks.cost is not None:
+            return hooks.cost(c)
+    ins = [t for t in c.inputs if t is not None]
+    outs = [t for t in c.outputs if t is not None]
     io = sum(_nbytes(t) for t in ins) + sum(_nbytes(t) for t in outs)
-    if op in ("aten.mm.default", "aten.addmm.default"):
-        a, b = (ins[0], ins[1]) if op == "aten.mm.default" else (ins[1], ins[2])
-        m, k = a.shape
-        n = b.shape[1]
-        return 2.0 * m * n * k + (m * n if op == "aten.addmm.default" else 0), io
-    if op in ("aten.bmm.default", "aten.baddbmm.default"):
-        a, b = (ins[0], ins[1]) if op == "aten.bmm.default" else (ins[1], ins[2])
-        bb, m, k = a.shape
-        return 2.0 * bb * m * b.shape[2] * k, io
-    if op in ("aten._grouped_mm.default", "aten._scaled_grouped_mm.default"):
-        a, b = ins[0], ins[1]
-        if a.ndim == 2 and b.ndim == 3:
-            return 2.0 * a.shape[0] * b.shape[2] * a.shape[1], io
-        if a.ndim == 3 and b.ndim == 3:
-            return 2.0 * a.shape[0] * a.shape[1] * b.shape[2] * a.shape[2], io
-        return 2.0 * math.prod(outs[0].shape) * a.shape[-1] if outs else 0.0, io
-    if op == SDPA:
-        q, k = ins[0], ins[1]
-        b, h, sq, d = q.shape[0], q.shape[-3], q.shape[-2], q.shape[-1]
-        skv = k.shape[-2]
-        f = 4.0 * b * h * sq * skv * d
-        if scalars.get("is_causal") and sq == skv:
-            f /= 2
-        return f, io
     return float(sum(math.prod(t.shape) for t in outs)), io
+
+
+def cost(op: str, inputs: Sequence, outputs: Sequence, scalars: Mapping[str, Any],
+         names: Sequence[str] = ()) -> tuple[float, float]:
+    """FLOPs and bytes of a call given by its parts (:func:`call_cost`); ``inputs`` /
+    ``outputs``: :class:`TensorDesc` or ``None``; ``names``: the tensor arguments' names (a
+    family's count may read them, e.g. ``addmm``'s ``mat1``)."""
+    fam = family_of().get(op)
+    return call_cost(Call(op, fam, tuple(inputs), dict(scalars), tuple(outputs), "", "", None, 0.0, 0.0,
+                          names=tuple(names)))
 
 
 # ATen calls that only make views or read metadata (no kernel); plus device queries.
@@ -311,20 +326,24 @@ class _Recorder:
         self.host_answers: list[tuple] = []
         self.assumed: list[str] = []
         self.failed_at: tuple[str, str] | None = None
+        self.family_of: dict[str, str] = family_of()
+        self.mm_out = None      # compiled view: the output tensor of each aten.mm -> its call's index
 
     @property
     def module(self) -> tuple[str, str]:
         return self.stack[-1]
 
     def add(self, op: str, named: Sequence[tuple[str, Any]], out, *, family=None, note="",
-            flops_bytes=None, why_uncaptured: str | None = None) -> Call:
-        """Record one call: ``named`` its arguments as ``(name, value)`` in schema order."""
+            flops_bytes=None, why_uncaptured: str | None = None, kept: bool = False) -> Call:
+        """Record one call: ``named`` its arguments as ``(name, value)`` in schema order;
+        ``kept``: a family's kept-as-one call."""
         import torch
         from torch.utils._pytree import tree_leaves
 
         path, typ = self.module
         ins, names, scal = [], [], {}
-        keep_none = op in FAMILY_OF or family is not None
+        fam = family if family is not None else self.family_of.get(op)
+        keep_none = fam is not None
         for name, a in named:
             if isinstance(a, torch.Tensor):
                 ins.append(_desc(a))
@@ -346,12 +365,12 @@ class _Recorder:
                        "not judged")
         if why and not self.inner:
             self.uncaptured.append({"op": op, "module": path, "module_type": typ, "reason": "; ".join(why)})
-        if flops_bytes is None:
-            flops_bytes = cost(op, ins, outs, scal) if not sym else (math.nan, math.nan)
         layer = _LAYER.search(path)
-        c = Call(op, family if family is not None else FAMILY_OF.get(op), tuple(ins), scal, outs, path, typ,
-                 int(layer.group(1)) if layer else None, flops_bytes[0], flops_bytes[1],
-                 inner=self.inner > 0, note=note, names=tuple(names))
+        c = Call(op, fam, tuple(ins), scal, outs, path, typ, int(layer.group(1)) if layer else None, 0.0, 0.0,
+                 inner=self.inner > 0, note=note, names=tuple(names), kept=kept)
+        if flops_bytes is None:
+            flops_bytes = call_cost(c) if not sym else (math.nan, math.nan)
+        c = replace(c, flops=flops_bytes[0], bytes=flops_bytes[1])
         self.calls.append(c)
         return c
 
@@ -367,19 +386,90 @@ def _bind(func, args, kwargs) -> list[tuple[str, Any]]:
     return out
 
 
+def _kept_functions() -> dict:
+    """``{torch function: (name, family, args, scalars, output_layout)}`` of the families'
+    :attr:`~flyexplore.ops.base.ModelHooks.keep_function`."""
+    out = {}
+    for fam, op in model_families().items():
+        h = op.model
+        if h.keep_function is not None:
+            fn, name, args, scalars = h.keep_function
+            out.setdefault(fn(), (name, fam, args, scalars, h.output_layout))
+    return out
+
+
+#: ``aten.add`` overloads the compiled view fuses with an ``aten.mm`` operand into ``aten.addmm``
+#: (module docstring).
+_ADDS = ("aten.add.Tensor", "aten.add_.Tensor")
+
+
+def _expandable(shape, to) -> bool:
+    """``shape`` broadcasts to ``to`` (torch's ``is_expandable_to``: right-aligned, each dim equal
+    or 1)."""
+    if len(shape) > len(to):
+        return False
+    return all(a == b or a == 1 for a, b in zip(reversed(shape), reversed(to)))
+
+
+def _bias_like(inp, out) -> bool:
+    """``inp`` broadcasts over ``out`` rather than matching it (another rank, a 1 against a larger
+    dim, or a zero stride): torch 2.15 ``post_grad.py::_is_bias_like_addmm_input``, re-derived."""
+    if inp.dim() != out.dim():
+        return True
+    if tuple(inp.shape) != tuple(out.shape):
+        return any(a == 1 and b != 1 for a, b in zip(inp.shape, out.shape))
+    return any(st == 0 for st in inp.stride())
+
+
+def _fuse_addmm(rec: _Recorder, func, args, kwargs, out) -> bool:
+    """In the compiled view, record ``add(mm(a, b), inp)`` as the ``aten.addmm(inp, a, b)``
+    Inductor's post-grad pass makes of it (module docstring). Returns whether it did."""
+    import torch
+
+    if rec.mm_out is None or kwargs.get("alpha", 1) != 1 or len(args) < 2:
+        return False
+    x, y = args[0], args[1]
+    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+        return False
+    got = rec.mm_out.get(x)
+    mm_t, inp = (x, y) if got is not None else (y, x)
+    got = got if got is not None else rec.mm_out.get(y)
+    if got is None:
+        return False
+    idx, m1, m2 = got
+    if inp.dtype != mm_t.dtype or m1.dtype != inp.dtype or m2.dtype != inp.dtype or inp.device != mm_t.device:
+        return False
+    if not _expandable(tuple(inp.shape), tuple(mm_t.shape)):
+        return False
+    if mm_t.device.type != "cpu" and _bias_like(inp, mm_t):
+        return False   # Inductor keeps a bias add apart on a GPU when the sum feeds pointwise code
+    mm_call = rec.calls[idx]
+    rec.mm_out.pop(mm_t, None)
+    c = rec.add("aten.addmm.default", [("self", inp), ("mat1", m1), ("mat2", m2)], out,
+                note="mm + add fused into addmm by Inductor's post-grad pass "
+                     "(torch/_inductor/fx_passes/post_grad.py::addmm)")
+    rec.calls.pop()
+    rec.calls[idx] = replace(c, module=mm_call.module, module_type=mm_call.module_type, layer=mm_call.layer)
+    return True
+
+
 def _modes(rec: _Recorder, decompose: bool):
     """The dispatch mode (records every ATen call; in the compiled view decomposes as Inductor
-    does) and the function mode (keeps SDPA one call)."""
+    does and fuses ``mm + add`` into ``addmm``) and the function mode (keeps the families' kept
+    functions, SDPA, one call)."""
     import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.weak import WeakIdKeyDictionary
 
     table = {}
     if decompose:
         from torch._inductor.decomposition import select_decomp_table
 
         table = select_decomp_table()
-    sdpa = torch.nn.functional.scaled_dot_product_attention
+        rec.mm_out = WeakIdKeyDictionary()
+    kept = _kept_functions()
+    mm = torch.ops.aten.mm.default
 
     class Dispatch(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -402,47 +492,73 @@ def _modes(rec: _Recorder, decompose: bool):
                 rec.add(name, _bind(func, args, kwargs), None, note=why)
                 return answer
             out = func(*args, **kwargs)
+            if rec.mm_out is not None and not rec.inner:
+                if name in _ADDS and _fuse_addmm(rec, func, args, kwargs, out):
+                    return out
+                for a in args:   # any other use of an mm's output (a view too) rules its fusion out
+                    if isinstance(a, torch.Tensor):
+                        rec.mm_out.pop(a, None)
             ns = getattr(func, "namespace", "aten")
             custom = (f"custom operator {name}: shapes from its fake implementation; no FlyDSL route reads it"
                       if ns not in ("aten", "prims", "prim") else None)
             rec.add(name, _bind(func, args, kwargs), out, why_uncaptured=custom)
+            if func is mm and rec.mm_out is not None and not rec.inner and isinstance(out, torch.Tensor):
+                rec.mm_out[out] = (len(rec.calls) - 1, args[0], args[1])
             return out
 
     class Function(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if func is sdpa and not rec.inner:
+            k = kept.get(func)
+            if k is not None and not rec.inner:
+                cname, fam, named_of, scalars_of, layout_of = k
                 rec.inner += 1
                 try:
                     out = func(*args, **kwargs)
+                    named = named_of(args, kwargs)
+                    if layout_of is not None and isinstance(out, torch.Tensor) and out.device.type != "cpu":
+                        ins = tuple(_desc(v) for _, v in named if isinstance(v, torch.Tensor))
+                        strides = layout_of(ins, _desc(out))
+                        if strides is not None and tuple(strides) != tuple(out.stride()):
+                            # the layout a fused GPU kernel gives its output (the family's output_layout)
+                            out = torch.empty_strided(tuple(out.shape), strides, dtype=out.dtype, device=out.device)
                 finally:
                     rec.inner -= 1
-                q, k, v = (list(args[:3]) + [kwargs.get(n) for n in ("query", "key", "value")[len(args[:3]):]])
-                mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
-                sc = {"is_causal": bool(kwargs.get("is_causal", args[5] if len(args) > 5 else False)),
-                      "attn_mask": None if mask is None else list(getattr(mask, "shape", ())),
-                      "enable_gqa": bool(kwargs.get("enable_gqa", False)),
-                      "scale": kwargs.get("scale")}
-                rec.add(SDPA, [("query", q), ("key", k), ("value", v)], out, family="attention")
-                rec.calls[-1] = replace(rec.calls[-1], scalars=sc,
-                                        flops=cost(SDPA, rec.calls[-1].inputs, rec.calls[-1].outputs, sc)[0])
+                sc = scalars_of(args, kwargs)
+                rec.add(cname, list(named), out, family=fam, kept=True)
+                c = rec.calls[-1]
+                c = replace(c, scalars=sc)
+                rec.calls[-1] = replace(c, flops=call_cost(c)[0], bytes=call_cost(c)[1])
                 return out
             return func(*args, **kwargs)
 
     return Dispatch(), Function()
 
 
-def _hooks(model, rec: _Recorder):
-    """Forward pre/post hooks on every submodule: the module stack, and decomposed RMSNorm kept
-    as one call."""
-    import torch
+def _kept_modules(model) -> dict:
+    """``{id(module): (name, family, args, family's aten_ops)}`` for the modules a family keeps as
+    one call (:attr:`~flyexplore.ops.base.ModelHooks.keep_module`)."""
+    hooks = [(fam, op.model) for fam, op in model_families().items() if op.model.keep_module is not None]
+    out = {}
+    for m in model.modules():
+        for fam, h in hooks:
+            got = h.keep_module(m)
+            if got is not None:
+                out[id(m)] = (got[0], fam, got[1], frozenset(h.aten_ops))
+                break
+    return out
 
+
+def _hooks(model, rec: _Recorder):
+    """Forward pre/post hooks on every submodule: the module stack, and the modules a family
+    keeps as one call (:func:`_kept_modules`)."""
     handles = []
+    kept = _kept_modules(model)
 
     def pre(path, mod):
         def f(m, args, kwargs=None):
             rec.stack.append((path, type(m).__name__))
-            if _is_rmsnorm_module(m):
+            if id(m) in kept:
                 rec.inner += 1
                 rec.marks.append(len(rec.calls))
             return None
@@ -450,25 +566,20 @@ def _hooks(model, rec: _Recorder):
 
     def post(path, mod):
         def f(m, args, out):
-            if _is_rmsnorm_module(m):
+            k = kept.get(id(m))
+            if k is not None:
+                cname, fam, args_of, own = k
                 rec.inner -= 1
                 start = rec.marks.pop()
                 inner = rec.calls[start:]
-                fused = any(c.op == "aten._fused_rms_norm.default" for c in inner)
-                if fused:  # an F.rms_norm module: its _fused_rms_norm is the call; un-mark it
+                if any(c.op in own for c in inner):  # it reached the family's own op: that is the call
                     rec.calls[start:] = [replace(c, inner=rec.inner > 0) for c in inner]
                 else:
-                    x = args[0] if args and isinstance(args[0], torch.Tensor) else None
-                    w = getattr(m, "weight", None)
-                    eps = next((getattr(m, a) for a in ("variance_epsilon", "eps", "epsilon")
-                                if isinstance(getattr(m, a, None), (int, float))), None)
                     fl = sum(c.flops for c in inner if not c.is_view)
                     by = sum(c.bytes for c in inner if not c.is_view)
                     ops = sorted({c.op.split(".")[1] for c in inner if not c.is_view})
-                    rec.add(DECOMPOSED_RMSNORM, [("input", x), ("weight", w), ("eps", eps), ("ops", ops)], out,
-                            family="rmsnorm",
-                            note=f"{type(m).__name__} computes RMSNorm from {', '.join(ops)}: it never "
-                                 "calls aten._fused_rms_norm", flops_bytes=(fl, by))
+                    named, note = args_of(m, args, ops)
+                    rec.add(cname, list(named), out, family=fam, note=note, flops_bytes=(fl, by), kept=True)
             rec.stack.pop()
             return None
         return f
@@ -477,10 +588,6 @@ def _hooks(model, rec: _Recorder):
         handles.append(mod.register_forward_pre_hook(pre(path, mod)))
         handles.append(mod.register_forward_hook(post(path, mod)))
     return handles
-
-
-def _is_rmsnorm_module(m) -> bool:
-    return type(m).__name__.endswith("RMSNorm")
 
 
 @contextlib.contextmanager

@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from flyexplore.insight.capture import DECOMPOSED_RMSNORM, SDPA, Call, Capture
+from flyexplore.errors import UsageError
+from flyexplore.insight.capture import DECOMPOSED_RMSNORM, Call, Capture
 from flyexplore.insight.explain import compile_options_for, explain, explain_text
 from flyexplore.world.conditions import TensorDesc, contiguous_strides, short_dtype
 from flyexplore.world.facts import facts
@@ -94,15 +95,25 @@ def _from_explanation(family: str, ex, extra_notes: Sequence[str] = ()) -> Verdi
     if verdict is not None:  # attention: eligible / not eligible / unverified
         st = {"eligible": "eligible", "not eligible": "not eligible"}.get(verdict, "unverified")
         cat = "eligible" if st == "eligible" else (_category(family, ex) if st == "not eligible"
-                                                   else "attention: unverified (needs the GPU)")
+                                                   else f"{family}: unverified (needs the GPU)")
         return Verdict(st, cat, ex.reason, ex.kernel, ex, notes)
-    compiled = family in ("gemm", "grouped_gemm")
+    compiled = _route(family) == "compile"
     if ex.taken:
         reason = (f"eligible: {ex.kernel} is an autotune candidate" if compiled
                   else f"eligible: FlyDSL {ex.kernel} runs it")
         return Verdict("eligible", "eligible", reason, ex.kernel, ex, notes)
     reason = "not eligible: " + "; ".join(c.detail for c in ex.failed)
     return Verdict("not eligible", _category(family, ex), reason, ex.kernel, ex, notes)
+
+
+def _route(family: str) -> str | None:
+    from flyexplore.ops import get_op
+
+    try:
+        p = get_op(family).flydsl
+    except UsageError:
+        return None
+    return p.route if p is not None else None
 
 
 def _gemm(a: TensorDesc, b: TensorDesc, bias: bool, envs: Envs):
@@ -112,8 +123,10 @@ def _gemm(a: TensorDesc, b: TensorDesc, bias: bool, envs: Envs):
 
 def gemm_operands(c: Call) -> tuple[TensorDesc, TensorDesc]:
     """A [M, K] and B [K, N] of a captured ``aten.mm`` or ``aten.addmm`` (whose first argument
-    is the bias)."""
-    return (c.arg("mat1"), c.arg("mat2")) if c.op == "aten.addmm.default" else (c.arg("self"), c.arg("mat2"))
+    is the bias): the GEMM family's :func:`flyexplore.ops.gemm.model.operands`."""
+    from flyexplore.ops.gemm.model import operands
+
+    return operands(c)
 
 
 def _judge_gemm(c: Call, envs: Envs, bias: bool | None = None):
@@ -143,89 +156,47 @@ def _topk(c: Call, envs: Envs, x=None):
 
 def attention_shape(c: Call) -> str:
     """The attention catalogue's shape text of a captured SDPA call,
-    ``BxHxSQxSKVxD[:hkv=N,causal=1]`` (leading dims folded into B)."""
-    q, k = c.inputs[0], c.inputs[1]
-    b = 1
-    for s in q.shape[:-3]:
-        b *= s
-    h, sq, d = q.shape[-3], q.shape[-2], q.shape[-1]
-    hkv, skv = k.shape[-3], k.shape[-2]
-    opts = []
-    if hkv != h:
-        opts.append(f"hkv={hkv}")
-    if c.scalars.get("is_causal"):
-        opts.append("causal=1")
-    return f"{b}x{h}x{sq}x{skv}x{d}" + (":" + ",".join(opts) if opts else "")
+    ``BxHxSQxSKVxD[:hkv=N,causal=1]`` (the attention family's
+    :func:`flyexplore.ops.attention.model.shape_text`)."""
+    from flyexplore.ops.attention.model import shape_text
 
-
-def _attention(c: Call, arch: str):
-
-    dt = short_dtype(c.inputs[0].dtype)
-    ex = explain_text("attention", attention_shape(c), dt if dt in ("bf16", "fp16", "fp32") else "bf16", arch=arch)
-    notes = []
-    if c.scalars.get("attn_mask") is not None:
-        notes.append(f"called with an explicit attn_mask {c.scalars['attn_mask']}: the rules above judge "
-                     "the shapes; a mask can change SDPA's backend choice on the device")
-    return ex, notes
+    return shape_text(c)
 
 
 def judge_call(c: Call, view: str, envs: Envs) -> Verdict:
-    """The verdict for one captured call in ``view`` (module docstring)."""
-    op, fam = c.op, c.family
-    compiled = view == "compiled"
-    if op == SDPA:
-        ex, notes = _attention(c, envs.arch)
-        return _from_explanation("attention", ex, notes)
-    if op == DECOMPOSED_RMSNORM:
-        return Verdict("not eligible", "rmsnorm: decomposed module",
-                       f"not eligible: {c.note}" + (" (and Inductor fuses the pieces into its own kernel)"
-                                                    if compiled else ""))
-    if fam == "gemm":
-        if op == "aten.bmm.default" or op == "aten.baddbmm.default":
-            return Verdict("no FlyDSL path", "no FlyDSL path: bmm",
-                           "no FlyDSL path: FlyDSL's dense template is for aten.mm; bmm/baddbmm have none "
-                           "(torch 2.15: torch/_inductor/kernel/bmm.py offers no FlyDSL template)")
-        if not compiled:
-            return Verdict("not eligible", "gemm: eager (FlyDSL GEMMs need torch.compile)",
-                           "not eligible in eager: FlyDSL's GEMM is an Inductor template, a candidate only under "
-                           "torch.compile with max-autotune and FLYDSL in max_autotune_gemm_backends "
-                           "(the compiled view judges it)")
-        ex = _judge_gemm(c, envs)
-        return _from_explanation("gemm", ex, (AUTOTUNE_NOTE,) if ex.taken else ())
-    if fam == "grouped_gemm":
-        if op != "aten._grouped_mm.default":
-            return Verdict("no FlyDSL path", "no FlyDSL path: scaled grouped mm",
-                           "no FlyDSL path: scaled grouped mm has no FlyDSL template")
-        if not compiled:
-            return Verdict("not eligible", "grouped_gemm: eager (FlyDSL GEMMs need torch.compile)",
-                           "not eligible in eager: FlyDSL's grouped GEMM is an Inductor template "
-                           "(the compiled view judges it)")
-        ex = _grouped(c.arg("self"), c.arg("mat2"), c.arg("offs"), c.arg("bias"), envs)
-        return _from_explanation("grouped_gemm", ex, (AUTOTUNE_NOTE,) if ex.taken else ())
-    if fam == "rmsnorm":
-        if compiled:
-            return Verdict("not eligible", "rmsnorm: decomposed by Inductor",
-                           "not eligible under torch.compile: Inductor decomposes aten._fused_rms_norm "
-                           "(torch/_decomp/decompositions.py) and generates its own kernel; the FlyDSL RMSNorm "
-                           "is an eager override")
-        ns = c.scalars.get("normalized_shape")
-        ex = _rms(c.arg("input"), c.arg("weight"), c.scalars.get("eps"), envs, ns)
-        return _from_explanation("rmsnorm", ex)
-    if fam == "topk":
-        from torch._inductor import config as ic
+    """The verdict for one captured call in ``view``, as its family's model hooks say
+    (:attr:`flyexplore.ops.base.ModelHooks.judge`): a verdict decided without the rules, or the
+    family's FlyDSL rules on the arguments the hook gives (the explainer, as ``flyexplore
+    explain --assume-rocm`` judges; the compile route in the compiled environment of
+    :class:`Envs`). A call no family claims has no FlyDSL path."""
+    from flyexplore.ops import get_op
 
-        if compiled and getattr(ic.triton, "decompose_sort_ops", False):
-            return Verdict("not eligible", "topk: decomposed by Inductor",
-                           "not eligible: config.triton.decompose_sort_ops makes Inductor lower topk as a sort")
-        ex = _topk(c, envs)
-        notes = ("under torch.compile Inductor calls aten.topk as a fallback kernel, so the eager override "
-                 "decides",) if compiled else ()
-        return _from_explanation("topk", ex, notes)
-    if fam == "scaled_gemm":
-        return Verdict("unverified", "scaled_gemm: not judged from a capture",
-                       "listed, not judged: a captured scaled GEMM needs its recipe and scales "
-                       "(flyexplore explain --op scaled_gemm judges one call)")
-    return Verdict("no FlyDSL path", f"no FlyDSL path: {_kind(op)}", f"no FlyDSL path for {op}")
+    fam = c.family
+    hooks = None
+    if fam:
+        try:
+            hooks = get_op(fam).model
+        except UsageError:
+            hooks = None
+    if hooks is None or hooks.judge is None:
+        return Verdict("no FlyDSL path", f"no FlyDSL path: {_kind(c.op)}", f"no FlyDSL path for {c.op}")
+    got = hooks.judge(c, view)
+    if got is None:
+        return Verdict("no FlyDSL path", f"no FlyDSL path: {_kind(c.op)}", f"no FlyDSL path for {c.op}")
+    if got.status is not None:
+        return Verdict(got.status, got.category, got.reason, notes=tuple(got.notes))
+    path = get_op(fam).flydsl
+    args = dict(got.args)
+    if path is None:
+        return Verdict("no FlyDSL path", f"no FlyDSL path: {fam}", f"no FlyDSL path: {fam} has no FlyDSL route")
+    if path.judge is None and path.explain_text is not None:   # a family with its own front door
+        ex = explain_text(fam, args.pop("shape"), args.pop("dtype", None), arch=envs.arch, **args)
+    else:
+        ex = explain(fam, env=envs(path.route == "compile"), **args)
+    notes = tuple(got.notes)
+    if path.route == "compile" and getattr(ex, "taken", False):
+        notes += (AUTOTUNE_NOTE,)
+    return _from_explanation(fam, ex, notes)
 
 
 def _kind(op: str) -> str:
@@ -249,11 +220,11 @@ def judge_capture(cap: Capture, envs: Envs | None = None, advice: bool = True) -
 # -- what-if ---------------------------------------------------------------------------------
 
 def nt_expert_weight(b: TensorDesc) -> bool:
-    """B of ``_grouped_mm`` passed as ``w.transpose(-2, -1)`` of a contiguous [G, N, K] ``w``."""
-    if b is None or b.ndim != 3:
-        return False
-    g, k, n = b.shape
-    return b.stride == (k * n, 1, k)
+    """B of ``_grouped_mm`` passed as ``w.transpose(-2, -1)`` of a contiguous [G, N, K] ``w``
+    (the grouped GEMM family's :func:`flyexplore.ops.grouped_gemm.model.nt_expert_weight`)."""
+    from flyexplore.ops.grouped_gemm.model import nt_expert_weight as nt
+
+    return nt(b)
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,13 @@ from __future__ import annotations
 import importlib
 
 from flyexplore.errors import bad_choice
-from flyexplore.ops.base import Backend, Case, FlyDSLPath, KernelPattern, Operator, PublishedSuite, RunContext, Suite
+from flyexplore.ops.base import (Backend, Case, FlyDSLPath, KernelPattern, ModelCall, ModelHooks, Operator, PublishedSuite,
+                                 RunContext, Suite)
 from flyexplore.world import routes as _routes
 
-__all__ = ["Backend", "Case", "FlyDSLPath", "KernelPattern", "Operator", "PublishedSuite", "RunContext",
-           "Suite", "builtin_ops", "flydsl_ops", "get_op", "list_ops", "register_op", "unregister_op"]
+__all__ = ["Backend", "Case", "FlyDSLPath", "KernelPattern", "ModelCall", "ModelHooks", "Operator", "PublishedSuite",
+           "RunContext", "Suite", "builtin_ops", "flydsl_ops", "get_op", "list_ops", "model_families",
+           "register_op", "unregister_op"]
 
 #: operator name -> (module, attribute). Modules import lazily.
 _MODULES = {
@@ -101,3 +103,16 @@ def route_table() -> list:
             out.append(_routes.Route(n, p.route, p.module, tuple(p.aten_ops)))
     return out
 
+
+
+def model_families() -> dict[str, Operator]:
+    """The families with model hooks (``Operator.model``), built-in then registered:
+    ``{family name: Operator}``. The capture asks each which ATen calls it claims
+    (:attr:`ModelHooks.aten_ops`); a family registered with :func:`register_op` is read the
+    same way, so it appears in ``fx.model`` with no change outside its own module."""
+    out = {}
+    for name in list_ops():
+        op = get_op(name)
+        if op.model is not None:
+            out[name] = op
+    return out

@@ -239,6 +239,95 @@ class FlyDSLPath:
             raise ValueError(f"eager FlyDSL path {self.path!r} needs aten_ops (the overridden aten op symbols)")
 
 
+#: The views of a captured model step (:mod:`flyexplore.insight.capture`): ``eager`` (what ATen
+#: and the eager overrides see) and ``compiled`` (what Inductor lowers).
+MODEL_VIEWS = ("eager", "compiled")
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """What a family makes of one captured call (:attr:`ModelHooks.judge`): either the keyword
+    arguments of its FlyDSL ``judge`` (``args``; judged by the explainer, or by the family's
+    ``explain_text`` front door when ``args`` holds ``shape`` and ``dtype``), or a verdict decided
+    without the rules (``status``: ``"not eligible"``, ``"no FlyDSL path"`` or ``"unverified"``,
+    with ``category`` -- a short group label -- and ``reason``, one line). ``notes``: sentences
+    added to the verdict either way."""
+
+    args: Mapping[str, Any] | None = None
+    status: str | None = None
+    category: str = ""
+    reason: str = ""
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if (self.args is None) == (self.status is None):
+            raise ValueError("ModelCall needs exactly one of args (judged by the rules) and status (decided here)")
+
+
+@dataclass(frozen=True)
+class ModelHooks:
+    """What an operator family knows of a captured model step (``Operator.model``): the capture,
+    the coverage verdicts, the shares and the exported shapes read it, and nothing outside the
+    family's folder names the family (``docs/adding-an-operator.md``, section 8).
+
+    A captured call is handed over as :class:`flyexplore.insight.capture.Call` (``op``,
+    ``inputs`` / ``outputs`` as :class:`~flyexplore.world.conditions.TensorDesc`, ``scalars``,
+    ``arg(name)``, ``dtype``).
+
+    - ``aten_ops``: the ATen overloads the family claims, as the dispatcher names them
+      (``"aten.mm.default"``); a captured call of one of them belongs to the family.
+    - ``view``: the capture view that decides the family (:data:`MODEL_VIEWS`): ``"eager"`` for
+      an eager override, ``"compiled"`` for an Inductor template. Exported shapes take the
+      family's calls from this view.
+    - ``judge(call, view)`` -> :class:`ModelCall`: the family's FlyDSL ``judge`` arguments for
+      the call in ``view``, or a verdict decided without the rules (e.g. a GEMM in eager: FlyDSL's
+      GEMM is an Inductor template). ``None``: the family has no FlyDSL verdict
+      ("no FlyDSL path").
+    - ``cost(call)`` -> ``(FLOPs, bytes)`` per call (``None``: one FLOP per output element, each
+      tensor read or written once).
+    - ``case(call, split)`` -> ``(shape text, note)`` in the family's catalogue syntax, or
+      ``None`` when the call has no catalogue case (``flyexplore model --export-shapes``);
+      ``split(rows, groups)`` divides routed rows over groups under the MoE routing assumption.
+    - ``dims(call)`` -> the catalogue dims of the call (``{"m": .., "n": .., "k": ..}``), for
+      matching published or measured cases by nearest shape; ``None`` when it has none.
+    - ``matrix``: the modelled time uses the matrix-core peak of the call's dtype (else the
+      FP32 vector peak).
+    - ``keep_module(module)`` -> ``(name, args)`` or ``None``: a module the family keeps as one
+      call named ``name`` when none of its inner calls is one of ``aten_ops`` (RMSNorm modules
+      computed from pow/mean/rsqrt); ``args(module, inputs, inner_ops)`` -> ``((name, value)
+      pairs, note)``, ``inner_ops`` the short names of the kernels it ran (``["mean", "mul"]``).
+    - ``keep_function``: a torch function kept as one call (its inner ATen calls recorded as
+      inner, not judged): ``(function(), name, args(args, kwargs) -> ((name, value), ...),
+      scalars(args, kwargs) -> dict)``, ``function()`` a zero-argument callable returning the
+      torch function (torch is imported only when capturing) (SDPA, whose math decomposition is
+      not what a GPU runs).
+    - ``output_layout(call_inputs, output)`` -> strides or ``None``: the strides a GPU kernel
+      gives the kept function's output (SDPA: the query's dimension order), applied on a GPU
+      device so that later calls see the layout a real run sees.
+    """
+
+    aten_ops: tuple[str, ...]
+    view: str = "eager"
+    judge: Callable | None = None
+    cost: Callable | None = None
+    case: Callable | None = None
+    dims: Callable | None = None
+    matrix: bool = False
+    keep_module: Callable | None = None
+    keep_function: tuple | None = None
+    output_layout: Callable | None = None
+
+    def __post_init__(self):
+        if self.view not in MODEL_VIEWS:
+            raise ValueError(f"unknown model view {self.view!r} (valid: {', '.join(MODEL_VIEWS)})")
+        if not self.aten_ops and self.keep_function is None and self.keep_module is None:
+            raise ValueError("ModelHooks needs aten_ops (the ATen overloads the family claims)")
+        bad = [o for o in self.aten_ops if "." not in o]
+        if bad:
+            raise ValueError("ModelHooks.aten_ops names overloads as the dispatcher prints them "
+                             f"(\"aten.mm.default\"), got {', '.join(map(repr, bad))}")
+
+
 _DIMS = re.compile(r"^\d+(x\d+)*$")
 
 
@@ -268,6 +357,7 @@ class Operator:
     backends: dict[str, Backend] = field(default_factory=dict)
     suites: dict[str, Suite] = field(default_factory=dict)
     flydsl: FlyDSLPath | None = None    # how torch routes this family to FlyDSL (None: it does not)
+    model: ModelHooks | None = None     # what it knows of a captured model step (None: nothing)
     published: tuple[PublishedSuite, ...] = ()   # its published MI355X tables (flyexplore.results.published)
     # every row on a GPU records what ran, not only FlyDSL rows: the kernel the library picked
     # is part of the answer (attention: which AOTriton backend -- Triton, aiter or FlyDSL)
@@ -526,3 +616,20 @@ def compile_context(_ctx, _case):
     options are given to ``torch.compile`` by the backend's build; Dynamo is reset per case by
     :func:`reset_dynamo`)."""
     return contextlib.nullcontext()
+
+
+def tensor_bytes(t) -> float:
+    """Bytes of a :class:`~flyexplore.world.conditions.TensorDesc` (``None``: 0): elements x
+    element size (4 when the dtype has no ``itemsize``)."""
+    if t is None:
+        return 0.0
+    n = 1
+    for s in t.shape:
+        n *= s
+    return float(n) * (t.dtype.itemsize if hasattr(t.dtype, "itemsize") else 4)
+
+
+def io_bytes(call) -> float:
+    """Bytes a captured call reads and writes, each tensor once (:func:`tensor_bytes` of its
+    inputs and outputs): the byte count of the model hooks' ``cost``."""
+    return sum(tensor_bytes(t) for t in call.inputs) + sum(tensor_bytes(t) for t in call.outputs)

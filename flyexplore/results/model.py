@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from flyexplore.errors import UsageError, bad_choice
-from flyexplore.insight.capture import DECOMPOSED_RMSNORM, SDPA, Call, module_pattern
-from flyexplore.insight.coverage import Judged, attention_shape, gemm_operands, nt_expert_weight
+from flyexplore.insight.capture import Call, module_pattern
+from flyexplore.insight.coverage import Judged, nt_expert_weight
 from flyexplore.insight.hf import routing_shares
 from flyexplore.ops import get_op
 from flyexplore.results import published as P
@@ -38,14 +38,28 @@ from flyexplore.results import table as R
 TARGET_DEVICE = {"gfx950": "MI355X", "gfx942": "MI300X"}
 #: Where a projection's per-operator speedups come from.
 PROJECTION_SOURCES = ("published", "results")
-#: Calls judged in the view that decides them, when exporting shapes to sweep.
-DECIDING_VIEW = {"gemm": "compiled", "grouped_gemm": "compiled", "rmsnorm": "eager", "topk": "eager",
-                 "attention": "eager"}
+
+
+def _hooks(family: str | None):
+    """The model hooks of ``family`` (:class:`flyexplore.ops.base.ModelHooks`), ``None`` when it
+    has none or is unknown."""
+    if not family:
+        return None
+    try:
+        return get_op(family).model
+    except UsageError:
+        return None
+
+
+def deciding_view(family: str) -> str:
+    """The capture view that decides ``family`` (its hooks' ``view``; ``eager`` without hooks):
+    exported shapes take the family's calls from it."""
+    h = _hooks(family)
+    return h.view if h is not None else "eager"
 #: Columns of :func:`coverage_table`.
 COLUMNS = ("model", "step", "phase", "batch", "seq", "view", "op", "family", "module", "module_type", "count", "shapes",
            "args", "dtype", "status", "category", "reason", "kernel", "flops", "bytes", "total_flops", "total_bytes",
            "flops_share", "bytes_share", "modelled_us", "modelled_total_us", "modelled_share", "notes")
-_MATRIX = {"gemm", "grouped_gemm", "scaled_gemm", "attention"}
 
 
 def _peaks(arch: str):
@@ -58,7 +72,8 @@ def modelled_us(c: Call, arch: str = "gfx950") -> float:
     peak, bytes / bandwidth)``. NaN when the call's cost is unknown."""
     dev = _peaks(arch)
     dt = c.dtype
-    cls_dtype = dt if (c.family in _MATRIX and dt in PK.DTYPE_CLASS) else "fp32"
+    h = _hooks(c.family)
+    cls_dtype = dt if (h is not None and h.matrix and dt in PK.DTYPE_CLASS) else "fp32"
     tf, bw = dev.peak(cls_dtype)
     if not (c.flops == c.flops and c.bytes == c.bytes):
         return math.nan
@@ -163,26 +178,16 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
 # -- per-operator speedups and the projection ------------------------------------------------------
 
 def call_dims(family: str, c: Call) -> dict | None:
-    """The catalogue dims of a captured call (gemm m,n,k; grouped_gemm g,m,n,k with M per group
-    under uniform routing; rmsnorm m,n; topk m,n,k), ``None`` when it has none."""
-    try:
-        if family == "gemm" and c.op in ("aten.mm.default", "aten.addmm.default"):
-            a, b = gemm_operands(c)
-            return {"m": a.shape[0], "n": b.shape[1], "k": a.shape[1]}
-        if family == "grouped_gemm" and c.op == "aten._grouped_mm.default":
-            a, b = c.arg("self"), c.arg("mat2")
-            g = b.shape[0]
-            return {"g": g, "m": max(1, round(a.shape[0] / g)), "n": b.shape[2], "k": b.shape[1]}
-        if family == "rmsnorm":
-            x = c.arg("input")
-            n = x.shape[-1]
-            return {"m": int(np.prod(x.shape[:-1])), "n": n}
-        if family == "topk":
-            x = c.arg("self")
-            return {"m": int(np.prod(x.shape[:-1])), "n": x.shape[-1], "k": int(c.scalars.get("k"))}
-    except (AttributeError, IndexError, TypeError):
+    """The catalogue dims of a captured call, as its family's hooks give them
+    (:attr:`flyexplore.ops.base.ModelHooks.dims`: gemm m,n,k; grouped_gemm g,m,n,k with M per
+    group under uniform routing; rmsnorm m,n; topk m,n,k), ``None`` when it has none."""
+    h = _hooks(family)
+    if h is None or h.dims is None:
         return None
-    return None
+    try:
+        return h.dims(c)
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
 
 
 def _speedup_table(source: str, results: pd.DataFrame | None, baseline: str | Sequence[str]) -> pd.DataFrame:
@@ -261,7 +266,7 @@ def projection(judged: Iterable[Judged], source: str = "published", *, results: 
                 continue
             base += t
             sp = None
-            fam = c.family if c.op != DECOMPOSED_RMSNORM else None
+            fam = c.family
             if v.status == "eligible" and fam:
                 dims = call_dims(fam, c)
                 near = _nearest(s, fam, dims, c.dtype) if dims else []
@@ -309,12 +314,6 @@ SHAPE_COLUMNS = ("op", "shape", "dtype", "model", "phase", "step", "view", "modu
                  "replaces", "note")
 
 
-def _gemm_layout(a, b) -> str | None:
-    la = "N" if a.stride[-1] == 1 else ("T" if a.stride[0] == 1 else None)
-    lb = "N" if b.stride[-1] == 1 else ("T" if b.stride[0] == 1 else None)
-    return la + lb if la and lb else None
-
-
 def split_rows(total: int, g: int, routing: str = "uniform") -> list[int]:
     """``total`` routed rows over ``g`` experts under ``routing``
     (:func:`flyexplore.insight.hf.routing_shares`), as integers summing to ``total`` (largest
@@ -328,54 +327,37 @@ def split_rows(total: int, g: int, routing: str = "uniform") -> list[int]:
 
 
 def call_shape(c: Call, routing: str = "uniform") -> tuple[str, str, str] | None:
-    """``(op, shape text, note)`` of a captured call in the operator catalogue's syntax, or
-    ``None`` when flyexplore has no operator for it (bmm, pointwise). gemm ``MxNxK:<layout>``
-    (layout from the strides: ``x @ w.T`` is ``NT``); grouped_gemm ``GxMxNxK[:layout=NT]`` with M
-    per expert (``ms=`` with the rows per expert when ``routing`` or the row count makes them
-    uneven; :func:`split_rows`); rmsnorm
-    ``MxN:eps=..``; topk ``MxNxK``; attention ``BxHxSQxSKVxD[:hkv=..,causal=1]``."""
-    fam = c.family
-    if fam == "gemm" and c.op in ("aten.mm.default", "aten.addmm.default"):
-        a, b = gemm_operands(c)
-        lay = _gemm_layout(a, b)
-        if lay is None:
-            return None
-        d = call_dims("gemm", c)
-        note = "the bias add of addmm is not measured" if c.op == "aten.addmm.default" else ""
-        return "gemm", f"{d['m']}x{d['n']}x{d['k']}:{lay}", note
-    if fam == "grouped_gemm" and c.op == "aten._grouped_mm.default":
-        a, b = c.arg("self"), c.arg("mat2")
-        if a is None or b is None or a.ndim != 2 or b.ndim != 3:
-            return None
-        g, k, n = b.shape
-        rows = a.shape[0]
-        opts = ["layout=NT"] if nt_expert_weight(b) else []
-        ms = split_rows(rows, g, routing)
-        m = max(ms)
-        if len(set(ms)) > 1:
-            opts.append("ms=" + "/".join(map(str, ms)))
-        return ("grouped_gemm", f"{g}x{m}x{n}x{k}" + (":" + ",".join(opts) if opts else ""),
-                f"{routing} routing: {rows} routed rows over {g} experts")
-    if fam == "rmsnorm":
-        x = c.arg("input")
-        if x is None:
-            return None
-        d = call_dims("rmsnorm", c)
-        eps = c.scalars.get("eps")
-        note = "a decomposed RMSNorm module, measured as F.rms_norm" if c.op == DECOMPOSED_RMSNORM else ""
-        return "rmsnorm", f"{d['m']}x{d['n']}" + (f":eps={eps:g}" if isinstance(eps, float) else ""), note
-    if fam == "topk":
-        d = call_dims("topk", c)
-        return ("topk", f"{d['m']}x{d['n']}x{d['k']}", "") if d else None
-    if c.op == SDPA:
-        return "attention", attention_shape(c), ""
-    return None
+    """``(op, shape text, note)`` of a captured call in its family's catalogue syntax
+    (:attr:`flyexplore.ops.base.ModelHooks.case`: gemm ``MxNxK:<layout>`` from the strides, ``x @
+    w.T`` is ``NT``; grouped_gemm ``GxMxNxK[:layout=NT]`` with M per expert, ``ms=`` with the rows
+    per expert when ``routing`` or the row count makes them uneven (:func:`split_rows`); rmsnorm
+    ``MxN:eps=..``; topk ``MxNxK``; attention ``BxHxSQxSKVxD[:hkv=..,causal=1]``), or ``None``
+    when flyexplore has no operator case for it (bmm, pointwise)."""
+    h = _hooks(c.family)
+    if h is None or h.case is None:
+        return None
+    used = []
+
+    def split(rows: int, groups: int) -> list[int]:
+        used.append(True)
+        return split_rows(rows, groups, routing)
+
+    try:
+        got = h.case(c, split)
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+    if got is None:
+        return None
+    shape, note = got
+    if used and note:   # the case depends on the routing assumption: say which
+        note = f"{routing} routing: {note}"
+    return c.family, shape, note
 
 
 def export_shapes(judged: Iterable[Judged], routing: str = "uniform") -> pd.DataFrame:
     """The captured calls as sweep input (:data:`SHAPE_COLUMNS`): one row per model, phase,
     operator, shape, dtype and module, with the call ``count``. Each family is taken from the
-    view that decides it (:data:`DECIDING_VIEW`; the other view when only one was captured).
+    view that decides it (:func:`deciding_view`; the other view when only one was captured).
     Calls flyexplore has no operator for are left out of the file (they are in the coverage
     table). ``status`` is the call's verdict. What-if variants are rows of their own, ``variant``
     naming the change and ``replaces`` the shape they stand for: grouped GEMMs passed with B
@@ -394,7 +376,7 @@ def export_shapes(judged: Iterable[Judged], routing: str = "uniform") -> pd.Data
             if got is None:
                 continue
             op, shape, note = got
-            want = DECIDING_VIEW.get(op, "eager")
+            want = deciding_view(op)
             if cap.view != want and want in have:
                 continue
             dt = c.dtype if c.dtype in ("bf16", "fp16", "fp32") else "bf16"

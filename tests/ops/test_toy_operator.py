@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from flyexplore.world import conditions as C
-from flyexplore.ops import FlyDSLPath, KernelPattern, Operator, register_op, unregister_op
+from flyexplore.ops import FlyDSLPath, KernelPattern, ModelCall, ModelHooks, Operator, register_op, unregister_op
 
 # -- the family ------------------------------------------------------------------------------
 
@@ -74,6 +74,35 @@ TOY.flydsl = FlyDSLPath(
     aten_ops=("toy_double",), module="flyexplore_toy_override")
 
 
+def _model_judge(call, view):
+    """The toy's model hook: a captured ``aten.mul.Tensor`` judged by the toy's FlyDSL rule on its
+    flattened first operand (a toy: the real families judge the call as torch's override sees it)."""
+    x = call.inputs[0]
+    n = 1
+    for s in x.shape:
+        n *= s
+    return ModelCall(args={"x": C.TensorDesc((n,), x.dtype, None, 0, x.device)})
+
+
+def _model_cost(call):
+    out = call.outputs[0]
+    n = 1
+    for s in out.shape:
+        n *= s
+    return float(n), 3.0 * n * out.dtype.itemsize
+
+
+def _model_case(call, split):
+    n = 1
+    for s in call.outputs[0].shape:
+        n *= s
+    return str(n), "toy: the multiply's elements"
+
+
+TOY.model = ModelHooks(aten_ops=("aten.mul.Tensor",), view="eager", judge=_model_judge, cost=_model_cost,
+                       case=_model_case, dims=lambda call: None)
+
+
 @pytest.fixture()
 def toy():
     register_op(TOY)
@@ -126,6 +155,35 @@ def test_switches_table_and_trace_classification(toy):
     assert len(row) == 1 and "python_native" in row.iloc[0]["mechanism"] and not row.iloc[0]["exists"]
     k = trace.classify("toy_double_kernel_0")
     assert (k.family, k.library) == ("FlyDSL", "FlyDSL toy double")
+
+
+#: A tiny Llama config (hidden 64): its rotary embedding multiplies [1, 4, 16, 16] tensors.
+TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 4096}
+
+
+def test_the_family_appears_in_fx_model_with_no_change_outside_its_module(toy):
+    # issue 34: capture, verdicts, shares and exported shapes read the family's own model hooks
+    pytest.importorskip("transformers")
+    import flyexplore as fx
+
+    cov = fx.model(config=TINY_LLAMA, phase="prefill", batch=1, seq=16, views="eager")
+    mine = cov.table[cov.table["family"] == "toy_double"]
+    assert len(mine) and set(mine["op"]) == {"aten.mul.Tensor"}, cov.table[["op", "family"]]
+    # judged by the toy's rule through the explainer: 1 x 4 x 16 x 16 = 1024 elements pass N % 64,
+    # the [1, 16, 64] hidden-state multiplies (1024) too, the [1, 16, 128] MLP ones (2048) as well
+    assert set(mine["status"]) <= {"eligible", "not eligible"} and (mine["status"] == "eligible").any()
+    assert (mine["kernel"].dropna() == "toy_kernel").all()
+    # its FLOPs and bytes are the family's count (one per output element; 3 tensors of the output's size)
+    elems = mine["flops"]
+    size = mine["dtype"].map({"bf16": 2, "fp32": 4})
+    assert (mine["bytes"] == 3.0 * elems * size).all() and elems.gt(0).all(), mine[["dtype", "flops", "bytes"]]
+    # the shares group it under its own categories, and its calls are exported as its cases
+    assert "toy_double" in set(cov.shares("family")["family"])
+    sh = cov.shapes()
+    toy_rows = sh[sh["op"] == "toy_double"]
+    assert len(toy_rows) and set(toy_rows["note"]) == {"toy: the multiply's elements"}
+    assert set(toy_rows["shape"]) == {str(int(e)) for e in elems}
 
 
 def test_gone_after_unregister():

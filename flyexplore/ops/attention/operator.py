@@ -69,6 +69,7 @@ import math
 from flyexplore.errors import UsageError
 from flyexplore.ops import checks
 from flyexplore.ops.attention.flydsl import FLYDSL as ATTENTION_FLYDSL
+from flyexplore.ops.attention.model import MODEL as ATTENTION_MODEL
 from flyexplore.ops.attention.sdpa import _SDP_NAMES, _rocm_library, explain, kv_heads
 from flyexplore.ops.base import DTYPE_BYTES, ERR_TOL, Operator, TensorSize, relative_error, torch_dtype
 
@@ -81,6 +82,7 @@ ATTENTION = Operator(
     choices={"pass": ("fwd", "bwd")},
     dtypes=("bf16", "fp16", "fp32"),
     flydsl=ATTENTION_FLYDSL,
+    model=ATTENTION_MODEL,
     trace_on_gpu=True,  # which AOTriton backend ran (Triton, aiter or FlyDSL) is known from the kernels only
 )
 

@@ -23,6 +23,7 @@ from flyexplore.ops import checks
 from flyexplore.ops.base import (DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, TensorSize, compile_context,
                                  exported_shapes, torch_dtype)
 from flyexplore.ops.gemm.flydsl import FLYDSL as GEMM_FLYDSL
+from flyexplore.ops.gemm.model import MODEL as GEMM_MODEL
 from flyexplore.paths import published_dir
 
 GEMM = Operator(
@@ -33,6 +34,7 @@ GEMM = Operator(
     choices={"layout": ("NN", "NT", "TN", "TT")},
     dtypes=("bf16", "fp16", "fp32"),
     flydsl=GEMM_FLYDSL,
+    model=GEMM_MODEL,
 )
 
 

@@ -36,6 +36,7 @@ from flyexplore.ops import checks
 from flyexplore.ops.base import (DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, TensorSize, compile_context,
                                  exported_shapes, torch_dtype)
 from flyexplore.ops.grouped_gemm.flydsl import FLYDSL as GROUPED_GEMM_FLYDSL
+from flyexplore.ops.grouped_gemm.model import MODEL as GROUPED_GEMM_MODEL
 from flyexplore.ops.grouped_gemm.flydsl import group_sizes, total_rows
 from flyexplore.ops.grouped_gemm.flydsl import parse_ms as _parse_ms
 from flyexplore.paths import published_dir
@@ -49,6 +50,7 @@ GROUPED_GEMM = Operator(
     choices={"layout": ("NN", "NT")},
     dtypes=("bf16", "fp16", "fp32"),
     flydsl=GROUPED_GEMM_FLYDSL,
+    model=GROUPED_GEMM_MODEL,
 )
 
 

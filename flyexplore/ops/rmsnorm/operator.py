@@ -28,6 +28,7 @@ from flyexplore.errors import UsageError
 from flyexplore.ops import checks
 from flyexplore.ops.base import DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite, TensorSize, compile_context, torch_dtype
 from flyexplore.ops.rmsnorm.flydsl import FLYDSL as RMSNORM_FLYDSL
+from flyexplore.ops.rmsnorm.model import MODEL as RMSNORM_MODEL
 from flyexplore.paths import published_dir
 from flyexplore.world.switches import flydsl_eager
 
@@ -38,6 +39,7 @@ RMSNORM = Operator(
     options={"eps": 1e-6, "weight": True},
     dtypes=("bf16", "fp16", "fp32"),
     flydsl=RMSNORM_FLYDSL,
+    model=RMSNORM_MODEL,
 )
 
 

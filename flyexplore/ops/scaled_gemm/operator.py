@@ -55,6 +55,7 @@ from flyexplore.ops.base import (DTYPE_BYTES, ERR_TOL, Operator, PublishedSuite,
                                  relative_error)
 from flyexplore.ops.scaled_gemm import mx
 from flyexplore.ops.scaled_gemm.flydsl import FLYDSL as SCALED_GEMM_FLYDSL
+from flyexplore.ops.scaled_gemm.model import MODEL as SCALED_GEMM_MODEL
 from flyexplore.paths import published_dir
 
 SCALED_GEMM = Operator(
@@ -67,6 +68,7 @@ SCALED_GEMM = Operator(
     choices={"scaling": ("block", "tensor", "row")},
     dtypes=("mxfp8", "mxfp4", "fp8_e4m3"),
     flydsl=SCALED_GEMM_FLYDSL,
+    model=SCALED_GEMM_MODEL,
 )
 
 MX_DTYPES = ("mxfp8", "mxfp4")

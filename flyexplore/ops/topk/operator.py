@@ -25,6 +25,7 @@ from flyexplore.errors import UsageError
 from flyexplore.ops import checks
 from flyexplore.ops.base import DTYPE_BYTES, Operator, PublishedSuite, TensorSize, compile_context, torch_dtype
 from flyexplore.ops.topk.flydsl import FLYDSL as TOPK_FLYDSL
+from flyexplore.ops.topk.model import MODEL as TOPK_MODEL
 from flyexplore.paths import published_dir
 from flyexplore.world.switches import flydsl_eager
 
@@ -35,6 +36,7 @@ TOPK = Operator(
     options={"largest": True, "sorted": True, "deterministic": False},
     dtypes=("fp32", "bf16", "fp16"),
     flydsl=TOPK_FLYDSL,
+    model=TOPK_MODEL,
 )
 
 
