@@ -1,0 +1,113 @@
+"""Issue 34: findings of an independent check of ``flyexplore model``, each held to what torch does.
+
+- finding 4: the compiled view applies Inductor's post-grad ``mm + add -> addmm`` fusion (held to
+  the post-grad graph of a real ``torch.compile`` on the CPU, read with Inductor's own
+  ``post_grad_custom_post_pass`` hook);
+- finding 9: on a GPU device, SDPA's output has the layout of a fused kernel, so no phantom
+  ``aten.clone`` follows every attention.
+"""
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from flyexplore.insight import capture as C  # noqa: E402
+from flyexplore.insight import coverage as CV  # noqa: E402
+
+
+class SharedExpertTail(torch.nn.Module):
+    """Llama-4's MoE tail (transformers' ``Llama4TextMoe``: ``out = shared_expert(x);
+    out.add_(routed)``), plus a GEMM whose bias is added apart (``Linear(bias=False) + b``)."""
+
+    def __init__(self, n: int = 64):
+        super().__init__()
+        self.down_proj = torch.nn.Linear(n, n, bias=False)
+        self.bias_proj = torch.nn.Linear(n, n, bias=False)
+        self.b = torch.nn.Parameter(torch.zeros(n))
+        self.viewed = torch.nn.Linear(n, n, bias=False)
+
+    def forward(self, x, routed):
+        out = self.down_proj(x)
+        out.add_(routed * 2)
+        y = self.bias_proj(x) + self.b
+        return out, y.relu(), self.viewed(x).view(2, -1, x.shape[-1]) + routed.view(2, -1, x.shape[-1])
+
+
+def _post_grad_gemms(m, *inputs) -> collections.Counter:
+    """The GEMM ops of Inductor's post-grad graph for ``m(*inputs)`` on the CPU: the graph handed
+    to ``torch._inductor.config.post_grad_custom_post_pass`` (run after Inductor's own post-grad
+    passes), the compile stopped there (no C++ compiler needed)."""
+    from torch._inductor import config as ic
+
+    seen: dict = {}
+
+    class Stop(Exception):
+        pass
+
+    def grab(g):
+        seen["ops"] = collections.Counter(str(n.target) for n in g.nodes if n.op == "call_function"
+                                          and "mm" in str(n.target))
+        raise Stop
+
+    torch._dynamo.reset()
+    with ic.patch(post_grad_custom_post_pass=grab):
+        with pytest.raises(Exception):
+            torch.compile(m, backend="inductor")(*inputs)
+    torch._dynamo.reset()
+    return seen["ops"]
+
+
+def test_compiled_view_fuses_mm_add_into_addmm_as_inductor_does():
+    m = SharedExpertTail()
+    x, r = torch.randn(32, 64), torch.randn(32, 64)
+    want = _post_grad_gemms(m, x, r)
+    cap = C.capture(m, (x, r), view="compiled", device="cpu")
+    got = collections.Counter(c.op for c in cap.kernel_calls() if "mm" in c.op)
+    assert got == want, (got, want)
+    assert want["aten.addmm.default"] == 2 and want["aten.mm.default"] == 1   # the view blocks the third
+    fused = [c for c in cap.kernel_calls() if c.op == "aten.addmm.default"]
+    # the fused call stays where the GEMM was made, and says why it is an addmm
+    assert {c.module for c in fused} == {"down_proj", "bias_proj"}
+    assert all("post-grad" in c.note for c in fused)
+    # the add it absorbed is gone; eager keeps mm and add apart
+    assert not any(c.op.startswith("aten.add") and c.module == "" for c in cap.kernel_calls()
+                   if c.inputs and c.inputs[0] is not None and c.inputs[0].shape == (32, 64))
+    eager = C.capture(m, (x, r), view="eager", device="cpu")
+    assert not any(c.op == "aten.addmm.default" for c in eager.kernel_calls())
+
+
+def test_on_a_gpu_the_fused_addmm_is_not_eligible_and_a_bias_like_add_stays_apart():
+    # fake cuda:0: Inductor keeps a broadcast bias apart on a GPU when the sum feeds pointwise code
+    # (post_grad.py::should_prefer_unfused_addmm); a full-shape operand fuses
+    m = SharedExpertTail(256).to(torch.bfloat16)
+    x, r = torch.empty(512, 256, dtype=torch.bfloat16), torch.empty(512, 256, dtype=torch.bfloat16)
+    cap = C.capture(m, (x, r), view="compiled")
+    by_mod = {(c.module, c.op) for c in cap.kernel_calls() if "mm" in c.op}
+    assert by_mod == {("down_proj", "aten.addmm.default"), ("bias_proj", "aten.mm.default"),
+                      ("viewed", "aten.mm.default")}, by_mod
+    rows = CV.judge_capture(cap, advice=False).rows
+    v = {(c.module, c.op): v for c, n, v in rows}
+    assert v[("down_proj", "aten.addmm.default")].status == "not eligible"
+    assert v[("bias_proj", "aten.mm.default")].status == "eligible"
+
+
+TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
+              "max_position_embeddings": 4096}
+
+
+def test_no_phantom_clone_after_sdpa_on_a_gpu_device():
+    pytest.importorskip("transformers")
+    from flyexplore.insight import hf as HF
+
+    cap = HF.capture_model(config=TINY_LLAMA, phase="prefill", seq=16, views=("eager",), say=False)[0]
+    clones = [c for c in cap.kernel_calls() if c.op == "aten.clone.default" and c.module_type == "LlamaAttention"]
+    assert not clones, [(c.module, c.shapes()) for c in clones]
+    sdpa = [c for c in cap.calls if c.op == C.SDPA]
+    q, out = sdpa[0].inputs[0], sdpa[0].outputs[0]
+    # the query's dimension order (torch/_meta_registrations.py::alloc_with_matching_layout)
+    order = lambda t: sorted(range(4), key=lambda i: t.stride[i])   # noqa: E731
+    assert order(out) == order(q) and out.stride != (1024, 256, 16, 1)
