@@ -728,9 +728,11 @@ def run_step(model, step: Callable[[], Any], *, view: str = "eager", label: str 
         for h in handles:
             h.remove()
     if view == "compiled":
+        fused = sum(1 for c in rec.calls if c.op == "aten.addmm.default" and "post-grad" in c.note)
         notes.append("compiled view: the calls after Inductor's decompositions "
-                     "(torch._inductor.decomposition.select_decomp_table), before its post-grad passes; "
-                     "Inductor's pad_mm may still pad a GEMM")
+                     "(torch._inductor.decomposition.select_decomp_table) and its post-grad mm + add -> addmm "
+                     f"fusion ({fused} fused here); its other post-grad passes are not applied "
+                     "(Inductor's pad_mm may still pad a GEMM)")
     notes += [a for a in rec.assumed if a not in notes]
     cap = Capture(label or type(model).__name__, phase, view, device, arch, rec.calls, rec.uncaptured, notes)
     cap.layers = layer_kinds(cap)

@@ -309,12 +309,19 @@ def what_if(j: Judged, envs: Envs) -> list[dict]:
     ``calls`` (how many calls it touches, counts included), ``eligible_after`` (how many of them
     the re-judged rules make eligible), ``examples`` (up to three ``{module, before, after}``),
     ``text`` (one line, e.g. ``store the expert weights as [G, K, N] ...: 96 of 96 expert grouped
-    GEMM calls eligible``; or ``... still not eligible: <first reason>``)."""
+    GEMM calls eligible``; or ``... still not eligible: <first reason>``), ``kind="what-if"``.
+    Statements derived from the capture follow, ``kind="note"`` (nothing re-judged): fp32 GEMMs
+    in a bf16/fp16 model (:func:`model_dtype`) are deliberate fp32 islands, not advised to bf16;
+    experts run as bmm over every expert with every token (:func:`experts_as_bmm`)."""
     out = []
+    mdt = model_dtype(j.capture)
     for rule in RULES:
         if j.capture.view not in rule.views:
             continue
         hits = [(c, n, v) for c, n, v in j.rows if rule.applies(c, v)]
+        if rule.name == "bf16_gemm" and mdt not in (None, "fp32"):
+            out.append(_fp32_islands(j, hits, mdt)) if hits else None
+            continue   # fp32 GEMMs in a bf16/fp16 model are there on purpose: not advised away
         if not hits:
             continue
         total = sum(n for _, n, _ in hits)
@@ -334,8 +341,78 @@ def what_if(j: Judged, envs: Envs) -> list[dict]:
         if ok < total:
             worst = max(reasons, key=reasons.get)
             text += f"; still not eligible: {worst}" if ok == 0 else f"; the others still not: {worst}"
-        out.append({"rule": rule.name, "change": rule.text, "view": j.capture.view, "phase": j.capture.phase,
+        out.append({"rule": rule.name, "kind": "what-if", "change": rule.text, "view": j.capture.view, "phase": j.capture.phase,
                     "step": j.capture.step,
                     "model": j.capture.meta.get("model", j.capture.label), "calls": total,
                     "eligible_after": ok, "examples": ex, "text": text})
+    experts = experts_as_bmm(j)
+    if experts:
+        out.append(experts)
     return out
+
+
+def model_dtype(cap: Capture) -> str | None:
+    """The dtype the model runs in: ``cap.meta["dtype"]`` when the capture recorded it, else the
+    dtype of most GEMM FLOPs (``mm``/``addmm``/``bmm``/grouped, whatever their family), ``None``
+    without GEMMs."""
+    if cap.meta.get("dtype"):
+        return str(cap.meta["dtype"])
+    acc: dict[str, float] = {}
+    for c in cap.kernel_calls():
+        if c.op in ("aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten._grouped_mm.default") \
+                and c.flops == c.flops:
+            acc[c.dtype] = acc.get(c.dtype, 0.0) + c.flops
+    return max(acc, key=acc.get) if acc else None
+
+
+def _fp32_islands(j: Judged, hits, mdt: str) -> dict:
+    """The advice item for fp32 GEMM calls in a model that runs in ``mdt`` (bf16/fp16): computed
+    in fp32 on purpose (e.g. DeepSeek-V2/V3's MoE router ``mlp.gate`` upcasts its input and weight,
+    transformers' ``DeepseekV3TopkRouter``), so "run the model in bf16" does not apply."""
+    from flyexplore.insight.capture import module_pattern
+
+    total = sum(n for _, n, _ in hits)
+    mods = sorted({module_pattern(c.module) for c, _, _ in hits})
+    shown = ", ".join(mods[:3]) + (f" and {len(mods) - 3} more" if len(mods) > 3 else "")
+    text = (f"{total} fp32 GEMM calls ({shown}) in a model that runs in {mdt}: deliberate fp32 islands "
+            "(computed in fp32 on purpose, as MoE routers are); left as they are, not advised")
+    return {"rule": "fp32_islands", "kind": "note", "change": "", "view": j.capture.view, "phase": j.capture.phase,
+            "step": j.capture.step, "model": j.capture.meta.get("model", j.capture.label), "calls": total,
+            "eligible_after": 0, "examples": [{"module": c.module, "shapes": c.shapes(), "before": v.reason,
+                                               "after": "unchanged (fp32 on purpose)"} for c, _, v in hits[:3]],
+            "text": text}
+
+
+def experts_as_bmm(j: Judged) -> dict | None:
+    """A statement (not a what-if) when a MoE's experts run as ``aten.bmm`` over every expert with
+    all of the step's tokens, as transformers' Llama-4 experts do (``Llama4TextExperts``: every
+    token goes through every expert, then the router's scores weight the results): the
+    calls, their share of the step's FLOPs and what it means; ``None`` otherwise. Derived from
+    the captured calls (modules whose class name ends in ``Experts``), never assumed."""
+    tokens = j.capture.meta.get("tokens")
+    rows = [(c, n, v) for c, n, v in j.rows if c.op in ("aten.bmm.default", "aten.baddbmm.default")
+            and c.module_type.endswith("Experts")]
+    if not rows or not tokens:
+        return None
+    hits = []
+    for c, n, v in rows:
+        a = c.inputs[1] if c.op == "aten.baddbmm.default" else c.inputs[0]
+        if a is not None and a.ndim == 3 and a.shape[1] == tokens:
+            hits.append((c, n, v, a.shape[0]))
+    if not hits:
+        return None
+    flops = sum(c.flops * n for c, n, _, _ in hits)
+    total = sum(c.flops * n for c, n, _ in j.rows if c.flops == c.flops)
+    g = hits[0][3]
+    top_k = next((e.get("top_k") for e in j.capture.meta.get("experts", ()) if e.get("top_k")), None)
+    work = f"{g // top_k}x the work of its top-{top_k} routing" if top_k else f"{g}x the work of top-1 routing"
+    calls = sum(n for _, n, _, _ in hits)
+    text = (f"the experts ({hits[0][0].module_type}) run as aten.bmm over all {g} experts with all {tokens} tokens "
+            f"each: every token goes through every expert ({work}; {calls} calls, "
+            f"{flops / total:.0%} of this step's FLOPs); this is the model code's choice, not a routing assumption, "
+            "and bmm has no FlyDSL path")
+    return {"rule": "experts_bmm_all_tokens", "kind": "note", "change": "", "view": j.capture.view, "phase": j.capture.phase,
+            "step": j.capture.step, "model": j.capture.meta.get("model", j.capture.label), "calls": calls,
+            "eligible_after": 0, "examples": [{"module": c.module, "shapes": c.shapes(), "before": v.reason,
+                                               "after": ""} for c, _, v, _ in hits[:3]],
+            "text": text, "flops_share": flops / total if total else None}

@@ -85,6 +85,12 @@ def _pct(v) -> str:
     return "" if v != v else f"{v:.1%}"
 
 
+def advice_label(a: dict) -> str:
+    """How an advice item is introduced: ``what-if (re-judged)`` for a change whose calls were
+    re-judged, ``note`` for a statement derived from the capture (``kind="note"``)."""
+    return "note" if a.get("kind") == "note" else "what-if (re-judged)"
+
+
 def coverage_text(table: pd.DataFrame, advice: Iterable[dict] = (), projection: pd.DataFrame | None = None,
                   width: int = 90) -> str:
     """The terminal view: per capture the layers line, the eligible shares, a table of the
@@ -117,7 +123,7 @@ def coverage_text(table: pd.DataFrame, advice: Iterable[dict] = (), projection: 
                          f"{_pct(rest['modelled_share'].sum())} of modelled time")
         for a in advice:
             if a.get("view") == view and a.get("step", step) == step and a.get("model", model) == model:
-                lines.append(f"   what-if (re-judged): {a['text']}")
+                lines.append(f"   {advice_label(a)}: {a['text']}")
         lines.append("")
     if projection is not None and len(projection):
         lines.append("projection: " + projection.attrs.get("assumptions", ""))
@@ -160,8 +166,8 @@ def coverage_markdown(table: pd.DataFrame, advice: Iterable[dict] = (), projecti
                                    modelled_share=judged["modelled_share"].map(_pct)).to_markdown(index=False))
     adv = list(advice)
     if adv:
-        out += ["", "## What-if (each re-judged)", ""]
-        out += [f"- {a.get('model', '')} {a.get('step', '')} ({a['view']}): {a['text']}" for a in adv]
+        out += ["", "## What-if (each re-judged) and notes", ""]
+        out += [f"- {a.get('model', '')} {a.get('step', '')} ({a['view']}), {advice_label(a)}: {a['text']}" for a in adv]
     if projection is not None and len(projection):
         out += ["", "## Projection (not a measurement)", "", projection.attrs.get("assumptions", ""), "",
                 projection.to_markdown(index=False)]
@@ -189,9 +195,9 @@ def model_section(table: pd.DataFrame, advice: Iterable[dict] = (), projection: 
         page.h3("Calls with a FlyDSL route")
         page.table("model_calls", table[table["family"].notna()].drop(columns=["notes"]))
         if adv:
-            page.h3("What-if (each re-judged)")
+            page.h3("What-if (each re-judged) and notes")
             for a in adv:
-                page.p(f"{a.get('model', '')} {a.get('step', '')} ({a['view']}): {a['text']}")
+                page.p(f"{a.get('model', '')} {a.get('step', '')} ({a['view']}), {advice_label(a)}: {a['text']}")
         if projection is not None and len(projection):
             page.h3("Projection (not a measurement)")
             page.p(projection.attrs.get("assumptions", ""), cls="note")

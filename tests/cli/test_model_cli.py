@@ -107,7 +107,7 @@ def test_outputs_md_report_figure_and_projection(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "projection: a projection, not a measurement" in r.stdout
     md = (tmp_path / "c.md").read_text()
-    assert "## Projection (not a measurement)" in md and "## What-if (each re-judged)" in md
+    assert "## Projection (not a measurement)" in md and "## What-if (each re-judged) and notes" in md
     html = (tmp_path / "rep" / "report.html").read_text()
     assert "Model coverage" in html and "modelled, not measured" in html
     assert (tmp_path / "f.html").stat().st_size > 1000

@@ -111,3 +111,54 @@ def test_no_phantom_clone_after_sdpa_on_a_gpu_device():
     # the query's dimension order (torch/_meta_registrations.py::alloc_with_matching_layout)
     order = lambda t: sorted(range(4), key=lambda i: t.stride[i])   # noqa: E731
     assert order(out) == order(q) and out.stride != (1024, 256, 16, 1)
+
+
+#: DeepSeek-V2-like (MLA, shared experts, an fp32 router ``mlp.gate``) and Llama-4-like (experts as bmm)
+TINY_DEEPSEEK_V2 = {"model_type": "deepseek_v2", "hidden_size": 256, "intermediate_size": 512,
+                    "moe_intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                    "num_key_value_heads": 4, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1,
+                    "first_k_dense_replace": 1, "kv_lora_rank": 64, "q_lora_rank": None, "qk_rope_head_dim": 32,
+                    "qk_nope_head_dim": 32, "v_head_dim": 32, "vocab_size": 512, "max_position_embeddings": 4096,
+                    "topk_method": "greedy", "n_group": 1, "topk_group": 1}
+TINY_LLAMA4 = {"model_type": "llama4_text", "hidden_size": 256, "intermediate_size": 512, "intermediate_size_mlp": 512,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+               "num_local_experts": 4, "num_experts_per_tok": 1, "vocab_size": 512, "max_position_embeddings": 4096,
+               "interleave_moe_layer_step": 1}
+
+
+def test_fp32_router_in_a_bf16_model_is_an_island_not_advice():
+    # finding 8: "run the model in bf16" was advised for DeepSeek's fp32 router in a bf16 model
+    pytest.importorskip("transformers")
+    import flyexplore as fx
+
+    cov = fx.model(config=TINY_DEEPSEEK_V2, phase="prefill", seq=64, views="compiled")
+    rules = {a["rule"]: a for a in cov.advice}
+    assert "bf16_gemm" not in rules
+    isl = rules["fp32_islands"]
+    assert isl["kind"] == "note" and "mlp.gate" in isl["text"] and "runs in bf16" in isl["text"]
+    # the router's GEMM really is fp32 in the capture
+    gate = cov.table[cov.table["module"].str.endswith("mlp.gate") & cov.table["op"].str.contains("mm")]
+    assert len(gate) and set(gate["dtype"]) == {"fp32"}
+    # an fp32 model still gets the advice, re-judged
+    cov32 = fx.model(config=TINY_DEEPSEEK_V2 | {"torch_dtype": "float32"}, phase="prefill", seq=64, views="compiled")
+    rules32 = {a["rule"]: a for a in cov32.advice}
+    assert "fp32_islands" not in rules32 and rules32["bf16_gemm"]["kind"] == "what-if"
+
+
+def test_experts_running_as_bmm_over_every_expert_are_said_from_the_capture():
+    # finding 6: Llama-4's experts see every token (bmm [E, T, H] x [E, H, 2I]); nothing said it
+    pytest.importorskip("transformers")
+    import flyexplore as fx
+
+    cov = fx.model(config=TINY_LLAMA4, phase="prefill", seq=64, views="compiled")
+    note = next(a for a in cov.advice if a["rule"] == "experts_bmm_all_tokens")
+    assert "all 4 experts with all 64 tokens" in note["text"] and "4x the work of its top-1 routing" in note["text"]
+    bmm = cov.table[(cov.table["op"] == "aten.bmm.default") & cov.table["module_type"].str.endswith("Experts")]
+    share = (bmm["total_flops"].sum() / cov.table["total_flops"].sum())
+    assert abs(note["flops_share"] - share) < 1e-9 and share > 0.5
+    assert "note: the experts (Llama4TextExperts)" in cov.text()
+    # a model whose experts run through torch._grouped_mm gets no such note
+    from tests.insight.test_capture import TINY_QWEN_MOE
+
+    q = fx.model(config=TINY_QWEN_MOE, phase="prefill", seq=64, views="compiled")
+    assert not any(a["rule"] == "experts_bmm_all_tokens" for a in q.advice)
