@@ -278,7 +278,8 @@ def _ir_input(graph, mode, desc: E.TensorDesc):
 _DIMS = [0, 1, 8, 16, 24, 32, 48, 64, 100, 128, 1000, 1024, 4096, 4104]
 _MM_IN = [(8, 4096, 4096), (16, 28672, 4096), (4096, 4096, 4096), (64, 8, 32), (1, 4104, 96), (24, 1024, 64)]
 _MM_MUT = ["dims", "m0", "k0", "dtype", "dtype_b", "a_col", "b_row", "a_pad", "b_pad", "a_pad_odd", "b_pad_odd",
-           "a_odd", "b_odd", "a_off", "b_off", "a_off16", "a_col_m", "a_col_pad", "a_col_pad_ok", "big"]
+           "a_odd", "b_odd", "a_off", "b_off", "a_off16", "a_col_m", "a_col_pad", "a_col_pad_ok", "big",
+           "a_nounit", "b_nounit", "both_nounit", "a_nounit_k"]
 
 
 @st.composite
@@ -292,32 +293,82 @@ def mm_cases(draw):
                      "big": (65536, 32768)}.get(mut, (m, k))
     dt = draw(st.sampled_from([torch.float32] if mut == "dtype" else [torch.bfloat16, torch.float16]))
     dtb = (torch.float16 if dt == torch.bfloat16 else torch.bfloat16) if mut == "dtype_b" else dt
+    if mut == "a_nounit_k":
+        k = draw(st.sampled_from([48, 100, 512]))
+    # no unit stride (Mamba's x_proj: a [B, D, L+3] conv output's last column, stride (4D, 4),
+    # offset 3): mm_args copies the operand into a contiguous buffer before the FlyDSL check
+    nounit_a, nounit_b = (4 * k, 4), (2, 2 * k)
     a_stride = {"a_col": (1, m), "a_col_m": (1, m), "a_pad": (k + 64, 1), "a_pad_odd": (k + 3, 1),
-                "a_odd": (2, 2 * m), "a_col_pad": (1, 16), "a_col_pad_ok": (1, 32)}.get(mut, (k, 1))
-    b_stride = {"b_row": (n, 1), "b_pad": (1, k + 64), "b_pad_odd": (1, k + 3), "b_odd": (2, 2 * k)}.get(mut, (1, k))
-    a_off = {"a_off": 1, "a_off16": 8}.get(mut, 0)
-    b_off = 3 if mut == "b_off" else 0
+                "a_odd": (2, 2 * m), "a_col_pad": (1, 16), "a_col_pad_ok": (1, 32), "a_nounit": nounit_a,
+                "both_nounit": nounit_a, "a_nounit_k": nounit_a}.get(mut, (k, 1))
+    b_stride = {"b_row": (n, 1), "b_pad": (1, k + 64), "b_pad_odd": (1, k + 3), "b_odd": (2, 2 * k),
+                "b_nounit": nounit_b, "both_nounit": nounit_b}.get(mut, (1, k))
+    a_off = {"a_off": 1, "a_off16": 8, "a_nounit": 3, "both_nounit": 3, "a_nounit_k": 3}.get(mut, 0)
+    b_off = {"b_off": 3, "b_nounit": 5, "both_nounit": 1}.get(mut, 0)
     a = E.TensorDesc((m, k), dt, a_stride, a_off)
     b = E.TensorDesc((k, n), dtb, b_stride, b_off)
     return a, b, draw(st.booleans()), draw(st.sampled_from(["DEFAULT", "DEFAULT", "EXHAUSTIVE"]))
+
+
+def _torch_mm_offers_flydsl(g, mode, a: E.TensorDesc, b: E.TensorDesc) -> bool:
+    """torch's answer for ``aten.mm(a, b)`` as ``tuned_mm`` reaches it: graph inputs through
+    ``mm_args`` (``realize_inputs`` -> ``require_stride1``, which copies an operand with no unit
+    stride), then ``get_flydsl_mm_template_kwargs`` on what ``mm_args`` returns."""
+    import torch._inductor.kernel.mm as MM
+    from torch._inductor.kernel.mm_common import _is_static_problem, mm_args
+
+    _, _, _, layout, mat1, mat2 = mm_args(_ir_input(g, mode, a), _ir_input(g, mode, b))
+    static, nonzero = _is_static_problem(layout)
+    return len(MM.get_flydsl_mm_template_kwargs(layout, mat1, mat2, static, nonzero)) > 0
 
 
 @SETTINGS
 @given(mm_cases())
 @pytest.mark.slow
 def test_mm_agrees_with_torch(gfx950, fake_mode, case):
-    import torch._inductor.kernel.mm as MM
-    from torch._inductor import ir
-    from torch._inductor.kernel.mm_common import _is_static_problem
-
     a, b, autotune, space = case
     with inductor_harness(flydsl_enable_autotuning=autotune, max_autotune_gemm_search_space=space) as g:
-        na, nb = _ir_input(g, fake_mode, a), _ir_input(g, fake_mode, b)
-        layout = ir.FixedLayout(torch.device("cuda", 0), a.dtype, [a.shape[0], b.shape[1]])
-        static, nonzero = _is_static_problem(layout)
-        want = len(MM.get_flydsl_mm_template_kwargs(layout, na, nb, static, nonzero)) > 0
+        want = _torch_mm_offers_flydsl(g, fake_mode, a, b)
     conds = GF.mm_rules(a, b, autotuning=autotune, search_space=space)
     assert _call_ok(conds) == want, (case, [c.detail for c in conds if c.ok is False])
+
+
+_BF = torch.bfloat16
+#: (A, B, FlyDSL offered): operands with no unit stride, which mm_args copies (offset and all).
+_NOUNIT = [
+    (E.TensorDesc((1, 512), _BF, (2048, 4), 3), E.TensorDesc((512, 48), _BF, (1, 512)), True),   # Mamba x_proj
+    (E.TensorDesc((64, 512), _BF, (2048, 4), 3), E.TensorDesc((512, 48), _BF, (1, 512)), True),
+    (E.TensorDesc((64, 96), _BF, (2, 128), 1), E.TensorDesc((96, 256), _BF, (2, 192), 7), True),
+    (E.TensorDesc((64, 100), _BF, (400, 4), 3), E.TensorDesc((100, 256), _BF, (1, 100)), False),  # K % 32
+    (E.TensorDesc((64, 96), _BF, (384, 4), 3), E.TensorDesc((96, 100), _BF, (2, 192)), False),    # N % 8
+    (E.TensorDesc((64, 96), torch.float32, (384, 4), 3), E.TensorDesc((96, 64), torch.float32, (1, 96)), False),
+    (E.TensorDesc((64, 96), _BF, (384, 4), 3), E.TensorDesc((96, 64), _BF, (1, 96), 3), False),  # B unaligned
+]
+
+
+@pytest.mark.parametrize("a,b,offered", _NOUNIT, ids=[f"{a.text()}x{b.text()}" for a, b, _ in _NOUNIT])
+def test_mm_operand_without_unit_stride_is_judged_as_mm_args_copy(gfx950, fake_mode, a, b, offered):
+    """Issue 34: tuned_mm runs mm_args first, whose realize_inputs -> require_stride1 copies an
+    operand with no stride equal to 1 into a contiguous, aligned buffer; FlyDSL is then judged on
+    the copy. torch's entry point (tuned_mm, FlyDSL choices recorded) and the rules agree, and the
+    rules say that the copy was made."""
+    import torch._inductor.kernel.mm as MM
+
+    offers = []
+    with inductor_harness() as g, \
+            mock.patch.object(MM.flydsl_mm_template, "maybe_append_choice", lambda *a_, **k: offers.append(k)), \
+            mock.patch.object(MM, "autotune_select_algorithm", lambda *a_, **k: (None, None)):
+        MM.tuned_mm(_ir_input(g, fake_mode, a), _ir_input(g, fake_mode, b))
+        assert _torch_mm_offers_flydsl(g, fake_mode, a, b) == bool(offers)
+    assert bool(offers) == offered
+    conds = GF.mm_rules(a, b)
+    assert _call_ok(conds) == offered, [c.detail for c in conds if c.ok is False]
+    copied = [c for c in conds if "copied" in c.name]
+    assert len(copied) == (1 not in a.stride) + (1 not in b.stride) and all(c.ok for c in copied)
+    assert all("require_stride1" in c.source and "mm_args" in c.source for c in copied)
+    ex = E.explain("gemm", a=a, b=b, env=E.facts(assume_rocm=True, compile_options={
+        "max_autotune": True, "max_autotune_gemm_backends": "ATEN,FLYDSL"}))
+    assert ex.call_ok == offered and "mm_args copies it" in ex.to_text()
 
 
 def test_mm_published_shapes_eligible(gfx950, fake_mode):
@@ -383,7 +434,8 @@ def test_gate_switches_agree(gfx950, backends, max_autotune, max_autotune_gemm, 
 
 _GMM_IN = [(8, 512, 4096, 4096), (8, 512, 2048, 8192), (1, 16, 128, 32), (2, 100, 256, 96), (16, 64, 384, 64)]
 _GMM_MUT = ["n64", "n32", "n96", "n_odd", "k48", "k_odd", "m0", "a_pad", "a_col", "b_kmajor", "b_pad", "a_off",
-            "a_off16", "b_off", "bias", "scaled", "no_offs", "dtype", "dtype_b", "out_dtype", "big"]
+            "a_off16", "b_off", "bias", "scaled", "no_offs", "dtype", "dtype_b", "out_dtype", "big", "a_nounit",
+            "b_nounit", "b_nounit_n", "both_nounit"]
 
 
 @st.composite
@@ -399,11 +451,16 @@ def grouped_cases(draw):
     dt = torch.float32 if mut == "dtype" else draw(st.sampled_from([torch.bfloat16, torch.float16]))
     dtb = (torch.float16 if dt == torch.bfloat16 else torch.bfloat16) if mut == "dtype_b" else dt
     odt = torch.float32 if mut == "out_dtype" else None
-    a_stride = {"a_pad": (k + 32, 1), "a_col": (1, max(m, 1))}.get(mut, (k, 1))
-    b_stride = {"b_kmajor": (k * n, 1, k), "b_pad": (k * (n + 32), n + 32, 1)}.get(mut, (k * n, n, 1))
-    a_off = {"a_off": 1, "a_off16": 8}.get(mut, 0)
+    n = 96 if mut == "b_nounit_n" else n
+    # no unit stride: grouped_mm_args' realize_inputs -> require_stride1 copies the operand
+    a_stride = {"a_pad": (k + 32, 1), "a_col": (1, max(m, 1)), "a_nounit": (4 * k, 4),
+                "both_nounit": (4 * k, 4)}.get(mut, (k, 1))
+    nounit_b = (2 * k * n, 2 * n, 2)
+    b_stride = {"b_kmajor": (k * n, 1, k), "b_pad": (k * (n + 32), n + 32, 1), "b_nounit": nounit_b,
+                "b_nounit_n": nounit_b, "both_nounit": nounit_b}.get(mut, (k * n, n, 1))
+    a_off = {"a_off": 1, "a_off16": 8, "a_nounit": 3, "both_nounit": 3}.get(mut, 0)
     a = E.TensorDesc((m, k), dt, a_stride, a_off)
-    b = E.TensorDesc((g, k, n), dtb, b_stride, 3 if mut == "b_off" else 0)
+    b = E.TensorDesc((g, k, n), dtb, b_stride, {"b_off": 3, "b_nounit": 1}.get(mut, 0))
     return (a, b, odt, mut == "bias", mut == "scaled", mut != "no_offs", draw(st.booleans()),
             draw(st.sampled_from(["DEFAULT", "EXHAUSTIVE"])))
 
@@ -419,7 +476,9 @@ def test_grouped_mm_agrees_with_torch(gfx950, fake_mode, case):
     a, b, odt, bias, scaled, offs, autotune, space = case
     out_dt = odt or a.dtype
     with inductor_harness(flydsl_enable_autotuning=autotune, max_autotune_gemm_search_space=space) as g:
-        na, nb = _ir_input(g, fake_mode, a), _ir_input(g, fake_mode, b)
+        # as _tuned_grouped_mm_common holds them: through grouped_mm_args (realize_inputs -> require_stride1)
+        _, _, _, na, nb, _ = GM.grouped_mm_args(_ir_input(g, fake_mode, a), _ir_input(g, fake_mode, b), None,
+                                                out_dtype=odt)
         no = _ir_input(g, fake_mode, E.TensorDesc((b.shape[0],), torch.int32)) if offs else None
         nbias = _ir_input(g, fake_mode, E.TensorDesc((b.shape[2],), out_dt)) if bias else None
         m, n = a.shape[0], b.shape[2]
@@ -430,6 +489,37 @@ def test_grouped_mm_agrees_with_torch(gfx950, fake_mode, case):
     conds = GGF.grouped_mm_rules(a, b, offs or None, bias=bias, scaled=scaled, out_dtype=odt,
                                autotuning=autotune, search_space=space)
     assert _call_ok(conds) == want, (case, [c.detail for c in conds if c.ok is False])
+
+
+#: (A, B, FlyDSL offered): grouped operands with no unit stride, which grouped_mm_args copies.
+_GNOUNIT = [
+    (E.TensorDesc((128, 128), _BF, (512, 4), 3), E.TensorDesc((4, 128, 256), _BF), True),
+    (E.TensorDesc((128, 128), _BF), E.TensorDesc((4, 128, 256), _BF, (65536, 512, 2), 1), True),
+    (E.TensorDesc((128, 128), _BF, (512, 4), 3), E.TensorDesc((4, 128, 96), _BF, (24576, 192, 2)), False),  # N % 128
+    (E.TensorDesc((128, 96), _BF, (384, 4), 3), E.TensorDesc((4, 96, 256), _BF, (1, 4, 384)), False),  # B [G, N, K]
+]
+
+
+@pytest.mark.parametrize("a,b,offered", _GNOUNIT, ids=[f"{a.text()}x{b.text()}" for a, b, _ in _GNOUNIT])
+def test_grouped_operand_without_unit_stride_is_judged_as_copy(gfx950, fake_mode, a, b, offered):
+    """As for dense mm: _tuned_grouped_mm_common's grouped_mm_args realizes A and B with
+    realize_inputs -> require_stride1; torch's entry point (tuned_grouped_mm, FlyDSL choices
+    recorded) and the rules agree."""
+    import torch._inductor.kernel.mm_grouped as GM
+    from torch._inductor.codegen.flydsl.flydsl_template import FlyDSLTemplate
+
+    offers = []
+    with inductor_harness(flydsl_enable_autotuning=False) as g, \
+            mock.patch.object(FlyDSLTemplate, "maybe_append_choice", lambda *a_, **k: offers.append(k)), \
+            mock.patch.object(GM, "autotune_select_algorithm", lambda *a_, **k: (None, None)):
+        GM.tuned_grouped_mm(_ir_input(g, fake_mode, a), _ir_input(g, fake_mode, b),
+                            _ir_input(g, fake_mode, E.TensorDesc((b.shape[0],), torch.int32)))
+    assert bool(offers) == offered
+    conds = GGF.grouped_mm_rules(a, b, True)
+    assert _call_ok(conds) == offered, [c.detail for c in conds if c.ok is False]
+    copied = [c for c in conds if "copied" in c.name]
+    assert len(copied) == (1 not in a.stride) + (1 not in b.stride)
+    assert all(c.ok and "grouped_mm_args" in c.source and "require_stride1" in c.source for c in copied)
 
 
 def test_grouped_published_uniform_cases(gfx950, fake_mode):

@@ -5,6 +5,9 @@ the config filter ``torch/_inductor/heuristics/template/flydsl.py::get_gemm_conf
 ``is_gemm_config_valid_for_shape`` (-> the vendored ``gemm_gfx950.py::make_gemm_param_and_validate``;
 for torch 2.15's config lists: N % 8 == 0, and M % 8 == 0 when A is column-major), and input
 alignment as Inductor decides it for graph inputs (``torch/_inductor/graph.py`` ``unaligned_buffers``).
+Operands are judged as ``tuned_mm`` holds them after ``torch/_inductor/kernel/mm_common.py::mm_args``
+(``realize_inputs`` -> ``torch/_inductor/ir.py::ExternKernel.require_stride1``): one with no unit
+stride is a fresh contiguous copy (:func:`as_mm_args_leaves`).
 Checked against torch's own functions in ``tests/ops/test_explain_agreement.py``. Registered as
 ``GEMM.flydsl`` (:mod:`flyexplore.ops.gemm.operator`).
 """
@@ -31,6 +34,39 @@ from flyexplore.world.conditions import (
 )
 
 
+SRC_STRIDE1 = ("torch/_inductor/kernel/mm_common.py::mm_args -> torch/_inductor/select_algorithm.py::realize_inputs "
+               "-> torch/_inductor/ir.py::ExternKernel.require_stride1")
+
+
+def as_mm_args_leaves(t: TensorDesc) -> TensorDesc:
+    """``t`` as Inductor's GEMM lowerings hold it after ``mm_args`` / ``grouped_mm_args``
+    (``torch/_inductor/kernel/mm_common.py::mm_args``, ``torch/_inductor/kernel/mm_grouped.py::
+    grouped_mm_args``): they realize each operand with ``realize_inputs``, which keeps a tensor
+    that has some stride equal to 1 (or no dimensions) and otherwise copies it into a new buffer
+    (``torch/_inductor/ir.py::ExternKernel.require_stride1`` -> ``copy_input``): row-major
+    strides, storage offset 0, a buffer of Inductor's own (so aligned). ``t`` itself when kept."""
+    t = TensorDesc.of(t)
+    if t.ndim == 0 or 1 in t.stride:
+        return t
+    strides, acc = [], 1
+    for size in reversed(t.shape):   # FlexibleLayout.contiguous_strides: products of the later sizes, 0 kept
+        strides.append(acc)
+        acc *= size
+    return TensorDesc(t.shape, t.dtype, tuple(reversed(strides)), 0, t.device)
+
+
+def stride1_condition(name: str, given: TensorDesc, held: TensorDesc, via: str = "mm_args",
+                      source: str = SRC_STRIDE1) -> Condition:
+    """The condition (always holding) that says operand ``name`` was copied by ``require_stride1``
+    in ``via`` (``mm_args`` for mm, ``grouped_mm_args`` for grouped mm; ``source`` cites it), and
+    what the later rules judge instead (``held``, from :func:`as_mm_args_leaves`)."""
+    return cond(f"{name} copied (no unit stride)", True,
+                f"{name} stride {given.stride}" + (f" offset {given.storage_offset}" if given.storage_offset else "")
+                + f" has no stride equal to 1: Inductor's {via} copies it into a contiguous buffer "
+                f"(stride {held.stride}, offset 0, aligned) before the FlyDSL check; judged on that copy",
+                source)
+
+
 def _mm_layout(t: TensorDesc, first_row: bool) -> str | None:
     """``"row"`` / ``"col"`` / ``None`` in the order get_flydsl_mm_template_kwargs tests them
     (A: stride[1]==1 first; B: stride[0]==1 first)."""
@@ -47,8 +83,10 @@ def mm_rules(a, b, *, out_dtype=None, bias: bool = False, dynamic: bool = False,
              autotuning: bool = False, search_space: str = "DEFAULT",
              assume_aligned_inputs: bool = False) -> list[Condition]:
     """Call and config conditions of the FlyDSL dense GEMM template for ``aten.mm(a, b)``
-    under torch.compile (``get_flydsl_mm_template_kwargs``), ``a`` [M, K], ``b`` [K, N] as
-    aten.mm receives them (``x @ w.T`` gives ``b`` = ``w.T``, column-major)."""
+    under torch.compile (``torch/_inductor/kernel/mm.py::tuned_mm`` -> ``get_flydsl_mm_template_kwargs``),
+    ``a`` [M, K], ``b`` [K, N] as aten.mm receives them (``x @ w.T`` gives ``b`` = ``w.T``,
+    column-major). An operand with no unit stride is judged as the contiguous copy ``mm_args``
+    makes of it (:func:`as_mm_args_leaves`), with a condition saying so."""
     a, b = TensorDesc.of(a), TensorDesc.of(b)
     S = f"{SRC_MM}::get_flydsl_mm_template_kwargs"
     out = [cond("no bias", not bias, "no bias (aten.mm)" if not bias else
@@ -60,6 +98,11 @@ def mm_rules(a, b, *, out_dtype=None, bias: bool = False, dynamic: bool = False,
     out.append(cond("2-D", two_d, "A and B 2-D" if two_d else f"A is {a.ndim}-D, B is {b.ndim}-D: aten.mm takes 2-D", S))
     if not two_d:
         return out
+    for name, given in (("A", a), ("B", b)):
+        held = as_mm_args_leaves(given)
+        if held is not given:
+            out.append(stride1_condition(name, given, held))
+    a, b = as_mm_args_leaves(a), as_mm_args_leaves(b)
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
     out.append(cond("K agrees", b.shape[0] == k, f"A [{m}, {k}] x B [{b.shape[0]}, {n}]"
                   + ("" if b.shape[0] == k else ": inner dims differ (aten.mm raises)"), "aten.mm"))

@@ -3,7 +3,10 @@
 Rules re-derived (not copied) from ``torch/_inductor/kernel/mm_grouped.py::
 use_flydsl_grouped_mm_template`` and ``get_flydsl_grouped_mm_template_kwargs`` (config filter
 ``heuristics/template/flydsl.py::is_grouped_gemm_config_valid_for_shape``: N % 128 == 0 with
-FlyDSL autotuning off, N % 64 == 0 with it on). Checked against torch's own functions in
+FlyDSL autotuning off, N % 64 == 0 with it on). Operands are judged as ``_tuned_grouped_mm_common``
+holds them after ``grouped_mm_args`` (``realize_inputs`` -> ``torch/_inductor/ir.py::
+ExternKernel.require_stride1``: one with no unit stride becomes a contiguous copy, as for dense
+mm: :func:`flyexplore.ops.gemm.flydsl.as_mm_args_leaves`). Checked against torch's own functions in
 ``tests/ops/test_explain_agreement.py``. Registered as ``GROUPED_GEMM.flydsl``.
 
 Also here: a catalogue case's groups (:func:`parse_ms`, :func:`group_sizes`, :func:`total_rows`),
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 from flyexplore.errors import UsageError
 from flyexplore.ops.base import FlyDSLPath, KernelPattern
+from flyexplore.ops.gemm.flydsl import as_mm_args_leaves, stride1_condition
 from flyexplore.parsing import parse_flag
 from flyexplore.world.conditions import (
     SRC_ALIGN,
@@ -59,14 +63,24 @@ def total_rows(case) -> int:
 
 # -- the rules --------------------------------------------------------------------------------------
 
+SRC_STRIDE1_GROUPED = ("torch/_inductor/kernel/mm_grouped.py::grouped_mm_args -> "
+                       "torch/_inductor/select_algorithm.py::realize_inputs -> "
+                       "torch/_inductor/ir.py::ExternKernel.require_stride1")
+
 def grouped_mm_rules(a, b, offs=True, *, bias: bool = False, scaled: bool = False, out_dtype=None,
                      dynamic: bool = False, autotuning: bool = False, search_space: str = "DEFAULT",
                      assume_aligned_inputs: bool = False) -> list[Condition]:
     """Call and config conditions of the FlyDSL grouped GEMM template for
     ``aten._grouped_mm(a, b, offs)`` under torch.compile: ``a`` [total_M, K], ``b`` [G, K, N],
-    ``offs`` int32 [G] cumulative row ends (``use_flydsl_grouped_mm_template`` +
-    ``get_flydsl_grouped_mm_template_kwargs``)."""
-    a, b = TensorDesc.of(a), TensorDesc.of(b)
+    ``offs`` int32 [G] cumulative row ends (``torch/_inductor/kernel/mm_grouped.py::tuned_grouped_mm``
+    -> ``use_flydsl_grouped_mm_template`` + ``get_flydsl_grouped_mm_template_kwargs``). An
+    operand with no unit stride is judged as the contiguous copy ``grouped_mm_args`` makes of it
+    (``torch/_inductor/kernel/mm_grouped.py::grouped_mm_args`` -> ``realize_inputs`` ->
+    ``torch/_inductor/ir.py::ExternKernel.require_stride1``), with a condition saying so."""
+    given = TensorDesc.of(a), TensorDesc.of(b)
+    a, b = (as_mm_args_leaves(t) for t in given)
+    copied = [stride1_condition(name, g, h, "grouped_mm_args", SRC_STRIDE1_GROUPED)
+              for name, g, h in zip("AB", given, (a, b)) if h is not g]
     S = f"{SRC_GMM}::use_flydsl_grouped_mm_template"
     out = [cond("not scaled", not scaled, "unscaled" if not scaled else "scaled grouped mm has no FlyDSL template", S),
            cond("static", not dynamic, "static shapes" if not dynamic else "dynamic shapes: FlyDSL needs static shapes",
@@ -78,6 +92,7 @@ def grouped_mm_rules(a, b, offs=True, *, bias: bool = False, scaled: bool = Fals
     out.append(cond("no bias", not bias, "no bias" if not bias else "bias given: FlyDSL grouped GEMM takes none", S))
     if not shape_ok:
         return out
+    out += copied
     m, k = a.shape
     g, kb, n = b.shape
     out.append(cond("K agrees", kb == k, f"K {k} == B's K {kb}" if kb == k else f"A's K {k} != B's K {kb}", "aten._grouped_mm"))
