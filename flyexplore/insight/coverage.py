@@ -26,8 +26,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from flyexplore.errors import UsageError
-from flyexplore.insight.capture import DECOMPOSED_RMSNORM, Call, Capture
+from flyexplore.insight.capture import DECOMPOSED_RMSNORM, Call, Capture, module_pattern
 from flyexplore.insight.explain import compile_options_for, explain, explain_text
+from flyexplore.ops import get_op
+from flyexplore.ops.attention.model import shape_text
+from flyexplore.ops.gemm.model import operands
+from flyexplore.ops.grouped_gemm.model import nt_expert_weight as _nt
 from flyexplore.world.conditions import TensorDesc, contiguous_strides, short_dtype
 from flyexplore.world.facts import facts
 
@@ -107,8 +111,6 @@ def _from_explanation(family: str, ex, extra_notes: Sequence[str] = ()) -> Verdi
 
 
 def _route(family: str) -> str | None:
-    from flyexplore.ops import get_op
-
     try:
         p = get_op(family).flydsl
     except UsageError:
@@ -124,8 +126,6 @@ def _gemm(a: TensorDesc, b: TensorDesc, bias: bool, envs: Envs):
 def gemm_operands(c: Call) -> tuple[TensorDesc, TensorDesc]:
     """A [M, K] and B [K, N] of a captured ``aten.mm`` or ``aten.addmm`` (whose first argument
     is the bias): the GEMM family's :func:`flyexplore.ops.gemm.model.operands`."""
-    from flyexplore.ops.gemm.model import operands
-
     return operands(c)
 
 
@@ -158,8 +158,6 @@ def attention_shape(c: Call) -> str:
     """The attention catalogue's shape text of a captured SDPA call,
     ``BxHxSQxSKVxD[:hkv=N,causal=1]`` (the attention family's
     :func:`flyexplore.ops.attention.model.shape_text`)."""
-    from flyexplore.ops.attention.model import shape_text
-
     return shape_text(c)
 
 
@@ -169,8 +167,6 @@ def judge_call(c: Call, view: str, envs: Envs) -> Verdict:
     family's FlyDSL rules on the arguments the hook gives (the explainer, as ``flyexplore
     explain --assume-rocm`` judges; the compile route in the compiled environment of
     :class:`Envs`). A call no family claims has no FlyDSL path."""
-    from flyexplore.ops import get_op
-
     fam = c.family
     hooks = None
     if fam:
@@ -222,9 +218,7 @@ def judge_capture(cap: Capture, envs: Envs | None = None, advice: bool = True) -
 def nt_expert_weight(b: TensorDesc) -> bool:
     """B of ``_grouped_mm`` passed as ``w.transpose(-2, -1)`` of a contiguous [G, N, K] ``w``
     (the grouped GEMM family's :func:`flyexplore.ops.grouped_gemm.model.nt_expert_weight`)."""
-    from flyexplore.ops.grouped_gemm.model import nt_expert_weight as nt
-
-    return nt(b)
+    return _nt(b)
 
 
 @dataclass(frozen=True)
@@ -369,8 +363,6 @@ def _fp32_islands(j: Judged, hits, mdt: str) -> dict:
     """The advice item for fp32 GEMM calls in a model that runs in ``mdt`` (bf16/fp16): computed
     in fp32 on purpose (e.g. DeepSeek-V2/V3's MoE router ``mlp.gate`` upcasts its input and weight,
     transformers' ``DeepseekV3TopkRouter``), so "run the model in bf16" does not apply."""
-    from flyexplore.insight.capture import module_pattern
-
     total = sum(n for _, n, _ in hits)
     mods = sorted({module_pattern(c.module) for c, _, _ in hits})
     shown = ", ".join(mods[:3]) + (f" and {len(mods) - 3} more" if len(mods) > 3 else "")
