@@ -265,12 +265,16 @@ def check_model_type(desc: Mapping) -> None:
     """Raise :class:`UsageError` (one line) when the config's ``model_type`` is not one transformers
     knows (:func:`transformers_model_types`, read without importing transformers or torch): a config
     for custom code (``auto_map``) is named as such -- flyexplore never runs that code -- and any
-    other unknown type says only that transformers does not know it."""
+    other unknown type says only that transformers does not know it. A type registered in this
+    process (``AutoConfig.register``, transformers already imported) passes."""
     cfg, where = desc["config"], desc.get("where", "the config")
     known = transformers_model_types()
     mt = cfg.get("model_type")
     if known is None or mt in known[1]:
         return
+    auto = sys.modules.get("transformers.models.auto.configuration_auto")
+    if auto is not None and mt in getattr(auto, "CONFIG_MAPPING", {}):
+        return  # registered in this process (AutoConfig.register)
     msg = f"{where}: cannot build a config of model_type {mt!r}: it is not a transformers {known[0]} model type"
     amap = cfg.get("auto_map")
     named = sorted({str(v) for v in (amap.values() if isinstance(amap, Mapping) else [amap] if amap else [])})
@@ -564,8 +568,8 @@ def model_scope(desc: Mapping, model=None) -> dict:
 #: GEMM, the dense MXFP ``aten._scaled_mm_v2`` (BlockWise1x32 recipe: both operands
 #: float8_e4m3fn or float4_e2m1fn_x2, float8_e8m0fnu scales, one per 32 elements of K,
 #: K % 128 == 0, a bf16/fp16 output); ``torch/_inductor/kernel/mm_grouped.py::
-#: get_flydsl_grouped_mm_template_kwargs`` -- the FlyDSL grouped GEMM takes bf16/fp16 operands,
-#: so the scaled grouped GEMM (``aten._scaled_grouped_mm``) has none. Block-128x128 FP8 with fp32
+#: use_flydsl_grouped_mm_template`` -- False for any scaled grouped GEMM (the FlyDSL grouped GEMM
+#: takes bf16/fp16 operands), so ``aten._scaled_grouped_mm`` (MXFP4 MoE experts) has none. Block-128x128 FP8 with fp32
 #: scales (DeepSeek-V3's ``weight_block_size: [128, 128]``), per-tensor and per-row FP8 have no
 #: FlyDSL path.
 QUANT_FLYDSL = {
