@@ -10,6 +10,18 @@ weights, no memory, no hub access) and captures one forward step of a phase with
   (the cache is made by an unrecorded prefill of ``seq`` tokens).
 
 Both phases ask for the last position's logits only (``logits_to_keep=1``, as ``generate`` does).
+
+What is captured (:func:`model_scope`, from transformers' own auto tables): a decoder-only causal
+LM as it is; an encoder (BERT, RoBERTa) as one bidirectional pass, prefill only (decode is refused:
+no KV cache); a multimodal model's text decoder fed text only, its vision (or audio) tower and
+cross-attention layers listed as not captured; an encoder-decoder model (T5, BART) is refused, as
+is a ``model_type`` transformers does not know (:func:`check_model_type`, read before torch is
+imported). Positions are checked against the built model's position table (:func:`check_positions`;
+a rotary or ALiBi model is not refused, and says so). A ``quantization_config`` is named in the
+assumptions with whether torch 2.15 has a FlyDSL path for it (:func:`quantization_note`; the GEMMs
+are captured unquantized), and so is transformers' reference PyTorch code run for want of a kernel
+package (:func:`fallback_notes`: Mamba without ``mamba_ssm``, Qwen3-Next without
+``flash-linear-attention``).
 The model gets ``attn_implementation="sdpa"`` where the model supports it and transformers'
 default experts implementation (``grouped_mm``: ``torch._grouped_mm`` with the weights as the
 model stores them). The built-in configs (:func:`builtin_models`) are the published dims of a
@@ -26,11 +38,16 @@ transformers is an optional dependency (``pip install 'flyexplore[models]'``).
 """
 from __future__ import annotations
 
+import ast
+import contextlib
 import copy
+import importlib.metadata
+import importlib.util
 import inspect
 import json
 import logging
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -208,6 +225,64 @@ def check_config(desc: Mapping) -> None:
             raise UsageError(f"{where}: {k} must be a positive number, got {v!r}")
 
 
+def _mapping_keys(path: Path) -> set[str]:
+    """The model types a transformers ``auto`` file puts in ``CONFIG_MAPPING_NAMES``: the string keys of
+    the dicts and of the ``(key, value)`` pairs in each statement that assigns or updates it, read
+    from the file's syntax tree (the file is not imported)."""
+    out: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if "CONFIG_MAPPING_NAMES" not in ast.unparse(node).split("=", 1)[0].split("(", 1)[0]:
+            continue
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Dict):
+                out |= {k.value for k in sub.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+            elif isinstance(sub, ast.Tuple) and len(sub.elts) == 2 and all(
+                    isinstance(e, ast.Constant) and isinstance(e.value, str) for e in sub.elts):
+                out.add(sub.elts[0].value)
+    return out
+
+
+def transformers_model_types() -> tuple[str, frozenset[str]] | None:
+    """``(version, model types)`` of the installed transformers, without importing it (nor torch):
+    the keys of ``CONFIG_MAPPING_NAMES`` as written in ``transformers/models/auto/auto_mappings.py``
+    and ``transformers/models/auto/configuration_auto.py`` (where ``AutoConfig.for_model`` looks a
+    model type up), read from their source. ``None`` where transformers is not installed or its
+    files are not laid out so (then the build's own error speaks)."""
+    try:
+        spec = importlib.util.find_spec("transformers")
+        root = Path(next(iter(spec.submodule_search_locations)))
+        ver = importlib.metadata.version("transformers")
+        types: set[str] = set()
+        for f in ("auto_mappings.py", "configuration_auto.py"):
+            if (root / "models" / "auto" / f).is_file():
+                types |= _mapping_keys(root / "models" / "auto" / f)
+    except Exception:  # not installed, or a layout this reader does not know
+        return None
+    return (ver, frozenset(types)) if len(types) > 50 else None
+
+
+def check_model_type(desc: Mapping) -> None:
+    """Raise :class:`UsageError` (one line) when the config's ``model_type`` is not one transformers
+    knows (:func:`transformers_model_types`, read without importing transformers or torch): a config
+    for custom code (``auto_map``) is named as such -- flyexplore never runs that code -- and any
+    other unknown type says only that transformers does not know it. A type registered in this
+    process (``AutoConfig.register``, transformers already imported) passes."""
+    cfg, where = desc["config"], desc.get("where", "the config")
+    known = transformers_model_types()
+    mt = cfg.get("model_type")
+    if known is None or mt in known[1]:
+        return
+    auto = sys.modules.get("transformers.models.auto.configuration_auto")
+    if auto is not None and mt in getattr(auto, "CONFIG_MAPPING", {}):
+        return  # registered in this process (AutoConfig.register)
+    msg = f"{where}: cannot build a config of model_type {mt!r}: it is not a transformers {known[0]} model type"
+    amap = cfg.get("auto_map")
+    named = sorted({str(v) for v in (amap.values() if isinstance(amap, Mapping) else [amap] if amap else [])})
+    if named:
+        msg += f"; its config names custom code (auto_map {', '.join(named)}), which flyexplore never runs"
+    raise UsageError(msg)
+
+
 def _duration(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
@@ -259,16 +334,18 @@ def check_model(desc: Mapping, phases: Sequence[tuple[str, int, int]], views: Se
     """Check a model run before torch is touched, and return its :func:`estimate_model`.
 
     Raises :class:`UsageError` (one line naming the file, field or option, the value and the
-    limit) for: a config number that cannot describe a model (:func:`check_config`); a phase
-    past the model's ``max_position_embeddings`` (:func:`check_phase`); a tensor of the step past
+    limit) for: a ``model_type`` transformers does not know (:func:`check_model_type`); a config
+    number that cannot describe a model (:func:`check_config`); a phase that makes no sense
+    (:func:`check_phase`; positions are checked against the built model's position table, by
+    :func:`check_positions`, since only the built model says whether it has one); a tensor of the step past
     what torch can address (2**63 bytes: the attention scores [batch, heads, seq, seq] at
     ``seq`` 1e9); and, unless ``force``, a model past :data:`MODEL_LIMITS` (layers, experts, the
     estimated time) or whose estimated memory passes what is available now (``MemAvailable``)."""
+    check_model_type(desc)
     check_config(desc)
     cfg, where = desc["config"], desc.get("where", "the config")
-    mp = cfg.get("max_position_embeddings")
     for ph, b, sq in phases:
-        check_phase(ph, b, sq, mp)
+        check_phase(ph, b, sq)
         _check_addressable(cfg, where, ph, b, sq)
     est = estimate_model(desc, phases, views)
     if force:
@@ -319,8 +396,10 @@ def make_config(desc: Mapping):
 
 def check_phase(phase: str, batch: int, seq: int, max_positions: int | None = None) -> None:
     """Raise :class:`UsageError` for a phase that makes no sense: an unknown phase, a batch or
-    sequence below 1, or a sequence (decode: the context, plus the new token) past the model's
-    ``max_position_embeddings``."""
+    sequence below 1, or, where ``max_positions`` is given, a sequence (decode: the context, plus
+    the new token) past it. :func:`check_model` gives no ``max_positions``: whether positions past
+    ``max_position_embeddings`` fail is a property of the built model (a learned position table
+    fails, rotary or ALiBi positions do not), checked by :func:`check_positions`."""
     if phase not in PHASES:
         raise bad_choice("phase", phase, PHASES)
     for what, v in (("batch", batch), ("seq", seq)):
@@ -332,22 +411,286 @@ def check_phase(phase: str, batch: int, seq: int, max_positions: int | None = No
                          f"max_position_embeddings {max_positions}")
 
 
+#: A module or buffer that holds one row per position (its last dotted name): gpt2 ``wpe``, OPT
+#: ``embed_positions``, BERT ``position_embeddings``, GPT-J's sinusoidal ``embed_positions`` buffer.
+_POSITION_NAME = re.compile(r"^(wpe|.*pos.*)$", re.IGNORECASE)
+
+
+def position_tables(model) -> list[dict]:
+    """The learned (or precomputed) position tables of a built model: ``{"name", "class", "shape",
+    "positions"}`` for each ``nn.Embedding`` -- and each 2-D buffer -- whose name is ``wpe`` or holds
+    ``pos`` (``position_ids`` buffers excepted). ``positions``: how many positions the table can
+    index: its rows less an ``offset`` attribute (OPT's learned embedding adds 2 to every position:
+    ``transformers/models/opt/modeling_opt.py::OPTLearnedPositionalEmbedding``), else less
+    ``padding_idx + 1`` where the embedding has a padding index (RoBERTa-style positions start
+    after it: ``transformers/models/roberta/modeling_roberta.py::create_position_ids_from_input_ids``).
+    Rotary and ALiBi models have none (their positions are computed)."""
+    import torch
+
+    out = []
+    for path, m in model.named_modules():
+        leaf = path.rsplit(".", 1)[-1]
+        if isinstance(m, torch.nn.Embedding) and _POSITION_NAME.match(leaf):
+            rows = m.num_embeddings
+            off = getattr(m, "offset", None)
+            if isinstance(off, int):
+                usable = rows - off
+            elif m.padding_idx is not None:
+                usable = rows - (m.padding_idx + 1)
+            else:
+                usable = rows
+            out.append({"name": path, "class": type(m).__name__, "shape": [rows, m.embedding_dim],
+                        "positions": usable})
+        for bname, b in m.named_buffers(recurse=False):
+            if b is not None and b.dim() == 2 and _POSITION_NAME.match(bname) and not bname.endswith("_ids"):
+                out.append({"name": f"{path}.{bname}" if path else bname, "class": "buffer",
+                            "shape": list(b.shape), "positions": int(b.shape[0])})
+    return out
+
+
+def check_positions(model, phase: str, seq: int) -> str | None:
+    """Check the positions a step uses (prefill: ``seq``; decode: the context ``seq`` plus the new
+    token) against the built model. Raises :class:`UsageError` (one line naming the table and its
+    size) past a position table (:func:`position_tables`: a real run indexes past it and fails with
+    an IndexError; a fake-tensor run would not notice). Where the model has no table (rotary,
+    ALiBi) and the positions pass ``max_position_embeddings``, returns the assumption sentence
+    saying they are computed and not checked; else ``None``."""
+    total = seq + (1 if phase == "decode" else 0)
+    for t in position_tables(model):
+        if total > t["positions"]:
+            size = "[" + ", ".join(map(str, t["shape"])) + "]"
+            extra = "" if t["positions"] == t["shape"][0] else f" ({t['positions']} usable positions)"
+            raise UsageError(f"{phase} at seq {seq} needs {total} positions, past {type(model).__name__}'s position "
+                             f"table {t['name']} {size}{extra}; a real run would fail indexing it")
+    mp = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(mp, int) and total > mp and not position_tables(model):
+        return (f"positions: {phase} at seq {seq} uses {total} positions, past max_position_embeddings {mp}; "
+                f"{type(model).__name__} has no position table (rotary or ALiBi positions are computed), so they "
+                "are captured as computed and not checked against a table -- the model's quality there is not judged")
+    return None
+
+
+# -- what of a model is captured ---------------------------------------------------------------------
+
+#: The input a multimodal part encodes, by its sub-config's name less ``_config``.
+_INPUT_OF = {"vision": "image", "audio": "audio", "speech": "audio"}
+
+
+def model_scope(desc: Mapping, model=None) -> dict:
+    """What of the model of ``desc`` (:func:`load_config`) flyexplore captures, decided from
+    transformers' own tables (``transformers/models/auto/modeling_auto.py``:
+    ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``, ``MODEL_FOR_MASKED_LM_MAPPING_NAMES``) and the config
+    (``is_encoder_decoder``, ``is_decoder``, ``sub_configs``, ``get_text_config()``,
+    ``cross_attention_layers``). Returns ``{"kind", "config", "notes", "uncaptured", "no_decode"}``:
+
+    - ``decoder`` (a causal LM: Llama, GPT-2, Mamba...): built with ``AutoModelForCausalLM``, as
+      ever; ``notes`` empty.
+    - ``encoder`` (a model type with a masked-LM class whose config is not ``is_decoder``: BERT,
+      RoBERTa...): transformers' causal-LM class of it (``BertLMHeadModel``) runs one bidirectional
+      pass with no KV cache; captured as the prefill step, with a note saying so; ``no_decode``
+      holds the one-line refusal of a decode phase.
+    - ``multimodal`` (a config with sub-configs besides the text one: mllama, llava, gemma3...): the
+      text decoder is built -- the model type's own causal-LM class where transformers has one,
+      else the ``text_config``'s -- and fed text only; every other part (vision tower: its class
+      from ``MODEL_MAPPING_NAMES`` of the sub-config's model type, else the sub-config's class name
+      with ``Config`` -> ``Model``) is an ``uncaptured`` entry, and so are the text decoder's
+      ``cross_attention_layers`` (``transformers/models/mllama/modeling_mllama.py::MllamaTextModel``
+      skips them with no image input).
+
+    ``config``: the transformers config to build. Raises :class:`UsageError` (one line naming the
+    model type) for an encoder-decoder model (``is_encoder_decoder``: T5, BART, Whisper -- the
+    decoder alone, with no encoder, is not the model's step) and a model type with no causal-LM
+    class (nor a text config that has one). ``model``: the built model, to name the
+    cross-attention layers' class."""
+    tr = _transformers()
+    from transformers.models.auto import modeling_auto as MA
+
+    cfg = make_config(desc)
+    mt, ver = cfg.model_type, tr.__version__
+    causal, masked = MA.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MA.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    what = "flyexplore captures decoder-only causal LMs (transformers' AutoModelForCausalLM) and the text decoder " \
+           "of multimodal ones"
+    if getattr(cfg, "is_encoder_decoder", False):
+        raise UsageError(f"model_type {mt!r} is an encoder-decoder model (is_encoder_decoder true): {what}; its "
+                         "decoder alone, with no encoder output, is not its step")
+    text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    out = {"kind": "decoder", "config": cfg, "notes": [], "uncaptured": [], "no_decode": None}
+    if mt not in causal:
+        if text is cfg or getattr(text, "model_type", None) not in causal:
+            tt = "" if text is cfg else f", nor has its text config ({getattr(text, 'model_type', None)!r})"
+            raise UsageError(f"model_type {mt!r} has no causal-LM class in transformers {ver}{tt}: {what}")
+        out["config"] = text
+        out["notes"].append(f"multimodal model {mt!r}: its text decoder (text config, model_type {text.model_type!r}, "
+                            f"transformers' {causal[text.model_type]}) is built and fed text only")
+    elif mt in masked and not getattr(cfg, "is_decoder", False):
+        out["kind"] = "encoder"
+        out["notes"].append(f"encoder model {mt!r} (is_decoder false): transformers' {causal[mt]} runs one "
+                            "bidirectional pass over the batch x seq tokens (no causal mask, no KV cache) and its "
+                            "LM head; captured as the prefill step")
+        out["no_decode"] = (f"decode: model_type {mt!r} is an encoder (is_decoder false: {causal[mt]} keeps no KV "
+                            "cache); flyexplore captures its prefill (one encoder pass) only")
+    others = [k for k in (getattr(cfg, "sub_configs", None) or {})
+              if getattr(cfg, k, None) is not None and getattr(cfg, k) is not text]
+    if others:
+        out["kind"] = "multimodal"
+        if not out["notes"]:
+            out["notes"].append(f"multimodal model {mt!r}: its text decoder is built ({causal[mt]}) and fed text only")
+    for k in others:
+        sub = getattr(cfg, k)
+        part = k[:-len("_config")] if k.endswith("_config") else k
+        cls = MA.MODEL_MAPPING_NAMES.get(getattr(sub, "model_type", ""), "") or \
+            re.sub(r"Config$", "Model", type(sub).__name__)
+        out["uncaptured"].append({"op": f"{part} tower", "module": k, "module_type": cls,
+                                  "reason": f"not captured -- flyexplore captures the text decoder "
+                                            f"(no {_INPUT_OF.get(part, part)} input)"})
+    cross = getattr(out["config"].get_text_config() if hasattr(out["config"], "get_text_config") else out["config"],
+                    "cross_attention_layers", None)
+    if cross:
+        layers = _first(vars(text), _LAYER_KEYS)[1]
+        of = f" (of {layers})" if layers else ""
+        cls = ""
+        if model is not None:
+            idx = re.compile(r"\.(%s)$" % "|".join(map(str, cross)))
+            cls = next((type(m).__name__ for n, m in model.named_modules() if idx.search(n)), "")
+        out["uncaptured"].append({"op": f"cross-attention layers {', '.join(map(str, cross))}{of}",
+                                  "module": "model.layers", "module_type": cls,
+                                  "reason": "not captured -- no image input (transformers skips them with no "
+                                            "cross-attention states): the captured layers are the self-attention ones"})
+    return out
+
+
+# -- quantization ------------------------------------------------------------------------------------
+
+#: What torch 2.15 compiles to FlyDSL for the weight formats of a ``quantization_config``,
+#: ``{key: (format, verdict)}`` for :func:`quantization_note` (key: ``quant_method``, with
+#: ``fp8:block`` for an ``fp8`` config that sets ``weight_block_size``). Sources (torch 2.15):
+#: ``torch/_inductor/kernel/mm.py::get_flydsl_mxfp_template_kwargs`` -- the only FlyDSL scaled
+#: GEMM, the dense MXFP ``aten._scaled_mm_v2`` (BlockWise1x32 recipe: both operands
+#: float8_e4m3fn or float4_e2m1fn_x2, float8_e8m0fnu scales, one per 32 elements of K,
+#: K % 128 == 0, a bf16/fp16 output); ``torch/_inductor/kernel/mm_grouped.py::
+#: use_flydsl_grouped_mm_template`` -- False for any scaled grouped GEMM (the FlyDSL grouped GEMM
+#: takes bf16/fp16 operands), so ``aten._scaled_grouped_mm`` (MXFP4 MoE experts) has none. Block-128x128 FP8 with fp32
+#: scales (DeepSeek-V3's ``weight_block_size: [128, 128]``), per-tensor and per-row FP8 have no
+#: FlyDSL path.
+QUANT_FLYDSL = {
+    "mxfp4": ("MXFP4 (float4_e2m1fn_x2 values, a float8_e8m0fnu scale per 32 elements)",
+              "a dense MXFP4 GEMM has a FlyDSL path (aten._scaled_mm_v2, BlockWise1x32 recipe, K % 128 == 0); "
+              "expert (grouped) GEMMs have none (aten._scaled_grouped_mm has no FlyDSL path)"),
+    "fp8:block": ("block-wise FP8 ({fmt}, fp32 weight scales per {block} block)",
+                  "there is no FlyDSL path for block-wise FP8 with fp32 scales, dense or grouped (the only FlyDSL "
+                  "scaled GEMM is the MXFP aten._scaled_mm_v2, BlockWise1x32 with e8m0 scales)"),
+    "fp8": ("per-tensor FP8 ({fmt})",
+            "there is no FlyDSL path for per-tensor FP8 (the only FlyDSL scaled GEMM is the MXFP "
+            "aten._scaled_mm_v2, BlockWise1x32 with e8m0 scales)"),
+    "fbgemm_fp8": ("per-row FP8 (float8_e4m3fn, a scale per row)",
+                   "there is no FlyDSL path for per-row FP8 (the only FlyDSL scaled GEMM is the MXFP "
+                   "aten._scaled_mm_v2, BlockWise1x32 with e8m0 scales)"),
+}
+
+
+def quantization_note(cfg: Mapping, dtype: str = "bf16") -> str | None:
+    """The assumption sentence for a config's ``quantization_config`` (``None`` without one): its
+    ``quant_method`` and format, that the GEMMs are captured unquantized (as ``dtype``: no weights
+    and no quantizer are loaded), and whether torch 2.15 has a FlyDSL path for it
+    (:data:`QUANT_FLYDSL`; a method not there is "not judged")."""
+    q = cfg.get("quantization_config")
+    if not isinstance(q, Mapping):
+        return None
+    m = str(q.get("quant_method") or "unknown")
+    block = q.get("weight_block_size")
+    key = "fp8:block" if m == "fp8" and block else m
+    fmt = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}.get(str(q.get("fmt", "e4m3")), str(q.get("fmt")))
+    bs = "x".join(map(str, block)) if isinstance(block, (list, tuple)) else str(block)
+    keep = q.get("modules_to_not_convert")
+    kept = f"; not quantized: {', '.join(map(str, keep))}" if isinstance(keep, (list, tuple)) and keep else ""
+    head = f"quantization_config: quant_method {m!r}"
+    if key in QUANT_FLYDSL:
+        form, verdict = QUANT_FLYDSL[key]
+        head += f", {form.format(fmt=fmt, block=bs)}{kept}"
+        verdict = f"in torch 2.15 {verdict}"
+    else:
+        verdict = "whether torch 2.15 has a FlyDSL path for it is not judged"
+        head += kept
+    return f"{head} -- the GEMMs are captured unquantized, as {dtype}: no weights or quantizer are loaded; {verdict}"
+
+
+# -- reference code paths ----------------------------------------------------------------------------
+
+#: transformers' warning when a kernel-backed function runs its reference PyTorch code
+#: (``transformers/integrations/hub_kernels.py::use_kernel_func_from_hub_with_fallback``).
+_FALLBACK = re.compile(r"`(\w+)` is falling back to its reference PyTorch implementation because `([\w.\-]+)`")
+#: ``{module class: {function: package}}`` seen falling back in this process (transformers warns
+#: once a process: a later capture of the same class reads it from here).
+FALLBACKS_SEEN: dict[str, dict[str, str]] = {}
+
+
+@contextlib.contextmanager
+def watch_fallbacks():
+    """Record transformers' fallback warnings (:data:`_FALLBACK`) into :data:`FALLBACKS_SEEN`,
+    under the class of the nearest model module on the stack when each is emitted (an ``nn.Module``
+    of a ``transformers.models.*`` file; transformers wraps the kernel functions themselves in
+    modules made inside a function, ``_create_func_module.<locals>.Func``, which are passed over)."""
+    import torch
+
+    class Watch(logging.Handler):
+        def emit(self, record):
+            m = _FALLBACK.search(record.getMessage())
+            if not m:
+                return
+            f, cls = sys._getframe(), "?"
+            while f is not None:
+                me = f.f_locals.get("self")
+                if isinstance(me, torch.nn.Module) and type(me).__module__.startswith("transformers.models.") \
+                        and "<locals>" not in type(me).__qualname__:
+                    cls = type(me).__name__
+                    break
+                f = f.f_back
+            FALLBACKS_SEEN.setdefault(cls, {})[m.group(1)] = m.group(2)
+
+    h = Watch(level=logging.WARNING)
+    lg = logging.getLogger("transformers")
+    lg.addHandler(h)
+    try:
+        yield
+    finally:
+        lg.removeHandler(h)
+
+
+def fallback_notes(model) -> list[str]:
+    """One assumption sentence per module class of ``model`` that ran transformers' reference
+    PyTorch code for want of a kernel package (:data:`FALLBACKS_SEEN`: ``mamba_ssm``,
+    ``causal_conv1d``, ``flash-linear-attention``...): the captured calls are that code's."""
+    out = []
+    for cls in dict.fromkeys(type(m).__name__ for m in model.modules()):
+        seen = FALLBACKS_SEEN.get(cls)
+        if not seen:
+            continue
+        pk = sorted(set(seen.values()))
+        out.append(f"{cls} runs transformers' reference PyTorch code ({', '.join(sorted(seen))}): "
+                   f"{' and '.join(pk)} {'is' if len(pk) == 1 else 'are'} not installed here -- the captured calls "
+                   "are the reference path's, which a GPU run with those kernels would not make")
+    return out
+
+
 def build(desc: Mapping, *, mode=None, device: str = "cuda:0", arch: str = "gfx950", dtype: str | None = None):
     """Build the model of ``desc`` (:func:`load_config`) with fake parameters: ``(model, mode,
-    notes)``. ``dtype``: the parameters' dtype name (default the config's ``torch_dtype``, else
-    bf16). Raises :class:`UsageError` when transformers cannot build it (the message names the
-    module class where it failed)."""
+    notes)``: what :func:`model_scope` says is captured (the causal LM, or a multimodal model's
+    text decoder), with its notes and a :func:`quantization_note`. ``dtype``: the parameters'
+    dtype name (default the config's ``torch_dtype``, else bf16). Raises :class:`UsageError` for
+    a model outside the scope (:func:`model_scope`) and when transformers cannot build it (the
+    message names the module class where it failed)."""
     import torch
 
     tr = _transformers()
-    cfg = make_config(desc)
+    scope = model_scope(desc)
+    cfg = scope["config"]
     mode = mode or fake_mode()
     dt_name = dtype or str(desc["config"].get("torch_dtype") or desc["config"].get("dtype") or "bfloat16")
     dt = getattr(torch, {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(dt_name, dt_name), None)
     if not isinstance(dt, torch.dtype):
         raise UsageError(f"unknown model dtype {dt_name!r} (valid: bf16, fp16, fp32)")
-    notes = list(desc.get("notes", ()))
-    with target_device(arch, device) as patched, quiet_torch_logs(), mode, torch.device(device):
+    notes = list(desc.get("notes", ())) + scope["notes"]
+    with target_device(arch, device) as patched, quiet_torch_logs(), watch_fallbacks(), mode, torch.device(device):
         model, attn, err = None, None, None
         for attn in ("sdpa", "eager"):  # SDPA where the model supports it (gpt-oss does not)
             try:
@@ -370,6 +713,9 @@ def build(desc: Mapping, *, mode=None, device: str = "cuda:0", arch: str = "gfx9
     ex = getattr(model.config, "_experts_implementation", None)
     if ex and experts_info(model):
         notes.append(f"experts implementation {ex!r} (transformers' default where torch._grouped_mm runs)")
+    qn = quantization_note(desc["config"], str(dt).replace("torch.", ""))
+    if qn:
+        notes.append(qn)
     if patched:
         notes.append(patched)
     return model, mode, notes
@@ -420,7 +766,11 @@ def _step(model, mode, phase: str, batch: int, seq: int, device: str, arch: str)
         ctx = torch.zeros(batch, seq, dtype=torch.long, device=device)
         new = torch.zeros(batch, 1, dtype=torch.long, device=device)
     with target_device(arch, device), quiet_torch_logs(), mode, torch.no_grad():
-        past = getattr(model(input_ids=ctx, use_cache=True, **extra), cache)
+        past = getattr(model(input_ids=ctx, use_cache=True, **extra), cache, None)
+    if past is None:
+        raise UsageError(f"decode: {type(model).__name__} returns no KV cache (a prefill with use_cache=True gave "
+                         f"none; model_type {getattr(model.config, 'model_type', '?')!r}): flyexplore captures decode "
+                         "only where the model keeps a cache -- capture its prefill")
     with mode:
         pos = torch.full((batch, 1), seq, dtype=torch.long, device=device)
     return lambda: model(input_ids=new, position_ids=pos, use_cache=True, **{cache: past}, **extra)
@@ -439,8 +789,13 @@ def capture_model(hf: str | None = None, config: str | Path | Mapping | None = N
     from an earlier call, to capture another phase of the same model without building it again.
     ``force``, ``say``: as :func:`capture_phases` (the bounds of :func:`check_model`).
     Returns a :class:`~flyexplore.insight.capture.Capture` per view, each with ``meta`` (model,
-    title, source, phase, batch, seq, routing, experts). Raises :class:`UsageError` for an
-    unknown model or phase, a config transformers cannot build, a model past the bounds, and
+    title, source, phase, batch, seq, routing, experts), the parts :func:`model_scope` leaves out
+    in ``uncaptured`` (a vision tower, cross-attention layers) and in ``assumptions`` the scope's
+    notes, positions past ``max_position_embeddings`` of a model with no table
+    (:func:`check_positions`), the :func:`quantization_note` and the :func:`fallback_notes`.
+    Raises :class:`UsageError` for an unknown model or phase, a config transformers cannot build,
+    a model outside the scope (:func:`model_scope`), decode of a model that keeps no KV cache,
+    positions past the model's position table, a model past the bounds, and
     :class:`~flyexplore.insight.capture.CaptureError` naming the module where a capture failed."""
     views = views_of(views)
     routing_shares(routing, 8)  # checks the routing text
@@ -449,7 +804,16 @@ def capture_model(hf: str | None = None, config: str | Path | Mapping | None = N
                               device=device, dtype=dtype, force=force, say=say)
     desc = built[0]
     _, model, mode, notes = built
-    notes = list(notes) + ["logits for the last position only (logits_to_keep=1, as generate asks)"]
+    scope = model_scope(desc, model)
+    if phase == "decode" and scope["no_decode"]:
+        raise UsageError(scope["no_decode"])
+    check_phase(phase, batch, seq)
+    keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+    notes = list(notes) + ["logits for the last position only (logits_to_keep=1, as generate asks)" if keep else
+                           f"logits for every position ({type(model).__name__}'s forward takes no logits_to_keep)"]
+    pn = check_positions(model, phase, seq)
+    if pn:
+        notes.append(pn)
     rn = routing_note(model, routing)
     if rn:
         notes.append(rn)
@@ -457,13 +821,19 @@ def capture_model(hf: str | None = None, config: str | Path | Mapping | None = N
         f"{desc['title']} decode batch {batch} at context {seq}"
     out = []
     for v in views:
-        try:
-            step = _step(model, mode, phase, batch, seq, device, arch)
-        except Exception as exc:
-            raise CaptureError(f"capture of {label} failed while making the {phase} inputs/cache "
-                               f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
-        cap = run_step(model, step, view=v, label=label, phase=phase, device=device, arch=arch, mode=mode,
-                       assumptions=notes)
+        with watch_fallbacks():
+            try:
+                step = _step(model, mode, phase, batch, seq, device, arch)
+            except UsageError:
+                raise
+            except Exception as exc:
+                raise CaptureError(f"capture of {label} failed while making the {phase} inputs/cache "
+                                   f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
+                                   ) from None
+            cap = run_step(model, step, view=v, label=label, phase=phase, device=device, arch=arch, mode=mode,
+                           assumptions=notes)
+        cap.assumptions += [n for n in fallback_notes(model) if n not in cap.assumptions]
+        cap.uncaptured += [dict(u) for u in scope["uncaptured"]]
         lt = getattr(model.config, "layer_types", None)
         if lt:
             cap.layers = layer_kinds(cap, list(lt))
@@ -479,10 +849,12 @@ def capture_phases(hf: str | None = None, config=None, *, phases: Iterable[tuple
     """:func:`capture_model` for several ``(phase, batch, seq)`` of one model, built once.
 
     Before anything is built (and before torch is imported) the routing and the model are
-    checked (:func:`check_model`: the config's numbers, tensors torch can address, and unless
+    checked (:func:`check_model`: the model type, the config's numbers, tensors torch can address, and unless
     ``force`` the :data:`MODEL_LIMITS` of 512 layers, 2,048 experts, an estimated 30 min and the
     memory available). With ``say``, the config's notes (custom code not run) and an estimate of
-    :data:`SAY_ESTIMATE_S` or more are printed to stderr first."""
+    :data:`SAY_ESTIMATE_S` or more are printed to stderr first. Then, before the build, the scope
+    (:func:`model_scope`: an encoder-decoder model, decode of an encoder), and after it, before any
+    capture, every phase's positions (:func:`check_positions`) are checked."""
     phases = [tuple(p) for p in phases]
     routing_shares(kw.get("routing", "uniform"), 8)  # checks the routing text
     desc = load_config(hf, config)
@@ -492,8 +864,14 @@ def capture_phases(hf: str | None = None, config=None, *, phases: Iterable[tuple
             print(f"flyexplore: note: {n}", file=sys.stderr)
         if est["seconds"] >= SAY_ESTIMATE_S:
             print(f"flyexplore: estimate: {est['text']}", file=sys.stderr)
+    scope = model_scope(desc)  # refusals (scope, decode without a cache) before the build
+    for ph, *_ in phases:
+        if ph == "decode" and scope["no_decode"]:
+            raise UsageError(scope["no_decode"])
     model, mode, notes = build(desc, device=kw.get("device", "cuda:0"), arch=kw.get("arch", "gfx950"),
                                dtype=kw.pop("dtype", None))
+    for ph, _, sq in phases:  # every phase's positions before any is captured
+        check_positions(model, ph, sq)
     out = []
     for phase, batch, seq in phases:
         out += capture_model(phase=phase, batch=batch, seq=seq, built=(desc, model, mode, notes), **kw)
