@@ -24,7 +24,8 @@ package (:func:`fallback_notes`: Mamba without ``mamba_ssm``, Qwen3-Next without
 ``flash-linear-attention``).
 The model gets ``attn_implementation="sdpa"`` where the model supports it and transformers'
 default experts implementation (``grouped_mm``: ``torch._grouped_mm`` with the weights as the
-model stores them). The built-in configs (:func:`builtin_models`) are the published dims of a
+model stores them, where the model's experts support it); what the experts really called is
+said from the capture (:func:`experts_notes`). The built-in configs (:func:`builtin_models`) are the published dims of a
 few models, in ``data/models/`` with their sources.
 
 Bounds (:func:`check_model`, run before torch is touched): a config's sizes must be positive
@@ -49,6 +50,7 @@ import logging
 import math
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -57,6 +59,7 @@ from flyexplore.insight.capture import (VIEWS, Capture, CaptureError, fake_mode,
                                         run_step, target_device, views_of)
 from flyexplore.measure.devstate import cpu_free_memory
 from flyexplore.paths import data_dir
+from flyexplore.world.conditions import short_dtype
 
 #: Phases of :func:`capture_model`.
 PHASES = ("prefill", "decode")
@@ -710,9 +713,6 @@ def build(desc: Mapping, *, mode=None, device: str = "cuda:0", arch: str = "gfx9
     notes.append(f"transformers {tr.__version__} {type(model).__name__}, parameters fake {str(dt).replace('torch.', '')} "
                  f"on {device} (no weights), attention implementation {attn!r}"
                  + ("" if attn == "sdpa" else " (the model does not support SDPA)"))
-    ex = getattr(model.config, "_experts_implementation", None)
-    if ex and experts_info(model):
-        notes.append(f"experts implementation {ex!r} (transformers' default where torch._grouped_mm runs)")
     qn = quantization_note(desc["config"], str(dt).replace("torch.", ""))
     if qn:
         notes.append(qn)
@@ -733,6 +733,29 @@ def experts_info(model) -> list[dict]:
             seen.add(n)
             out.append({"class": n, "experts": getattr(m, "num_experts", None), "top_k": top_k,
                         "transposed": bool(getattr(m, "is_transposed", False))})
+    return out
+
+
+def experts_notes(cap: Capture, model, routing: str) -> list[str]:
+    """The sentences on a MoE's experts, derived from what the capture saw (never written ahead
+    of it): the experts implementation transformers chose (``config._experts_implementation``)
+    and the kernels the experts modules (classes ending in ``Experts``) really called; the
+    routing assumption (:func:`routing_note`) only where it shapes something -- when the experts
+    ran as ``torch._grouped_mm`` (all routed rows and cumulative offsets: the per-expert M of
+    exported shapes depends on the routing). Experts that ran as ``aten.bmm`` over every expert
+    are said in the coverage's notes (:func:`flyexplore.insight.coverage.experts_as_bmm`).
+    Empty for a dense model."""
+    if not experts_info(model):
+        return []
+    ran = Counter(c.op for c in cap.kernel_calls() if c.module_type.endswith("Experts") and c.family is not None)
+    impl = getattr(model.config, "_experts_implementation", None)
+    seen = ", ".join(f"{op} x {n}" for op, n in ran.most_common()) or "no GEMM (see what was not captured)"
+    out = [f"experts implementation {impl!r}: the experts modules called {seen}" if impl else
+           f"experts: the experts modules called {seen}"]
+    if "aten._grouped_mm.default" in ran:
+        rn = routing_note(model, routing)
+        if rn:
+            out.append(rn)
     return out
 
 
@@ -814,9 +837,6 @@ def capture_model(hf: str | None = None, config: str | Path | Mapping | None = N
     pn = check_positions(model, phase, seq)
     if pn:
         notes.append(pn)
-    rn = routing_note(model, routing)
-    if rn:
-        notes.append(rn)
     label = f"{desc['title']} {phase} {batch}x{seq}" if phase == "prefill" else \
         f"{desc['title']} decode batch {batch} at context {seq}"
     out = []
@@ -832,14 +852,16 @@ def capture_model(hf: str | None = None, config: str | Path | Mapping | None = N
                                    ) from None
             cap = run_step(model, step, view=v, label=label, phase=phase, device=device, arch=arch, mode=mode,
                            assumptions=notes)
-        cap.assumptions += [n for n in fallback_notes(model) if n not in cap.assumptions]
+        cap.assumptions += [n for n in fallback_notes(model) + experts_notes(cap, model, routing)
+                            if n not in cap.assumptions]
         cap.uncaptured += [dict(u) for u in scope["uncaptured"]]
         lt = getattr(model.config, "layer_types", None)
         if lt:
             cap.layers = layer_kinds(cap, list(lt))
         cap.meta.update({"model": desc["name"], "title": desc["title"], "source": desc["source"],
                          "phase": phase, "batch": batch, "seq": seq, "routing": routing,
-                         "experts": experts_info(model), "tokens": batch * (seq if phase == "prefill" else 1)})
+                         "experts": experts_info(model), "tokens": batch * (seq if phase == "prefill" else 1),
+                         "dtype": short_dtype(next(model.parameters()).dtype)})
         out.append(cap)
     return out
 

@@ -265,7 +265,7 @@ def test_decode_reads_the_context_and_hybrid_layers_come_out_right():
     ({"config": {"hidden_size": 4}}, "has no model_type"),
     ({"hf": "llama-3.1-8b", "phase": "train"}, "unknown phase 'train'"),
     ({"hf": "llama-3.1-8b", "seq": 0}, "seq must be a positive integer"),
-    ({"hf": "llama-3.1-8b", "phase": "decode", "seq": 131072}, "past the model's max_position_embeddings"),
+    ({"config": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 512, "n_positions": 128}, "phase": "decode", "seq": 128}, r"past GPT2LMHeadModel's position table transformer\.wpe \[128, 64\]"),
     ({"hf": "llama-3.1-8b", "routing": "zipf"}, "unknown MoE routing .zipf."),
     ({"hf": "llama-3.1-8b", "routing": "zipf:0"}, "zipf exponent must be a number"),
 ])

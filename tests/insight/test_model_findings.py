@@ -162,3 +162,20 @@ def test_experts_running_as_bmm_over_every_expert_are_said_from_the_capture():
 
     q = fx.model(config=TINY_QWEN_MOE, phase="prefill", seq=64, views="compiled")
     assert not any(a["rule"] == "experts_bmm_all_tokens" for a in q.advice)
+
+
+def test_expert_assumption_lines_follow_what_the_capture_saw():
+    # finding 6: "experts run through torch._grouped_mm with uniform routing" was written for Llama-4,
+    # whose experts call bmm over every expert; the lines now come from the captured calls
+    pytest.importorskip("transformers")
+    from flyexplore.insight import hf as HF
+    from tests.insight.test_capture import TINY_QWEN_MOE
+
+    l4 = HF.capture_model(config=TINY_LLAMA4, phase="prefill", seq=64, views=("compiled",), say=False)[0]
+    text = " | ".join(l4.assumptions)
+    assert "MoE routing" not in text and "torch._grouped_mm" not in text, text
+    assert "the experts modules called aten.bmm.default x 4" in text, text   # 2 layers x gate_up and down
+    q = HF.capture_model(config=TINY_QWEN_MOE, phase="prefill", seq=64, views=("compiled",), say=False)[0]
+    text = " | ".join(q.assumptions)
+    assert "the experts modules called aten._grouped_mm.default x 4" in text and "MoE routing: uniform" in text, text
+    assert q.meta["dtype"] == "bf16" and l4.meta["dtype"] == "bf16"
