@@ -382,7 +382,10 @@ def model_coverage(hf: str | None = None, config=None, *, phases=(("prefill", 1,
     the memory available); ``say``: print the estimate of a long run and the config's notes to
     stderr first. Raises :class:`~flyexplore.errors.UsageError` for bad input (unknown model,
     phase, view, arch, routing; a config number that cannot describe a model; a model past the
-    limits; a config transformers cannot build), all before torch is touched but the last, and
+    limits; a model_type transformers does not know), all before torch is touched; then, once
+    transformers' config is read, a model flyexplore does not capture (an encoder-decoder, decode
+    on an encoder; :func:`flyexplore.insight.hf.model_scope`), a config transformers cannot build,
+    and a phase past the built model's position table; and
     :class:`~flyexplore.insight.capture.CaptureError` naming the module where a capture failed."""
     check_arch(arch)
     check_target(arch)
