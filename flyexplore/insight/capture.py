@@ -28,9 +28,10 @@ In the compiled view Inductor's post-grad pattern ``add(mm(a, b), inp) -> addmm(
 (torch 2.15 ``torch/_inductor/fx_passes/post_grad.py``: ``addmm`` with ``is_valid_addmm_fusion``)
 is applied as the calls are recorded: an ``aten.add`` whose operand is the very output of an
 ``aten.mm`` (no view between) and whose other operand has the output's shape becomes the
-``aten.addmm`` Inductor lowers (``addmm`` has no FlyDSL template). A bias-like other operand (a
-broadcast row) is left unfused, as Inductor does on a GPU when the sum feeds pointwise code
-(``should_prefer_unfused_addmm``); an ``mm`` output used again after the add is not seen.
+``aten.addmm`` Inductor lowers (``addmm`` has no FlyDSL template). On a GPU a bias-like other
+operand (a broadcast row) is left unfused while every user of the sum is pointwise or a view, as
+Inductor does (``should_prefer_unfused_addmm``), and fused once a user is not; on the CPU it
+fuses. An ``mm`` output used again after the add is not seen.
 
 What cannot be captured is listed in :attr:`Capture.uncaptured` with the reason, never dropped:
 custom operators (``torch.library`` ops outside ``aten``/``prims``: shapes from their fake
@@ -328,6 +329,8 @@ class _Recorder:
         self.failed_at: tuple[str, str] | None = None
         self.family_of: dict[str, str] = family_of()
         self.mm_out = None      # compiled view: the output tensor of each aten.mm -> its call's index
+        self.pending_bias = {}  # compiled view: a bias add's sum -> its mm, until a user decides
+        self.add_index: dict[int, int] = {}   # id of such a sum -> the index of its add call
 
     @property
     def module(self) -> tuple[str, str]:
@@ -421,36 +424,64 @@ def _bias_like(inp, out) -> bool:
     return any(st == 0 for st in inp.stride())
 
 
-def _fuse_addmm(rec: _Recorder, func, args, kwargs, out) -> bool:
+def _fuse_addmm(rec: _Recorder, func, args, kwargs, out) -> str | None:
     """In the compiled view, record ``add(mm(a, b), inp)`` as the ``aten.addmm(inp, a, b)``
-    Inductor's post-grad pass makes of it (module docstring). Returns whether it did."""
+    Inductor's post-grad pass makes of it (module docstring). Returns ``"fused"``, ``"pending"``
+    (a bias-like ``inp`` on a GPU: fused only if a later user of the sum is not pointwise,
+    :func:`_use_of_pending`) or ``None``."""
     import torch
 
     if rec.mm_out is None or kwargs.get("alpha", 1) != 1 or len(args) < 2:
-        return False
+        return None
     x, y = args[0], args[1]
     if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
-        return False
+        return None
     got = rec.mm_out.get(x)
     mm_t, inp = (x, y) if got is not None else (y, x)
     got = got if got is not None else rec.mm_out.get(y)
     if got is None:
-        return False
+        return None
     idx, m1, m2 = got
     if inp.dtype != mm_t.dtype or m1.dtype != inp.dtype or m2.dtype != inp.dtype or inp.device != mm_t.device:
-        return False
+        return None
     if not _expandable(tuple(inp.shape), tuple(mm_t.shape)):
-        return False
-    if mm_t.device.type != "cpu" and _bias_like(inp, mm_t):
-        return False   # Inductor keeps a bias add apart on a GPU when the sum feeds pointwise code
-    mm_call = rec.calls[idx]
+        return None
     rec.mm_out.pop(mm_t, None)
+    if mm_t.device.type != "cpu" and _bias_like(inp, mm_t):
+        # on a GPU Inductor keeps a bias add apart when every user of the sum is pointwise
+        # (post_grad.py::should_prefer_unfused_addmm): decided by the sum's users
+        rec.pending_bias[out] = (idx, inp, m1, m2)
+        return "pending"
+    _record_addmm(rec, idx, inp, m1, m2, out)
+    return "fused"
+
+
+def _record_addmm(rec: _Recorder, idx: int, inp, m1, m2, out) -> None:
+    """Put the fused ``aten.addmm(inp, m1, m2)`` where the ``mm`` was recorded (its module)."""
+    mm_call = rec.calls[idx]
     c = rec.add("aten.addmm.default", [("self", inp), ("mat1", m1), ("mat2", m2)], out,
                 note="mm + add fused into addmm by Inductor's post-grad pass "
                      "(torch/_inductor/fx_passes/post_grad.py::addmm)")
     rec.calls.pop()
     rec.calls[idx] = replace(c, module=mm_call.module, module_type=mm_call.module_type, layer=mm_call.layer)
-    return True
+
+
+def _use_of_pending(rec: _Recorder, func, args) -> None:
+    """A call using the sum of a pending bias add (:func:`_fuse_addmm`): a user that is neither
+    pointwise (``torch.Tag.pointwise``) nor a view makes Inductor fuse it after all: the ``mm``
+    becomes ``addmm`` and the recorded add is dropped."""
+    import torch
+
+    if not rec.pending_bias:
+        return
+    pointwise = torch.Tag.pointwise in getattr(func, "tags", ()) or str(func) in _VIEW_OPS
+    for a in args:
+        if isinstance(a, torch.Tensor) and a in rec.pending_bias and not pointwise:
+            idx, inp, m1, m2 = rec.pending_bias.pop(a)
+            add_idx = rec.add_index.pop(id(a), None)
+            _record_addmm(rec, idx, inp, m1, m2, a)
+            if add_idx is not None:
+                rec.calls[add_idx] = None
 
 
 def _modes(rec: _Recorder, decompose: bool):
@@ -468,6 +499,7 @@ def _modes(rec: _Recorder, decompose: bool):
 
         table = select_decomp_table()
         rec.mm_out = WeakIdKeyDictionary()
+        rec.pending_bias = WeakIdKeyDictionary()
     kept = _kept_functions()
     mm = torch.ops.aten.mm.default
 
@@ -492,8 +524,11 @@ def _modes(rec: _Recorder, decompose: bool):
                 rec.add(name, _bind(func, args, kwargs), None, note=why)
                 return answer
             out = func(*args, **kwargs)
+            pending = None
             if rec.mm_out is not None and not rec.inner:
-                if name in _ADDS and _fuse_addmm(rec, func, args, kwargs, out):
+                _use_of_pending(rec, func, args)
+                pending = _fuse_addmm(rec, func, args, kwargs, out) if name in _ADDS else None
+                if pending == "fused":
                     return out
                 for a in args:   # any other use of an mm's output (a view too) rules its fusion out
                     if isinstance(a, torch.Tensor):
@@ -502,6 +537,8 @@ def _modes(rec: _Recorder, decompose: bool):
             custom = (f"custom operator {name}: shapes from its fake implementation; no FlyDSL route reads it"
                       if ns not in ("aten", "prims", "prim") else None)
             rec.add(name, _bind(func, args, kwargs), out, why_uncaptured=custom)
+            if pending == "pending":
+                rec.add_index[id(out)] = len(rec.calls) - 1
             if func is mm and rec.mm_out is not None and not rec.inner and isinstance(out, torch.Tensor):
                 rec.mm_out[out] = (len(rec.calls) - 1, args[0], args[1])
             return out
@@ -728,13 +765,14 @@ def run_step(model, step: Callable[[], Any], *, view: str = "eager", label: str 
         for h in handles:
             h.remove()
     if view == "compiled":
-        fused = sum(1 for c in rec.calls if c.op == "aten.addmm.default" and "post-grad" in c.note)
+        fused = sum(1 for c in rec.calls if c is not None and c.op == "aten.addmm.default" and "post-grad" in c.note)
         notes.append("compiled view: the calls after Inductor's decompositions "
                      "(torch._inductor.decomposition.select_decomp_table) and its post-grad mm + add -> addmm "
                      f"fusion ({fused} fused here); its other post-grad passes are not applied "
                      "(Inductor's pad_mm may still pad a GEMM)")
     notes += [a for a in rec.assumed if a not in notes]
-    cap = Capture(label or type(model).__name__, phase, view, device, arch, rec.calls, rec.uncaptured, notes)
+    calls = [c for c in rec.calls if c is not None]   # adds fused late leave a gap
+    cap = Capture(label or type(model).__name__, phase, view, device, arch, calls, rec.uncaptured, notes)
     cap.layers = layer_kinds(cap)
     return cap
 

@@ -28,12 +28,15 @@ class SharedExpertTail(torch.nn.Module):
         self.bias_proj = torch.nn.Linear(n, n, bias=False)
         self.b = torch.nn.Parameter(torch.zeros(n))
         self.viewed = torch.nn.Linear(n, n, bias=False)
+        self.fed_proj = torch.nn.Linear(n, n, bias=False)
 
     def forward(self, x, routed):
         out = self.down_proj(x)
         out.add_(routed * 2)
         y = self.bias_proj(x) + self.b
-        return out, y.relu(), self.viewed(x).view(2, -1, x.shape[-1]) + routed.view(2, -1, x.shape[-1])
+        z = self.fed_proj(x) + self.b      # bias-like too, but its sum feeds a GEMM: fused on a GPU as well
+        return (out, y.relu(), self.viewed(x).view(2, -1, x.shape[-1]) + routed.view(2, -1, x.shape[-1]),
+                z @ self.viewed.weight)
 
 
 def _post_grad_gemms(m, *inputs) -> collections.Counter:
@@ -67,10 +70,10 @@ def test_compiled_view_fuses_mm_add_into_addmm_as_inductor_does():
     cap = C.capture(m, (x, r), view="compiled", device="cpu")
     got = collections.Counter(c.op for c in cap.kernel_calls() if "mm" in c.op)
     assert got == want, (got, want)
-    assert want["aten.addmm.default"] == 2 and want["aten.mm.default"] == 1   # the view blocks the third
+    assert want["aten.addmm.default"] == 3 and want["aten.mm.default"] == 2   # the view blocks one
     fused = [c for c in cap.kernel_calls() if c.op == "aten.addmm.default"]
     # the fused call stays where the GEMM was made, and says why it is an addmm
-    assert {c.module for c in fused} == {"down_proj", "bias_proj"}
+    assert {c.module for c in fused} == {"down_proj", "bias_proj", "fed_proj"}
     assert all("post-grad" in c.note for c in fused)
     # the add it absorbed is gone; eager keeps mm and add apart
     assert not any(c.op.startswith("aten.add") and c.module == "" for c in cap.kernel_calls()
@@ -87,7 +90,11 @@ def test_on_a_gpu_the_fused_addmm_is_not_eligible_and_a_bias_like_add_stays_apar
     cap = C.capture(m, (x, r), view="compiled")
     by_mod = {(c.module, c.op) for c in cap.kernel_calls() if "mm" in c.op}
     assert by_mod == {("down_proj", "aten.addmm.default"), ("bias_proj", "aten.mm.default"),
-                      ("viewed", "aten.mm.default")}, by_mod
+                      ("viewed", "aten.mm.default"), ("fed_proj", "aten.addmm.default"), ("", "aten.mm.default")}, by_mod
+    # the bias add kept apart is still there; the one fused late is gone
+    adds = [c for c in cap.kernel_calls() if c.op == "aten.add.Tensor" and c.inputs[1] is not None
+            and c.inputs[1].shape == (256,)]
+    assert len(adds) == 1
     rows = CV.judge_capture(cap, advice=False).rows
     v = {(c.module, c.op): v for c, n, v in rows}
     assert v[("down_proj", "aten.addmm.default")].status == "not eligible"
