@@ -858,6 +858,9 @@ def capture_model(hf: str | None = None, config: str | Path | Mapping | None = N
         lt = getattr(model.config, "layer_types", None)
         if lt:
             cap.layers = layer_kinds(cap, list(lt))
+        skipped = [u["op"] for u in scope["uncaptured"] if u["op"].startswith("cross-attention layers")]
+        if skipped:   # the layer count must not read as the whole model
+            cap.layers = {**cap.layers, "text": f"{cap.layers.get('text', '')}; not captured: {'; '.join(skipped)}"}
         cap.meta.update({"model": desc["name"], "title": desc["title"], "source": desc["source"],
                          "phase": phase, "batch": batch, "seq": seq, "routing": routing,
                          "experts": experts_info(model), "tokens": batch * (seq if phase == "prefill" else 1),

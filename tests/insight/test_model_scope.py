@@ -118,6 +118,8 @@ def test_mllama_lists_its_vision_tower_and_cross_attention_layers_as_not_capture
     # and that is what the step really holds: SDPA in layers 0, 2, 4 only
     assert {c.layer for c in cap.calls if c.op == SDPA} == {0, 2, 4}
     assert "multimodal model 'mllama'" in " ".join(cap.assumptions)
+    # the layer line does not read as the whole model either
+    assert cap.layers["text"].endswith("; not captured: cross-attention layers 1, 3 (of 5)"), cap.layers["text"]
 
 
 def test_llava_builds_its_text_decoder_and_lists_the_clip_tower():
