@@ -463,7 +463,7 @@ def capture_model(hf: str | None = None, config: str | Path | Mapping | None = N
             raise CaptureError(f"capture of {label} failed while making the {phase} inputs/cache "
                                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
         cap = run_step(model, step, view=v, label=label, phase=phase, device=device, arch=arch, mode=mode,
-                       assumptions=notes)
+                       assumptions=notes, progress=say)
         lt = getattr(model.config, "layer_types", None)
         if lt:
             cap.layers = layer_kinds(cap, list(lt))
