@@ -231,10 +231,10 @@ class Capture:
             k = c.key()
             if k in seen:
                 seen[k][1] += c.count
-                if not seen[k][2] and c.inputs != seen[k][0].inputs:
+                if not seen[k][2] and (c.inputs != seen[k][0].inputs or _MOVED in c.note):
                     seen[k][2] = True
             else:
-                seen[k] = [c, c.count, False]
+                seen[k] = [c, c.count, _MOVED in c.note]
         return [(_offsets_noted(c, n) if moved else c, n) for c, n, moved in seen.values()]
 
     def aten_counts(self) -> Counter:
@@ -652,14 +652,16 @@ class _FastFake:
         return out
 
 
-#: ATen views that always return a new view of their input (``to``, ``contiguous``, ``reshape``
-#: may return the input or a copy: not here; ``alias``/``detach`` keep dispatch keys: not here).
+#: ATen views that always return a new view of their input, whose strides ``FakeTensorMode`` and
+#: the meta kernel agree on (``to``, ``contiguous``, ``reshape`` may return the input or a copy;
+#: ``alias``/``detach`` keep dispatch keys; ``view``/``_reshape_alias``: the mode's strides of
+#: size-1 dimensions differ from the meta kernel's: none of them here).
 _PURE_VIEWS = frozenset({
-    "aten.view.default", "aten.expand.default", "aten.t.default", "aten.transpose.int", "aten.permute.default",
+    "aten.expand.default", "aten.t.default", "aten.transpose.int", "aten.permute.default",
     "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default",
     "aten.slice.Tensor", "aten.select.int", "aten.as_strided.default", "aten.split.Tensor",
     "aten.split_with_sizes.default", "aten.unbind.int", "aten.narrow.default", "aten.diagonal.default",
-    "aten._reshape_alias.default", "aten.unfold.default",
+    "aten.unfold.default",
 })
 
 #: Whether :func:`run_step` answers repeated fake calls itself (:class:`_FastFake`); tests turn
