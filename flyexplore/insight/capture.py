@@ -455,8 +455,10 @@ class _Recorder:
             leaves = ()
         elif isinstance(out, Tensor):
             leaves = (out,)
-        else:
+        elif isinstance(out, (list, tuple, dict)):
             leaves = [o for o in tree_leaves(out) if isinstance(o, Tensor)]
+        else:   # a device, a number: what an ATen call returns besides tensors
+            leaves = ()
         outs, ocls = [], []
         for o in leaves:
             d, k, _, sy = self.desc(o)
@@ -557,7 +559,10 @@ class _FastFake:
       scalar arguments: the meta kernel run as the mode runs it (``in_kernel_invocation_manager``),
       its output wrapped on the input's fake device (the view shares the input's storage).
 
-    Tensors with a constant, symbolic sizes, or of another mode always go to the mode.
+    ``aten.view`` (whose strides of size-1 dimensions the mode sets otherwise than the meta kernel)
+    is answered from the mode's own earlier answer for the same input layout and size: an
+    ``as_strided`` view at the input's storage offset. Tensors with a constant, symbolic sizes,
+    or of another mode always go to the mode.
     ``tests/insight/test_capture_speed.py`` holds captures made with and without it equal."""
 
     def __init__(self, mode):
@@ -572,6 +577,8 @@ class _FastFake:
                       torch.memory_format)
         self.hits = 0
         self.device_op = torch.ops.prim.device.default
+        self.view_op, self.as_strided = torch.ops.aten.view.default, torch.ops.aten.as_strided.default
+        self.views: dict[tuple, tuple] = {}
 
     def _kind(self, func) -> str:
         k = self.kind.get(func)
@@ -608,12 +615,35 @@ class _FastFake:
             return False if any(x is False for x in r) else (t, r)
         return False
 
+    def key(self, func, args, kwargs) -> tuple | None:
+        """What a meta kernel or a decomposition reads of a call: the operator, tensors by shape,
+        strides, dtype and device (not their storage offsets), scalars by value; ``None`` when an
+        argument cannot be keyed (a constant, symbolic sizes, another mode, an unknown type)."""
+        ak = self._arg(args)
+        kk = self._arg(tuple(kwargs.items())) if kwargs else ()
+        return None if ak is False or kk is False else (func, ak, kk)
+
     def call(self, func, args, kwargs):
         """``func(*args, **kwargs)`` under the fake mode, answered here when it can be."""
         if func is self.device_op:
             a0 = args[0] if len(args) == 1 and not kwargs else None
             if type(a0) is self.FakeTensor and not a0.fake_mode.in_kernel_invocation:
                 return a0.fake_device
+        if func is self.view_op and not kwargs and len(args) == 2:
+            a0 = args[0]
+            vk = self._arg(args)
+            if vk is not False:
+                got = self.views.get(vk)
+                if got is not None:
+                    self.hits += 1
+                    with self.kernel(self.mode):
+                        r = self.as_strided(a0, got[0], got[1], a0.storage_offset())
+                    return self.FakeTensor(self.mode, r, a0.fake_device)
+                out = func(*args)
+                if (type(out) is self.FakeTensor and out.storage_offset() == a0.storage_offset()
+                        and not out._has_symbolic_sizes_strides and out.fake_device == a0.fake_device):
+                    self.views[vk] = (tuple(out.shape), out.stride())
+                return out
         kind = self._kind(func)
         if kind == "view":
             a0 = args[0] if args else None
@@ -733,13 +763,21 @@ class Progress:
 
 def _bind(func, args, kwargs) -> list[tuple[str, Any]]:
     """``(name, value)`` of an ATen call's arguments in schema order (kwargs by their names)."""
-    try:
-        schema = func._schema.arguments
-    except AttributeError:
-        return [(f"arg{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
-    out = [(schema[i].name if i < len(schema) else f"arg{i}", a) for i, a in enumerate(args)]
-    out += list(kwargs.items())
+    names = _ARG_NAMES.get(func)
+    if names is None:
+        try:
+            names = tuple(a.name for a in func._schema.arguments)
+        except AttributeError:
+            names = ()
+        _ARG_NAMES[func] = names
+    n = len(names)
+    out = [(names[i] if i < n else f"arg{i}", a) for i, a in enumerate(args)]
+    if kwargs:
+        out += list(kwargs.items())
     return out
+
+
+_ARG_NAMES: dict = {}
 
 
 def _modes(rec: _Recorder, decompose: bool, fake=None):
@@ -756,13 +794,22 @@ def _modes(rec: _Recorder, decompose: bool, fake=None):
 
         table = select_decomp_table()
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    run = _FastFake(fake).call if fake is not None else (lambda f, a, k: f(*a, **k))
+    fast = _FastFake(fake) if fake is not None else None
+    run = fast.call if fast is not None else (lambda f, a, k: f(*a, **k))
+    names: dict = {}
+    # decompositions that declined (NotImplemented) for a call's layout (:meth:`_FastFake.key`):
+    # not tried again for the same layout (Inductor's bmm, under pw_cast_for_opmath, declines
+    # on a GPU after casting its inputs: a scan's every step paid for it)
+    declined: set = set()
 
     class Dispatch(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            name = str(func)
-            if decompose and func in table and not rec.inner:
+            name = names.get(func)
+            if name is None:
+                name = names[func] = str(func)
+            dk = fast.key(func, args, kwargs) if decompose and fast is not None and func in table else None
+            if decompose and func in table and not rec.inner and (dk is None or dk not in declined):
                 mark, umark = len(rec.calls), len(rec.uncaptured)
                 jmark = rec.begin()
                 try:
@@ -778,6 +825,8 @@ def _modes(rec: _Recorder, decompose: bool, fake=None):
                 # (pw_cast_for_opmath): they are not part of what Inductor lowers
                 rec.rollback(mark, jmark)
                 del rec.uncaptured[umark:]
+                if dk is not None:
+                    declined.add(dk)
             if func is torch.ops.aten._local_scalar_dense.default and rec.host_answers:
                 answer, why = rec.host_answers[-1]
                 if why not in rec.assumed:
