@@ -362,7 +362,8 @@ def capture(model, inputs=None, *, view: str = "eager", phase: str = "prefill", 
 
     Returns a :class:`~flyexplore.insight.capture.Capture` (a list of two for ``both``): its
     ``calls`` (op, :class:`TensorDesc` arguments with strides and storage offset, module path,
-    FLOPs, bytes), ``distinct()`` (identical calls counted), ``layers`` (identical layers
+    FLOPs, bytes, ``count``: calls folded as recorded, e.g. the steps of a loop over the
+    sequence), ``distinct()`` (identical calls counted), ``layers`` (identical layers
     detected), ``uncaptured`` (what could not be captured, with the reason) and ``assumptions``.
     Judge them with ``fx.model(capture)`` (or ``fx.model(module, inputs)`` to capture and judge in
     one call). Raises :class:`~flyexplore.errors.UsageError` for bad input

@@ -21,13 +21,21 @@ build). ``--models all`` adds the other built-in
 models (qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b), one fresh process each at the same phases:
 information, no goal.
 
+``--long`` (issue 34, finding 7) adds models whose capture once grew with the sequence length,
+each at prefill 1x2048 in a fresh process per view set -- eager alone, compiled alone and both
+together, as ``flyexplore model`` runs them (``flyexplore.insight.hf.capture_phases``) -- timing
+build, capture (per view, with the calls made and the rows and distinct calls kept) and judging:
+a Mamba-130m-like config (transformers' reference scan, a Python loop over the sequence, when
+``mamba_ssm`` is absent), goal under 60 s; a Qwen3-Next-like hybrid MoE (the published dims of
+Qwen3-Next-80B-A3B), goal under 40 s. Each goal is read on the "both views" process's wall time.
+
 The report names the machine (CPUs, load average before and after, Python, torch and
 transformers versions): on a loaded 2-core machine the times wander. PASS means every
 repetition met both goals (the max); the median is beside it. Exits 1 on FAIL.
 Output: the report as text in ``data/bench/model_capture.txt`` (``--out``), also printed; its
 first line is the provenance (:func:`flyexplore.world.env.provenance`: commit, flyexplore's
 version, the machine).
-Usage: ``python benchmarks/evidence/model_capture.py [--reps 3] [--models llama|all] [--out FILE]``.
+Usage: ``python benchmarks/evidence/model_capture.py [--reps 3] [--models llama|all] [--long] [--out FILE]``.
 """
 from __future__ import annotations
 
@@ -55,6 +63,24 @@ OTHER_MODELS = ("qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b")
 PHASES = [("prefill", 1, 2048), ("decode", 32, 2048)]
 VIEWS = ("eager", "compiled")
 MARK = "MODEL_CAPTURE_JSON "
+#: Models whose capture once grew with the sequence (issue 34): name -> (config, goal seconds).
+#: Mamba-130m: state-spaces/mamba-130m-hf's dims. Qwen3-Next: Qwen/Qwen3-Next-80B-A3B-Instruct's
+#: config.json (48 layers, hidden 2048, 512 experts top-10 + a shared expert, linear/full attention 3:1).
+LONG_MODELS = {
+    "mamba-130m-like": ({"model_type": "mamba", "hidden_size": 768, "num_hidden_layers": 24, "state_size": 16,
+                         "expand": 2, "conv_kernel": 4, "vocab_size": 50280}, 60.0),
+    "qwen3-next-like": ({"model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 48,
+                         "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+                         "intermediate_size": 5120, "moe_intermediate_size": 512,
+                         "shared_expert_intermediate_size": 512, "num_experts": 512, "num_experts_per_tok": 10,
+                         "vocab_size": 151936, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+                         "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+                         "full_attention_interval": 4, "max_position_embeddings": 262144,
+                         "rope_theta": 10000000, "partial_rotary_factor": 0.25, "decoder_sparse_step": 1,
+                         "norm_topk_prob": True, "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16"}, 40.0),
+}
+LONG_PHASE = ("prefill", 1, 2048)
+LONG_VIEWS = (("eager",), ("compiled",), ("eager", "compiled"))
 
 
 def _rss_kib() -> dict:
@@ -123,7 +149,7 @@ def child(model: str) -> int:
     steps = [{"what": lab, "s": round(e - s, 3)} for lab, s, e in spans["run_step"]]
     inputs = [{"what": lab, "s": round(e - s, 3)} for lab, s, e in spans["inputs"]]
     judge = [{"what": lab, "s": round(e - s, 3)} for lab, s, e in spans["judge_capture"]]
-    calls = {f"{c.phase} {c.view}": [len(c.calls), len(c.kernel_calls())] for c in cov.captures}
+    calls = {f"{c.phase} {c.view}": [c.n_calls(), sum(x.count for x in c.kernel_calls())] for c in cov.captures}
     out = {
         "model": model,
         "imports_s": t_imp - t_start,
@@ -145,6 +171,84 @@ def child(model: str) -> int:
     }
     print(MARK + json.dumps(out), flush=True)
     return 0
+
+
+def long_child(name: str, views: str) -> int:
+    """Capture and judge LONG_MODELS[name] at LONG_PHASE in ``views`` (comma-separated) as
+    ``flyexplore model`` does (``capture_phases``, then ``judge_capture``); print one JSON line."""
+    t_start = _T0
+    import flyexplore  # noqa: F401,I001
+    from flyexplore.insight import coverage as CV
+    from flyexplore.insight import hf as HF
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+    t_imp = time.perf_counter()
+    spans: dict[str, list] = {"build": [], "run_step": []}
+    for mod, fname, key in ((HF, "build", "build"), (HF, "run_step", "run_step")):
+        fn = getattr(mod, fname)
+
+        def wrapper(*a, _fn=fn, _key=key, **k):
+            t = time.perf_counter()
+            try:
+                return _fn(*a, **k)
+            finally:
+                spans[_key].append((k.get("view", ""), t, time.perf_counter()))
+        setattr(mod, fname, wrapper)
+    cfg, _ = LONG_MODELS[name]
+    t0 = time.perf_counter()
+    caps = HF.capture_phases(config=cfg, phases=[LONG_PHASE], views=views.split(","), say=True)
+    t1 = time.perf_counter()
+    envs = CV.Envs(caps[0].arch)
+    judged = [CV.judge_capture(c, envs) for c in caps]
+    t2 = time.perf_counter()
+    build = sum(b - a for _, a, b in spans["build"])
+    out = {"model": name, "views": views, "imports_s": t_imp - t_start, "build_s": build,
+           "capture_s": (t1 - t0) - build, "judge_s": t2 - t1, "total_s": t2 - t_start,
+           "steps": [{"view": v, "s": round(b - a, 3)} for v, a, b in spans["run_step"]],
+           "captures": [{"view": c.view, "calls": c.n_calls(), "rows": len(c.calls),
+                         "kernel_calls": sum(x.count for x in c.kernel_calls()), "distinct": len(j.rows),
+                         "layers": c.layers.get("text", "")} for c, j in zip(caps, judged)],
+           "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+    print(MARK + json.dumps(out), flush=True)
+    return 0
+
+
+def measure_long(name: str, views: tuple[str, ...]) -> dict:
+    r = run_process([sys.executable, str(Path(__file__).resolve()), "--long-child", name, ",".join(views)])
+    line = next((x for x in r["stdout"].splitlines() if x.startswith(MARK)), None)
+    if r["rc"] != 0 or line is None:
+        lines = (r["stderr"] or r["stdout"]).strip().splitlines()
+        return {"model": name, "views": ",".join(views), "error": f"exit {r['rc']}: {lines[-1][:400] if lines else ''}",
+                "wall_s": r["wall_s"], "maxrss_kib": r["maxrss_kib"]}
+    d = json.loads(line[len(MARK):])
+    d["wall_s"], d["wait4_maxrss_kib"], d["cpu_s"] = r["wall_s"], r["maxrss_kib"], r["user_s"] + r["sys_s"]
+    d["progress_lines"] = [x for x in r["stderr"].splitlines() if x.startswith("flyexplore: captur")]
+    return d
+
+
+def long_report(longs: list[dict], loads: list[str]) -> list[str]:
+    L = ["", f"long captures (issue 34): prefill {LONG_PHASE[1]}x{LONG_PHASE[2]}, one fresh process per view set "
+         "(build + capture + judging; the goal is read on 'eager+compiled'); load before each: " + "; ".join(loads)]
+    for r in longs:
+        goal = LONG_MODELS[r["model"]][1]
+        head = f"  {r['model']:16s} {r['views'].replace(',', '+'):17s}"
+        if "error" in r:
+            L.append(f"{head} FAILED after {r['wall_s']:.1f} s: {r['error']}")
+            continue
+        verdict = ""
+        if r["views"] == "eager,compiled":
+            verdict = f"  goal < {goal:.0f} s: {'PASS' if r['wall_s'] < goal else 'FAIL'}"
+        L.append(f"{head} wall {r['wall_s']:7.2f} s (imports {r['imports_s']:.2f}, build {r['build_s']:.2f}, capture "
+                 f"{r['capture_s']:.2f}, judging {r['judge_s']:.2f}), CPU {r['cpu_s']:.2f} s, peak RSS "
+                 f"{_mib(r['wait4_maxrss_kib'])}{verdict}")
+        for c, st in zip(r["captures"], r["steps"]):
+            L.append(f"  {'':16s}   {c['view']:9s} recording {st['s']:6.2f} s: {c['calls']:,} calls made, "
+                     f"{c['rows']:,} rows kept, {c['kernel_calls']:,} kernel calls, {c['distinct']} distinct; "
+                     f"{c['layers']}")
+        if r.get("progress_lines"):
+            L.append(f"  {'':16s}   progress said: {r['progress_lines'][0]}" + (
+                f" ... ({len(r['progress_lines'])} lines)" if len(r["progress_lines"]) > 1 else ""))
+    return L
 
 
 # -- the parent: processes, timed -----------------------------------------------------------------
@@ -323,10 +427,15 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "data" / "bench" / "model_capture.txt"),
                     help="the report file (default data/bench/model_capture.txt)")
     ap.add_argument("--no-cli", action="store_true", help="skip the CLI end-to-end runs")
+    ap.add_argument("--long", action="store_true",
+                    help="also the long captures (Mamba-130m-like, Qwen3-Next-like at prefill 1x2048; issue 34)")
     ap.add_argument("--child", metavar="MODEL", help=argparse.SUPPRESS)
+    ap.add_argument("--long-child", nargs=2, metavar=("MODEL", "VIEWS"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         return child(a.child)
+    if a.long_child:
+        return long_child(*a.long_child)
     load0 = _load()
     reps, loads = [], []
     for i in range(a.reps):
@@ -341,9 +450,20 @@ def main(argv=None) -> int:
         for m in OTHER_MODELS:
             others.append(measure(m))
             print(f"{m}: {others[-1]['wall_s']:.2f} s", file=sys.stderr, flush=True)
+    longs, long_loads = [], []
+    if a.long:
+        for name in LONG_MODELS:
+            for views in LONG_VIEWS:
+                long_loads.append(_load())
+                longs.append(measure_long(name, views))
+                r = longs[-1]
+                print(f"{name} {'+'.join(views)}: " + (f"{r['wall_s']:.2f} s" if "error" not in r else r["error"]),
+                      file=sys.stderr, flush=True)
     if str(ROOT) not in sys.path:   # the parent reads the provenance from ROOT's flyexplore (the children run it)
         sys.path.insert(0, str(ROOT))
     text = report(reps, cli, others, load0, _load(), loads)
+    if longs:
+        text += "\n".join(long_report(longs, long_loads)) + "\n"
     text = _provenance() + "\n" + text
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -353,6 +473,8 @@ def main(argv=None) -> int:
     ok = [r for r in reps if "error" not in r]
     passed = (len(ok) == len(reps) and ok and max(r["wall_s"] for r in ok) < GOAL_S
               and max(r["wait4_maxrss_kib"] for r in ok) * 1024 < GOAL_BYTES)
+    passed = passed and all("error" not in r and (r["views"] != "eager,compiled" or r["wall_s"] < LONG_MODELS[r["model"]][1])
+                            for r in longs)
     return 0 if passed else 1
 
 

@@ -851,7 +851,7 @@ def capture_model(hf: str | None = None, config: str | Path | Mapping | None = N
                                    f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
                                    ) from None
             cap = run_step(model, step, view=v, label=label, phase=phase, device=device, arch=arch, mode=mode,
-                           assumptions=notes)
+                           assumptions=notes, progress=say)
         cap.assumptions += [n for n in fallback_notes(model) + experts_notes(cap, model, routing)
                             if n not in cap.assumptions]
         cap.uncaptured += [dict(u) for u in scope["uncaptured"]]
@@ -899,5 +899,5 @@ def capture_phases(hf: str | None = None, config=None, *, phases: Iterable[tuple
         check_positions(model, ph, sq)
     out = []
     for phase, batch, seq in phases:
-        out += capture_model(phase=phase, batch=batch, seq=seq, built=(desc, model, mode, notes), **kw)
+        out += capture_model(phase=phase, batch=batch, seq=seq, built=(desc, model, mode, notes), say=say, **kw)
     return out
