@@ -887,6 +887,25 @@ def _record_addmm(rec: _Recorder, idx: int, inp, m1, m2, out) -> None:
         rec.stack.pop()
 
 
+#: Casts that are no-ops when the dtype does not change (Inductor's post-grad ``remove_noop_ops``
+#: drops them): a pending bias add's sum is followed through them (:func:`_follow_noop_cast`).
+_NOOP_CASTS = frozenset({"aten.to.dtype", "aten._to_copy.default", "prims.convert_element_type.default",
+                         "aten.to.dtype_layout"})
+
+
+def _follow_noop_cast(rec: _Recorder, name: str, args, out) -> None:
+    """The output of a same-dtype cast of a pending bias add's sum stands for the sum."""
+    import torch
+
+    if not rec.pending_bias or name not in _NOOP_CASTS or not args or not isinstance(out, torch.Tensor):
+        return
+    src = args[0]
+    if isinstance(src, torch.Tensor) and src in rec.pending_bias and src.dtype == out.dtype:
+        rec.pending_bias[out] = rec.pending_bias[src]
+        if id(src) in rec.add_index:
+            rec.add_index[id(out)] = rec.add_index[id(src)]
+
+
 def _use_of_pending(rec: _Recorder, func, args) -> None:
     """A call using the sum of a pending bias add (:func:`_fuse_addmm`): a user that is neither
     pointwise (``torch.Tag.pointwise``) nor a view makes Inductor fuse it after all: the ``mm``
@@ -895,10 +914,15 @@ def _use_of_pending(rec: _Recorder, func, args) -> None:
 
     if not rec.pending_bias:
         return
+    if str(func) in _NOOP_CASTS:   # a cast to the same dtype (Inductor removes it as a no-op): see through it
+        return
     pointwise = torch.Tag.pointwise in getattr(func, "tags", ()) or str(func) in _VIEW_OPS
     for a in args:
         if isinstance(a, torch.Tensor) and a in rec.pending_bias and not pointwise:
-            idx, inp, m1, m2 = rec.pending_bias.pop(a)
+            entry = rec.pending_bias.pop(a)
+            for other in [k for k, v in rec.pending_bias.items() if v is entry]:   # its no-op casts
+                del rec.pending_bias[other]
+            idx, inp, m1, m2 = entry
             add_idx = rec.add_index.pop(id(a), None)
             _record_addmm(rec, idx, inp, m1, m2, a)
             if add_idx is not None:
@@ -967,6 +991,7 @@ def _modes(rec: _Recorder, decompose: bool, fake=None):
             pending = None
             if rec.mm_out is not None and not rec.inner:
                 _use_of_pending(rec, func, args)
+                _follow_noop_cast(rec, name, args, out)
                 pending = _fuse_addmm(rec, func, args, kwargs, out) if name in _ADDS else None
                 if pending == "fused":
                     return out
