@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -405,6 +406,7 @@ class _Recorder:
         self.assumed: list[str] = []
         self.failed_at: tuple[str, str] | None = None
         self.progress = progress
+        self.silent = False     # a reused layer's outputs are being made: nothing is recorded
         self.family_of: dict[str, str] = family_of()
         self.last = -1          # the row the last call was recorded in (its own or the one it folded into)
         self.mm_out = None      # compiled view: the output tensor of each aten.mm -> its row
@@ -723,6 +725,9 @@ _PURE_VIEWS = frozenset({
 #: Whether :func:`run_step` answers repeated fake calls itself (:class:`_FastFake`); tests turn
 #: it off to hold the two to the same capture.
 FAST_FAKE = True
+#: Record a decoder layer identical to an earlier one once and count its calls for each
+#: (:class:`_LayerReuse`); ``FLYEXPLORE_CAPTURE_EVERY_LAYER=1`` records every layer.
+REUSE_LAYERS = True
 
 
 class Progress:
@@ -959,6 +964,8 @@ def _modes(rec: _Recorder, decompose: bool, fake=None):
     class Dispatch(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            if rec.silent:
+                return run(func, args, kwargs)
             name = names.get(func)
             if name is None:
                 name = names[func] = str(func)
@@ -1012,7 +1019,7 @@ def _modes(rec: _Recorder, decompose: bool, fake=None):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             k = kept.get(func)
-            if k is not None and not rec.inner:
+            if k is not None and not rec.inner and not rec.silent:
                 cname, fam, named_of, scalars_of, layout_of = k
                 rec.inner += 1
                 try:
@@ -1218,6 +1225,8 @@ def run_step(model, step: Callable[[], Any], *, view: str = "eager", label: str 
     prog = progress if isinstance(progress, Progress) else (Progress(what, _layer_count(model)) if progress else None)
     rec = _Recorder(prog)
     handles = _hooks(model, rec)
+    every = os.environ.get("FLYEXPLORE_CAPTURE_EVERY_LAYER", "").strip().lower() in ("1", "true", "yes", "on")
+    reuse = _LayerReuse(model, rec) if REUSE_LAYERS and not every else None
     mode = mode or fake_mode()
     dispatch, function = _modes(rec, decompose=view == "compiled", fake=mode if FAST_FAKE else None)
     notes = list(assumptions)
@@ -1237,6 +1246,8 @@ def run_step(model, step: Callable[[], Any], *, view: str = "eager", label: str 
     finally:
         for h in handles:
             h.remove()
+        if reuse is not None:
+            reuse.restore()
         if prog is not None:
             prog.close(rec.n)
     calls = rec.finish()
@@ -1247,9 +1258,175 @@ def run_step(model, step: Callable[[], Any], *, view: str = "eager", label: str 
                      f"fusion ({fused} fused here); its other post-grad passes are not applied "
                      "(Inductor's pad_mm may still pad a GEMM)")
     notes += [a for a in rec.assumed if a not in notes]
+    rn = reuse.note() if reuse is not None else None
+    if rn:
+        notes.append(rn)
     cap = Capture(label or type(model).__name__, phase, view, device, arch, calls, rec.uncaptured, notes)
     cap.layers = layer_kinds(cap)
     return cap
+
+
+# -- identical layers recorded once ------------------------------------------------------------------
+
+def _plain(v) -> bool:
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
+def _attr_sig(v, index: int):
+    """What a layer's attribute says of its calls: plain values by value (an int equal to the
+    layer's own index as ``<index>``), lists of plain values by value, callables by name, anything
+    else by type."""
+    if isinstance(v, bool) or v is None or isinstance(v, (float, str)):
+        return v
+    if isinstance(v, int):
+        return "<index>" if v == index else v
+    if isinstance(v, (list, tuple)) and all(_plain(x) for x in v):
+        return tuple(v)
+    if callable(v) and hasattr(v, "__qualname__"):
+        return f"{getattr(v, '__module__', '')}.{v.__qualname__}"
+    return type(v).__name__
+
+
+def _module_sig(root, index: int) -> tuple:
+    """A layer module as the calls it can make depend on it: for each submodule its relative
+    name, class, public attributes (:func:`_attr_sig`) and its own parameters' and buffers'
+    shapes, strides and dtypes."""
+    out = []
+    for name, sub in root.named_modules():
+        attrs = tuple((a, _attr_sig(v, index)) for a, v in sorted(vars(sub).items())
+                      if not a.startswith("_") and a != "training")
+        params = tuple((n, tuple(p.shape), tuple(p.stride()), p.dtype)
+                       for n, p in sub.named_parameters(recurse=False))
+        bufs = tuple((n, tuple(b.shape), b.dtype) for n, b in sub.named_buffers(recurse=False) if b is not None)
+        out.append((name, type(sub).__name__, attrs, params, bufs))
+    return tuple(out)
+
+
+class _LayerReuse:
+    """Records each kind of decoder layer once (issue 34: capture time grows with the distinct
+    calls, not with depth or, for a scan in reference code, with layers x sequence length).
+
+    The elements of a model's top-level layer list (module paths ending in their first list
+    index, ``model.layers.5``) are wrapped for the step. A layer whose module signature
+    (:func:`_module_sig`: classes, attributes -- its own index aside -- and parameter shapes of
+    every submodule) and inputs (each tensor's shape, strides, dtype, device and
+    :func:`offset_class`; other objects by value or type) equal those of a layer recorded before
+    is not run: the earlier layer's rows are added again under this layer's path, with their
+    counts, and its outputs are fresh fake tensors of the earlier outputs' shapes, strides and
+    dtypes (made unrecorded). Per-layer differences that transformers decides at build time
+    (sliding vs full attention, MoE vs dense MLP, layers without RoPE, linear attention) show in
+    the signature; ``tests/insight/test_capture_speed.py`` holds captures with and without it
+    equal. ``decode`` caches of reused layers are not updated (nothing of the step reads them
+    again)."""
+
+    def __init__(self, model, rec: "_Recorder"):
+        self.rec, self.seen, self.sigs, self.undo = rec, {}, {}, []
+        self.reused: list[tuple[int, int]] = []
+        for path, m in model.named_modules():
+            mt = _LAYER.search(path)
+            if mt is None or mt.end() != len(path):
+                continue
+            k = int(mt.group(1))
+            had = "forward" in vars(m)
+            self.undo.append((m, had, vars(m).get("forward")))
+            m.forward = self._wrap(path, k, m, m.forward)
+
+    def restore(self) -> None:
+        """Put every wrapped layer's ``forward`` back."""
+        for m, had, fwd in self.undo:
+            if had:
+                m.forward = fwd
+            else:
+                del m.forward
+
+    def _inputs_sig(self, args, kwargs) -> tuple | None:
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        leaves, spec = tree_flatten((args, kwargs))
+        out = []
+        for x in leaves:
+            if isinstance(x, torch.Tensor):
+                d = self.rec.desc(x)
+                if d[1] is None:
+                    return None   # symbolic or undescribable: record it
+                out.append(d[1])
+            elif _plain(x):
+                out.append(x)
+            else:
+                out.append(type(x).__name__)
+        return (str(spec), tuple(out))
+
+    def _wrap(self, path: str, k: int, m, fwd):
+        rec = self.rec
+
+        def forward(*args, **kwargs):
+            if rec.inner or rec.silent:
+                return fwd(*args, **kwargs)
+            ms = self.sigs.get(id(m))
+            if ms is None:
+                ms = self.sigs[id(m)] = _module_sig(m, k)
+            ins = self._inputs_sig(args, kwargs)
+            key = None if ins is None else (ms, ins)
+            got = self.seen.get(key) if key is not None else None
+            if got is not None:
+                return self._reuse(got, path, k)
+            start, ustart = len(rec.calls), len(rec.uncaptured)
+            out = fwd(*args, **kwargs)
+            if key is not None:
+                self.seen[key] = {"path": path, "k": k, "start": start, "end": len(rec.calls),
+                                  "ustart": ustart, "uend": len(rec.uncaptured), "out": out}
+            return out
+        return forward
+
+    def _reuse(self, got: dict, path: str, k: int):
+        import torch
+        from torch.utils._pytree import tree_map
+
+        rec = self.rec
+        src = got["path"]
+
+        def moved(p: str) -> str:
+            return path + p[len(src):] if p == src or p.startswith(src + ".") else p
+
+        n = 0
+        for i in range(got["start"], got["end"]):
+            c, cnt = rec.calls[i], rec.counts[i]
+            if cnt < 1:
+                continue
+            rec.calls.append(replace(c, module=moved(c.module), layer=k if c.layer == got["k"] else c.layer))
+            rec.counts.append(cnt)
+            rec.rowkeys.append(None)
+            rec.first_offsets.append(rec.first_offsets[i])
+            rec.moved.append(rec.moved[i])
+            n += cnt
+        rec.uncaptured += [{**u, "module": moved(u["module"])} for u in rec.uncaptured[got["ustart"]:got["uend"]]]
+        rec.n += n
+        self.reused.append((k, got["k"]))
+
+        def fresh(t):
+            if not isinstance(t, torch.Tensor):
+                return t
+            return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=t.device)
+
+        rec.silent = True
+        try:
+            return tree_map(fresh, got["out"])
+        finally:
+            rec.silent = False
+
+    def note(self) -> str | None:
+        """The assumption line saying which layers were counted from which (``None``: none)."""
+        if not self.reused:
+            return None
+        by: dict[int, list[int]] = {}
+        for k, src in self.reused:
+            by.setdefault(src, []).append(k)
+        parts = "; ".join(f"{'layers' if len(ks) > 1 else 'layer'} {_ranges(ks)} as layer {src}"
+                          for src, ks in sorted(by.items()))
+        return (f"identical layers recorded once: {parts} (same classes, attributes and parameter shapes, same "
+                "input shapes and strides): their calls counted from the recorded layer "
+                "(FLYEXPLORE_CAPTURE_EVERY_LAYER=1 records every layer)")
 
 
 def _layer_count(model) -> int:

@@ -197,3 +197,61 @@ def test_run_step_ticks_the_progress_it_is_given():
     assert ticks["close"] == 1 and ticks["calls"] == cap.n_calls() == n
     assert ticks["tick"] == n // 1024
     assert C._layer_count(model) == 2
+
+
+# -- identical layers recorded once (capture._LayerReuse) ----------------------------------------------
+
+def _deep(cfg: dict, layers: int = 6) -> dict:
+    """``cfg`` with ``layers`` layers (a ``layer_types`` list repeated to that length)."""
+    key = "n_layer" if "n_layer" in cfg else "num_hidden_layers"
+    out = {**cfg, key: layers}
+    if "layer_types" in cfg:
+        out["layer_types"] = [cfg["layer_types"][i % len(cfg["layer_types"])] for i in range(layers)]
+    return out
+
+
+def _rows(cap) -> tuple:
+    return (cap.aten_counts(), sorted((c.op, c.module, c.count, c.inner) for c in cap.calls),
+            cap.layers["text"], sorted((u["op"], u["module"]) for u in cap.uncaptured))
+
+
+def _both_ways(cfg, phase="prefill", seq=32, batch=1):
+    from flyexplore.insight import hf as HF
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(C, "REUSE_LAYERS", False)
+        every = HF.capture_model(config=cfg, phase=phase, batch=batch, seq=seq, say=False)
+    once = HF.capture_model(config=cfg, phase=phase, batch=batch, seq=seq, say=False)
+    return every, once
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_identical_layers_recorded_once_give_the_capture_of_every_layer(phase):
+    # Llama (every layer alike) and Gemma-2 (sliding and full attention alternating, decided at build)
+    from tests.insight.test_capture import TINY_LLAMA
+
+    gemma2 = {"model_type": "gemma2", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 6,
+              "num_key_value_heads": 2, "head_dim": 32, "sliding_window": 16, "num_attention_heads": 4,
+              "max_position_embeddings": 4096, "vocab_size": 512}
+    for cfg in (_deep(TINY_LLAMA), gemma2):
+        every, once = _both_ways(cfg, phase)
+        for a, b in zip(every, once):
+            assert _rows(a) == _rows(b), (cfg["model_type"], a.view)
+        notes = " ".join(once[0].assumptions)
+        assert "identical layers recorded once" in notes, notes
+        assert "identical layers recorded once" not in " ".join(every[0].assumptions)
+    # gemma2's sliding (even) and full (odd) layers: the odd ones come from layer 1, never from an even one
+    assert "layers 3,5 as layer 1" in notes, notes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["mistral", "qwen2", "phi3", "gpt2", "gpt_neox", "olmoe", "granitemoe", "qwen2_moe",
+                                  "deepseek_v2", "llama4_text", "mamba", "qwen3_next", "falcon_h1", "jamba",
+                                  "diffllama", "gpt_oss"])
+def test_layer_reuse_equals_every_layer_on_many_architectures(arch):
+    from tests.insight.test_model_agreement import ARCHS
+
+    cfg, seq = ARCHS[arch]
+    every, once = _both_ways(_deep(cfg), "prefill", seq)
+    for a, b in zip(every, once):
+        assert _rows(a) == _rows(b), (arch, a.view)
