@@ -12,6 +12,10 @@ Run on the lent H200 (``benchmarks/gpu/gpu_model_capture.sh`` runs it with the w
    present (no capability shim); the tables are written for comparison with the CPU capture.
 3. **Exported shapes**: ``cov.shapes()`` of both, written for ``flyexplore sweep --shapes-from``.
 
+``--exact-only`` (issue 34): part 1 alone, on 6-layer models (Llama, Qwen3-MoE, Gemma-2 with
+sliding and full attention alternating, Qwen2 with biases), so that identical layers recorded once
+and counted (:class:`flyexplore.insight.capture._LayerReuse`) are held to a real run too.
+
 Writes into ``OUT`` (first argument): ``exact.json``, ``<model>_coverage.csv``, ``<model>_text.txt``,
 ``<model>_shapes.csv``, ``env.json`` (versions, device, time, and the run's provenance under
 ``provenance``: commit, flyexplore's version, the machine). Runs anywhere; on the CPU it checks the
@@ -50,7 +54,7 @@ def count_real(model, kwargs):
     return c.c
 
 
-def exactness(dev: str) -> list[dict]:
+def exactness(dev: str, layers: int = 2) -> list[dict]:
     import torch
     import transformers
 
@@ -58,18 +62,26 @@ def exactness(dev: str) -> list[dict]:
 
     out = []
     cfgs = {
-        "llama-small": {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+        "llama-small": {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": layers,
                         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512},
         "qwen3moe-small": {"model_type": "qwen3_moe", "hidden_size": 256, "intermediate_size": 512,
-                           "moe_intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                           "moe_intermediate_size": 128, "num_hidden_layers": layers, "num_attention_heads": 4,
                            "num_key_value_heads": 2, "head_dim": 64, "num_experts": 8, "num_experts_per_tok": 2,
                            "vocab_size": 512},
     }
+    if layers > 2:   # issue 34: layers recorded once and counted; sliding and full attention alternating
+        cfgs["gemma2-small"] = {"model_type": "gemma2", "hidden_size": 256, "intermediate_size": 512,
+                                "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                "head_dim": 64, "sliding_window": 16, "vocab_size": 512}
+        cfgs["qwen2-small"] = {"model_type": "qwen2", "hidden_size": 256, "intermediate_size": 512,
+                               "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2,
+                               "vocab_size": 512}
     for name, d in cfgs.items():
         d = dict(d)
         cfg = transformers.AutoConfig.for_model(d.pop("model_type"), **d)
         torch.manual_seed(0)
-        m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa",
+        attn = "eager" if d.get("sliding_window") else "sdpa"
+        m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attn,
                                                           dtype=torch.bfloat16).to(dev).eval()
         ids = torch.randint(0, 512, (2, 64), device=dev)
         kw = {"input_ids": ids, "use_cache": False}
@@ -85,7 +97,7 @@ def exactness(dev: str) -> list[dict]:
     return out
 
 
-def main(out: Path) -> int:
+def main(out: Path, exact_only: bool = False) -> int:
     import torch
 
     import flyexplore as fx
@@ -100,8 +112,10 @@ def main(out: Path) -> int:
     env["transformers"] = transformers.__version__
     env["provenance"] = provenance("benchmarks/gpu/gpu_model_capture.py")
     (out / "env.json").write_text(json.dumps(env, indent=1))
-    ex = exactness(dev)
+    ex = exactness(dev, layers=6 if exact_only else 2)
     (out / "exact.json").write_text(json.dumps(ex, indent=1, default=str))
+    if exact_only:
+        return 0 if all(e["equal"] for e in ex) else 1
     for name in ("llama-3.1-8b", "qwen3-30b-a3b"):
         t0 = time.perf_counter()
         cov = fx.model(name, phases=[("prefill", 1, 2048), ("decode", 32, 2048)], device="cuda:0")
@@ -114,4 +128,5 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "out/model_capture")))
+    args = [a for a in sys.argv[1:] if a != "--exact-only"]
+    sys.exit(main(Path(args[0] if args else "out/model_capture"), exact_only="--exact-only" in sys.argv))
