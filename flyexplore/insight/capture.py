@@ -1272,14 +1272,18 @@ def _plain(v) -> bool:
     return v is None or isinstance(v, (bool, int, float, str))
 
 
-def _attr_sig(v, index: int):
-    """What a layer's attribute says of its calls: plain values by value (an int equal to the
-    layer's own index as ``<index>``), lists of plain values by value, callables by name, anything
-    else by type."""
+#: Attribute names under which a layer keeps its own index (transformers: ``layer_idx``).
+INDEX_ATTRS = ("layer_idx", "layer_id", "layer_index", "layer_number", "idx", "index")
+
+
+def _attr_sig(name: str, v, index: int):
+    """What a layer's attribute says of its calls: plain values by value (the layer's own index,
+    an int equal to it under one of :data:`INDEX_ATTRS`, as ``<index>``), lists of plain values
+    by value, callables by name, anything else by type."""
     if isinstance(v, bool) or v is None or isinstance(v, (float, str)):
         return v
     if isinstance(v, int):
-        return "<index>" if v == index else v
+        return "<index>" if v == index and name in INDEX_ATTRS else v
     if isinstance(v, (list, tuple)) and all(_plain(x) for x in v):
         return tuple(v)
     if callable(v) and hasattr(v, "__qualname__"):
@@ -1293,7 +1297,7 @@ def _module_sig(root, index: int) -> tuple:
     shapes, strides and dtypes."""
     out = []
     for name, sub in root.named_modules():
-        attrs = tuple((a, _attr_sig(v, index)) for a, v in sorted(vars(sub).items())
+        attrs = tuple((a, _attr_sig(a, v, index)) for a, v in sorted(vars(sub).items())
                       if not a.startswith("_") and a != "training")
         params = tuple((n, tuple(p.shape), tuple(p.stride()), p.dtype)
                        for n, p in sub.named_parameters(recurse=False))
@@ -1308,7 +1312,7 @@ class _LayerReuse:
 
     The elements of a model's top-level layer list (module paths ending in their first list
     index, ``model.layers.5``) are wrapped for the step. A layer whose module signature
-    (:func:`_module_sig`: classes, attributes -- its own index aside -- and parameter shapes of
+    (:func:`_module_sig`: classes, attributes -- its own index (:data:`INDEX_ATTRS`) aside -- and parameter shapes of
     every submodule) and inputs (each tensor's shape, strides, dtype, device and
     :func:`offset_class`; other objects by value or type) equal those of a layer recorded before
     is not run: the earlier layer's rows are added again under this layer's path, with their
