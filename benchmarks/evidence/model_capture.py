@@ -28,6 +28,8 @@ build, capture (per view, with the calls made and the rows and distinct calls ke
 a Mamba-130m-like config (transformers' reference scan, a Python loop over the sequence, when
 ``mamba_ssm`` is absent), goal under 60 s; a Qwen3-Next-like hybrid MoE (the published dims of
 Qwen3-Next-80B-A3B), goal under 40 s. Each goal is read on the "both views" process's wall time.
+What keeps them short: identical layers recorded once (``flyexplore.insight.capture._LayerReuse``)
+and calls folded as they are recorded.
 
 The report names the machine (CPUs, load average before and after, Python, torch and
 transformers versions): on a loaded 2-core machine the times wander. PASS means every
