@@ -22,8 +22,8 @@ neither torch nor pandas nor plotly):
   :class:`DispatchInspector`, :class:`ModelPanel`, :func:`environment_view`, :class:`EnvPicker`
   (the environments of an A/B);
 - the catalogue: :func:`get_op`, :func:`list_ops`, :func:`register_op`, :func:`unregister_op`,
-  :class:`Operator`, :class:`FlyDSLPath`, :class:`KernelPattern`, :class:`PublishedSuite`
-  (``docs/adding-an-operator.md``), :class:`Explanation`, :class:`TensorDesc`;
+  :class:`Operator`, :class:`FlyDSLPath`, :class:`KernelPattern`, :class:`PublishedSuite`,
+  :class:`ModelHooks`, :class:`ModelCall` (``docs/adding-an-operator.md``), :class:`Explanation`, :class:`TensorDesc`;
 - measuring building blocks: :class:`Timer` -> :class:`Measurement`, :func:`measure_interleaved`.
 
 The package is folders by layer (``docs/architecture.md``): ``measure``, ``world``, ``ops``,
@@ -58,6 +58,7 @@ _API = {
     "data_dir": "paths",
     "get_op": "ops", "list_ops": "ops", "register_op": "ops", "unregister_op": "ops",
     "Operator": "ops", "FlyDSLPath": "ops", "KernelPattern": "ops", "PublishedSuite": "ops",
+    "ModelHooks": "ops", "ModelCall": "ops",
     "Timer": "measure.timing", "Measurement": "measure.timing", "measure_interleaved": "measure.interleaved",
     "save": "results.table", "SweepSpec": "run.spec",
     "eligibility_grid": "insight.explain",

@@ -405,7 +405,7 @@ def model(model=None, inputs=None, *, config=None, kwargs: Mapping[str, Any] | N
     checked before torch is touched: a config number that is NaN, infinite or not positive where it
     must be; a tensor past what torch can address; and, unless ``force=True``, a Hugging Face model
     past :data:`flyexplore.insight.hf.MODEL_LIMITS` (512 layers, 2,048 experts, an estimated 30 min,
-    or more memory than is available; the capture costs about 0.1 s a layer and view on a 2-core
+    or more memory than is available; the capture costs a few ms a layer and view on a 2-core
     CPU). A run estimated at a minute or more prints its estimate to stderr first."""
     if isinstance(model, _cap.Capture) or (isinstance(model, (list, tuple)) and model
                                             and all(isinstance(c, _cap.Capture) for c in model)):

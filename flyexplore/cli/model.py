@@ -29,8 +29,9 @@ EPILOG = ("examples:\n"
           "  a config's sizes must be positive integers and its numbers finite;\n"
           "  no tensor of the step may pass 2**63 bytes (the attention scores [batch, heads, seq, seq]);\n"
           "  past 512 layers, 2,048 experts, an estimated 30 min or the memory available: refused unless --force.\n"
-          "The capture costs about 0.1 s a layer and view on a 2-core CPU (hidden size, heads, vocabulary, batch\n"
-          "and seq cost nothing); a run estimated at a minute or more prints its estimate first.")
+          "The capture costs a few ms a layer and view on a 2-core CPU: identical layers are recorded once, and\n"
+          "hidden size, heads, vocabulary, batch and seq cost nothing (a reference scan over the sequence runs\n"
+          "per token); a run estimated at a minute or more prints its estimate first.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -68,15 +68,17 @@ PHASES = ("prefill", "decode")
 ROUTINGS = ("uniform", "zipf:S")
 #: What one decoder layer costs :func:`capture_model`, ``{stage: (CPU seconds, peak-RSS MB)}`` a layer:
 #: ``build`` once per model, ``prefill`` / ``decode`` per recorded view of a phase (decode with its
-#: unrecorded prefill). Measured here on a Llama-style config (hidden 512, 8 heads, seq 128) at 40
-#: and 240 layers, the difference over 200 layers, on the project's 2-core x86 CPU (torch 2.15,
-#: transformers 5.24; process CPU time: the wall time was 1.7-2.4x that with other work running).
-#: A break-it trial (issue 33) saw a 1e5-layer config run 20 min at 4.7 GB and rising (by these
-#: numbers its build alone takes 20 min and 4.8 GB) and 1,000 layers in 94 s (half what these give:
-#: the estimate errs long). Hidden size (512 vs 65,536), vocabulary (32k vs 10M), heads (8 vs 512),
-#: experts (8 vs 4,096) and seq (128 vs 1e7) changed neither time nor memory (fake tensors hold no
-#: data).
-LAYER_COST = {"build": (0.012, 0.04), "prefill": (0.080, 0.27), "decode": (0.128, 0.23)}
+#: unrecorded prefill, which fills the KV cache and is most of its cost). Measured here on a
+#: Llama-style config (hidden 512, 8 heads, seq 128) at 40 and 240 layers, the difference over 200
+#: layers, on the project's 2-core x86 CPU (torch 2.15, transformers 5.25, process CPU time), with
+#: identical layers recorded once (issue 34; :class:`flyexplore.insight.capture._LayerReuse`):
+#: prefill 0.6-3.0 ms a layer and view, decode 15 ms, the build 5.4 ms. Before it (issue 33) a
+#: layer and view cost 80 ms (prefill) and 128 ms (decode), and a break-it trial saw a 1e5-layer
+#: config run 20 min at 4.7 GB and 1,000 layers in 94 s: the estimate errs long. Hidden size (512
+#: vs 65,536), vocabulary (32k vs 10M), heads (8 vs 512), experts (8 vs 4,096) and seq (128 vs 1e7)
+#: changed neither time nor memory (fake tensors hold no data), except where model code loops over
+#: the sequence (a reference scan: its calls are folded, the loop still runs per token).
+LAYER_COST = {"build": (0.006, 0.05), "prefill": (0.003, 0.06), "decode": (0.016, 0.06)}
 #: The part of a run that does not grow with the layers (seconds, MB): torch and transformers
 #: imported, the first build's imports, the tables (same measurement).
 BASE_COST = (8.0, 850.0)

@@ -184,7 +184,7 @@ def test_a_model_past_the_layer_limit_is_refused_with_its_estimate_unless_force(
     cfg = _write(tmp_path, "deep.json", LLAMA | {"num_hidden_layers": 100_000})
     rc = main(["model", "--config", str(cfg)])
     line = one_line(capsys, rc, "deep.json: num_hidden_layers 100000 is past the limit of 512", "estimate: about",
-                    " h and ", "GB", "--force")
+                    " min and ", "GB", "--force")
     assert built == [], line
     rc = main(["model", "--config", str(cfg), "--force"])    # forced: checked, estimated, then built
     err = capsys.readouterr().err.splitlines()
@@ -202,7 +202,7 @@ def test_a_model_past_the_layer_limit_is_refused_with_its_estimate_unless_force(
     with pytest.raises(UsageError, match="num_experts 5000 is past the limit of 2048"):
         fx.model(QWEN_MOE | {"num_experts": 5000})
     with pytest.raises(UsageError, match="the run's estimate is past the limit of 30 min"):
-        fx.model(LLAMA | {"num_hidden_layers": 500}, phases=[("decode", 1, s) for s in range(1, 30)])
+        fx.model(LLAMA | {"num_hidden_layers": 500}, phases=[("decode", 1, s) for s in range(1, 150)])
     assert len(built) == 2
 
 
@@ -256,18 +256,19 @@ def test_auto_map_code_is_not_run_and_a_note_says_so(tmp_path, capsys):
 @pytest.mark.slow
 def test_the_measured_layer_cost_holds_within_10x():
     # issue 33: LAYER_COST, the estimate's basis, against a capture run now (CPU seconds a layer,
-    # from the difference of 2 and 26 layers; 10x either way, for a loaded or a faster machine)
+    # from the difference of 2 and 202 layers -- identical layers are recorded once, so a layer costs
+    # milliseconds and many are needed to see it; 10x either way, for a loaded or a faster machine)
     import time
 
     from flyexplore.insight import hf as HF
 
     per = {}
-    for n in (2, 26):
+    for n in (2, 202):
         desc = HF.load_config(config=LLAMA | {"num_hidden_layers": n})
         built = HF.build(desc)
         t = time.process_time()
         HF.capture_model(phase="prefill", batch=1, seq=64, views=("compiled",), built=(desc, *built))
         per[n] = time.process_time() - t
-    got = (per[26] - per[2]) / 24
+    got = (per[202] - per[2]) / 200
     want = HF.LAYER_COST["prefill"][0]
     assert want / 10 < got < want * 10, (got, want)
