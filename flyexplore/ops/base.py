@@ -633,3 +633,14 @@ def io_bytes(call) -> float:
     """Bytes a captured call reads and writes, each tensor once (:func:`tensor_bytes` of its
     inputs and outputs): the byte count of the model hooks' ``cost``."""
     return sum(tensor_bytes(t) for t in call.inputs) + sum(tensor_bytes(t) for t in call.outputs)
+
+
+def rows_of(t) -> int | None:
+    """The rows of a row-wise operand: the product of every dim but the last of a
+    :class:`~flyexplore.world.conditions.TensorDesc` (``None`` for a missing or 0-D one)."""
+    if t is None or not t.ndim:
+        return None
+    m = 1
+    for s in t.shape[:-1]:
+        m *= s
+    return m

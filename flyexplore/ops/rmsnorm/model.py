@@ -10,7 +10,7 @@ eligible) and advised on rather than scattered over pointwise rows.
 """
 from __future__ import annotations
 
-from flyexplore.ops.base import ModelCall, ModelHooks
+from flyexplore.ops.base import ModelCall, ModelHooks, rows_of
 
 FUSED = "aten._fused_rms_norm.default"
 #: The name a decomposed RMSNorm module is recorded under.
@@ -53,12 +53,8 @@ def judge(c, view: str):
 def dims(c):
     """``{"m", "n"}``: rows (every leading dim) and the normalized size."""
     x = c.arg("input")
-    if x is None or not x.ndim:
-        return None
-    m = 1
-    for s in x.shape[:-1]:
-        m *= s
-    return {"m": m, "n": x.shape[-1]}
+    m = rows_of(x)
+    return None if m is None else {"m": m, "n": x.shape[-1]}
 
 
 def case(c, split=None):

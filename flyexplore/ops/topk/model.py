@@ -7,7 +7,7 @@ override decides; with ``decompose_sort_ops`` on, Inductor lowers it as a sort.
 """
 from __future__ import annotations
 
-from flyexplore.ops.base import ModelCall, ModelHooks
+from flyexplore.ops.base import ModelCall, ModelHooks, rows_of
 
 TOPK, TOPK_VALUES = "aten.topk.default", "aten.topk.values"
 
@@ -31,12 +31,8 @@ def judge(c, view: str):
 def dims(c):
     """``{"m", "n", "k"}``: rows (every leading dim), the row length and k."""
     x = c.arg("self")
-    if x is None or not x.ndim:
-        return None
-    m = 1
-    for s in x.shape[:-1]:
-        m *= s
-    return {"m": m, "n": x.shape[-1], "k": int(c.scalars.get("k"))}
+    m = rows_of(x)
+    return None if m is None else {"m": m, "n": x.shape[-1], "k": int(c.scalars.get("k"))}
 
 
 def case(c, split=None):
