@@ -301,12 +301,17 @@ def _nbytes(t: TensorDesc | None) -> float:
     return float(math.prod(t.shape)) * isz
 
 
+#: Lookups whose first operand is a table: they read the rows they gather, not the table.
+_GATHERS = frozenset({"aten.embedding.default", "aten.index_select.default"})
+
+
 def call_cost(c: "Call") -> tuple[float, float]:
     """FLOPs and bytes of one captured call. A family's calls are counted by the family
     (:attr:`flyexplore.ops.base.ModelHooks.cost`: a GEMM [M, K] x [K, N] is 2MNK, SDPA
     4 x B x H x Sq x Skv x D, halved when causal, ...); views cost nothing; anything else is one
     FLOP per output element and each tensor read or written once (a lower bound for an unfused
-    eager op)."""
+    eager op); a lookup (``aten.embedding``, ``index_select``) reads the rows it gathers and its
+    indices, not its whole table."""
     if c.op in _VIEW_OPS:
         return 0.0, 0.0
     if c.family:
@@ -318,6 +323,9 @@ def call_cost(c: "Call") -> tuple[float, float]:
             return hooks.cost(c)
     ins = [t for t in c.inputs if t is not None]
     outs = [t for t in c.outputs if t is not None]
+    if c.op in _GATHERS and len(ins) >= 2 and outs:
+        # a lookup reads the rows it gathers (as many bytes as it writes) and its indices, not the table
+        return 0.0, 2 * sum(_nbytes(t) for t in outs) + sum(_nbytes(t) for t in ins[1:])
     io = sum(_nbytes(t) for t in ins) + sum(_nbytes(t) for t in outs)
     return float(sum(math.prod(t.shape) for t in outs)), io
 

@@ -79,6 +79,11 @@ ROUTINGS = ("uniform", "zipf:S")
 #: changed neither time nor memory (fake tensors hold no data), except where model code loops over
 #: the sequence (a reference scan: its calls are folded, the loop still runs per token).
 LAYER_COST = {"build": (0.006, 0.05), "prefill": (0.003, 0.06), "decode": (0.016, 0.06)}
+#: Model types whose transformers code loops over the sequence when a package is missing:
+#: ``{model_type: (CPU seconds a token and view, the package)}``. Measured with
+#: ``benchmarks/evidence/model_capture.py --long``: a Mamba-130m-like config at prefill 1x2048 spent
+#: 6.2 s capturing each view (identical layers recorded once), 3 ms a token.
+SCAN_COST = {"mamba": (0.003, "mamba_ssm"), "falcon_mamba": (0.003, "mamba_ssm")}
 #: The part of a run that does not grow with the layers (seconds, MB): torch and transformers
 #: imported, the first build's imports, the tables (same measurement).
 BASE_COST = (8.0, 850.0)
@@ -307,6 +312,14 @@ def estimate_model(desc: Mapping, phases: Sequence[tuple[str, int, int]], views:
     text = (f"about {_duration(sec)} and {mb / 1024:.1f} GB: {layers} layers x {len(views)} view(s) x "
             f"{len(phases)} phase(s) at {1e3 * sum(c[0] for c in per[1:]) / max(1, len(per) - 1):.0f} ms a layer "
             "and view, as measured on a 2-core x86 CPU")
+    scan = SCAN_COST.get(str(cfg.get("model_type")))
+    if scan and importlib.util.find_spec(scan[1]) is None:
+        # transformers' reference scan loops over the tokens (decode: in the prefill that fills its cache)
+        tokens = sum(sq for _, _, sq in phases) * len(views)
+        sec += scan[0] * tokens
+        text = (f"about {_duration(sec)} and {mb / 1024:.1f} GB: {layers} layers x {len(views)} view(s) x "
+                f"{len(phases)} phase(s), and {tokens:,} token steps of transformers' reference scan "
+                f"({scan[1]} not installed) at {1e3 * scan[0]:.0f} ms each, as measured on a 2-core x86 CPU")
     return {"layers": layers, "experts": experts, "seconds": sec, "mb": mb, "text": text}
 
 
@@ -798,7 +811,11 @@ def _step(model, mode, phase: str, batch: int, seq: int, device: str, arch: str)
                          "only where the model keeps a cache -- capture its prefill")
     with mode:
         pos = torch.full((batch, 1), seq, dtype=torch.long, device=device)
-    return lambda: model(input_ids=new, position_ids=pos, use_cache=True, **{cache: past}, **extra)
+    def step():
+        return model(input_ids=new, position_ids=pos, use_cache=True, **{cache: past}, **extra)
+
+    step.cache = type(past).__name__
+    return step
 
 
 def capture_model(hf: str | None = None, config: str | Path | Mapping | None = None, *, phase: str = "prefill",
@@ -852,8 +869,12 @@ def capture_model(hf: str | None = None, config: str | Path | Mapping | None = N
                 raise CaptureError(f"capture of {label} failed while making the {phase} inputs/cache "
                                    f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})"
                                    ) from None
+            cache_note = ([f"decode: the KV cache is transformers' {step.cache} holding the context (made by an "
+                           "unrecorded prefill); the step's cache updates are that class's (a DynamicCache concatenates "
+                           "each layer's new keys and values: the aten.cat rows), where a static or paged cache, as "
+                           "serving engines use, writes them in place"] if getattr(step, "cache", None) else [])
             cap = run_step(model, step, view=v, label=label, phase=phase, device=device, arch=arch, mode=mode,
-                           assumptions=notes, progress=say)
+                           assumptions=notes + cache_note, progress=say)
         cap.assumptions += [n for n in fallback_notes(model) + experts_notes(cap, model, routing)
                             if n not in cap.assumptions]
         cap.uncaptured += [dict(u) for u in scope["uncaptured"]]
@@ -895,11 +916,30 @@ def capture_phases(hf: str | None = None, config=None, *, phases: Iterable[tuple
     for ph, *_ in phases:
         if ph == "decode" and scope["no_decode"]:
             raise UsageError(scope["no_decode"])
-    model, mode, notes = build(desc, device=kw.get("device", "cuda:0"), arch=kw.get("arch", "gfx950"),
-                               dtype=kw.pop("dtype", None))
-    for ph, _, sq in phases:  # every phase's positions before any is captured
-        check_positions(model, ph, sq)
-    out = []
-    for phase, batch, seq in phases:
-        out += capture_model(phase=phase, batch=batch, seq=seq, built=(desc, model, mode, notes), say=say, **kw)
+    with quiet_transformers():
+        model, mode, notes = build(desc, device=kw.get("device", "cuda:0"), arch=kw.get("arch", "gfx950"),
+                                   dtype=kw.pop("dtype", None))
+        for ph, _, sq in phases:  # every phase's positions before any is captured
+            check_positions(model, ph, sq)
+        out = []
+        for phase, batch, seq in phases:
+            out += capture_model(phase=phase, batch=batch, seq=seq, built=(desc, model, mode, notes), say=say, **kw)
     return out
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """transformers' own log handler (its ``[transformers] ...`` lines on stderr) off while a
+    model is built and captured, so that an error stays one line; the records still reach
+    :func:`watch_fallbacks`, and what matters of them is said in the capture's assumptions."""
+    import transformers.utils.logging as tl
+
+    root = logging.getLogger("transformers")
+    had = getattr(tl, "_default_handler", None) is not None and tl._default_handler in root.handlers
+    if had:
+        tl.disable_default_handler()
+    try:
+        yield
+    finally:
+        if had:
+            tl.enable_default_handler()

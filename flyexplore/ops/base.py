@@ -268,7 +268,7 @@ class ModelCall:
 class ModelHooks:
     """What an operator family knows of a captured model step (``Operator.model``): the capture,
     the coverage verdicts, the shares and the exported shapes read it, and nothing outside the
-    family's folder names the family (``docs/adding-an-operator.md``, section 8).
+    family's folder names the family (``docs/adding-an-operator.md``, section 7).
 
     A captured call is handed over as :class:`flyexplore.insight.capture.Call` (``op``,
     ``inputs`` / ``outputs`` as :class:`~flyexplore.world.conditions.TensorDesc`, ``scalars``,

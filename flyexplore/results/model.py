@@ -116,7 +116,8 @@ def coverage_table(judged: Iterable[Judged]) -> pd.DataFrame:
                          "shapes": c.shapes(), "args": _args_text(c), "dtype": c.dtype, "status": v.status, "category": v.category,
                          "reason": v.reason, "kernel": v.kernel, "flops": c.flops, "bytes": c.bytes,
                          "total_flops": c.flops * n, "total_bytes": c.bytes * n, "modelled_us": t,
-                         "modelled_total_us": t * n, "notes": "; ".join(v.notes)})
+                         "modelled_total_us": t * n,
+                         "notes": "; ".join(([c.note] if c.note and c.note not in v.reason else []) + list(v.notes))})
     df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("flops_share", "bytes_share", "modelled_share")])
     if len(df):
         g = df.groupby(["model", "step", "view"], sort=False)

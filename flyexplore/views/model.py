@@ -85,6 +85,17 @@ def _pct(v) -> str:
     return "" if v != v else f"{v:.1%}"
 
 
+def _uncaptured(table: pd.DataFrame) -> list[dict]:
+    """What was not captured, each (op, module, reason) once over the table's steps and views."""
+    seen, out = set(), []
+    for u in table.attrs.get("uncaptured") or []:
+        k = (u.get("op"), u.get("module"), u.get("reason"))
+        if k not in seen:
+            seen.add(k)
+            out.append(u)
+    return out
+
+
 def advice_label(a: dict) -> str:
     """How an advice item is introduced: ``what-if (re-judged)`` for a change whose calls were
     re-judged, ``note`` for a statement derived from the capture (``kind="note"``)."""
@@ -133,7 +144,7 @@ def coverage_text(table: pd.DataFrame, advice: Iterable[dict] = (), projection: 
                          f"{r.covered_share:.1%} of modelled time covered")
         lines.append("")
     lines.append("(reasons longer than the table's column end in …: --md or --json print them whole)")
-    unc = table.attrs.get("uncaptured") or []
+    unc = _uncaptured(table)
     if unc:
         lines.append(f"not captured ({len(unc)}):")
         for u in unc[:20]:
@@ -171,6 +182,10 @@ def coverage_markdown(table: pd.DataFrame, advice: Iterable[dict] = (), projecti
     if projection is not None and len(projection):
         out += ["", "## Projection (not a measurement)", "", projection.attrs.get("assumptions", ""), "",
                 projection.to_markdown(index=False)]
+    unc = _uncaptured(table)
+    out += ["", "## Not captured", ""]
+    out += ([f"- {u['op']} in {u['module'] or '(top)'} ({u.get('module_type', '')}): {u['reason']}" for u in unc]
+            or ["- none (every call of the step was recorded)"])
     out += ["", "## Assumptions", ""]
     out += [f"- {x}" for x in _assumptions(table)]
     if table.attrs.get("peaks"):

@@ -186,3 +186,60 @@ def test_expert_assumption_lines_follow_what_the_capture_saw():
     text = " | ".join(q.assumptions)
     assert "the experts modules called aten._grouped_mm.default x 4" in text and "MoE routing: uniform" in text, text
     assert q.meta["dtype"] == "bf16" and l4.meta["dtype"] == "bf16"
+
+
+# -- a newcomer's review of the above (issue 34) ---------------------------------------------------
+
+def test_what_a_newcomer_found_is_said_where_they_read():
+    pytest.importorskip("transformers")
+    import flyexplore as fx
+    from tests.insight.test_capture_speed import TINY_MAMBA
+    from tests.insight.test_model_scope import MLLAMA
+
+    # a folded scan's note reaches the table (not only the capture)
+    cov = fx.model(config=TINY_MAMBA, phase="prefill", seq=64, views="eager")
+    assert cov.table["notes"].str.contains("64 calls of one loop").any()
+    # what was not captured is listed once over steps and views, in the text and in the Markdown
+    cov = fx.model(config=MLLAMA, phases=[("prefill", 1, 32), ("decode", 1, 32)])
+    text, md = cov.text(), cov.markdown()
+    assert "not captured (2):" in text, text
+    assert "## Not captured" in md and md.count("vision tower in vision_config") == 1, md
+    # no "keep the bias out" advice for an addmm Inductor fused from Linear(bias=False) + add
+    cov = fx.model(config=TINY_LLAMA4, phase="prefill", seq=64, views="compiled")
+    assert "no_gemm_bias" not in {a["rule"] for a in cov.advice}
+    # decode says which KV cache it updates; the embedding lookup reads rows, not its table
+    from tests.insight.test_capture import TINY_LLAMA
+
+    cov = fx.model(config=TINY_LLAMA, phase="decode", batch=4, seq=32, views="eager")
+    assert "decode: the KV cache is transformers' DynamicCache" in cov.text()
+    emb = cov.table[cov.table["op"] == "aten.embedding.default"].iloc[0]
+    assert emb["bytes"] == 2 * 4 * 64 * 2 + 4 * 8, emb["bytes"]   # 4 rows of 64 bf16 read and written, int64 ids
+
+
+def test_a_model_library_warning_does_not_spill_onto_the_error(capfd):
+    pytest.importorskip("transformers")
+    from flyexplore.errors import UsageError
+    from flyexplore.insight import hf as HF
+    from tests.insight.test_model_scope import BERT
+
+    with pytest.raises(UsageError, match="position table"):
+        HF.capture_phases(config=BERT, phases=[("prefill", 1, 1024)], say=False)
+    err = capfd.readouterr().err
+    assert "[transformers]" not in err and "is_decoder" not in err, err
+
+
+def test_the_estimate_counts_a_reference_scan_over_the_sequence():
+    import importlib.util
+
+    from flyexplore.errors import UsageError
+
+    if importlib.util.find_spec("mamba_ssm") is not None:
+        pytest.skip("mamba_ssm is installed: transformers runs its kernels, not the reference scan")
+    from flyexplore.insight import hf as HF
+
+    d = HF.load_config(config={"model_type": "mamba", "hidden_size": 768, "num_hidden_layers": 24, "state_size": 16,
+                               "vocab_size": 50280})
+    short = HF.estimate_model(d, [("prefill", 1, 2048)], ("eager", "compiled"))
+    assert "4,096 token steps of transformers' reference scan" in short["text"] and short["seconds"] < 60
+    with pytest.raises(UsageError, match="past the limit of 30 min .*reference scan"):
+        HF.check_model(d, [("prefill", 1, 1_048_576)], ("eager", "compiled"))
