@@ -55,7 +55,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from flyexplore.errors import UsageError, bad_choice
-from flyexplore.ops import get_op, model_families
+from flyexplore.ops import model_families, model_hooks
+from flyexplore.ops.base import io_bytes, tensor_bytes
 from flyexplore.world.conditions import TensorDesc, short_dtype
 
 #: The two views of a forward step (module docstring).
@@ -80,17 +81,6 @@ def family_of() -> dict[str, str]:
         if hooks.keep_function is not None:
             out.setdefault(hooks.keep_function[1], name)
     return out
-
-
-def kept_names() -> frozenset:
-    """The names kept-as-one calls are recorded under (not ATen calls: left out of
-    :meth:`Capture.aten_counts`)."""
-    out = {DECOMPOSED_RMSNORM, SDPA}
-    for op in model_families().values():
-        h = op.model
-        if h.keep_function is not None:
-            out.add(h.keep_function[1])
-    return frozenset(out)
 
 #: Calls a FakeTensor makes that a real tensor does not (``tensor.device`` goes through dispatch).
 _FAKE_ONLY = frozenset({"prim.device.default"})
@@ -271,10 +261,9 @@ class Capture:
         """``Counter`` of ``(op, input shapes)`` over every ATen call (inner ones included, kept-as-one
         calls left out; folded calls by their count): what a ``TorchDispatchMode`` on a real run
         of the same step sees."""
-        kept = kept_names() | {c.op for c in self.calls if c.kept}
         out: Counter = Counter()
         for c in self.calls:
-            if c.op not in kept and c.op not in _FAKE_ONLY:
+            if not c.kept and c.op not in _FAKE_ONLY:
                 out[(c.op, tuple(t.shape for t in c.inputs if t is not None))] += c.count
         return out
 
@@ -294,13 +283,6 @@ def _offsets_noted(c: Call, n: int) -> Call:
 
 # -- FLOPs and bytes -----------------------------------------------------------------------------
 
-def _nbytes(t: TensorDesc | None) -> float:
-    if t is None:
-        return 0.0
-    isz = t.dtype.itemsize if hasattr(t.dtype, "itemsize") else 4
-    return float(math.prod(t.shape)) * isz
-
-
 #: Lookups whose first operand is a table: they read the rows they gather, not the table.
 _GATHERS = frozenset({"aten.embedding.default", "aten.index_select.default"})
 
@@ -314,20 +296,15 @@ def call_cost(c: "Call") -> tuple[float, float]:
     indices, not its whole table."""
     if c.op in _VIEW_OPS:
         return 0.0, 0.0
-    if c.family:
-        try:
-            hooks = get_op(c.family).model
-        except UsageError:
-            hooks = None
-        if hooks is not None and hooks.cost is not None:
-            return hooks.cost(c)
+    hooks = model_hooks(c.family)
+    if hooks is not None and hooks.cost is not None:
+        return hooks.cost(c)
     ins = [t for t in c.inputs if t is not None]
     outs = [t for t in c.outputs if t is not None]
     if c.op in _GATHERS and len(ins) >= 2 and outs:
         # a lookup reads the rows it gathers (as many bytes as it writes) and its indices, not the table
-        return 0.0, 2 * sum(_nbytes(t) for t in outs) + sum(_nbytes(t) for t in ins[1:])
-    io = sum(_nbytes(t) for t in ins) + sum(_nbytes(t) for t in outs)
-    return float(sum(math.prod(t.shape) for t in outs)), io
+        return 0.0, 2 * sum(tensor_bytes(t) for t in outs) + sum(tensor_bytes(t) for t in ins[1:])
+    return float(sum(math.prod(t.shape) for t in outs)), io_bytes(c)
 
 
 def cost(op: str, inputs: Sequence, outputs: Sequence, scalars: Mapping[str, Any],
@@ -420,10 +397,6 @@ class _Recorder:
         self.mm_out = None      # compiled view: the output tensor of each aten.mm -> its row
         self.pending_bias = {}  # compiled view: a bias add's sum -> its mm, until a user decides
         self.add_index: dict[int, int] = {}   # id of such a sum -> the row of its add call
-
-    @property
-    def module(self) -> tuple[str, str]:
-        return self.stack[-1]
 
     def desc(self, t) -> tuple:
         """``(TensorDesc or None, its fold class, storage offset, symbolic)`` of tensor ``t``,
@@ -693,20 +666,15 @@ class _FastFake:
                 if isinstance(r, self.torch.Tensor):
                     return FT(self.mode, r, dev)
                 return type(r)(FT(self.mode, x, dev) for x in r)
-        key = None
-        if kind == "functional":
-            ak = self._arg(args)
-            kk = self._arg(tuple(kwargs.items())) if kwargs else ()
-            if ak is not False and kk is not False:
-                key = (func, ak, kk)
-                spec = self.memo.get(key)
-                if spec is not None:
-                    self.hits += 1
-                    outs, typ = spec
-                    with self.torch._C._DisableTorchDispatch():
-                        made = [self.FakeTensor(self.mode, self.torch.empty_strided(sh, st, dtype=dt, device="meta"),
-                                                dev) for sh, st, dt, dev in outs]
-                    return made[0] if typ is None else typ(made)
+        key = self.key(func, args, kwargs) if kind == "functional" else None
+        spec = self.memo.get(key) if key is not None else None
+        if spec is not None:
+            self.hits += 1
+            outs, typ = spec
+            with self.torch._C._DisableTorchDispatch():
+                made = [self.FakeTensor(self.mode, self.torch.empty_strided(sh, st, dtype=dt, device="meta"), dev)
+                        for sh, st, dt, dev in outs]
+            return made[0] if typ is None else typ(made)
         out = func(*args, **kwargs)
         if key is not None:
             leaves = [out] if isinstance(out, self.torch.Tensor) else out
@@ -1041,11 +1009,12 @@ def _modes(rec: _Recorder, decompose: bool, fake=None):
                             out = torch.empty_strided(tuple(out.shape), strides, dtype=out.dtype, device=out.device)
                 finally:
                     rec.inner -= 1
-                sc = scalars_of(args, kwargs)
-                rec.add(cname, list(named), out, family=fam, kept=True)
-                c = rec.calls[-1]
-                c = replace(c, scalars=sc)
-                rec.calls[-1] = replace(c, flops=call_cost(c)[0], bytes=call_cost(c)[1])
+                # its scalars (an absent mask among them) are the family's, not tensor arguments:
+                # set them, then count the call once
+                rec.add(cname, list(named), out, family=fam, kept=True, flops_bytes=(0.0, 0.0))
+                c = replace(rec.calls[-1], scalars=scalars_of(args, kwargs))
+                fl, by = call_cost(c)
+                rec.calls[-1] = replace(c, flops=fl, bytes=by)
                 return out
             return func(*args, **kwargs)
 
@@ -1276,10 +1245,6 @@ def run_step(model, step: Callable[[], Any], *, view: str = "eager", label: str 
 
 # -- identical layers recorded once ------------------------------------------------------------------
 
-def _plain(v) -> bool:
-    return v is None or isinstance(v, (bool, int, float, str))
-
-
 #: Attribute names under which a layer keeps its own index (transformers: ``layer_idx``).
 INDEX_ATTRS = ("layer_idx", "layer_id", "layer_index", "layer_number", "idx", "index")
 
@@ -1292,7 +1257,7 @@ def _attr_sig(name: str, v, index: int):
         return v
     if isinstance(v, int):
         return "<index>" if v == index and name in INDEX_ATTRS else v
-    if isinstance(v, (list, tuple)) and all(_plain(x) for x in v):
+    if isinstance(v, (list, tuple)) and all(isinstance(x, _PLAIN) for x in v):
         return tuple(v)
     if callable(v) and hasattr(v, "__qualname__"):
         return f"{getattr(v, '__module__', '')}.{v.__qualname__}"
@@ -1363,7 +1328,7 @@ class _LayerReuse:
                 if d[1] is None:
                     return None   # symbolic or undescribable: record it
                 out.append(d[1])
-            elif _plain(x):
+            elif isinstance(x, _PLAIN):
                 out.append(x)
             else:
                 out.append(type(x).__name__)

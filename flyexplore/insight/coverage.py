@@ -28,11 +28,11 @@ from typing import Any, Callable, Sequence
 from flyexplore.errors import UsageError
 from flyexplore.insight.capture import DECOMPOSED_RMSNORM, Call, Capture, module_pattern
 from flyexplore.insight.explain import compile_options_for, explain, explain_text
-from flyexplore.ops import get_op
+from flyexplore.ops import get_op, model_hooks
 from flyexplore.ops.attention.model import shape_text
 from flyexplore.ops.gemm.model import operands
 from flyexplore.ops.grouped_gemm.model import nt_expert_weight as _nt
-from flyexplore.world.conditions import TensorDesc, contiguous_strides, short_dtype
+from flyexplore.world.conditions import TensorDesc, contiguous_strides
 from flyexplore.world.facts import facts
 
 #: Verdict words, best first.
@@ -168,12 +168,7 @@ def judge_call(c: Call, view: str, envs: Envs) -> Verdict:
     explain --assume-rocm`` judges; the compile route in the compiled environment of
     :class:`Envs`). A call no family claims has no FlyDSL path."""
     fam = c.family
-    hooks = None
-    if fam:
-        try:
-            hooks = get_op(fam).model
-        except UsageError:
-            hooks = None
+    hooks = model_hooks(fam)
     if hooks is None or hooks.judge is None:
         return Verdict("no FlyDSL path", f"no FlyDSL path: {_kind(c.op)}", f"no FlyDSL path for {c.op}")
     got = hooks.judge(c, view)

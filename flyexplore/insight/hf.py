@@ -474,14 +474,15 @@ def check_positions(model, phase: str, seq: int) -> str | None:
     ALiBi) and the positions pass ``max_position_embeddings``, returns the assumption sentence
     saying they are computed and not checked; else ``None``."""
     total = seq + (1 if phase == "decode" else 0)
-    for t in position_tables(model):
+    tables = position_tables(model)
+    for t in tables:
         if total > t["positions"]:
             size = "[" + ", ".join(map(str, t["shape"])) + "]"
             extra = "" if t["positions"] == t["shape"][0] else f" ({t['positions']} usable positions)"
             raise UsageError(f"{phase} at seq {seq} needs {total} positions, past {type(model).__name__}'s position "
                              f"table {t['name']} {size}{extra}; a real run would fail indexing it")
     mp = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    if isinstance(mp, int) and total > mp and not position_tables(model):
+    if isinstance(mp, int) and total > mp and not tables:
         return (f"positions: {phase} at seq {seq} uses {total} positions, past max_position_embeddings {mp}; "
                 f"{type(model).__name__} has no position table (rotary or ALiBi positions are computed), so they "
                 "are captured as computed and not checked against a table -- the model's quality there is not judged")

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import importlib
 
-from flyexplore.errors import bad_choice
+from flyexplore.errors import UsageError, bad_choice
 from flyexplore.ops.base import (Backend, Case, FlyDSLPath, KernelPattern, ModelCall, ModelHooks, Operator, PublishedSuite,
                                  RunContext, Suite)
 from flyexplore.world import routes as _routes
 
 __all__ = ["Backend", "Case", "FlyDSLPath", "KernelPattern", "ModelCall", "ModelHooks", "Operator", "PublishedSuite",
-           "RunContext", "Suite", "builtin_ops", "flydsl_ops", "get_op", "list_ops", "model_families",
+           "RunContext", "Suite", "builtin_ops", "flydsl_ops", "get_op", "list_ops", "model_families", "model_hooks",
            "register_op", "unregister_op"]
 
 #: operator name -> (module, attribute). Modules import lazily.
@@ -103,6 +103,17 @@ def route_table() -> list:
             out.append(_routes.Route(n, p.route, p.module, tuple(p.aten_ops)))
     return out
 
+
+
+def model_hooks(name: str | None):
+    """The model hooks (:class:`ModelHooks`) of family ``name``; ``None`` for no name, an unknown
+    family or one without hooks."""
+    if not name:
+        return None
+    try:
+        return get_op(name).model
+    except UsageError:
+        return None
 
 
 def model_families() -> dict[str, Operator]:

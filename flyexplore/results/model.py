@@ -29,7 +29,7 @@ from flyexplore.errors import UsageError, bad_choice
 from flyexplore.insight.capture import Call, module_pattern
 from flyexplore.insight.coverage import Judged, nt_expert_weight
 from flyexplore.insight.hf import routing_shares
-from flyexplore.ops import get_op
+from flyexplore.ops import get_op, model_hooks
 from flyexplore.results import published as P
 from flyexplore.results import peaks as PK
 from flyexplore.results import table as R
@@ -40,21 +40,10 @@ TARGET_DEVICE = {"gfx950": "MI355X", "gfx942": "MI300X"}
 PROJECTION_SOURCES = ("published", "results")
 
 
-def _hooks(family: str | None):
-    """The model hooks of ``family`` (:class:`flyexplore.ops.base.ModelHooks`), ``None`` when it
-    has none or is unknown."""
-    if not family:
-        return None
-    try:
-        return get_op(family).model
-    except UsageError:
-        return None
-
-
 def deciding_view(family: str) -> str:
     """The capture view that decides ``family`` (its hooks' ``view``; ``eager`` without hooks):
     exported shapes take the family's calls from it."""
-    h = _hooks(family)
+    h = model_hooks(family)
     return h.view if h is not None else "eager"
 #: Columns of :func:`coverage_table`.
 COLUMNS = ("model", "step", "phase", "batch", "seq", "view", "op", "family", "module", "module_type", "count", "shapes",
@@ -72,7 +61,7 @@ def modelled_us(c: Call, arch: str = "gfx950") -> float:
     peak, bytes / bandwidth)``. NaN when the call's cost is unknown."""
     dev = _peaks(arch)
     dt = c.dtype
-    h = _hooks(c.family)
+    h = model_hooks(c.family)
     cls_dtype = dt if (h is not None and h.matrix and dt in PK.DTYPE_CLASS) else "fp32"
     tf, bw = dev.peak(cls_dtype)
     if not (c.flops == c.flops and c.bytes == c.bytes):
@@ -182,7 +171,7 @@ def call_dims(family: str, c: Call) -> dict | None:
     """The catalogue dims of a captured call, as its family's hooks give them
     (:attr:`flyexplore.ops.base.ModelHooks.dims`: gemm m,n,k; grouped_gemm g,m,n,k with M per
     group under uniform routing; rmsnorm m,n; topk m,n,k), ``None`` when it has none."""
-    h = _hooks(family)
+    h = model_hooks(family)
     if h is None or h.dims is None:
         return None
     try:
@@ -334,7 +323,7 @@ def call_shape(c: Call, routing: str = "uniform") -> tuple[str, str, str] | None
     per expert when ``routing`` or the row count makes them uneven (:func:`split_rows`); rmsnorm
     ``MxN:eps=..``; topk ``MxNxK``; attention ``BxHxSQxSKVxD[:hkv=..,causal=1]``), or ``None``
     when flyexplore has no operator case for it (bmm, pointwise)."""
-    h = _hooks(c.family)
+    h = model_hooks(c.family)
     if h is None or h.case is None:
         return None
     used = []
