@@ -6,6 +6,7 @@ venv made here."""
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -369,7 +370,10 @@ def test_a_20_percent_regression_between_envs_trips_the_gate_where_a_cross_run_g
         R.save(side, tmp_path / f"{name}.parquet")
     x = _cli("compare", str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet"), "--fail-on", "SLOWER:5%")
     assert x.returncode == 0 and "passed" in x.stdout and "AMBIGUOUS 1" in x.stdout, x.stdout
-    assert "cross-run allowance ±50%" in x.stdout
+    # the CPU's cross-run allowance (RUN_TO_RUN: +-50%), or the runs' own drift where that is more
+    # (results.table.ratio_interval): on a loaded machine the drift can pass 50%
+    got = re.search(r"cross-run allowance ±(\d+(?:\.\d+)?)%", x.stdout)
+    assert got and float(got.group(1)) >= 50, x.stdout
     # the report of the A/B file takes its baseline arm by default
     rep = _cli("report", str(ab), "--out", str(tmp_path / "rep"), "--no-images")
     assert rep.returncode == 0, rep.stderr[-1500:]
