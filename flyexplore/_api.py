@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from flyexplore.errors import UsageError, bad_choice
+from flyexplore.parsing import parse_bytes
 from flyexplore.insight import capture as _cap
 from flyexplore.insight import hf as _hf
 from flyexplore.insight.case_trace import result_text, trace_autotune, trace_case
@@ -386,7 +387,9 @@ def model(model=None, inputs=None, *, config=None, kwargs: Mapping[str, Any] | N
           batch: int | None = None, seq: int | None = None, views: str | Sequence[str] = ("eager", "compiled"),
           arch: str = FLYDSL_ARCH,
           routing: str = "uniform", device: str = "cuda:0", project: str | None = None,
-          speedups=None, force: bool = False) -> ModelCoverage:
+          speedups=None, force: bool = False, measure: bool = False, variants=None, layers: int | None = None,
+          dtype: str | None = None, measure_device=None, max_memory: int | str | None = None, timer=None,
+          out=None, processes: int | None = None, progress: bool = True) -> ModelCoverage:
     """Will this model take FlyDSL? Capture a Hugging Face model (``model``: a built-in name, a
     ``config.json`` path or a config dict; or ``config=``) -- or any ``nn.Module`` run on ``inputs``
     (and ``kwargs``), or captures already made (``fx.capture``'s result) -- and judge every distinct call for
@@ -406,7 +409,31 @@ def model(model=None, inputs=None, *, config=None, kwargs: Mapping[str, Any] | N
     must be; a tensor past what torch can address; and, unless ``force=True``, a Hugging Face model
     past :data:`flyexplore.insight.hf.MODEL_LIMITS` (512 layers, 2,048 experts, an estimated 30 min,
     or more memory than is available; the capture costs a few ms a layer and view on a 2-core
-    CPU). A run estimated at a minute or more prints its estimate to stderr first."""
+    CPU). A run estimated at a minute or more prints its estimate to stderr first.
+
+    ``measure=True`` also **measures** the step (one phase) on ``measure_device`` (default a GPU
+    when one is visible, else the CPU): the model built with random weights on the device (no
+    download), each of ``variants`` (default all: ``eager``, ``eager_flydsl``, ``compile``,
+    ``max_autotune``, ``max_autotune_flydsl``, ``eager_ck``; :data:`flyexplore.ops.model.operator.
+    VARIANTS`) timed interleaved round by round, with intervals, labels, compile time and peak
+    memory apart, one profiled step by kernel category beside the modelled shares, and the
+    projection (default ``project="published"``) beside the measured FlyDSL speedup:
+    ``.measured`` (:class:`flyexplore.views.model_step.MeasuredStep`), also in ``.text()``.
+    ``layers`` cuts the model to its first N decoder layers (measured and captured alike);
+    ``dtype`` (default the config's); ``max_memory`` (bytes or text like ``"40GB"``); ``timer``,
+    ``out`` (a result file), ``processes``: as :func:`sweep`. An ``nn.Module`` is measured
+    in this process with its own weights and ``inputs``. Raises :class:`UsageError`, before
+    anything is allocated, for an unknown variant, a step past the model's positions and a model
+    whose estimate (weights + KV cache + activations) is over the free memory or ``max_memory``."""
+    if measure:
+        return _measure_model(model, inputs, config=config, kwargs=kwargs, phases=phases, phase=phase, batch=batch,
+                              seq=seq, views=views, arch=arch, routing=routing, device=device,
+                              project=project or "published", speedups=speedups, force=force, variants=variants,
+                              layers=layers, dtype=dtype, measure_device=measure_device, max_memory=max_memory,
+                              timer=timer, out=out, processes=processes, progress=progress)
+    if any(v is not None for v in (variants, layers, dtype, measure_device, max_memory, timer, out, processes)):
+        raise UsageError("variants, layers, dtype, measure_device, max_memory, timer, out and processes are for "
+                         "measure=True")
     if isinstance(model, _cap.Capture) or (isinstance(model, (list, tuple)) and model
                                             and all(isinstance(c, _cap.Capture) for c in model)):
         return judge_captures(model, arch=arch, project=project, speedups=speedups, routing=routing)
@@ -428,6 +455,44 @@ def model(model=None, inputs=None, *, config=None, kwargs: Mapping[str, Any] | N
                                                    2048 if seq is None else seq)]
     return model_coverage(src.get("hf"), src.get("config"), phases=ph, views=views, arch=arch, routing=routing,
                           device=device, project=project, speedups=speedups, force=force)
+
+
+def _measure_model(model, inputs, *, config, kwargs, phases, phase, batch, seq, views, arch, routing, device,
+                   project, speedups, force, variants, layers, dtype, measure_device, max_memory, timer, out, processes,
+                   progress):
+    """``fx.model(..., measure=True)``: :func:`flyexplore.views.model_step.measure_model` for a Hugging
+    Face model, or for an ``nn.Module`` the capture of it and a sweep of the ``model`` family in this
+    process (:func:`flyexplore.ops.model.operator.register_module`)."""
+    from flyexplore.ops.model import operator as MO
+    from flyexplore.views import model_step as VS
+
+    mm = parse_bytes(max_memory, "max_memory") if isinstance(max_memory, str) else max_memory
+    if _is_module(model):
+        if phases is not None or (phase, batch, seq) != (None, None, None) or layers is not None:
+            raise UsageError("an nn.Module takes its inputs (fx.model(module, inputs, measure=True)), not phases or layers")
+        name = f"{type(model).__name__}-{id(model):x}"
+        value = MO.register_module(name, model, inputs if inputs is not None else (), kwargs)
+        caps = [_cap.capture(model, inputs, view=v, arch=arch, device=device, kwargs=kwargs)
+                for v in _cap.views_of(views)]
+        cov = judge_captures(caps, arch=arch, project=project, speedups=speedups, routing=routing)
+        frame = sweep("model", shapes=f"1x1:model={value}", backends=variants, dtypes=dtype,
+                      device=measure_device, engine="in-process", max_memory=mm, timer=timer, out=out,
+                      progress=progress)
+        cov.measured = VS.MeasuredStep(frame, cov.table, cov._proj())
+        return cov
+    if inputs is not None or kwargs:
+        raise UsageError("inputs are for an nn.Module; a Hugging Face model takes phase=/batch=/seq=")
+    if (model is None) == (config is None):
+        raise UsageError("give exactly one of a model (a built-in name, config path or dict, or an nn.Module) and config=")
+    if phases is not None:
+        if len(phases) != 1 or (phase, batch, seq) != (None, None, None):
+            raise UsageError("measure=True measures one step: give phase=/batch=/seq= (or phases with one entry)")
+        phase, batch, seq = phases[0]
+    src = _model_source(model) if model is not None else {"config": config}
+    return VS.measure_model(src.get("hf"), src.get("config"), phase=phase or "prefill", batch=1 if batch is None else batch,
+                            seq=2048 if seq is None else seq, layers=layers, variants=variants, dtype=dtype,
+                            device=measure_device, max_memory=mm, timer=timer, out=out, processes=processes, arch=arch,
+                            routing=routing, project=project, force=force, progress=progress)
 
 
 class CaseTrace(dict):

@@ -63,3 +63,24 @@ def parse_options(text: str | Mapping[str, Any] | None) -> dict[str, Any]:
             raise UsageError(f"malformed option {tok!r} (expected key=value, pairs separated by ';')")
         out[k.strip()] = v.strip()
     return out
+
+
+#: Units of ``--max-memory``: decimal (GB = 10**9 bytes) and binary (GiB = 2**30), as nvidia-smi
+#: and ``torch.cuda.mem_get_info`` report them (MiB) and as drive makers do (GB).
+BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(text: str, name: str) -> int:
+    """A byte count from text such as ``40GB``, ``32GiB``, ``1.5e9`` or ``500MiB`` (:data:`BYTE_UNITS`).
+    Raises :class:`UsageError` naming ``name`` and the text when it is no positive size."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in BYTE_UNITS:
+        raise UsageError(f"{name} must be a size such as 40GB, 32GiB or 5e9 (bytes), got {text!r}")
+    value = float(m.group(1)) * BYTE_UNITS[unit]
+    if not (value >= 1) or value >= 2**63:
+        raise UsageError(f"{name} must be at least 1 byte and below 2**63, got {text!r}")
+    return int(value)

@@ -21,7 +21,15 @@ EPILOG = ("examples:\n"
           "  flyexplore model --config config.json --phase prefill:1x2048,decode:32x2048 --json\n"
           "  flyexplore model --hf qwen3-30b-a3b --project published --md coverage.md\n"
           "  flyexplore model --hf qwen3-30b-a3b --export-shapes qwen.csv && \\\n"
-          "    flyexplore sweep --op grouped_gemm --shapes-from qwen.csv --out qwen.parquet\n\n"
+          "    flyexplore sweep --op grouped_gemm --shapes-from qwen.csv --out qwen.parquet\n"
+          "  flyexplore model --hf llama-3.1-8b --seq 2048 --measure              (measure the step on this device)\n"
+          "  flyexplore model --hf llama-3.1-8b --phase decode --batch 32 --measure --variants eager,compile\n"
+          "  flyexplore model --config config.json --layers 2 --measure --measure-device cpu\n\n"
+          "--measure builds the model with random weights on the device (no download) and times one step\n"
+          "per variant, interleaved round by round (the model family: flyexplore sweep --op model takes the\n"
+          "same cases, e.g. --shapes 32x2048:model=llama-3.1-8b,decode). Variants: eager, eager_flydsl,\n"
+          "compile, max_autotune, max_autotune_flydsl, eager_ck (ROCm); one that cannot run here is\n"
+          "an unavailable row with the reason. CUDA graphs are not used.\n\n"
           "built-in models (--hf): data/models/*.json (flyexplore model --list)\n"
           "FLOPs and bytes are captured from the model; time shares are modelled (roofline on the target's "
           "datasheet peaks); --project gives a projection, never a measurement.\n\n"
@@ -64,6 +72,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speedups", metavar="FILE", help="with --project results: the result file")
     p.add_argument("--export-shapes", metavar="FILE",
                    help="write the captured calls as sweep input (CSV) for flyexplore sweep --shapes-from")
+    g2 = p.add_argument_group("measuring the step (--measure)")
+    g2.add_argument("--measure", action="store_true",
+                    help="also measure the step on this device: random weights, every variant timed interleaved, "
+                         "a profiled breakdown beside the modelled shares, the projection beside the measured speedup")
+    g2.add_argument("--variants", metavar="LIST",
+                    help="comma-separated variants (default all): eager, eager_flydsl, compile, max_autotune, "
+                         "max_autotune_flydsl, eager_ck")
+    g2.add_argument("--layers", type=int, metavar="N", help="build only the first N decoder layers (a quick look; "
+                    "the output says so)")
+    g2.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), help="the model's dtype (default the config's)")
+    g2.add_argument("--measure-device", metavar="DEV", help="where to measure: cuda, cuda:1, cpu (default a GPU "
+                    "when one is visible, else the CPU)")
+    g2.add_argument("--max-memory", metavar="BYTES", help="refuse a model whose estimate (weights + KV cache + "
+                    "activations) is over this (40GB, 32GiB, 5e9); the device's free memory always applies")
+    g2.add_argument("--out", metavar="FILE", help="also keep the measured rows in a result file (.parquet, .csv, "
+                    ".jsonl) for flyexplore report / compare")
+    g2.add_argument("--processes", type=int, metavar="N", help="measure in N fresh worker processes and combine "
+                    "(intervals that cover another run; GPU)")
     p.add_argument("--force", action="store_true",
                    help="run a model past the limits (512 layers, 2,048 experts, an estimated 30 min, the memory "
                         "available): it may take hours")
@@ -130,8 +156,26 @@ def run(a: argparse.Namespace) -> int:
         raise UsageError(f"--report {a.report!r} is a file, not a folder")
     if a.speedups and not Path(a.speedups).is_file():
         raise UsageError(f"--speedups {a.speedups!r}: no such result file")
-    cov = model_coverage(a.hf, a.config, phases=phases, views=a.view, arch=a.arch, routing=a.routing,
-                         device=a.device, project=a.project, speedups=a.speedups, force=a.force)
+    measure_only = ("variants", "layers", "dtype", "measure_device", "max_memory", "out", "processes")
+    if not a.measure:
+        given = [n for n in measure_only if getattr(a, n) is not None]
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} is for --measure")
+        cov = model_coverage(a.hf, a.config, phases=phases, views=a.view, arch=a.arch, routing=a.routing,
+                             device=a.device, project=a.project, speedups=a.speedups, force=a.force)
+    else:
+        from flyexplore.parsing import parse_bytes
+        from flyexplore.views.model_step import measure_model
+
+        if len(phases) != 1:
+            raise UsageError("--measure measures one step: give one phase (e.g. --phase decode --batch 32)")
+        if a.project == "results":
+            raise UsageError("--measure projects from the published figures (--project published)")
+        ph, b, sq = phases[0]
+        cov = measure_model(a.hf, a.config, phase=ph, batch=b, seq=sq, layers=a.layers, variants=a.variants,
+                            dtype=a.dtype, device=a.measure_device,
+                            max_memory=parse_bytes(a.max_memory, "--max-memory") if a.max_memory else None,
+                            out=a.out, processes=a.processes, arch=a.arch, routing=a.routing, force=a.force)
     if a.json:
         print(json.dumps(cov.to_dict(), indent=1, default=str, allow_nan=False))
     else:

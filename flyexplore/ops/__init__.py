@@ -30,6 +30,7 @@ _MODULES = {
     "grouped_gemm": ("grouped_gemm.operator", "GROUPED_GEMM"),
     "scaled_gemm": ("scaled_gemm.operator", "SCALED_GEMM"),
     "attention": ("attention.operator", "ATTENTION"),
+    "model": ("model.operator", "MODEL"),
 }
 
 

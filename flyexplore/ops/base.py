@@ -369,6 +369,18 @@ class Operator:
     # group's dims together; the other dims as in the case) and the params a probe sets
     # (flyexplore.run.memory.probe_cases; None: each dim alone, nothing set)
     memory_dims: Callable = None
+    # (backend name, inputs) -> keywords of flyexplore.insight.breakdown.profile_step: every row of
+    # the family gets a profiled breakdown of one call by kernel category (the model family; None: none)
+    breakdown: Callable = None
+    # the interleaved timing mode a GPU sweep of the family uses when none is asked for
+    # (flyexplore.measure.modes; the model family: "event", a step's launch gaps are part of it)
+    timing_mode: str | None = None
+    # whether a recheck on fresh inputs applies (False: the inputs are not refilled in place)
+    fresh_recheck: bool = True
+    # (case, dtype) -> (bytes, terms text): a family that estimates a case's peak memory itself
+    # (the model family: weights + KV cache + activations from the config); the sweep's memory check
+    # (flyexplore.run.memory.memory_check) takes it in place of its probes (None: probes)
+    memory: Callable = None
 
     # -- registration --------------------------------------------------------------------
     def backend(self, name: str, doc: str, *, available=None, context=None,

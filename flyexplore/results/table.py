@@ -152,6 +152,11 @@ COLUMNS: dict[str, tuple[str, str]] = {
                         "(allowed, not a failure)"),
     "accuracy_rule": ("string", "the check behind accuracy_ok, with its tolerance and where it comes from"),
     "kernels": ("string", "JSON list of [kernel name, launches per call, device us per call] (kernel mode)"),
+    "peak_mem_bytes": ("Float64", "GPU: torch.cuda.max_memory_allocated during the backend's build and first call "
+                       "(compile, autotune), bytes -- what the case already held (inputs, a model's weights, the "
+                       "backends built before it) included; empty on the CPU"),
+    "breakdown": ("string", "JSON of one profiled call by kernel category (families with model hooks, other, "
+                  "idle): flyexplore.insight.breakdown.Breakdown.to_dict; the model family's rows"),
     "observed": ("string", "kernel families seen for the call (filled by tracing), comma-separated, "
                  "by time; 'CPU: ...' when the call ran on the CPU (no device kernels)"),
     "flydsl_reason": ("string", "for a flydsl request: why FlyDSL was or was not taken (the FlyDSL kernels "

@@ -9,6 +9,7 @@ A case's memory (:func:`case_memory`, :func:`memory_refusals`: the cases the swe
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -90,11 +91,14 @@ def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], 
        built again and its output checked against the new reference.
     Exceptions while timing become ``error``/``oom`` rows for every timed backend."""
     opts = interleaved_kwargs(timer_opts)
+    if ctx.gpu and op.timing_mode and opts.get("mode", "auto") == "auto":
+        opts["mode"] = op.timing_mode
     reset_dynamo()
     rows: dict[str, dict] = {}
     fns: dict = {}
     traces: dict = {}
     decisions_by: dict = {}
+    peaks: dict = {}
     bks = {b: op.get_backend(b) for b in backends}
     for b, bk in bks.items():
         why = bk.available(ctx, case, dtype)
@@ -102,11 +106,12 @@ def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], 
             rows[b] = {"status": "unavailable", "message": why}
             continue
         try:
-            with bk.context(ctx, case):
+            with bk.context(ctx, case), _peak(ctx) as peak:
                 fn, first_ms, errs, decisions, _ = B.build_first(op, case, dtype, bk, ctx, inputs, ref,
                                                                 _traced(trace, b, op, ctx))
             fns[b] = fn
             traces[b] = (first_ms, errs)
+            peaks[b] = peak
             decisions_by[b] = decisions
         except KeyboardInterrupt:
             raise
@@ -126,7 +131,7 @@ def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], 
         return rows
     ref2 = None
     try:
-        ref2 = _fresh_inputs(op, case, dtype, inputs, ctx.device, seed) if ref is not None else None
+        ref2 = _fresh_inputs(op, case, dtype, inputs, ctx.device, seed) if ref is not None and op.fresh_recheck else None
     except Exception as exc:  # noqa: BLE001 - the recheck is skipped, with the reason
         if os.environ.get("FLYEXPLORE_DEBUG"):
             traceback.print_exc()
@@ -150,10 +155,45 @@ def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], 
             row.update(speedup=est, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, band))
         if not res.converged:
             _note(row, B.unconverged(res.rounds, res.target, res.stop_reason))
-        if ref is not None:
+        if ref is not None and op.fresh_recheck:
             row["recheck_ok"] = _recheck(op, case, dtype, bks[b], ctx, inputs, ref2, row)
+        row["peak_mem_bytes"] = peaks[b].get("bytes")
+        if op.breakdown is not None:
+            row["breakdown"] = _breakdown(op, b, bks[b], fn, ctx, case, inputs, row)
         rows[b] = row
     return rows
+
+
+@contextlib.contextmanager
+def _peak(ctx):
+    """Yields a dict that gets ``bytes``: on a GPU the peak of ``torch.cuda.max_memory_allocated``
+    while the block ran (its counter reset on entry); nothing on the CPU."""
+    out: dict = {}
+    if not ctx.gpu:
+        yield out
+        return
+    import torch
+
+    torch.cuda.synchronize(ctx.device)
+    torch.cuda.reset_peak_memory_stats(ctx.device)
+    yield out
+    torch.cuda.synchronize(ctx.device)
+    out["bytes"] = float(torch.cuda.max_memory_allocated(ctx.device))
+
+
+def _breakdown(op: Operator, name: str, bk, fn, ctx: RunContext, case: Case, inputs: dict, row: dict) -> str | None:
+    """One profiled call of a timed backend by kernel category (:func:`flyexplore.insight.breakdown.
+    profile_step` with the family's ``breakdown`` keywords), as JSON; a profiler that fails leaves
+    a note and no breakdown (the time stands)."""
+    from flyexplore.insight.breakdown import profile_step
+
+    try:
+        with bk.context(ctx, case):
+            bd = profile_step(fn, ctx.device, **op.breakdown(name, inputs))
+        return json.dumps(bd.to_dict())
+    except Exception as exc:  # noqa: BLE001 - no profiler here: the time stands
+        _note(row, f"breakdown not profiled: {B.first_line(exc)}")
+        return None
 
 
 def run_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], ctx: RunContext, *,

@@ -747,6 +747,12 @@ def memory_check(plan: Plan, device=None, max_memory: int | None = None, *,
     kind = "cpu" if dev.type == "cpu" else "cuda"
     undecided = []
     for case, dtype in plan.pairs:
+        if op.memory is not None:  # the family's own estimate (Operator.memory), no probe
+            total, terms = op.memory(case, dtype)
+            check.estimates[(case.label, dtype)] = Estimate(
+                (int(total) + flush) * copies, terms + (f"; x {copies}: one worker per environment" if copies > 1 else ""),
+                "family")
+            continue
         low = _lower(op, case, dtype, flush, copies)
         if low.total > limit:
             check.estimates[(case.label, dtype)] = low
@@ -771,7 +777,7 @@ def memory_check(plan: Plan, device=None, max_memory: int | None = None, *,
     if plan.pairs and len(check.refused) == len(plan.pairs):
         name, est = min(check.estimates.items(), key=lambda kv: kv[1].total)
         raise UsageError(f"every case of the plan is over the memory limit: the smallest, {name[0]} {name[1]}, is "
-                         f"estimated at {_sci(est.total)}, over {said}")
+                         f"estimated at {_sci(est.total)} ({est.terms}), over {said}")
     return check
 
 

@@ -271,6 +271,9 @@ class ModelCoverage:
         self.advice = [a for j in self.judged for a in j.advice]
         self.projection = Projection(*projection) if projection is not None else None
         self.routing = routing
+        #: a :class:`flyexplore.views.model_step.MeasuredStep` when the step was measured
+        #: (``fx.model(..., measure=True)``), else ``None``
+        self.measured = None
 
     def __repr__(self) -> str:
         s = self.summary()
@@ -310,12 +313,14 @@ class ModelCoverage:
         return self.projection[1] if self.projection is not None else None
 
     def text(self) -> str:
-        """:func:`coverage_text`."""
-        return coverage_text(self.table, self.advice, self._proj())
+        """:func:`coverage_text`, then the measured step where there is one."""
+        t = coverage_text(self.table, self.advice, self._proj())
+        return t + ("\n\n" + self.measured.text() if self.measured is not None else "")
 
     def markdown(self) -> str:
-        """:func:`coverage_markdown`."""
-        return coverage_markdown(self.table, self.advice, self._proj())
+        """:func:`coverage_markdown`, then the measured step where there is one."""
+        t = coverage_markdown(self.table, self.advice, self._proj())
+        return t + ("\n\n" + self.measured.markdown() if self.measured is not None else "")
 
     def figure(self, title: str | None = None):
         """:func:`coverage_figure`."""
@@ -354,6 +359,8 @@ class ModelCoverage:
             out["projection"] = {"kind": "projection (not a measurement)",
                                  "assumptions": summ.attrs.get("assumptions"),
                                  "summary": _records(summ), "calls": _records(calls)}
+        if self.measured is not None:
+            out["measured"] = self.measured.to_dict()
         return _no_nan(out)
 
 

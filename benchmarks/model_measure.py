@@ -1,0 +1,111 @@
+"""Issue 35's goals on a GPU (the lent H200): a real model step measured, beside the product's own
+estimates. Results go to ``data/h200/model_measure/`` (its README holds the tables).
+
+    python benchmarks/model_measure.py --what smoke   --out DIR   # 2 layers, every variant: the GPU paths run
+    python benchmarks/model_measure.py --what prefill --out DIR   # Llama-3.1-8B, full depth, bf16, prefill 1x2048
+    python benchmarks/model_measure.py --what decode  --out DIR   # ... decode 32 at 2048 (static KV cache)
+    python benchmarks/model_measure.py --what moe     --out DIR   # Qwen3-30B-A3B dims: the grouped-GEMM share
+
+Each writes into DIR: ``answer.txt`` (what ``flyexplore model --measure`` prints), ``rows.csv`` (the
+``model`` sweep's rows: times, intervals, labels, first call, peak memory, breakdown JSON, the
+environment columns), ``meta.json`` (the wall time to the answer, compiles included, and the
+arguments). ``prefill`` also sweeps the GEMM shapes the capture exports, alone, with ATen
+(``gemm_rows.csv``), and writes ``estimate_vs_measured.csv``: the sum of the isolated per-call GEMM
+times against the GEMM kernel time measured in the step, and the modelled GEMM share against the
+measured one, each with its difference.
+
+Runs as it is on any CUDA or ROCm GPU with torch and transformers; the FlyDSL variants are
+``unavailable`` rows off gfx950. ``FLYEXPLORE_COMMIT`` / ``FLYEXPLORE_DIRTY`` label the rows where
+the checkout has no git metadata (the lent machine).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+RUNS = {
+    "smoke": dict(model="llama-3.1-8b", phase="prefill", batch=1, seq=256, layers=2, variants=None),
+    "prefill": dict(model="llama-3.1-8b", phase="prefill", batch=1, seq=2048, layers=None, variants=None),
+    "decode": dict(model="llama-3.1-8b", phase="decode", batch=32, seq=2048, layers=None, variants=None),
+    "moe": dict(model="qwen3-30b-a3b", phase="prefill", batch=1, seq=2048, layers=None, variants="eager,compile"),
+}
+
+
+def gemm_estimate(cov, measured, out: Path, device) -> None:
+    """The isolated per-call GEMM times of the exported shapes against the step's measured GEMM
+    time (eager: cuBLAS through aten::mm/addmm, the shapes the capture exported), and the modelled
+    GEMM share against the measured one."""
+    import pandas as pd
+
+    import flyexplore as fx
+    from flyexplore.results import model_step as MS
+
+    shapes = out / "shapes.csv"
+    cov.export_shapes(shapes)
+    rows = fx.sweep("gemm", shapes_from=str(shapes), backends="aten", device=device, progress=False)
+    rows.to_csv(out / "gemm_rows.csv", index=False)
+    shapes.unlink()
+    iso = MS.isolated_sum(rows)
+    bd = measured.breakdown()
+    bm = measured.beside_modelled()
+    table = []
+    for variant in ("eager", "compile", "max_autotune"):
+        g = bd[(bd["variant"] == variant) & (bd["category"] == "gemm")]
+        if not len(g):
+            continue
+        meas_ms = float(g["us"].sum()) / 1e3
+        share = bm[(bm["variant"] == variant) & (bm["category"] == "gemm")]
+        for r in iso.itertuples():
+            table.append({"variant": variant, "isolated_sum_ms": r.isolated_ms, "isolated_cases": r.cases,
+                          "isolated_calls": r.calls, "measured_gemm_ms": meas_ms,
+                          "sum_vs_measured": r.isolated_ms / meas_ms - 1 if meas_ms else None,
+                          "modelled_gemm_share": float(share["modelled_share"].iloc[0]) if len(share) else None,
+                          "measured_gemm_share": float(share["measured_share"].iloc[0]) if len(share) else None,
+                          "share_difference_points": float(share["difference"].iloc[0]) if len(share) else None})
+    pd.DataFrame(table).to_csv(out / "estimate_vs_measured.csv", index=False)
+    print(pd.DataFrame(table).to_string(index=False))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--what", choices=tuple(RUNS), required=True)
+    ap.add_argument("--out", required=True, help="a folder for the files")
+    ap.add_argument("--device", default=None, help="default: a GPU when one is visible")
+    ap.add_argument("--layers", type=int, default=None, help="override the run's depth")
+    ap.add_argument("--variants", default=None, help="override the run's variants")
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    import flyexplore as fx
+
+    run = dict(RUNS[a.what])
+    if a.layers is not None:
+        run["layers"] = a.layers
+    if a.variants is not None:
+        run["variants"] = a.variants
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cov = fx.model(run["model"], phase=run["phase"], batch=run["batch"], seq=run["seq"], measure=True,
+                   layers=run["layers"], variants=run["variants"], measure_device=a.device, progress=False)
+    wall = time.perf_counter() - t0
+    text = cov.text()
+    (out / "answer.txt").write_text(text + "\n")
+    cov.measured.frame.to_csv(out / "rows.csv", index=False)
+    print(cov.measured.text())
+    print(f"wall time to the answer, compiles included: {wall:.1f} s")
+    meta = {"what": a.what, **run, "wall_s_to_answer": wall, "argv": sys.argv,
+            "commit": os.environ.get("FLYEXPLORE_COMMIT"), "dirty": os.environ.get("FLYEXPLORE_DIRTY")}
+    if a.what == "prefill":
+        gemm_estimate(cov, cov.measured, out, a.device)
+        meta["wall_s_with_gemm_sweep"] = time.perf_counter() - t0
+    (out / "meta.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""A measured model step shown beside the capture's answer: what ``fx.model(..., measure=True)``
+adds to :class:`~flyexplore.views.model.ModelCoverage` (``.measured``) and ``flyexplore model
+--measure`` prints after the coverage.
+
+Three parts, each labelled with what its numbers are (:mod:`flyexplore.results.model_step`):
+the variants' measured step times and speedups with intervals; one profiled step of each by
+kernel category beside the capture's modelled shares; the projected FlyDSL speedup beside the
+measured one, with the difference stated.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from flyexplore.ops.model.operator import CUDA_GRAPHS
+from flyexplore.results import model_step as MS
+
+
+def _f(v, fmt: str, none: str = "-") -> str:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return none
+    return none if not math.isfinite(x) else format(x, fmt)
+
+
+def _ci(est, lo, hi, fmt: str, unit: str = "") -> str:
+    if not math.isfinite(_num(est)):
+        return "-"
+    s = f"{_f(est, fmt)}{unit}"
+    if math.isfinite(_num(lo)) and math.isfinite(_num(hi)):
+        s += f" [{_f(lo, fmt)}, {_f(hi, fmt)}]"
+    return s
+
+
+def _num(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _grid(rows: list[list[str]], head: list[str]) -> list[str]:
+    w = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    line = lambda r: "  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip()  # noqa: E731
+    return [line(head), line(["-" * x for x in w]), *(line(r) for r in rows)]
+
+
+def _title_of(model) -> str:
+    """A model's title (``Llama-3.1-8B``) for a case's ``model`` value, else the value."""
+    from flyexplore.ops.model.operator import describe
+
+    try:
+        return describe(str(model))["title"]
+    except Exception:  # noqa: BLE001 - a registered module, or a file gone since
+        return str(model)
+
+
+class MeasuredStep:
+    """A measured step: ``frame`` (the ``model`` sweep's rows), with the capture's coverage
+    ``table`` (:func:`flyexplore.results.model.coverage_table`, for the modelled shares) and its
+    projection summary (``projection``), either may be ``None``. Tables: :meth:`steps`,
+    :meth:`breakdown`, :meth:`beside_modelled`, :meth:`breakdown_check`,
+    :meth:`projection_vs_measured`; :meth:`text`, :meth:`markdown`, :meth:`to_dict`."""
+
+    def __init__(self, frame: pd.DataFrame, table: pd.DataFrame | None = None, projection: pd.DataFrame | None = None,
+                 notes: tuple[str, ...] = ()):
+        self.frame = frame
+        self.table = table
+        self.projection = projection
+        self.notes = tuple(notes)
+
+    def __repr__(self) -> str:
+        s = self.steps()
+        ok = s[s["status"] == "ok"]
+        return (f"MeasuredStep({len(ok)} of {len(s)} variants measured: "
+                + ", ".join(f"{r.variant} {_f(r.step_ms, '.3g')} ms" for r in ok.itertuples()) + ")")
+
+    def steps(self) -> pd.DataFrame:
+        """:func:`flyexplore.results.model_step.step_table`."""
+        return MS.step_table(self.frame)
+
+    def breakdown(self) -> pd.DataFrame:
+        """:func:`flyexplore.results.model_step.breakdown_table`."""
+        return MS.breakdown_table(self.frame)
+
+    def breakdown_check(self) -> pd.DataFrame:
+        """:func:`flyexplore.results.model_step.breakdown_check`."""
+        return MS.breakdown_check(self.frame)
+
+    def beside_modelled(self) -> pd.DataFrame:
+        """:func:`flyexplore.results.model_step.beside_modelled`."""
+        return MS.beside_modelled(self.frame, self.table)
+
+    def projection_vs_measured(self) -> pd.DataFrame:
+        """:func:`flyexplore.results.model_step.projection_vs_measured`."""
+        return MS.projection_vs_measured(self.frame, self.projection)
+
+    # -- text -----------------------------------------------------------------------------------
+    def _title(self) -> str:
+        r = self.frame.iloc[0] if len(self.frame) else {}
+        layers = int(r.get("layers") or 0) if len(self.frame) else 0
+        ph = r.get("phase", "?")
+        what = (f"prefill {r.get('batch')}x{r.get('seq')}" if ph == "prefill"
+                else f"decode {r.get('batch')} at context {r.get('seq')} (static KV cache)")
+        ok = self.frame[self.frame["status"] == "ok"] if len(self.frame) else self.frame
+        mode = ", ".join(sorted({str(m) for m in ok.get("timing_mode", pd.Series(dtype=object)).dropna()})) or "-"
+        dev = r.get("device", "?")
+        depth = f", first {layers} layers only (--layers)" if layers else ""
+        return (f"Measured step (measured on {dev}): {_title_of(r.get('model'))} {what}, {r.get('dtype')}{depth}; "
+                f"timing mode {mode}, interleaved round by round; {CUDA_GRAPHS}")
+
+    def _lines(self, md: bool) -> list[str]:
+        out = [("### " if md else "") + self._title(), ""]
+        s = self.steps()
+        rows = []
+        for r in s.itertuples():
+            if r.status != "ok":
+                rows.append([r.variant, r.status, "-", "-", "-", "-", r.note])
+                continue
+            sp = "baseline" if r.verdict == "baseline" else (
+                _ci(r.speedup, r.speedup_lo, r.speedup_hi, ".3f", "x") + f" {r.verdict or ''}")
+            rows.append([r.variant, "ok", _ci(r.step_ms, r.step_lo_ms, r.step_hi_ms, ".4g"), sp,
+                         _f(r.first_call_s, ".1f"), _f(r.peak_gb, ".1f"), r.note])
+        out += _table(rows, ["variant", "status", "step ms [95% CI]", "speedup vs eager [95% CI]",
+                             "first call s (compile, autotune)", "peak GB", "note"], md)
+        chk = self.breakdown_check()
+        bm = self.beside_modelled()
+        bd = self.breakdown()
+        if len(chk):
+            src = "" if self.table is not None else " (no capture: modelled shares not shown)"
+            out += ["", ("#### " if md else "") +
+                    f"One profiled step by kernel category (measured, torch.profiler) beside the capture's modelled "
+                    f"shares (roofline on MI355X datasheet peaks, pointwise calls unfused){src}"]
+            for c in chk.itertuples():
+                g = bm[bm["variant"] == c.variant]
+                idle = bd[(bd["variant"] == c.variant) & (bd["category"] == "idle")]
+                out += ["", f"{c.variant} ({MS.VIEW_OF.get(c.variant, 'eager')} view): profiled {_f(c.profiled_ms, '.4g')} ms "
+                            f"(kernels {_f(c.kernel_ms, '.4g')} + idle {_f(c.idle_ms, '.4g')}) vs measured "
+                            f"{_f(c.measured_ms, '.4g')} ms: {_f(100 * c.difference, '+.1f')}%"]
+                rows = [[x.category, _f(bd[(bd['variant'] == c.variant) & (bd['category'] == x.category)]['us'].sum() / 1e3, '.4g'),
+                         _f(100 * x.measured_share, ".1f"), _f(100 * x.modelled_share, ".1f"),
+                         _f(100 * x.difference, "+.1f")] for x in g.itertuples()]
+                for x in idle.itertuples():
+                    rows.append(["idle (launch gaps)", _f(x.us / 1e3, ".4g"), f"({_f(100 * x.share, '.1f')} of span)", "-", "-"])
+                out += _table(rows, ["category", "ms", "measured %", "modelled %", "difference (points)"], md)
+        pv = self.projection_vs_measured()
+        if len(pv):
+            out += ["", ("#### " if md else "") + "FlyDSL whole-step speedup: projected (published MI355X per-op "
+                    "speedups through Amdahl's law, not a measurement) beside measured (this device)"]
+            rows = []
+            for p in pv.itertuples():
+                meas = (_ci(p.measured, p.measured_lo, p.measured_hi, ".3f", "x") + f" {p.verdict}"
+                        if math.isfinite(_num(p.measured)) else f"not measured: {p.reason}")
+                rows.append([p.view, _ci(p.projected, p.projected_lo, p.projected_hi, ".3f", "x"), p.measured_pair, meas,
+                             _f(100 * p.difference, "+.1f") + ("%" if math.isfinite(_num(p.difference)) else "")])
+            out += _table(rows, ["view", "projected", "measured variants", "measured", "difference"], md)
+        for n in self.notes:
+            out.append(("- " if md else "note: ") + n)
+        return out
+
+    def text(self) -> str:
+        """The measured step as terminal text."""
+        return "\n".join(self._lines(False))
+
+    def markdown(self) -> str:
+        """The measured step as Markdown."""
+        return "\n".join(self._lines(True))
+
+    def to_dict(self) -> dict:
+        """Plain data (``flyexplore model --measure --json``): the tables, each with ``kind`` per column."""
+        def rec(df):
+            return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+                    for r in df.to_dict("records")]
+        return {"kind": "measured step", "cuda_graphs": CUDA_GRAPHS, "title": self._title(),
+                "steps": rec(self.steps()), "breakdown": rec(self.breakdown()),
+                "breakdown_check": rec(self.breakdown_check()), "beside_modelled": rec(self.beside_modelled()),
+                "projection_vs_measured": rec(self.projection_vs_measured()),
+                "kinds": {"steps": "measured", "breakdown": "measured",
+                          "beside_modelled": {"measured_share": "measured", "modelled_share": "modelled"},
+                          "projection_vs_measured": {"projected": "projection", "measured": "measured"}},
+                "notes": list(self.notes)}
+
+
+def _table(rows: list[list[str]], head: list[str], md: bool) -> list[str]:
+    if not md:
+        return _grid(rows, head)
+    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+            *("| " + " | ".join(esc(c) for c in r) + " |" for r in rows)]
+
+
+def measure_model(hf=None, config=None, *, phase: str = "prefill", batch: int = 1, seq: int = 2048,
+                  layers: int | None = None, variants=None, dtype: str | None = None, device=None,
+                  max_memory: int | None = None, timer=None, out=None, processes: int | None = None,
+                  arch: str = "gfx950", routing: str = "uniform", project: str | None = "published",
+                  force: bool = False, progress: bool = True, say: bool = True):
+    """Capture and measure one step of a model: the capture's answer
+    (:func:`flyexplore.views.model.model_coverage` of the same config, its depth cut as ``layers``
+    says) with ``.measured`` a :class:`MeasuredStep` of the ``model`` family's sweep
+    (:func:`flyexplore.run.model_step.measure_step`; its arguments). Everything is checked first --
+    an unknown variant, model or phase, a step past the model's positions, a model whose estimate
+    is over the free memory or ``max_memory`` -- each a :class:`~flyexplore.errors.UsageError` in
+    one line with nothing written; then the capture (fake tensors, no memory) runs, then the
+    measurement."""
+    import sys
+
+    from flyexplore.run import model_step as RS
+    from flyexplore.run.sweep import run_sweep
+    from flyexplore.views.model import model_coverage
+
+    spec = RS.step_spec(hf, config, phase=phase, batch=batch, seq=seq, layers=layers, variants=variants, dtype=dtype,
+                        device=device, max_memory=max_memory, timer=timer, out=out, processes=processes)
+    case = spec.plan.pairs[0][0]
+    desc = RS.capture_config(case)
+    cov = model_coverage(None, desc, phases=[(phase, batch, seq)], arch=arch, routing=routing, project=project,
+                         force=force, say=say)
+    notes = []
+    if case["layers"]:
+        notes.append(f"--layers {case['layers']}: the model is cut to its first {case['layers']} decoder layers "
+                     "(measured and captured alike); a full-depth step takes longer")
+    if say and progress:
+        print(f"flyexplore: measuring {len(spec.backends)} variant(s) of {case.label} {spec.dtypes[0]} "
+              "(each compiled variant compiles and autotunes first: minutes on a GPU)", file=sys.stderr)
+    frame = run_sweep(spec, progress=progress)
+    cov.measured = MeasuredStep(frame, cov.table, cov._proj(), tuple(notes))
+    return cov
