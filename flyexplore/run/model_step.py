@@ -84,6 +84,8 @@ def capture_config(case) -> dict:
     if case["layers"]:
         full = M.model_dims(desc["config"])["layers"]
         desc["title"] = f"{desc['title']} (first {case['layers']} of {full} layers)"
+        desc["notes"] = list(desc.get("notes", ())) + [
+            f"layers: the first {case['layers']} of {full} decoder layers are built (--layers), as in the measured step"]
     desc["config"] = cfg
     return desc
 
