@@ -69,7 +69,9 @@ _NAME_RULES = tuple((c, re.compile(p)) for c, p, _why in (
      "cuBLAS helper kernels"),
     ("gemm", r"^cutlass\w*gemm|^cutlass::\w*[Gg]emm", "CUTLASS GEMM instantiations"),
     ("gemm", r"^Cijk_|(?i:hipblaslt)|^rocblas_\w*gem[mv]", "Tensile (hipBLASLt/rocBLAS) naming"),
-    ("gemm", r"^triton_\w*?_(mm|addmm|bmm|baddbmm)(_|$)", "Inductor's mm templates, triton_tem_fused_mm_<n>"),
+    # a pointwise or reduction kernel (triton_poi_/triton_red_/triton_per_) is named after every op it
+    # fused, the mm whose output it reads included: only a template (triton_tem_) does the GEMM
+    ("gemm", r"^triton_tem_\w*?_(mm|addmm|bmm|baddbmm)(_|$)", "Inductor's mm templates, triton_tem_fused_mm_<n>"),
     ("rmsnorm", r"^(?=triton_\w*rsqrt)(?=triton_\w*(mean|pow))", "Inductor's fused RMSNorm reductions"),
     ("topk", r"(?i:topk)|radixSort|gatherTopK|bitonicSort", "ATen's sbtopk/mbtopk and sort kernels"),
 ))
@@ -234,7 +236,46 @@ def profile_step(fn: Callable[[], Any], device="cpu", *, module=None, warmup: in
             with record_function(_STEP):
                 fn()
             sync()
-    return _breakdown(list(prof.events()), gpu, hooked)
+    bd = _breakdown(list(prof.events()), gpu, hooked)
+    if not gpu:
+        return bd
+    # The launch gaps of a second step profiled with device activity only: recording every CPU op
+    # (what attributes the kernels above) slows the host's launches and so lengthens the gaps of a
+    # host-heavy step; the kernels' own durations do not change.
+    with profile(activities=[ProfilerActivity.CUDA]) as light:
+        fn()
+        sync()
+    span, busy = _span_busy(_device_kernels(list(light.events())))
+    if not busy:
+        return bd
+    idle = max(span - busy, 0.0)
+    total = bd.kernel_us + idle
+    rows = tuple({**r, "us": idle if r["category"] == IDLE else r["us"]} for r in bd.rows)
+    rows = tuple({**r, "share": r["us"] / total if total > 0 else 0.0} for r in rows)
+    notes = tuple(n for n in bd.notes if not n.startswith("idle is measured")) + (
+        f"idle: the launch gaps of a second step profiled with device activity only ({idle:.1f} us; "
+        f"{bd.idle_us:.1f} us in the step that recorded the CPU ops, whose recording slows the host)",)
+    return Breakdown(rows, bd.kernel_us, float(bd.kernel_us + idle), float(idle), bd.device, bd.attribution, notes)
+
+
+def _device_kernels(events: list) -> list:
+    """The device kernels of a profile's events (user annotations left out)."""
+    from torch.autograd import DeviceType
+
+    return [e for e in events if e.device_type != DeviceType.CPU and not e.is_user_annotation
+            and "annotation" not in str(getattr(e, "activity_type", "") or "")]
+
+
+def _span_busy(kern: list) -> tuple[float, float]:
+    """(first start to last end, the union of the kernels' intervals), µs: busy time counts
+    kernels that overlap on several streams once."""
+    iv = sorted((k.time_range.start, k.time_range.end) for k in kern)
+    busy, end = 0.0, float("-inf")
+    for s, e in iv:
+        if e > end:
+            busy += e - max(s, end)
+            end = e
+    return (end - iv[0][0] if iv else 0.0), busy
 
 
 def _breakdown(events: list, gpu: bool, hooked: int) -> Breakdown:
@@ -279,8 +320,7 @@ def _breakdown(events: list, gpu: bool, hooked: int) -> Breakdown:
 
     notes, idle = [], 0.0
     if gpu:
-        kern = [e for e in events if e.device_type != DeviceType.CPU and not e.is_user_annotation
-                and "annotation" not in str(getattr(e, "activity_type", "") or "")]
+        kern = _device_kernels(events)
         left_n, left_us = defaultdict(int), defaultdict(float)   # device kernels not yet attributed
         for k in kern:
             left_n[k.name] += 1
@@ -296,13 +336,7 @@ def _breakdown(events: list, gpu: bool, hooked: int) -> Breakdown:
             if n > 0:
                 cat = category_of_kernel(name)
                 add(cat, name, max(left_us[name], 0.0), "name" if cat != OTHER else "none", n)
-        iv = sorted((k.time_range.start, k.time_range.end) for k in kern)
-        busy, end = 0.0, float("-inf")
-        for s, e in iv:   # the union of the kernels' intervals
-            if e > end:
-                busy += e - max(s, end)
-                end = e
-        span = end - iv[0][0] if iv else 0.0
+        span, busy = _span_busy(kern)
         idle = max(span - busy, 0.0)
         if not kern:
             notes.append("the profiler recorded no device kernel for the call")

@@ -52,6 +52,9 @@ KERNELS = {
     "execute_kernel__5x_cublas": "gemm",
     "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8>(...)": "gemm",
     "triton_tem_fused_mm_0": "gemm",
+    # seen on the H200 (compiled Llama prefill): a pointwise kernel named after the mm it reads is no GEMM
+    "triton_poi_fused__scaled_dot_product_efficient_attention__to_copy_mm_view_2": "other",
+    "triton_tem_fused__to_copy_add_embedding_mean_mm_mul_pow_rsqrt_3": "gemm",
     "triton_tem_fused_mm_t_0": "gemm",
     "triton_tem_fused_addmm_relu_2": "gemm",
     "Cijk_Alik_Bljk_BBS_BH_MT128x128x64": "gemm",
