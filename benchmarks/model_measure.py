@@ -5,6 +5,7 @@ estimates. Results go to ``data/h200/model_measure/`` (its README holds the tabl
     python benchmarks/model_measure.py --what prefill --out DIR   # Llama-3.1-8B, full depth, bf16, prefill 1x2048
     python benchmarks/model_measure.py --what decode  --out DIR   # ... decode 32 at 2048 (static KV cache)
     python benchmarks/model_measure.py --what moe     --out DIR   # Qwen3-30B-A3B dims: the grouped-GEMM share
+    python benchmarks/model_measure.py --render DIR               # here, no GPU: re-render a run's folder
 
 Each writes into DIR: ``answer.txt`` (what ``flyexplore model --measure`` prints), ``rows.csv`` (the
 ``model`` sweep's rows: times, intervals, labels, first call, peak memory, breakdown JSON, the
@@ -41,16 +42,22 @@ def gemm_estimate(cov, measured, out: Path, device) -> None:
     """The isolated per-call GEMM times of the exported shapes against the step's measured GEMM
     time (eager: cuBLAS through aten::mm/addmm, the shapes the capture exported), and the modelled
     GEMM share against the measured one."""
-    import pandas as pd
-
     import flyexplore as fx
-    from flyexplore.results import model_step as MS
 
     shapes = out / "shapes.csv"
     cov.export_shapes(shapes)
     rows = fx.sweep("gemm", shapes_from=str(shapes), backends="aten", device=device, progress=False)
     rows.to_csv(out / "gemm_rows.csv", index=False)
     shapes.unlink()
+    estimate_table(rows, measured, out)
+
+
+def estimate_table(rows, measured, out: Path) -> None:
+    """``estimate_vs_measured.csv`` from the GEMM sweep's ``rows`` and the measured step."""
+    import pandas as pd
+
+    from flyexplore.results import model_step as MS
+
     iso = MS.isolated_sum(rows)
     bd = measured.breakdown()
     bm = measured.beside_modelled()
@@ -68,18 +75,53 @@ def gemm_estimate(cov, measured, out: Path, device) -> None:
                           "modelled_gemm_share": float(share["modelled_share"].iloc[0]) if len(share) else None,
                           "measured_gemm_share": float(share["measured_share"].iloc[0]) if len(share) else None,
                           "share_difference_points": float(share["difference"].iloc[0]) if len(share) else None})
-    pd.DataFrame(table).to_csv(out / "estimate_vs_measured.csv", index=False)
+    pd.DataFrame(table).assign(modelled_on=bm.attrs.get("modelled_on")).to_csv(out / "estimate_vs_measured.csv",
+                                                                               index=False)
     print(pd.DataFrame(table).to_string(index=False))
+
+
+def render(folder: Path) -> None:
+    """Re-render a run's answer from its files, here (no GPU): the capture of the same model and
+    phase is made again (fake tensors, deterministic) and joined with the measured rows
+    (``rows.csv``): ``rendered.txt``, ``beside_modelled.csv`` and, where ``gemm_rows.csv`` is
+    there, ``estimate_vs_measured.csv`` -- the modelled shares on the measuring device's datasheet
+    peaks (:func:`flyexplore.results.model_step.modelled_on`)."""
+    import pandas as pd
+
+    from flyexplore.run import model_step as RS
+    from flyexplore.views.model import model_coverage
+    from flyexplore.views.model_step import MeasuredStep
+
+    meta = json.loads((folder / "meta.json").read_text())
+    rows = pd.read_csv(folder / "rows.csv")
+    case = RS.plan_case(meta["model"], phase=meta["phase"], batch=meta["batch"], seq=meta["seq"],
+                        layers=meta.get("layers"))
+    cov = model_coverage(None, RS.capture_config(case), phases=[(meta["phase"], meta["batch"], meta["seq"])],
+                         project="published", say=False)
+    m = MeasuredStep(rows, cov.table, cov._proj())
+    (folder / "rendered.txt").write_text(m.text() + "\n")
+    m.beside_modelled().assign(modelled_on=m.beside_modelled().attrs["modelled_on"]).to_csv(
+        folder / "beside_modelled.csv", index=False)
+    if (folder / "gemm_rows.csv").exists():
+        estimate_table(pd.read_csv(folder / "gemm_rows.csv"), m, folder)
+    print(m.text())
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--what", choices=tuple(RUNS), required=True)
-    ap.add_argument("--out", required=True, help="a folder for the files")
+    ap.add_argument("--what", choices=tuple(RUNS))
+    ap.add_argument("--out", help="a folder for the files")
+    ap.add_argument("--render", metavar="DIR", help="re-render a run's folder here (no GPU): rendered.txt, "
+                    "beside_modelled.csv, estimate_vs_measured.csv")
     ap.add_argument("--device", default=None, help="default: a GPU when one is visible")
     ap.add_argument("--layers", type=int, default=None, help="override the run's depth")
     ap.add_argument("--variants", default=None, help="override the run's variants")
     a = ap.parse_args(argv)
+    if a.render:
+        render(Path(a.render))
+        return 0
+    if not (a.what and a.out):
+        ap.error("give --what and --out (or --render DIR)")
     t0 = time.perf_counter()
     import flyexplore as fx
 

@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 
 from flyexplore.measure import stats as S
+from flyexplore.ops import model_hooks
+from flyexplore.results import peaks as PK
 
 #: Which capture view a variant's step is the real run of: eager variants run what the eager view
 #: captured, compiled variants what Inductor lowers (the compiled view).
@@ -109,35 +111,66 @@ def breakdown_check(frame: pd.DataFrame) -> pd.DataFrame:
     """Does the profiled breakdown account for the measured step? Per variant: ``measured_ms``
     (the median step), ``profiled_ms`` (the breakdown's total: kernels plus idle on a GPU,
     attributed CPU time on the CPU), ``kernel_ms``, ``idle_ms`` and ``difference``
-    (``profiled / measured - 1``). The profiled step is one step under the profiler, whose own
-    overhead lengthens host-bound steps."""
+    (``profiled / measured - 1``), ``kernel_difference`` (``kernel / measured - 1``). The profiled
+    step is one step under the profiler, whose own cost per launch lengthens the launch gaps of a
+    step of many short kernels (a decode): there the kernels alone are the closer account."""
     sp = breakdown_table(frame).attrs["spans"]
     out = []
     for v, s in sp.items():
         total = (s["kernel_us"] or 0) + (s["idle_us"] or 0)
         m = s["measured_ms"]
-        out.append({"variant": v, "measured_ms": m, "profiled_ms": total / 1e3, "kernel_ms": (s["kernel_us"] or 0) / 1e3,
+        k = (s["kernel_us"] or 0) / 1e3
+        out.append({"variant": v, "measured_ms": m, "profiled_ms": total / 1e3, "kernel_ms": k,
                     "idle_ms": (s["idle_us"] or 0) / 1e3,
-                    "difference": total / 1e3 / m - 1 if m and m == m else math.nan})
-    return pd.DataFrame(out, columns=["variant", "measured_ms", "profiled_ms", "kernel_ms", "idle_ms", "difference"])
+                    "difference": total / 1e3 / m - 1 if m and m == m else math.nan,
+                    "kernel_difference": k / m - 1 if m and m == m else math.nan})
+    return pd.DataFrame(out, columns=["variant", "measured_ms", "profiled_ms", "kernel_ms", "idle_ms", "difference",
+                                      "kernel_difference"])
+
+
+def modelled_on(frame: pd.DataFrame, table: pd.DataFrame | None) -> tuple[pd.Series | None, str]:
+    """The capture's modelled time per row of ``table`` (µs, every call of the row) on the device
+    the step was measured on, where :mod:`flyexplore.results.peaks` has its datasheet peaks (H200,
+    MI300X, MI355X...): the same roofline as the table's (``max(FLOPs / peak, bytes / bandwidth)``,
+    the matrix peak of the call's dtype for families whose hooks say ``matrix``, else FP32), so that
+    modelled and measured shares are of one device. Else the table's own modelled time (the
+    target's: MI355X for gfx950). Returns ``(times or None, the device and source in words)``."""
+    if table is None or not len(table):
+        return None, "no capture"
+    names = [d for d in frame.get("device", pd.Series(dtype=object)).dropna().unique()] if len(frame) else []
+    dev = next((d for d in (PK.find_device(str(n)) for n in names) if d is not None), None)
+    if dev is None:
+        return table["modelled_total_us"], f"the target's datasheet peaks ({table.attrs.get('peaks') or 'MI355X'})"
+
+    def one(r):
+        h = model_hooks(r["family"]) if isinstance(r["family"], str) else None
+        cls = r["dtype"] if (h is not None and h.matrix and r["dtype"] in PK.DTYPE_CLASS) else "fp32"
+        tf, bw = dev.peak(cls)
+        if not (r["total_flops"] == r["total_flops"] and r["total_bytes"] == r["total_bytes"]):
+            return math.nan
+        return max(r["total_flops"] / (tf * 1e12), r["total_bytes"] / (bw * 1e9)) * 1e6
+
+    return table.apply(one, axis=1), f"the measuring device's datasheet peaks ({dev.name}: {dev.source})"
 
 
 def beside_modelled(frame: pd.DataFrame, table: pd.DataFrame | None) -> pd.DataFrame:
     """The measured shares beside the capture's modelled ones, per variant and category:
     ``measured_share`` (of the profiled kernel time, idle left out), ``modelled_share`` (of the
-    capture's roofline time in the view the variant runs, :data:`VIEW_OF`; categories are the
+    capture's roofline time in the view the variant runs, :data:`VIEW_OF`, on the measuring
+    device's datasheet peaks where flyexplore has them, :func:`modelled_on`; categories are the
     families with model hooks and ``other``) and ``difference`` (measured - modelled, in share
     points). ``table``: :func:`flyexplore.results.model.coverage_table` of the same model and phase
-    (``None``: no modelled column)."""
+    (``None``: no modelled column). ``attrs["modelled_on"]`` says which peaks."""
     bd = breakdown_table(frame)
     bd = bd[bd["category"] != "idle"]
     modelled: dict[tuple[str, str], float] = {}
-    if table is not None and len(table):
-        t = table.assign(family=table["family"].astype(object).where(table["family"].notna(), "other"))
+    times, on = modelled_on(frame, table)
+    if times is not None:
+        t = table.assign(family=table["family"].astype(object).where(table["family"].notna(), "other"), _t=times)
         for view, g in t.groupby("view", sort=False):
-            tot = g["modelled_total_us"].sum()
+            tot = g["_t"].sum()
             for fam, gg in g.groupby("family", sort=False):
-                modelled[(view, fam)] = gg["modelled_total_us"].sum() / tot if tot else math.nan
+                modelled[(view, fam)] = gg["_t"].sum() / tot if tot else math.nan
     out = []
     for v, g in bd.groupby("variant", sort=False):
         view = VIEW_OF.get(v, "eager")
@@ -149,6 +182,7 @@ def beside_modelled(frame: pd.DataFrame, table: pd.DataFrame | None) -> pd.DataF
                         "difference": ms - mo if mo == mo else math.nan})
     df = pd.DataFrame(out, columns=["variant", "view", "category", "measured_share", "modelled_share", "difference"])
     df.attrs["kind"] = {"measured_share": "measured", "modelled_share": "modelled", "difference": "measured - modelled"}
+    df.attrs["modelled_on"] = on
     return df
 
 

@@ -129,16 +129,19 @@ class MeasuredStep:
         bm = self.beside_modelled()
         bd = self.breakdown()
         if len(chk):
-            src = "" if self.table is not None else " (no capture: modelled shares not shown)"
+            on = bm.attrs.get("modelled_on", "no capture")
+            src = (f"roofline on {on}, pointwise calls unfused" if self.table is not None
+                   else "no capture: modelled shares not shown")
             out += ["", ("#### " if md else "") +
                     f"One profiled step by kernel category (measured, torch.profiler) beside the capture's modelled "
-                    f"shares (roofline on MI355X datasheet peaks, pointwise calls unfused){src}"]
+                    f"shares ({src})"]
             for c in chk.itertuples():
                 g = bm[bm["variant"] == c.variant]
                 idle = bd[(bd["variant"] == c.variant) & (bd["category"] == "idle")]
                 out += ["", f"{c.variant} ({MS.VIEW_OF.get(c.variant, 'eager')} view): profiled {_f(c.profiled_ms, '.4g')} ms "
                             f"(kernels {_f(c.kernel_ms, '.4g')} + idle {_f(c.idle_ms, '.4g')}) vs measured "
-                            f"{_f(c.measured_ms, '.4g')} ms: {_f(100 * c.difference, '+.1f')}%"]
+                            f"{_f(c.measured_ms, '.4g')} ms: {_f(100 * c.difference, '+.1f')}% "
+                            f"(kernels alone {_f(100 * c.kernel_difference, '+.1f')}%)"]
                 rows = [[x.category, _f(bd[(bd['variant'] == c.variant) & (bd['category'] == x.category)]['us'].sum() / 1e3, '.4g'),
                          _f(100 * x.measured_share, ".1f"), _f(100 * x.modelled_share, ".1f"),
                          _f(100 * x.difference, "+.1f")] for x in g.itertuples()]

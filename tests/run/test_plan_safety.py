@@ -255,7 +255,8 @@ def test_a_plan_whose_every_case_is_over_is_a_usage_error_naming_the_smallest():
     with pytest.raises(UsageError) as e:
         C.memory_refusals(plan, "cpu", max_memory=10 ** 6, reader=_fake(None))
     assert str(e.value) == ("every case of the plan is over the memory limit: the smallest, 1024x1024x1024 fp32, "
-                            "is estimated at 1.3e7 B, over max_memory (--max-memory) 1.0 MB")
+                            "is estimated at 1.3e7 B (inputs 8.4e6 B, output 4.2e6 B; its tensors alone, a lower "
+                            "bound), over max_memory (--max-memory) 1.0 MB")
 
 
 def test_a_gpu_case_counts_the_devices_flush_buffer(monkeypatch):
