@@ -33,6 +33,7 @@ from flyexplore.insight.trace import trace as _trace_fn
 from flyexplore.insight.xray import xray as _xray
 from flyexplore.insight.xray import xray_dtypes, xray_shapes
 from flyexplore.ops import get_op, list_ops
+from flyexplore.ops.model import operator as MO
 from flyexplore.ops.scaled_gemm import mx as _mx
 from flyexplore.results import peaks as _peaks
 from flyexplore.results import published as _published
@@ -45,6 +46,7 @@ from flyexplore.ui import notebooks as _nb
 from flyexplore.views import export as _export
 from flyexplore.views import plots, plots_compare
 from flyexplore.views.aotriton import aotriton_ab_figure
+from flyexplore.views import model_step as VS
 from flyexplore.views.model import ModelCoverage, judge_captures, model_coverage
 from flyexplore.views.report import summary_table, write_ab_report, write_report
 from flyexplore.views.xray import resources_figure
@@ -463,9 +465,6 @@ def _measure_model(model, inputs, *, config, kwargs, phases, phase, batch, seq, 
     """``fx.model(..., measure=True)``: :func:`flyexplore.views.model_step.measure_model` for a Hugging
     Face model, or for an ``nn.Module`` the capture of it and a sweep of the ``model`` family in this
     process (:func:`flyexplore.ops.model.operator.register_module`)."""
-    from flyexplore.ops.model import operator as MO
-    from flyexplore.views import model_step as VS
-
     mm = parse_bytes(max_memory, "max_memory") if isinstance(max_memory, str) else max_memory
     if _is_module(model):
         if phases is not None or (phase, batch, seq) != (None, None, None) or layers is not None:

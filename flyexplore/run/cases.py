@@ -16,6 +16,7 @@ import os
 import traceback
 from typing import Callable, Sequence
 
+from flyexplore.insight.breakdown import profile_step
 from flyexplore.measure import stats as S
 from flyexplore.measure.devstate import _bdf, case_columns, sampler_for
 from flyexplore.measure.interleaved import measure_interleaved
@@ -185,8 +186,6 @@ def _breakdown(op: Operator, name: str, bk, fn, ctx: RunContext, case: Case, inp
     """One profiled call of a timed backend by kernel category (:func:`flyexplore.insight.breakdown.
     profile_step` with the family's ``breakdown`` keywords), as JSON; a profiler that fails leaves
     a note and no breakdown (the time stands)."""
-    from flyexplore.insight.breakdown import profile_step
-
     try:
         with bk.context(ctx, case):
             bd = profile_step(fn, ctx.device, **op.breakdown(name, inputs))

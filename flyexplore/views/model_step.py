@@ -10,11 +10,15 @@ measured one, with the difference stated.
 from __future__ import annotations
 
 import math
+import sys
 
 import pandas as pd
 
-from flyexplore.ops.model.operator import CUDA_GRAPHS
+from flyexplore.ops.model.operator import CUDA_GRAPHS, describe
 from flyexplore.results import model_step as MS
+from flyexplore.run import model_step as RS
+from flyexplore.run.sweep import run_sweep
+from flyexplore.views.model import model_coverage
 
 
 def _f(v, fmt: str, none: str = "-") -> str:
@@ -49,8 +53,6 @@ def _grid(rows: list[list[str]], head: list[str]) -> list[str]:
 
 def _title_of(model) -> str:
     """A model's title (``Llama-3.1-8B``) for a case's ``model`` value, else the value."""
-    from flyexplore.ops.model.operator import describe
-
     try:
         return describe(str(model))["title"]
     except Exception:  # noqa: BLE001 - a registered module, or a file gone since
@@ -207,12 +209,6 @@ def measure_model(hf=None, config=None, *, phase: str = "prefill", batch: int = 
     is over the free memory or ``max_memory`` -- each a :class:`~flyexplore.errors.UsageError` in
     one line with nothing written; then the capture (fake tensors, no memory) runs, then the
     measurement."""
-    import sys
-
-    from flyexplore.run import model_step as RS
-    from flyexplore.run.sweep import run_sweep
-    from flyexplore.views.model import model_coverage
-
     spec = RS.step_spec(hf, config, phase=phase, batch=batch, seq=seq, layers=layers, variants=variants, dtype=dtype,
                         device=device, max_memory=max_memory, timer=timer, out=out, processes=processes)
     case = spec.plan.pairs[0][0]

@@ -1,11 +1,11 @@
 """Issue 35's goals on a GPU (the lent H200): a real model step measured, beside the product's own
 estimates. Results go to ``data/h200/model_measure/`` (its README holds the tables).
 
-    python benchmarks/model_measure.py --what smoke   --out DIR   # 2 layers, every variant: the GPU paths run
-    python benchmarks/model_measure.py --what prefill --out DIR   # Llama-3.1-8B, full depth, bf16, prefill 1x2048
-    python benchmarks/model_measure.py --what decode  --out DIR   # ... decode 32 at 2048 (static KV cache)
-    python benchmarks/model_measure.py --what moe     --out DIR   # Qwen3-30B-A3B dims: the grouped-GEMM share
-    python benchmarks/model_measure.py --render DIR               # here, no GPU: re-render a run's folder
+    python benchmarks/gpu/model_measure.py --what smoke   --out DIR   # 2 layers, every variant: the GPU paths run
+    python benchmarks/gpu/model_measure.py --what prefill --out DIR   # Llama-3.1-8B, full depth, bf16, prefill 1x2048
+    python benchmarks/gpu/model_measure.py --what decode  --out DIR   # ... decode 32 at 2048 (static KV cache)
+    python benchmarks/gpu/model_measure.py --what moe     --out DIR   # Qwen3-30B-A3B dims: the grouped-GEMM share
+    python benchmarks/gpu/model_measure.py --render DIR               # here, no GPU: re-render a run's folder
 
 Each writes into DIR: ``answer.txt`` (what ``flyexplore model --measure`` prints), ``rows.csv`` (the
 ``model`` sweep's rows: times, intervals, labels, first call, peak memory, breakdown JSON, the
@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 RUNS = {
     "smoke": dict(model="llama-3.1-8b", phase="prefill", batch=1, seq=256, layers=2, variants=None),
