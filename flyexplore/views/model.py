@@ -331,8 +331,12 @@ class ModelCoverage:
         return model_section(self.table, self.advice, self._proj())
 
     def report(self, out_dir, static: bool = True) -> Path:
-        """:func:`write_model_report` into ``out_dir``."""
-        return write_model_report(self.table, out_dir, self.advice, self._proj(), static=static)
+        """:func:`write_model_report` into ``out_dir``, with the measured step's section after the
+        coverage where the step was measured."""
+        if self.measured is None:
+            return write_model_report(self.table, out_dir, self.advice, self._proj(), static=static)
+        return write_sections([self.section(), self.measured.section()], out_dir, "flyexplore model coverage",
+                              static=static)
 
     def to_dict(self) -> dict:
         """Everything as plain data (``flyexplore model --json``): per capture its label, phase,

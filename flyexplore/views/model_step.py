@@ -173,6 +173,55 @@ class MeasuredStep:
         """The measured step as Markdown."""
         return "\n".join(self._lines(True))
 
+    def figure(self, title: str | None = None):
+        """Grouped bars per variant (one panel each): each kernel category's share of the profiled
+        kernel time (measured) beside the capture's modelled share of the same view
+        (:meth:`beside_modelled`; the peaks it was modelled on in the subtitle). Raises
+        :class:`~flyexplore.errors.UsageError` when no variant has a breakdown."""
+        import plotly.express as px
+
+        from flyexplore.errors import UsageError
+        from flyexplore.views.plot_style import style_figure
+
+        bm = self.beside_modelled()
+        if not len(bm):
+            raise UsageError("no measured breakdown to plot (no variant ran)")
+        long = bm.melt(id_vars=["variant", "view", "category"], value_vars=["measured_share", "modelled_share"],
+                       var_name="kind", value_name="share")
+        long["kind"] = long["kind"].map({"measured_share": "measured (one profiled step)",
+                                         "modelled_share": "modelled (roofline)"})
+        fig = px.bar(long, x="category", y="share", color="kind", barmode="group", facet_col="variant",
+                     labels={"share": "share of kernel time", "kind": ""})
+        fig.update_yaxes(tickformat=".0%")
+        fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
+        sub = bm.attrs.get("modelled_on", "")
+        fig = style_figure(fig, title or f"{self._title().split(';')[0]}<br><sup>modelled on {sub}</sup>",
+                           "kernel category", "share of kernel time")
+        fig.for_each_yaxis(lambda ax: ax.update(title_text=""))
+        fig.update_yaxes(title_text="share of kernel time", row=1, col=1)
+        return fig
+
+    def section(self):
+        """A report section (``f(page)``, :func:`flyexplore.views.report.write_sections`): the
+        variants, the breakdown check, the measured shares beside the modelled ones and the
+        figure, the projection beside the measured speedup; each labelled with what it is."""
+        def add(page):
+            page.h2("Measured step")
+            page.p(self._title(), cls="note")
+            page.table("step_variants", self.steps())
+            if len(self.breakdown_check()):
+                page.h3("One profiled step by kernel category (measured) beside the modelled shares")
+                page.p("measured: torch.profiler, one step of each variant; modelled: the capture's roofline "
+                       f"({self.beside_modelled().attrs.get('modelled_on', '')}), pointwise calls unfused", cls="note")
+                page.fig("step_breakdown", self.figure())
+                page.table("step_breakdown_check", self.breakdown_check())
+                page.table("step_beside_modelled", self.beside_modelled())
+            page.h3("FlyDSL speedup: projected (not a measurement) beside measured")
+            page.table("step_projection_vs_measured", self.projection_vs_measured())
+            for n in self.notes:
+                page.p(n, cls="note")
+        return add
+
     def to_dict(self) -> dict:
         """Plain data (``flyexplore model --measure --json``): the tables, each with ``kind`` per column."""
         def rec(df):

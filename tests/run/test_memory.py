@@ -242,6 +242,8 @@ def test_every_cpu_family_and_backend_is_covered():
     runs = set()
     for name in builtin_ops():
         o = get_op(name)
+        if o.memory is not None:
+            continue   # a family that estimates its own memory (the model family): no probe, no fit
         for b, bk in o.backends.items():
             if any(bk.available(ctx, c, d) is None for c in o.suites["cpu-small"].cases for d in o.dtypes):
                 runs.add((name, b))

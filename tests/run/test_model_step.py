@@ -42,8 +42,8 @@ def measured(tmp_path_factory):
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         rc = main(["model", "--config", str(cfg), "--seq", "64", "--batch", "2", "--layers", "2", "--measure",
-                   "--measure-device", "cpu", "--out", str(out)])
-    return {"rc": rc, "text": buf.getvalue(), "out": out}
+                   "--measure-device", "cpu", "--out", str(out), "--report", str(tmp / "rep"), "--no-images"])
+    return {"rc": rc, "text": buf.getvalue(), "out": out, "report": tmp / "rep" / "report.html"}
 
 
 @pytest.mark.slow
@@ -75,6 +75,8 @@ def test_measure_on_the_cpu_gives_every_variant_a_row_and_a_breakdown_beside_the
     assert "projected (published MI355X per-op speedups through Amdahl's law, not a measurement)" in text
     assert "not measured: eager_flydsl unavailable" in text
     assert "layers: the first 2 of 3 decoder layers are built (--layers), as in the measured step" in text
+    html = measured["report"].read_text()
+    assert "Measured step" in html and "projected (not a measurement) beside measured" in html
 
 
 @pytest.mark.slow
@@ -187,3 +189,13 @@ def test_an_nn_module_is_measured_with_its_own_inputs():
     s = cov.measured.steps().set_index("variant")
     assert list(s.index) == ["eager", "compile"] and (s["status"] == "ok").all()
     assert "Measured step" in cov.text() and cov.to_dict()["measured"]["steps"][0]["variant"] == "eager"
+
+
+def test_the_memory_check_takes_the_familys_own_estimate_and_runs_no_probe(tmp_path):
+    from flyexplore.run.memory import memory_check
+    from flyexplore.run.spec import make_plan
+
+    plan = make_plan("model", shapes="32x2048:model=llama-3.1-8b,decode", dtypes="bf16")
+    check = memory_check(plan, "cpu", max_memory=10 ** 12, measure=lambda *a: pytest.fail("a probe ran"))
+    est = check.estimates[("32x2048:model=llama-3.1-8b,decode", "bf16")]
+    assert est.source == "family" and "weights 16.06 GB + KV cache 8.59 GB" in est.terms
