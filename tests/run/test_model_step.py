@@ -196,6 +196,7 @@ def test_the_memory_check_takes_the_familys_own_estimate_and_runs_no_probe(tmp_p
     from flyexplore.run.spec import make_plan
 
     plan = make_plan("model", shapes="32x2048:model=llama-3.1-8b,decode", dtypes="bf16")
-    check = memory_check(plan, "cpu", max_memory=10 ** 12, measure=lambda *a: pytest.fail("a probe ran"))
+    check = memory_check(plan, "cpu", max_memory=10 ** 12, reader=lambda dev: (None, "not read"),
+                         measure=lambda *a: pytest.fail("a probe ran"))
     est = check.estimates[("32x2048:model=llama-3.1-8b,decode", "bf16")]
     assert est.source == "family" and "weights 16.06 GB + KV cache 8.59 GB" in est.terms

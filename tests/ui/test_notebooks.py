@@ -462,6 +462,10 @@ def _check_model_coverage(executed):
     assert "judged for gfx950" in html and "grouped_gemm_flydsl" in html and "eligible time (modelled)" in html
     outs = [o for m in states if m["model_name"] == "OutputModel" for o in m["state"].get("outputs", [])]
     assert any("application/vnd.plotly.v1+json" in o.get("data", {}) for o in outs)
+    # section 8: the step measured for real on this machine, each variant a row, beside the model
+    assert "Measured step (measured on " in text and "first 2 layers only (--layers)" in text
+    assert "CUDA graphs: not used" in text and "modelled %" in text
+    assert "not a measurement) beside measured" in text
 
 
 #: What each notebook must show once it ran (the checks above), by notebook name.
