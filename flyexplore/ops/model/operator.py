@@ -44,7 +44,15 @@ import os
 from typing import Any, Mapping
 
 from flyexplore.errors import UsageError, bad_choice
-from flyexplore.ops.base import DTYPE_BYTES, Operator, TensorSize, compile_context, relative_error, torch_dtype
+from flyexplore.ops.base import (
+    DTYPE_BYTES,
+    Operator,
+    TensorSize,
+    compile_context,
+    relative_error,
+    torch_dtype,
+)
+from flyexplore.ops.gemm import operator as GEMM_OP
 from flyexplore.ops.model import hf as H
 from flyexplore.world.switches import flydsl_eager
 
@@ -366,24 +374,14 @@ def error(out, ref, case, dtype) -> dict:
 
 # -- variants ----------------------------------------------------------------------------------
 
-def _needs_gpu(ctx, case, dtype):
-    if not ctx.gpu:
-        return "max-autotune's Triton GEMM templates need a CUDA or ROCm GPU (Inductor emits C++ on the CPU)"
-    return None
-
-
 def _flydsl_eager_available(ctx, case, dtype):
     r = ctx.env.flydsl_eager
     return None if r.ready else "; ".join(c.detail for c in r.failed)
 
 
-def _flydsl_compile_available(ctx, case, dtype):
-    r = ctx.env.flydsl_compile
-    if not r.ready:
-        return "; ".join(c.detail for c in r.failed)
-    if dtype not in ("fp16", "bf16"):
-        return f"FlyDSL GEMM templates take fp16/bf16 only, not {dtype}"
-    return None
+# the GEMM family's own checks: whether Triton GEMM templates and FlyDSL's GEMM template can run
+_needs_gpu = GEMM_OP._needs_gpu
+_flydsl_compile_available = GEMM_OP._flydsl_available
 
 
 def _rocm_only(ctx, case, dtype):
