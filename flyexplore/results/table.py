@@ -229,11 +229,17 @@ def ab_envs(df: pd.DataFrame) -> list[str]:
 
 def default_baseline(df: pd.DataFrame) -> str:
     """The backend speedups are taken against when none is named: an environment A/B's baseline
-    arm (its rows' own: the arm whose ``baseline`` is itself), else ``aten``."""
+    arm (its rows' own: the arm whose ``baseline`` is itself), else ``aten``; where no row is of
+    ``aten`` (the model family, whose baseline variant is ``eager``), the baseline the rows were
+    timed against (their ``baseline`` column, the most common)."""
     if ab_envs(df) and "baseline" in df:
         d = df[df["env"].notna() & df["baseline"].notna()]
         own = d.loc[d["baseline"] == d["backend"], "baseline"]
         got = own if len(own) else d["baseline"]
+        if len(got):
+            return str(got.value_counts().index[0])
+    if "backend" in df and "baseline" in df and not (df["backend"] == "aten").any():
+        got = df["baseline"].dropna()
         if len(got):
             return str(got.value_counts().index[0])
     return "aten"

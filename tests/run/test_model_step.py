@@ -82,6 +82,9 @@ def test_measure_on_the_cpu_gives_every_variant_a_row_and_a_breakdown_beside_the
 @pytest.mark.slow
 def test_the_measured_tables_say_what_each_number_is(measured):
     rows = fx.load(measured["out"])
+    from flyexplore.results import table as R
+
+    assert R.default_baseline(rows) == "eager"   # report / compare take the model's baseline, not aten
     steps = MS.step_table(rows)
     assert steps.attrs["kind"]["step_ms"] == "measured"
     e = steps.set_index("variant").loc["eager"]
