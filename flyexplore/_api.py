@@ -474,6 +474,11 @@ def _measure_model(model, inputs, *, config, kwargs, phases, phase, batch, seq, 
         caps = [_cap.capture(model, inputs, view=v, arch=arch, device=device, kwargs=kwargs)
                 for v in _cap.views_of(views)]
         cov = judge_captures(caps, arch=arch, project=project, speedups=speedups, routing=routing)
+        if dtype is None:   # the module runs as it is: its rows say its parameters' dtype
+            import torch
+
+            p = next(iter(model.parameters()), None)
+            dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(getattr(p, "dtype", None), "fp32")
         frame = sweep("model", shapes=f"1x1:model={value}", backends=variants, dtypes=dtype,
                       device=measure_device, engine="in-process", max_memory=mm, timer=timer, out=out,
                       progress=progress)

@@ -172,10 +172,19 @@ def run(a: argparse.Namespace) -> int:
         if a.project == "results":
             raise UsageError("--measure projects from the published figures (--project published)")
         ph, b, sq = phases[0]
-        cov = measure_model(a.hf, a.config, phase=ph, batch=b, seq=sq, layers=a.layers, variants=a.variants,
-                            dtype=a.dtype, device=a.measure_device,
-                            max_memory=parse_bytes(a.max_memory, "--max-memory") if a.max_memory else None,
-                            out=a.out, processes=a.processes, arch=a.arch, routing=a.routing, force=a.force)
+        try:
+            cov = measure_model(a.hf, a.config, phase=ph, batch=b, seq=sq, layers=a.layers, variants=a.variants,
+                                dtype=a.dtype, device=a.measure_device,
+                                max_memory=parse_bytes(a.max_memory, "--max-memory") if a.max_memory else None,
+                                out=a.out, processes=a.processes, arch=a.arch, routing=a.routing, force=a.force)
+        except UsageError as exc:   # the sweep's words for the options --measure names otherwise
+            msg = str(exc).replace("--device ", "--measure-device ")
+            if msg.startswith("unknown variant "):
+                msg = "unknown --variants entry " + msg[len("unknown variant "):]
+            raise UsageError(msg) from None
+        if a.out:
+            print(f"{len(cov.measured.frame)} rows written to {a.out} (flyexplore report / compare read it)",
+                  file=sys.stderr)
     if a.json:
         print(json.dumps(cov.to_dict(), indent=1, default=str, allow_nan=False))
     else:

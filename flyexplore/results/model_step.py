@@ -202,7 +202,7 @@ def flydsl_measured(frame: pd.DataFrame, view: str, band: float = S.BAND) -> dic
     for v in (fly, base):
         r = rows.get(v)
         if r is None:
-            return {"pair": pair, "reason": f"{v} not measured (not among the variants asked for)"}
+            return {"pair": pair, "reason": f"{v} was not among the variants asked for"}
         if r.get("status") != "ok":
             return {"pair": pair, "reason": f"{v} {r.get('status')}: {r.get('message')}"}
     try:

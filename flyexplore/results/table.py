@@ -38,6 +38,7 @@ import pandas as pd
 
 from flyexplore.atomic import write_file
 from flyexplore.errors import UsageError
+from flyexplore.ops import get_op
 from flyexplore.measure import stats as S
 from flyexplore.measure.stats import notch_ci
 from flyexplore.measure.timing import rounds_from_json
@@ -229,19 +230,24 @@ def ab_envs(df: pd.DataFrame) -> list[str]:
 
 def default_baseline(df: pd.DataFrame) -> str:
     """The backend speedups are taken against when none is named: an environment A/B's baseline
-    arm (its rows' own: the arm whose ``baseline`` is itself), else ``aten``; where no row is of
-    ``aten`` (the model family, whose baseline variant is ``eager``), the baseline the rows were
-    timed against (their ``baseline`` column, the most common)."""
+    arm (its rows' own: the arm whose ``baseline`` is itself); else the baseline backend of the
+    rows' operators where they share one (``aten`` for the kernel families, ``eager`` for the model
+    family, :attr:`flyexplore.ops.base.Backend.baseline`); else ``aten``."""
     if ab_envs(df) and "baseline" in df:
         d = df[df["env"].notna() & df["baseline"].notna()]
         own = d.loc[d["baseline"] == d["backend"], "baseline"]
         got = own if len(own) else d["baseline"]
         if len(got):
             return str(got.value_counts().index[0])
-    if "backend" in df and "baseline" in df and not (df["backend"] == "aten").any():
-        got = df["baseline"].dropna()
-        if len(got):
-            return str(got.value_counts().index[0])
+    if "op" in df and len(df):
+        names: set[str] = set()
+        for op in df["op"].dropna().unique():
+            try:
+                names |= {n for n, b in get_op(str(op)).backends.items() if b.baseline} or {"aten"}
+            except UsageError:   # an operator this catalogue does not hold (another plug-in's)
+                names.add("aten")
+        if len(names) == 1:
+            return names.pop()
     return "aten"
 
 

@@ -24,7 +24,7 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from flyexplore.errors import UsageError
+from flyexplore.errors import UsageError, bad_choice
 from flyexplore.ops import get_op
 from flyexplore.ops.model import operator as M
 from flyexplore.run.memory import memory_check
@@ -42,7 +42,11 @@ def model_value(hf: str | None = None, config=None) -> str:
     if hf is not None:
         return str(hf).strip().lower()
     if isinstance(config, Mapping):
-        text = json.dumps(dict(config), sort_keys=True, default=str)
+        d = dict(config)
+        if not isinstance(d.get("config"), Mapping):   # a bare config dict: named by its model_type
+            mt = d.get("model_type", "model")
+            d = {"name": f"{mt}-config", "title": f"{mt} config (a dict)", "source": "a config dict", "config": d}
+        text = json.dumps(d, sort_keys=True, default=str)
         folder = Path(tempfile.gettempdir()) / "flyexplore-models"
         folder.mkdir(parents=True, exist_ok=True)
         p = folder / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
@@ -85,7 +89,8 @@ def capture_config(case) -> dict:
         full = M.model_dims(desc["config"])["layers"]
         desc["title"] = f"{desc['title']} (first {case['layers']} of {full} layers)"
         desc["notes"] = list(desc.get("notes", ())) + [
-            f"layers: the first {case['layers']} of {full} decoder layers are built (--layers), as in the measured step"]
+            f"layers: the first {case['layers']} of {full} decoder layers are built (--layers, layers=), as in the "
+            "measured step"]
     desc["config"] = cfg
     return desc
 
@@ -103,7 +108,8 @@ def step_spec(hf=None, config=None, *, phase: str = "prefill", batch: int = 1, s
     names = list(M.VARIANTS) if variants is None else [v.strip() for v in (
         variants.split(",") if isinstance(variants, str) else variants) if v.strip()]
     for v in names:
-        op.get_backend(v)  # an unknown variant: one line naming the valid ones
+        if v not in op.backends:
+            raise bad_choice("variant", v, tuple(op.backends))
     if not names:
         raise UsageError("no variant given (valid: " + ", ".join(M.VARIANTS) + ")")
     if dtype is None:

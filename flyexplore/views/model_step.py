@@ -14,11 +14,13 @@ import sys
 
 import pandas as pd
 
+from flyexplore.errors import UsageError
 from flyexplore.ops.model.operator import CUDA_GRAPHS, describe
 from flyexplore.results import model_step as MS
 from flyexplore.run import model_step as RS
 from flyexplore.run.sweep import run_sweep
 from flyexplore.views.model import model_coverage
+from flyexplore.views.plot_style import style_figure
 
 
 def _f(v, fmt: str, none: str = "-") -> str:
@@ -52,11 +54,26 @@ def _grid(rows: list[list[str]], head: list[str]) -> list[str]:
 
 
 def _title_of(model) -> str:
-    """A model's title (``Llama-3.1-8B``) for a case's ``model`` value, else the value."""
+    """A model's title (``Llama-3.1-8B``) for a case's ``model`` value; a registered module's class
+    (``MLP (an nn.Module)``); else the value."""
+    if str(model).startswith("module:"):
+        return f"{str(model)[len('module:'):].rsplit('-', 1)[0]} (an nn.Module)"
     try:
         return describe(str(model))["title"]
     except Exception:  # noqa: BLE001 - a registered module, or a file gone since
         return str(model)
+
+
+#: What a step costs on a small CPU, FLOP/s, for the note before a long CPU measurement: about what
+#: the project's 2-core x86 machine gave a small Llama step in fp32 (0.02-0.05 TFLOP/s in the tests'
+#: rows); a bigger CPU takes less.
+CPU_FLOPS = 5e10
+
+
+def _gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 class MeasuredStep:
@@ -106,6 +123,8 @@ class MeasuredStep:
         ph = r.get("phase", "?")
         what = (f"prefill {r.get('batch')}x{r.get('seq')}" if ph == "prefill"
                 else f"decode {r.get('batch')} at context {r.get('seq')} (static KV cache)")
+        if str(r.get("model", "")).startswith("module:"):
+            what = "on its own inputs and weights"
         ok = self.frame[self.frame["status"] == "ok"] if len(self.frame) else self.frame
         mode = ", ".join(sorted({str(m) for m in ok.get("timing_mode", pd.Series(dtype=object)).dropna()})) or "-"
         dev = r.get("device", "?")
@@ -130,6 +149,7 @@ class MeasuredStep:
         chk = self.breakdown_check()
         bm = self.beside_modelled()
         bd = self.breakdown()
+        spans = bd.attrs["spans"]
         if len(chk):
             on = bm.attrs.get("modelled_on", "no capture")
             src = (f"roofline on {on}, pointwise calls unfused" if self.table is not None
@@ -137,13 +157,22 @@ class MeasuredStep:
             out += ["", ("#### " if md else "") +
                     f"One profiled step by kernel category (measured, torch.profiler) beside the capture's modelled "
                     f"shares ({src})"]
+            cpu_notes = sorted({n for s in spans.values() if s.get("device") == "cpu" for n in s.get("notes", [])})
+            for n in cpu_notes:
+                out.append(("- " if md else "note: ") + n + "; the profiler's own cost makes its total no measure "
+                           "of the step, so only the shares are compared")
             for c in chk.itertuples():
                 g = bm[bm["variant"] == c.variant]
                 idle = bd[(bd["variant"] == c.variant) & (bd["category"] == "idle")]
-                out += ["", f"{c.variant} ({MS.VIEW_OF.get(c.variant, 'eager')} view): profiled {_f(c.profiled_ms, '.4g')} ms "
-                            f"(kernels {_f(c.kernel_ms, '.4g')} + idle {_f(c.idle_ms, '.4g')}) vs measured "
-                            f"{_f(c.measured_ms, '.4g')} ms: {_f(100 * c.difference, '+.1f')}% "
-                            f"(kernels alone {_f(100 * c.kernel_difference, '+.1f')}%)"]
+                view = MS.VIEW_OF.get(c.variant, "eager")
+                if spans.get(c.variant, {}).get("device") == "cpu":
+                    out += ["", f"{c.variant} ({view} view): CPU-op self times of one profiled step, "
+                                f"{_f(c.kernel_ms, '.4g')} ms in all (measured step {_f(c.measured_ms, '.4g')} ms)"]
+                else:
+                    out += ["", f"{c.variant} ({view} view): profiled {_f(c.profiled_ms, '.4g')} ms "
+                                f"(kernels {_f(c.kernel_ms, '.4g')} + idle {_f(c.idle_ms, '.4g')}) vs measured "
+                                f"{_f(c.measured_ms, '.4g')} ms: {_f(100 * c.difference, '+.1f')}% "
+                                f"(kernels alone {_f(100 * c.kernel_difference, '+.1f')}%)"]
                 rows = [[x.category, _f(bd[(bd['variant'] == c.variant) & (bd['category'] == x.category)]['us'].sum() / 1e3, '.4g'),
                          _f(100 * x.measured_share, ".1f"), _f(100 * x.modelled_share, ".1f"),
                          _f(100 * x.difference, "+.1f")] for x in g.itertuples()]
@@ -180,9 +209,6 @@ class MeasuredStep:
         :class:`~flyexplore.errors.UsageError` when no variant has a breakdown."""
         import plotly.express as px
 
-        from flyexplore.errors import UsageError
-        from flyexplore.views.plot_style import style_figure
-
         bm = self.beside_modelled()
         if not len(bm):
             raise UsageError("no measured breakdown to plot (no variant ran)")
@@ -198,7 +224,9 @@ class MeasuredStep:
         fig = style_figure(fig, title or f"{self._title().split(';')[0]}<br><sup>modelled on {sub}</sup>",
                            "kernel category", "share of kernel time")
         fig.for_each_yaxis(lambda ax: ax.update(title_text=""))
-        fig.update_yaxes(title_text="share of kernel time", row=1, col=1)
+        cpu = any(s.get("device") == "cpu" for s in self.breakdown().attrs["spans"].values())
+        fig.update_yaxes(title_text="share of CPU-op time" if cpu else "share of kernel time", row=1, col=1)
+        fig.update_layout(margin=dict(t=100))
         return fig
 
     def section(self):
@@ -261,6 +289,13 @@ def measure_model(hf=None, config=None, *, phase: str = "prefill", batch: int = 
     spec = RS.step_spec(hf, config, phase=phase, batch=batch, seq=seq, layers=layers, variants=variants, dtype=dtype,
                         device=device, max_memory=max_memory, timer=timer, out=out, processes=processes)
     case = spec.plan.pairs[0][0]
+    flops = spec.plan.op.flops(case)
+    if spec.device is not None and str(spec.device).startswith("cpu") or (spec.device is None and not _gpu()):
+        per_step = flops / CPU_FLOPS
+        if per_step > 1.0 and say:
+            print(f"flyexplore: note: one step is {flops / 1e12:.2g} TFLOP: on this CPU about {per_step:.0f} s a "
+                  f"step (at {CPU_FLOPS / 1e9:.0f} GFLOP/s), and each variant is timed over 10 rounds or more: "
+                  "many minutes; --layers N or a GPU is quicker", file=sys.stderr)
     desc = RS.capture_config(case)
     cov = model_coverage(None, desc, phases=[(phase, batch, seq)], arch=arch, routing=routing, project=project,
                          force=force, say=say)
@@ -268,6 +303,10 @@ def measure_model(hf=None, config=None, *, phase: str = "prefill", batch: int = 
     if case["layers"]:
         notes.append(f"--layers {case['layers']}: the model is cut to its first {case['layers']} decoder layers "
                      "(measured and captured alike); a full-depth step takes longer")
+    if phase == "decode":
+        notes.append("the capture's decode step updates transformers' DynamicCache (its aten.cat rows); the measured "
+                     "step writes a static KV cache in place: the modelled 'other' share holds concatenations the "
+                     "measured step does not run")
     if say and progress:
         print(f"flyexplore: measuring {len(spec.backends)} variant(s) of {case.label} {spec.dtypes[0]} "
               "(each compiled variant compiles and autotunes first: minutes on a GPU)", file=sys.stderr)

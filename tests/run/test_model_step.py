@@ -100,7 +100,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys):
     cfg = _cfg(tmp_path)
     out = tmp_path / "rows.csv"
     base = ["model", "--config", str(cfg), "--seq", "64", "--measure", "--measure-device", "cpu", "--out", str(out)]
-    one_line(capsys, main(base + ["--variants", "eager,turbo"]), "turbo", "eager_flydsl")
+    one_line(capsys, main(base + ["--variants", "eager,turbo"]), "unknown --variants entry 'turbo'", "eager_flydsl")
     one_line(capsys, main(base + ["--seq", "513"]), "prefill at seq 513 needs 513 positions",
              "max_position_embeddings 512")
     one_line(capsys, main(base + ["--seq", "512", "--phase", "decode"]), "decode at seq 512 needs 513 positions")
@@ -191,6 +191,7 @@ def test_an_nn_module_is_measured_with_its_own_inputs():
                    timer=FAST_TIMER, progress=False)
     s = cov.measured.steps().set_index("variant")
     assert list(s.index) == ["eager", "compile"] and (s["status"] == "ok").all()
+    assert (s["dtype"] == "fp32").all() and "MLP (an nn.Module) on its own inputs and weights" in cov.text()
     assert "Measured step" in cov.text() and cov.to_dict()["measured"]["steps"][0]["variant"] == "eager"
 
 
@@ -203,3 +204,22 @@ def test_the_memory_check_takes_the_familys_own_estimate_and_runs_no_probe(tmp_p
                          measure=lambda *a: pytest.fail("a probe ran"))
     est = check.estimates[("32x2048:model=llama-3.1-8b,decode", "bf16")]
     assert est.source == "family" and "weights 16.06 GB + KV cache 8.59 GB" in est.terms
+
+
+def test_a_long_cpu_measurement_says_so_before_it_starts(monkeypatch, capsys):
+    """Llama-3.1-8B dims cut to one layer, prefill 1x2048 on the CPU: about a TFLOP a step, so the
+    note comes before the sweep starts (here the sweep is stopped as it would begin)."""
+    from flyexplore.views import model_step as VS
+
+    class Began(Exception):
+        pass
+
+    def begin(spec, progress=True):
+        raise Began
+
+    monkeypatch.setattr(VS, "run_sweep", begin)
+    with pytest.raises(Began):
+        VS.measure_model("llama-3.1-8b", seq=2048, layers=1, device="cpu", variants="eager", say=True)
+    err = capsys.readouterr().err
+    assert "flyexplore: note: one step is 0.93 TFLOP: on this CPU about 19 s a step" in err, err
+    assert err.index("one step is") < err.index("layers: the first 1 of 32")   # before the capture
