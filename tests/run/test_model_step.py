@@ -74,7 +74,7 @@ def test_measure_on_the_cpu_gives_every_variant_a_row_and_a_breakdown_beside_the
     assert "beside the capture's modelled shares" in text and "modelled %" in text
     assert "projected (published MI355X per-op speedups through Amdahl's law, not a measurement)" in text
     assert "not measured: eager_flydsl unavailable" in text
-    assert "layers: the first 2 of 3 decoder layers are built (--layers), as in the measured step" in text
+    assert "layers: the first 2 of 3 decoder layers are built (--layers, layers=), as in the measured step" in text
     html = measured["report"].read_text()
     assert "Measured step" in html and "projected (not a measurement) beside measured" in html
 
