@@ -225,7 +225,14 @@ def test_an_operator_without_tensor_sizes_is_estimated_by_its_byte_count():
 
 # -- refusals --------------------------------------------------------------------------------------
 
-def test_cases_over_the_free_memory_are_refused_with_their_estimate():
+@pytest.fixture
+def no_fits(monkeypatch, tmp_path):
+    """An empty fit cache: with ``measure=False`` these checks read cached fits only, and a fit that
+    another test (or an earlier run on this machine) left in the user's cache would change them."""
+    monkeypatch.setenv("FLYEXPLORE_CACHE", str(tmp_path / "fits"))
+
+
+def test_cases_over_the_free_memory_are_refused_with_their_estimate(no_fits):
     plan = make_plan("gemm", shapes="8x8x8;1024x1024x1024", dtypes="fp32")   # 768 B and 12.6 MB
     got = C.memory_refusals(plan, "cpu", reader=_fake(10 ** 6), measure=False)
     assert list(got) == [("1024x1024x1024", "fp32")]
@@ -235,7 +242,7 @@ def test_cases_over_the_free_memory_are_refused_with_their_estimate():
     assert C.memory_refusals(plan, "cpu", reader=_fake(10 ** 9), measure=False) == {}
 
 
-def test_the_smaller_of_max_memory_and_the_free_memory_is_the_limit():
+def test_the_smaller_of_max_memory_and_the_free_memory_is_the_limit(no_fits):
     plan = make_plan("gemm", shapes="8x8x8;1024x1024x1024", dtypes="fp32")
     by_max = C.memory_refusals(plan, "cpu", max_memory=10 ** 6, reader=_fake(10 ** 9), measure=False)
     assert by_max[("1024x1024x1024", "fp32")].endswith("is over max_memory (--max-memory) 1.0 MB")
@@ -250,7 +257,7 @@ def test_the_smaller_of_max_memory_and_the_free_memory_is_the_limit():
             C.memory_refusals(plan, "cpu", max_memory=bad, reader=_fake(None))
 
 
-def test_a_plan_whose_every_case_is_over_is_a_usage_error_naming_the_smallest():
+def test_a_plan_whose_every_case_is_over_is_a_usage_error_naming_the_smallest(no_fits):
     plan = make_plan("gemm", shapes="2048x2048x2048;1024x1024x1024", dtypes="fp32")
     with pytest.raises(UsageError) as e:
         C.memory_refusals(plan, "cpu", max_memory=10 ** 6, reader=_fake(None))
