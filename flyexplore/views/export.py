@@ -146,10 +146,28 @@ def _render(items: list[tuple[object, Path, str, int, int, float]], timeout: flo
     kaleido_session(timeout)
     temps = {p: A.temp_for(p) for _, p, *_ in items}
     try:
-        return _render_into(items, temps, timeout, kaleido)
+        failed = _render_into(items, temps, timeout, kaleido)
+        again = [it for it in items if PAGE_NOT_READY in failed.get(it[1], "")]
+        if again:   # kaleido's page was not ready: a fresh browser, those images once more
+            close_kaleido_session()
+            kaleido_session(timeout)
+            retry = _render_into(again, temps, timeout, kaleido)
+            for it in again:
+                if it[1] in retry:
+                    failed[it[1]] = retry[it[1]]
+                else:
+                    del failed[it[1]]
+        return failed
     finally:
         for t in temps.values():
             A.discard(t)
+
+
+#: What kaleido's page answers when an image is sent before its scripts have loaded (seen on the
+#: 2-core CI machine under load, kaleido 1.x with Debian's Chromium: ``JavascriptError ...
+#: ReferenceError: kaleido_scopes is not defined``): :func:`_render` restarts the browser and
+#: renders those images once more.
+PAGE_NOT_READY = "kaleido_scopes is not defined"
 
 
 def _render_into(items, temps: dict[Path, Path], timeout: float, kaleido) -> dict[Path, str]:

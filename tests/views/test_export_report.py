@@ -231,3 +231,34 @@ def test_export_figures_skips_static_formats_without_a_browser(tmp_path, monkeyp
     with pytest.raises(UsageError, match="unknown figure format 'gif'"):
         X.export_figures(figs, tmp_path, ["gif"])
     assert X.files_table(tmp_path / "missing").empty
+
+
+def test_an_image_sent_before_kaleidos_page_was_ready_is_rendered_again(tmp_path, monkeypatch):
+    """kaleido's page answered ``kaleido_scopes is not defined`` (its scripts not loaded yet, seen
+    under load on the CI machine): the browser is restarted and that image rendered once more;
+    an image that fails for another reason is not retried."""
+    import flyexplore.views.export as X
+
+    calls, restarts = [], []
+    png = b"\x89PNG\r\n\x1a\n" + b"0" * 64
+
+    def render_into(items, temps, timeout, kaleido):
+        calls.append([p.name for _, p, *_ in items])
+        out = {}
+        for _, p, *_ in items:
+            if p.name == "a.png" and len(calls) == 1:
+                out[p] = "JavascriptError: ReferenceError: kaleido_scopes is not defined"
+            elif p.name == "b.png":
+                out[p] = "JavascriptError: something else"
+            else:
+                temps[p].write_bytes(png)
+                X.A.commit(temps[p], p)
+        return out
+
+    monkeypatch.setattr(X, "_render_into", render_into)
+    monkeypatch.setattr(X, "kaleido_session", lambda timeout: restarts.append(timeout))
+    monkeypatch.setattr(X, "close_kaleido_session", lambda: None)
+    items = [(None, tmp_path / n, "png", 10, 10, 1.0) for n in ("a.png", "b.png", "c.png")]
+    failed = X._render(items, 5.0)
+    assert calls == [["a.png", "b.png", "c.png"], ["a.png"]] and len(restarts) == 2
+    assert set(failed) == {tmp_path / "b.png"} and (tmp_path / "a.png").read_bytes() == png
