@@ -136,7 +136,7 @@ def main(argv=None) -> int:
 
     from flyexplore.ops import builtin_ops, get_op
     from flyexplore.ops.base import RunContext
-    from flyexplore.run.spec import make_plan
+    from flyexplore.run.plan import make_plan
     from flyexplore.world import env as ENV
 
     out = Path(a.out)

@@ -59,7 +59,7 @@ def check_names(op: str | None, backends: str | None = None, dtypes: str | None 
                 suite: str | None = None, what: str = "operator") -> None:
     """Check names against :func:`catalogue` (no torch), with the library's messages. An
     operator given as ``module:attribute`` (an Operator outside the catalogue, see
-    :func:`flyexplore.run.spec.resolve_op`) is checked later, when it is imported."""
+    :func:`flyexplore.run.plan.resolve_op`) is checked later, when it is imported."""
     if op is None or ":" in op:
         return
     cat = catalogue()

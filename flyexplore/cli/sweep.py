@@ -130,8 +130,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "env, a venv); :VAR=VALUE,... variables set at its start (VAR= empty, -VAR removed). Give two or "
                    "more; each case's arms (backend@NAME) are timed in one worker per environment, the workers "
                    "taking turns round by round")
-    g.add_argument("--pairs", type=int, metavar="K", help="fresh pairs of workers, one pass of the plan each, the "
-                   "case order rotated; each row's interval includes the spread between pairs (default 3)")
+    g.add_argument("--pairs", metavar="auto|K", help="fresh pairs of workers, one pass of the plan each, the case "
+                   "order rotated; each row's interval includes the spread between pairs. auto (default): 3 pairs, "
+                   "then one more at a time for each case whose label is still AMBIGUOUS, up to --max-pairs "
+                   "(labels read at a confidence corrected for the repeated looks); K: exactly K")
+    g.add_argument("--max-pairs", type=int, metavar="K", help="the most pairs --pairs auto gives a case (default 10)")
     g.add_argument("--aa", action="store_true", help="A/A: the one --env (default: this interpreter) against a "
                    "copy of itself, the floor of an A/B")
     g.add_argument("--worker-code", choices=("driver", "env"), default="driver",
@@ -189,7 +192,7 @@ def run(a: argparse.Namespace) -> int:
                      max_memory=parse_bytes(a.max_memory, "--max-memory") if a.max_memory is not None else None,
                      out=a.out, shapes_from=a.shapes_from, resume=a.resume, overwrite=a.overwrite,
                      retry_failed=a.retry_failed, extend=a.extend, force=a.force, flags=True,
-                     envs=a.env, pairs=a.pairs, aa=a.aa, worker_code=a.worker_code, **kw)
+                     envs=a.env, pairs=a.pairs, max_pairs=a.max_pairs, aa=a.aa, worker_code=a.worker_code, **kw)
     from flyexplore.run.sweep import NOTES_ATTR, PROBLEMS_ATTR, run_sweep
     from flyexplore.views.report import summary_table
     from flyexplore.views.tables import scan_table

@@ -44,7 +44,7 @@ def register_op(op: Operator, *, replace: bool = False) -> Operator:
     classification and the figures then take it like a built-in family. Registering the same
     object again is a no-op; ``replace=True`` lets a new object take a registered name (a
     re-run notebook cell). Worker processes find it by ``"module:attribute"``
-    (:func:`flyexplore.run.spec.op_ref`), so define it at module level. Returns ``op``.
+    (:func:`flyexplore.run.plan.op_ref`), so define it at module level. Returns ``op``.
 
     Raises ``ValueError`` naming the problem when the name is a built-in family's or is taken
     by another object (without ``replace``). A family registered only for its FlyDSL path

@@ -377,6 +377,10 @@ class Operator:
     timing_mode: str | None = None
     # whether a recheck on fresh inputs applies (False: the inputs are not refilled in place)
     fresh_recheck: bool = True
+    # (output) -> what a check across places compares (a tensor or nested tensors): a model step's
+    # logits, never its whole output object (a KV cache does not cross a process boundary;
+    # flyexplore.run.place.checked_tensors). None: the output's own tensors
+    check_output: Callable = None
     # (case, dtype) -> (bytes, terms text): a family that estimates a case's peak memory itself
     # (the model family: weights + KV cache + activations from the config); the sweep's memory check
     # (flyexplore.run.memory.memory_check) takes it in place of its probes (None: probes)

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import time
 import traceback
 from typing import Any
@@ -21,6 +22,19 @@ from flyexplore.insight.case_trace import trace_columns
 from flyexplore.insight.trace import Trace, from_kernels
 from flyexplore.insight.trace import trace as run_trace
 from flyexplore.ops.base import ERR_TOL, Case, Operator, RunContext
+
+
+#: Texts of errors after which a GPU context cannot be trusted (CUDA/HIP errors are sticky; on
+#: ROCm a deferred one surfaces in a later call, pytorch/pytorch#194498): the worker (a place) that saw
+#: one in a row's message is replaced after that case.
+STICKY_ERRORS = ("cuda error", "hip error", "hiperror", "illegal memory access",
+                 "device-side assert", "unspecified launch failure", "memory access fault")
+
+def sticky(text) -> bool:
+    """Whether an error's text shows that the GPU context that raised it cannot be trusted
+    (:data:`STICKY_ERRORS`)."""
+    t = str(text or "").lower()
+    return any(s in t for s in STICKY_ERRORS)
 
 
 def first_line(exc: BaseException) -> str:
@@ -222,8 +236,14 @@ def tensors_of(value) -> list:
     return []
 
 
+#: An object's address in its default ``repr`` (``<StaticCache object at 0x7f...>``): it differs
+#: between processes for the same object, so a digest leaves it out.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def _plain(value):
-    """The non-tensor parts of a case's inputs as JSON-able text (a digest covers them too)."""
+    """The non-tensor parts of a case's inputs as JSON-able text (a digest covers them too), with
+    no object addresses (:data:`_ADDRESS`: a decode step's KV cache object, a callable)."""
     import torch
 
     if torch.is_tensor(value):
@@ -232,7 +252,7 @@ def _plain(value):
         return {str(k): _plain(value[k]) for k in sorted(value, key=str)}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    return repr(value)
+    return _ADDRESS.sub("", repr(value))
 
 
 #: Bytes at each end of a tensor that :func:`inputs_digest` hashes as they are (the rest it reads

@@ -9,22 +9,19 @@ A case's memory (:func:`case_memory`, :func:`memory_refusals`: the cases the swe
 """
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
-import os
-import traceback
 from typing import Callable, Sequence
 
-from flyexplore.insight.breakdown import profile_step
 from flyexplore.measure import stats as S
 from flyexplore.measure.devstate import _bdf, case_columns, sampler_for
-from flyexplore.measure.interleaved import measure_interleaved
 from flyexplore.measure.timing import Timer
 from flyexplore.ops.base import Case, Operator, RunContext, reset_dynamo
 from flyexplore.results import table as R
 from flyexplore.run import build as B
+from flyexplore.run.driver import CaseJob, drive_case, how_for
 from flyexplore.run.memory import case_memory, case_memory_terms, memory_refusals  # noqa: F401 - named here too
+from flyexplore.run.place import LocalPlace
 from flyexplore.run.spec import interleaved_kwargs
 
 # the build steps live in flyexplore.run.build (no pandas: the environment A/B's worker shares them)
@@ -76,123 +73,34 @@ def measure_one(op: Operator, case: Case, dtype: str, backend: str, ctx: RunCont
 def measure_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], ctx: RunContext,
                  inputs: dict, ref, timer_opts: dict, *, trace: bool = False, seed: int = 0,
                  band: float = S.BAND, baseline: str | None = None) -> dict[str, dict]:
-    """Measure every backend of one case interleaved; returns ``{backend: row columns}``.
+    """Measure every backend of one case interleaved in this process; returns ``{backend: row
+    columns}``. The case is driven by the one case driver (:func:`flyexplore.run.driver.drive_case`)
+    on this interpreter as its one place (:class:`flyexplore.run.place.LocalPlace`), exactly as an
+    environment A/B drives its worker processes:
 
     1. Each available backend is built and called once (compile, autotune), inside its
        context, and its output checked against ``ref``; a backend that raises gets an
        ``error``/``oom`` row, one that cannot run an ``unavailable`` row.
-    2. The others are timed together by :func:`~flyexplore.measure.interleaved.measure_interleaved`
-       (``timer_opts``, checked by :class:`flyexplore.run.spec.SweepSpec`, translated by
-       :func:`flyexplore.run.spec.interleaved_kwargs`) against ``baseline`` (default:
-       the operator's baseline backend if timed, else the first timed backend).
+    2. The others are timed together in rounds (:func:`flyexplore.measure.interleaved.sequential_rounds`;
+       ``timer_opts``, checked by :class:`flyexplore.run.spec.SweepSpec`, translated by
+       :func:`flyexplore.run.spec.interleaved_kwargs`; the family's ``timing_mode`` on a GPU unless
+       a mode is asked for) against ``baseline`` (default: the operator's baseline backend if
+       timed, else the first timed backend).
     3. Each row gets its speedup against the baseline (paired rounds), its interval and label
        (:func:`flyexplore.measure.stats.verdict` with ``band``), the device state, why the
-       rounds ended (``stop_reason``; a note in ``message`` when not ``converged``), and ``recheck_ok``:
-       after timing, the inputs are refilled with new values (``seed + 1``), each backend is
-       built again and its output checked against the new reference.
+       rounds ended (``stop_reason``; a note in ``message`` when not ``converged``), its peak
+       memory on a GPU (``peak_mem_bytes``), the family's ``breakdown`` where it has one, and
+       ``recheck_ok``: after timing, the inputs are refilled with new values (``seed + 1``), each
+       backend is built again and its output checked against the new reference.
     Exceptions while timing become ``error``/``oom`` rows for every timed backend."""
-    opts = interleaved_kwargs(timer_opts)
-    if ctx.gpu and op.timing_mode and opts.get("mode", "auto") == "auto":
-        opts["mode"] = op.timing_mode
-    reset_dynamo()
-    rows: dict[str, dict] = {}
-    fns: dict = {}
-    traces: dict = {}
-    decisions_by: dict = {}
-    peaks: dict = {}
-    bks = {b: op.get_backend(b) for b in backends}
-    for b, bk in bks.items():
-        why = bk.available(ctx, case, dtype)
-        if why:
-            rows[b] = {"status": "unavailable", "message": why}
-            continue
-        try:
-            with bk.context(ctx, case), _peak(ctx) as peak:
-                fn, first_ms, errs, decisions, _ = B.build_first(op, case, dtype, bk, ctx, inputs, ref,
-                                                                _traced(trace, b, op, ctx))
-            fns[b] = fn
-            traces[b] = (first_ms, errs)
-            peaks[b] = peak
-            decisions_by[b] = decisions
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:
-            rows[b] = _failure(exc, ctx)
-    if not fns:
-        return rows
-    base = baseline if baseline in fns else next((b for b in fns if bks[b].baseline), next(iter(fns)))
-    try:
-        res = measure_interleaved(fns, ctx.device, baseline=base, band=band,
-                                  enter=lambda nm: bks[nm].context(ctx, case), **opts)
-    except KeyboardInterrupt:
-        raise
-    except Exception as exc:
-        for b in fns:
-            rows[b] = _failure(exc, ctx)
-        return rows
-    ref2 = None
-    try:
-        ref2 = _fresh_inputs(op, case, dtype, inputs, ctx.device, seed) if ref is not None and op.fresh_recheck else None
-    except Exception as exc:  # noqa: BLE001 - the recheck is skipped, with the reason
-        if os.environ.get("FLYEXPLORE_DEBUG"):
-            traceback.print_exc()
-        ref2 = exc
-    for b, fn in fns.items():
-        m = res.measurements[b]
-        first_ms, errs = traces[b]
-        tr = None
-        if _traced(trace, b, op, ctx):
-            tr = _trace_of(m, fn, ctx, decisions_by[b], bks[b], case)
-        row = B.ok_row(op, case, dtype, b, bks[b].source, m, first_ms, errs, B.trace_cols(op, case, dtype, b, tr))
-        rclocks = list(res.round_clocks)
-        row.update(case_columns(res.state_start, res.state_end, rclocks, res.max_clock_mhz,
-                                list(S.round_values(m.rounds))))
-        row.update(device_id=res.device_id, converged=res.converged, ci_target=res.target,
-                   wall_s=res.wall_s, verdict_s=res.verdict_s, stop_reason=res.stop_reason,
-                   band=band, baseline=base,
-                   round_clock_mhz=json.dumps(rclocks) if any(c is not None for c in rclocks) else None)
-        if b != base:
-            est, lo, hi = res.speedup(b)
-            row.update(speedup=est, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, band))
-        if not res.converged:
-            _note(row, B.unconverged(res.rounds, res.target, res.stop_reason))
-        if ref is not None and op.fresh_recheck:
-            row["recheck_ok"] = _recheck(op, case, dtype, bks[b], ctx, inputs, ref2, row)
-        row["peak_mem_bytes"] = peaks[b].get("bytes")
-        if op.breakdown is not None:
-            row["breakdown"] = _breakdown(op, b, bks[b], fn, ctx, case, inputs, row)
-        rows[b] = row
+    kw = interleaved_kwargs(timer_opts)
+    how, t = how_for(op, kw, ctx.gpu)
+    job = CaseJob(op=op, case=case, dtype=dtype, arms={"": tuple(backends)}, how=how, gpu=ctx.gpu,
+                  base_arm=baseline, seed=seed, trace=trace, band=band, timer=t,
+                  mode_fixed=kw.get("mode") == "kernel", inputs=inputs, ref=ref)
+    sampler = sampler_for(ctx.device)
+    rows, _ = drive_case([LocalPlace(ctx, sampler)], job, sampler=sampler)
     return rows
-
-
-@contextlib.contextmanager
-def _peak(ctx):
-    """Yields a dict that gets ``bytes``: on a GPU the peak of ``torch.cuda.max_memory_allocated``
-    while the block ran (its counter reset on entry); nothing on the CPU."""
-    out: dict = {}
-    if not ctx.gpu:
-        yield out
-        return
-    import torch
-
-    torch.cuda.synchronize(ctx.device)
-    torch.cuda.reset_peak_memory_stats(ctx.device)
-    yield out
-    torch.cuda.synchronize(ctx.device)
-    out["bytes"] = float(torch.cuda.max_memory_allocated(ctx.device))
-
-
-def _breakdown(op: Operator, name: str, bk, fn, ctx: RunContext, case: Case, inputs: dict, row: dict) -> str | None:
-    """One profiled call of a timed backend by kernel category (:func:`flyexplore.insight.breakdown.
-    profile_step` with the family's ``breakdown`` keywords), as JSON; a profiler that fails leaves
-    a note and no breakdown (the time stands)."""
-    try:
-        with bk.context(ctx, case):
-            bd = profile_step(fn, ctx.device, **op.breakdown(name, inputs))
-        return json.dumps(bd.to_dict())
-    except Exception as exc:  # noqa: BLE001 - no profiler here: the time stands
-        _note(row, f"breakdown not profiled: {B.first_line(exc)}")
-        return None
 
 
 def run_case(op: Operator, case: Case, dtype: str, backends: Sequence[str], ctx: RunContext, *,

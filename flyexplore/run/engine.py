@@ -80,9 +80,12 @@ from typing import Any
 
 from flyexplore.ops.base import RunContext
 from flyexplore.run import frames
+from flyexplore.run.build import STICKY_ERRORS  # noqa: F401 - named here too
+from flyexplore.run.build import sticky as sticky_text
 from flyexplore.run.cases import physical_device_id, run_case
 from flyexplore.run.memory import WATCH_S, Guard, oom_death_text, oom_kills, resident_bytes
-from flyexplore.run.spec import SweepSpec, gpu_indices, op_ref, resolve_op
+from flyexplore.run.plan import op_ref, resolve_op
+from flyexplore.run.spec import SweepSpec, gpu_indices
 from flyexplore.world import env as ENV
 
 #: Default limit of one case in a worker, compile and autotune included, s: generous (an
@@ -97,11 +100,6 @@ START_ATTEMPTS = 3
 #: Default number of cases a worker runs before it is replaced (against leaks of device memory,
 #: compile caches and file handles).
 MAX_CASES = 50
-#: Texts of errors after which a GPU context cannot be trusted (CUDA/HIP errors are sticky; on
-#: ROCm a deferred one surfaces in a later call, pytorch/pytorch#194498): the worker that saw
-#: one in a row's message is replaced after that case.
-STICKY_ERRORS = ("cuda error", "hip error", "hiperror", "illegal memory access",
-                 "device-side assert", "unspecified launch failure", "memory access fault")
 #: Lines of a dead worker's stderr kept in its ``crashed`` rows.
 STDERR_LINES = 5
 #: Longest wait for a worker told to stop to exit by itself, s, before it is killed: its exit
@@ -120,7 +118,7 @@ _clock = time.monotonic
 @dataclass(frozen=True)
 class CaseSettings:
     """What every worker needs, the same for every case: the operator's import reference
-    (:func:`flyexplore.run.spec.op_ref`) and :func:`flyexplore.run.cases.run_case`'s options,
+    (:func:`flyexplore.run.plan.op_ref`) and :func:`flyexplore.run.cases.run_case`'s options,
     from a :class:`~flyexplore.run.spec.SweepSpec` (:meth:`of`)."""
 
     op: str
@@ -134,7 +132,7 @@ class CaseSettings:
     @classmethod
     def of(cls, spec: SweepSpec) -> CaseSettings:
         """The settings of ``spec``'s workers. Raises :class:`~flyexplore.errors.UsageError` for
-        an operator a worker cannot import (:func:`flyexplore.run.spec.op_ref`)."""
+        an operator a worker cannot import (:func:`flyexplore.run.plan.op_ref`)."""
         return cls(op_ref(spec.plan.op), spec.order, dict(spec.timer), spec.trace, spec.seed, spec.band,
                    spec.baseline)
 
@@ -228,8 +226,7 @@ class CaseRunner:
 def sticky(cols: dict) -> bool:
     """Whether a row's message shows an error after which the worker's GPU context cannot be
     trusted (:data:`STICKY_ERRORS`)."""
-    msg = str(cols.get("message") or "").lower()
-    return cols.get("status") in ("error", "oom") and any(s in msg for s in STICKY_ERRORS)
+    return cols.get("status") in ("error", "oom") and sticky_text(cols.get("message"))
 
 
 def _watch_parent(ppid: int) -> None:

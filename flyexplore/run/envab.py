@@ -65,24 +65,18 @@ from typing import Any, Callable
 
 from flyexplore._version import __version__
 from flyexplore.errors import UsageError
-from flyexplore.measure import interleaved as IL
-from flyexplore.measure import modes
-from flyexplore.measure import stats as S
-from flyexplore.measure.devstate import _nvml_handle, case_columns
-from flyexplore.measure.timing import KernelTime, Measurement
+from flyexplore.measure.devstate import _nvml_handle
 from flyexplore.results import table as R
-from flyexplore.run import build as B
-from flyexplore.run.engine import (CASE_TIMEOUT_S, START_ATTEMPTS, STICKY_ERRORS, WORKER_START_TIMEOUT_S,
+from flyexplore.run.driver import MIN_CALLS, CaseJob, drive_case, how_for  # noqa: F401 - MIN_CALLS: named here too
+from flyexplore.run.engine import (CASE_TIMEOUT_S, START_ATTEMPTS, WORKER_START_TIMEOUT_S,
                                    _exit_text, pin_env)
-from flyexplore.run.envs import PAIRS, Env, driver_package, extra_paths_for, worker_environ  # noqa: F401
+from flyexplore.run.envs import PAIRS, Env, driver_package, extra_paths_for, worker_environ  # noqa: F401 - named here too
 from flyexplore.run.envworker import Reader, send
-from flyexplore.run.processes import combine, rotated
-from flyexplore.run.spec import interleaved_kwargs, op_ref
+from flyexplore.run.place import WorkerDied, WorkerFailed, WorkerHung
+from flyexplore.run.processes import PassRule, pass_loop
+from flyexplore.run.plan import op_ref
+from flyexplore.run.spec import interleaved_kwargs
 
-#: Least calls of each arm in a turn (when ``calls_per_round`` is not given): a turn starts with
-#: one untimed call, which for a call longer than :data:`flyexplore.measure.interleaved.BLOCK_MS`
-#: would otherwise double the turn's device time (on an H200, 8192x8192x8192 bf16, 1.4 ms a call).
-MIN_CALLS = 2
 #: Lines of a dead worker's stderr kept in its ``crashed`` rows.
 STDERR_LINES = 5
 #: Longest single wait of the driver for a worker's answer, s (every wait is bounded).
@@ -93,22 +87,6 @@ STOP_S = 5.0
 EXIT_WAIT_S = 5.0
 
 _clock = time.monotonic
-
-
-class WorkerDied(Exception):
-    """A worker's process ended (or closed its pipe) while the driver waited for it."""
-
-
-class WorkerHung(Exception):
-    """A worker did not answer before its deadline."""
-
-
-class WorkerFailed(Exception):
-    """A worker answered a command with an error (``oom``: out of memory)."""
-
-    def __init__(self, text: str, oom: bool = False):
-        super().__init__(text)
-        self.text, self.oom = text, oom
 
 
 def exclusive_mode(device) -> str | None:
@@ -161,6 +139,22 @@ def shared_cpus() -> str:
     return str(cpus[-1]) if len(cpus) > 1 else ""
 
 
+def _off_core(cpus: str):
+    """For a CPU worker: a ``preexec_fn`` that keeps its start (``import torch``, the environment
+    read) off the core the workers measure on (``cpus``, :func:`shared_cpus`), so that a spare pair
+    starting while a pair measures does not share that core; the worker pins itself to it once
+    started. None where there is no other core, or on a GPU."""
+    if not cpus or not hasattr(os, "sched_getaffinity"):
+        return None
+    try:
+        others = set(os.sched_getaffinity(0)) - {int(c) for c in cpus.split(",")}
+    except (OSError, ValueError):
+        return None
+    if not others:
+        return None
+    return lambda: os.sched_setaffinity(0, others)
+
+
 class EnvWorker:
     """One environment's worker process, seen from the driver: started with the environment's
     interpreter and variables (:func:`flyexplore.run.envs.worker_environ`), talked to over two
@@ -194,7 +188,8 @@ class EnvWorker:
                 [self.env.interpreter, "-m", "flyexplore.run.envworker", "--in", str(c_in), "--out", str(c_out),
                  "--name", self.env.name, "--device", self.device, "--cpus", self.cpus],
                 env=worker_environ(self.env, self.worker_code, self.extra_paths, self.pin),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(c_in, c_out), start_new_session=True)
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(c_in, c_out), start_new_session=True,
+                preexec_fn=_off_core(self.cpus))
         except OSError:
             for fd in (c_in, d_out, d_in, c_out):
                 os.close(fd)
@@ -321,12 +316,15 @@ class Setup:
     device: Any           # torch.device of the driver (cuda:N or cpu)
     worker_device: str    # the device a worker sees (cuda:0 when pinned, or cpu)
     pin: dict
-    pairs: int
+    pairs: int            # the pairs every case gets (--pairs N, or the PAIRS that --pairs auto starts with)
     case_timeout: float
     start_timeout: float
     worker_code: str
     extra_paths: tuple
     log_dir: str = ""
+    mode_fixed: bool = False   # the timing mode was asked for (kernel mode without device time is an error)
+    auto: bool = False         # --pairs auto: one more pair at a time until every label is decided
+    max_pairs: int = 0         # the most pairs a case gets (auto), else pairs
     hellos: dict = field(default_factory=dict)
     start_s: list = field(default_factory=list)   # how long each pair took to start, s
 
@@ -350,15 +348,26 @@ class Pair:
         self.workers = [EnvWorker(e, st.worker_device, st.pin, st.worker_code, st.extra_paths, st.log_dir, label)
                         for e in st.envs]
 
-    def start(self) -> None:
-        """Start every worker, then wait for each hello (the starts overlap). Raises
-        :class:`UsageError` naming the environment whose worker did not start, and why (the
-        others are stopped)."""
-        t0 = _clock()
+    def launch(self) -> None:
+        """Start every worker's process, without waiting (:meth:`ready` waits for their hellos): a
+        spare pair is launched while the current one measures, so that the next pass finds it
+        ready. Raises :class:`UsageError` when a process cannot be started at all."""
+        self.launched = _clock()
         try:
             for w in self.workers:
                 w.start()
-            deadline = _clock() + self.st.start_timeout
+        except OSError as exc:
+            self.stop()
+            raise UsageError(f"a worker process could not be started: {exc}") from None
+
+    def ready(self) -> None:
+        """Wait for each worker's hello (until ``start_timeout`` after :meth:`launch`). Raises
+        :class:`UsageError` naming the environment whose worker did not start, and why (the others
+        are stopped). Records how long the pass waited for it (``start_s``: from this call, so a
+        spare launched earlier costs only what was left of its start)."""
+        t0 = _clock()
+        try:
+            deadline = self.launched + self.st.start_timeout
             for w in self.workers:
                 try:
                     info = w.hello(deadline)
@@ -375,6 +384,11 @@ class Pair:
             raise
         self.start_s = _clock() - t0
         self.st.start_s.append(self.start_s)
+
+    def start(self) -> None:
+        """:meth:`launch`, then :meth:`ready` (the starts of the workers overlap)."""
+        self.launch()
+        self.ready()
 
     def _why(self, w: EnvWorker, what: str) -> str:
         if _busy_text(what) and self.st.gpu:
@@ -402,71 +416,21 @@ class Pair:
 
 # -- one case ---------------------------------------------------------------------------------------
 
-def baselines_of(st: Setup, ok: list[str]) -> tuple[str | None, dict]:
-    """``(base arm, {arm: the arm its speedup is taken against, or None})`` over the arms that
-    built (``ok``): an arm of another environment against the same backend in the base
-    environment where that built, else against the base arm (the spec's, or the first arm of the
-    base environment that built, or the first that built)."""
-    if not ok:
-        return None, {}
-    base_env = st.base_env
-    if st.base_arm in ok:
-        base = st.base_arm
-    else:
-        base = next((a for a in ok if R.split_arm(a)[1] == base_env), ok[0])
-    out = {}
-    for a in ok:
-        b, e = R.split_arm(a)
-        if a == base:
-            out[a] = None
-        elif e != base_env and R.arm_name(b, base_env) in ok:
-            out[a] = R.arm_name(b, base_env)
-        else:
-            out[a] = base
-    return base, out
-
-
-class _Turns:
-    """The round source of :func:`flyexplore.measure.interleaved.sequential_rounds` for an A/B:
-    each round, every timing worker takes one turn, in rotated order."""
-
-    def __init__(self, workers: list, st: Setup, sampler, calls: int, deadline: float):
-        self.workers, self.st, self.sampler, self.calls, self.deadline = workers, st, sampler, calls, deadline
-        self.how = st.how
-        self.overhead_ms: list[float] = []   # per turn: round trip less the worker's own time in it
-
-    def run(self, n_rounds: int, first: int) -> IL.Chunk:
-        rounds: dict = {}
-        events: dict = {}
-        clocks = []
-        for r in range(n_rounds):
-            clocks.append(self.sampler.clock_mhz())
-            k0 = (first + r) % len(self.workers)
-            for w in self.workers[k0:] + self.workers[:k0]:
-                t0 = time.perf_counter()
-                got = _request(w, {"cmd": "turn", "round": first + r, "calls": self.calls}, self.deadline)
-                self.overhead_ms.append((time.perf_counter() - t0) * 1e3 - float(got.get("busy_ms") or 0.0))
-                for b, times in got["rounds"].items():
-                    a = R.arm_name(b, w.name)
-                    rounds.setdefault(a, []).append(times)
-                    events.setdefault(a, []).extend(got.get("events", {}).get(b, []))
-        return IL.Chunk(rounds, events, {}, clocks)
-
-
 def run_case(pair: Pair, case, dtype: str, st: Setup, sampler, clock: Callable[[], float] = time.perf_counter
              ) -> tuple[dict, bool]:
-    """Run one case of the A/B on ``pair``'s workers (see the module text); returns
-    ``({arm: row columns}, retire)`` -- ``retire``: the pair must be replaced (a worker died,
-    hung or saw a sticky device error). Never raises for a worker's fault (it becomes rows);
-    ``KeyboardInterrupt`` propagates."""
+    """Run one case of the A/B on ``pair``'s workers, the base environment's first, with the one
+    case driver (:func:`flyexplore.run.driver.drive_case`); returns ``({arm: row columns},
+    retire)`` -- ``retire``: the pair must be replaced (a worker died, hung or saw a sticky device
+    error). Never raises for a worker's fault (it becomes rows); ``KeyboardInterrupt`` propagates."""
     deadline = _clock() + st.case_timeout if st.case_timeout > 0 else math.inf
-    all_arms = st.arm_names()
-    rows: dict[str, dict] = {}
     by_env = {w.name: w for w in pair.workers}
     order = [by_env[st.base_env]] + [w for w in pair.workers if w.name != st.base_env]
+    job = CaseJob(op=st.op, op_ref=st.op_ref, case=case, dtype=dtype, arms={w.name: st.arms[w.name] for w in order},
+                  how=st.how, gpu=st.gpu, base_arm=st.base_arm, seed=st.seed, trace=st.trace, band=st.band,
+                  timer=st.timer, named=True, mode_fixed=st.mode_fixed)
     save_dir = tempfile.mkdtemp(prefix="case-", dir=st.log_dir)
     try:
-        return _run_case(pair, order, case, dtype, st, sampler, clock, deadline, all_arms, rows, save_dir)
+        return drive_case(order, job, sampler=sampler, deadline=deadline, clock=clock, save_dir=save_dir)
     except (WorkerDied, WorkerHung) as exc:
         w = getattr(exc, "worker", None)
         who = w.name if w is not None else "?"
@@ -481,168 +445,9 @@ def run_case(pair: Pair, case, dtype: str, st: Setup, sampler, clock: Callable[[
             own = f"worker of env {who!r} crashed ({exc}) in this case" + (f"; last stderr: {tail}" if tail else "")
             other = f"not measured to the end: the worker of env {who!r} crashed ({exc}); no ratio"
         mine = [R.arm_name(b, who) for b in st.arms.get(who, ())]
-        out = {a: {"status": status, "message": own if a in mine else other} for a in all_arms}
-        return out, True
+        return {a: {"status": status, "message": own if a in mine else other} for a in st.arm_names()}, True
     finally:
         shutil.rmtree(save_dir, ignore_errors=True)
-
-
-def _request(w: EnvWorker, msg: dict, deadline: float) -> dict:
-    """``w.request``, the worker attached to what it raises (``exc.worker``)."""
-    try:
-        return w.request(msg, deadline)
-    except (WorkerDied, WorkerHung, WorkerFailed) as exc:
-        exc.worker = w
-        raise
-
-
-def _run_case(pair, order, case, dtype, st: Setup, sampler, clock, deadline, all_arms, rows, save_dir):
-    op = st.op
-    base_env = st.base_env
-    built: dict[str, dict] = {}
-    digests: dict[str, str | None] = {}
-    flush_b = 0
-    retire = False
-    base_backends = st.arms[base_env]
-    base_backend = R.split_arm(st.base_arm)[0]
-    for w in order:
-        msg = {"cmd": "case", "op": st.op_ref, "case": case.label, "dtype": dtype, "backends": list(st.arms[w.name]),
-               "seed": st.seed, "trace": st.trace, "how": st.how}
-        if w.name == base_env:
-            msg["save_dir"] = save_dir
-        elif digests.get(base_env):
-            msg["base_dir"] = save_dir
-            msg["compare"] = {b: (b if b in base_backends else base_backend) for b in st.arms[w.name]}
-        try:
-            got = _request(w, msg, deadline)
-        except WorkerFailed as exc:   # the case command itself raised: every arm of this env
-            for b in st.arms[w.name]:
-                rows[R.arm_name(b, w.name)] = {"status": "oom" if exc.oom else "error", "message": exc.text}
-            retire = retire or any(s in exc.text.lower() for s in STICKY_ERRORS)
-            continue
-        digests[w.name] = got.get("digest")
-        flush_b = max(flush_b, int(got.get("flush_bytes") or 0))
-        for b, cols in got["arms"].items():
-            a = R.arm_name(b, w.name)
-            if cols.get("status") == "ok":
-                built[a] = {**cols, "env": w.name, "backend": b}
-            else:
-                rows[a] = {"status": cols.get("status"), "message": cols.get("message")}
-    ok = [a for a in all_arms if a in built]
-    base, baselines = baselines_of(st, ok)
-    timing = [w for w in pair.workers if any(R.split_arm(a)[1] == w.name for a in ok)]
-    for w in pair.workers:
-        if w not in timing:
-            with contextlib.suppress(WorkerFailed):
-                _request(w, {"cmd": "drop"}, deadline)
-    if not ok:
-        return rows, retire
-    t = st.timer
-    limits = IL.Limits.of(len(ok), st.gpu, budget_s=t.get("budget_s"), precision_cap_s=t.get("precision_cap_s"),
-                          label_cap_s=t.get("label_cap_s"))
-    kind = "cuda" if st.gpu else "cpu"
-    warmup_ms = IL.WARMUP_MS[kind] if t.get("warmup_ms") is None else float(t["warmup_ms"])
-    warmup_rounds = t.get("warmup_rounds")
-    calls = t.get("calls_per_round")
-    k_warm = calls or 2
-    failed_env = None
-    try:
-        t_start = clock()
-        state_start = sampler.sample()
-        warm: dict[str, list] = {a: [] for a in ok}
-        nturn = [0]
-
-        def warm_round():   # every timing worker's warm-up turn, in rotated order
-            k0 = nturn[0] % len(timing)
-            nturn[0] += 1
-            for w in timing[k0:] + timing[:k0]:
-                got = _request(w, {"cmd": "warm", "calls": k_warm}, deadline)
-                for b, v in got["times"].items():
-                    warm[R.arm_name(b, w.name)].extend(v)
-
-        nwarm = IL.warm_up(warm_round, warmup_rounds, warmup_ms, clock)
-        per_call = {a: (float(sorted(v)[len(v) // 2]) if v else None) for a, v in warm.items()}
-        if calls is None:   # as in-process, but at least MIN_CALLS: the untimed first call of a turn
-            calls = IL.calls_for(max((v for v in per_call.values() if v), default=0.0), st.gpu, MIN_CALLS)
-        source = _Turns(timing, st, sampler, int(calls), deadline)
-        out = IL.sequential_rounds(source, baselines, band=st.band, target=t.get("target", IL.CI_TARGET),
-                                   min_rounds=t.get("min_rounds", IL.MIN_ROUNDS),
-                                   max_rounds=t.get("max_rounds", IL.MAX_ROUNDS), limits=limits, clock=clock,
-                                   t_start=t_start)
-        t_rounds = clock()
-        state_end = sampler.sample()
-        fin: dict[str, dict] = {}
-        profile_s = 0.0
-        for w in timing:
-            failed_env = w.name
-            got = _request(w, {"cmd": "finish", "profile": st.how == "event-gated", "calls": int(calls),
-                               "round": out.n}, deadline)
-            profile_s += float(got.get("profile_s") or 0.0)
-            for b, cols in got["arms"].items():
-                fin[R.arm_name(b, w.name)] = cols
-        failed_env = None
-        # as an in-process case's wall_s: warm-up, rounds and the profiled round (not the recheck)
-        wall = (t_rounds - t_start) + profile_s
-    except WorkerFailed as exc:
-        who = getattr(getattr(exc, "worker", None), "name", None) or failed_env or "?"
-        for a in ok:
-            mine = R.split_arm(a)[1] == who
-            rows[a] = {"status": "oom" if exc.oom and mine else "error",
-                       "message": exc.text if mine else f"not measured to the end: env {who!r} raised {exc.text}"}
-        for w in timing:
-            with contextlib.suppress(WorkerFailed, WorkerDied, WorkerHung):
-                w.request({"cmd": "drop"}, min(deadline, _clock() + 60))
-        return rows, True if any(s in exc.text.lower() for s in STICKY_ERRORS) or exc.oom else retire
-    base_digest = digests.get(base_env)
-    for a in ok:
-        b, e = R.split_arm(a)
-        info = built[a]
-        f = fin.get(a, {})
-        kts = tuple(KernelTime(str(k[0]), float(k[1]), float(k[2])) for k in f.get("kernels") or ())
-        rr = tuple(tuple(r) for r in out.rounds[a])
-        m = Measurement(tuple(x for r in rr for x in r), st.how,
-                        per_call_ms=per_call[a] if st.how == "event-gated" else None, flush_bytes=flush_b,
-                        warmup=nwarm * k_warm, kernels=kts, notes=(), rounds=rr, order="interleaved")
-        cols = B.ok_row(op, case, dtype, b, op.get_backend(b).source, m, float(info["first_call_ms"]),
-                        dict(info.get("errs") or {}), f.get("trace"))
-        cols.update(case_columns(state_start, state_end, list(out.round_clocks),
-                                 getattr(sampler, "max_clock_mhz", None), list(S.round_values(m.rounds))))
-        if source.overhead_ms:
-            cols["turn_overhead_ms"] = float(sorted(source.overhead_ms)[len(source.overhead_ms) // 2])
-        cols.update(device_id=getattr(sampler, "device_id", None) or (st.hellos.get(e) or {}).get("device_id"),
-                    converged=out.stop_reason == "target", ci_target=t.get("target", IL.CI_TARGET), wall_s=wall,
-                    verdict_s=out.verdict_s if len(ok) > 1 else None, stop_reason=out.stop_reason, band=st.band,
-                    baseline=base,
-                    round_clock_mhz=(json.dumps(out.round_clocks) if any(c is not None for c in out.round_clocks)
-                                     else None))
-        if baselines.get(a) is not None:
-            est, lo, hi = S.paired_ratio(out.rounds[baselines[a]], out.rounds[a])
-            cols.update(speedup=est, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, st.band),
-                        baseline=baselines[a])
-        if out.stop_reason != "target":
-            B.note(cols, B.unconverged(out.n, t.get("target", IL.CI_TARGET), out.stop_reason))
-        for k in ("recheck_ok",):
-            if k in f:
-                cols[k] = f[k]
-        if f.get("accuracy_ok") is False:
-            cols["accuracy_ok"] = False
-        if f.get("message"):
-            B.note(cols, f["message"])
-        dg = digests.get(e)
-        cols["inputs_digest"] = dg
-        if e != base_env:
-            if base_digest and dg and dg != base_digest:
-                B.note(cols, f"inputs differ from env {base_env!r}'s (digest {dg} vs {base_digest}: the two torch "
-                             "builds' random generators differ); outputs not compared")
-            else:
-                for k in ("cross_env_err_rel", "cross_env_ok", "cross_env_note"):
-                    if k in info:
-                        cols[k] = info[k]
-                if info.get("cross_env_ok") is False:
-                    B.note(cols, f"output differs from env {base_env!r}'s by {info.get('cross_env_err_rel'):.3g} "
-                                 "(relative), past twice the dtype's tolerance")
-        rows[a] = cols
-    return rows, retire
 
 
 def env_columns(st: Setup, arm: str) -> dict:
@@ -672,6 +477,30 @@ def env_report(st: Setup) -> list[str]:
     return out
 
 
+#: Variables that set how many threads a library uses: on the CPU an A/B's workers share one core
+#: (:func:`shared_cpus`) and ``cpu-thread`` timing runs torch on one thread
+#: (:data:`flyexplore.measure.timing.CPU_TIMING_THREADS`), so an environment that changes one of
+#: them changes nothing that is measured.
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+               "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS", "TORCH_NUM_THREADS", "GOTO_NUM_THREADS")
+
+
+def thread_warnings(st: Setup) -> list[str]:
+    """A warning for each environment of a CPU A/B that changes a thread-count variable
+    (:data:`THREAD_VARS`): its workers are pinned to one shared core and timed on one torch thread,
+    so the A/B cannot see what that variable does (one line each; none on a GPU)."""
+    if st.gpu:
+        return []
+    out = []
+    for e in st.envs:
+        hit = sorted(k for k in dict(e.changes) if k.upper() in THREAD_VARS)
+        if hit:
+            out.append(f"warning: env {e.name!r} changes {', '.join(hit)}, but on the CPU an A/B's workers share one "
+                       f"core and cpu-thread timing runs torch on one thread: this A/B cannot measure a thread-count "
+                       f"change (time separate sweeps with --timing cpu-wall instead)")
+    return out
+
+
 def check_hellos_differ(st: Setup) -> list[str]:
     """Notes on environments that report the same versions and variables (an A/A, or an env
     change torch does not read): nothing wrong, said once."""
@@ -692,61 +521,50 @@ def check_hellos_differ(st: Setup) -> list[str]:
 def run_passes(st: Setup, work: list, pass_rows: dict, *, first_pair: Pair | None, make_row: Callable,
                add_passes: Callable, add_final: Callable, sampler, bar, should_stop=None, status=None,
                platform: str | None = None, run_id: str = "", clock=time.perf_counter) -> list[str]:
-    """Run the A/B's passes (see the module text): ``work``, the plan's ``(case, dtype)`` in
-    order whose arms are not all final; ``pass_rows``: ``{(case label, dtype): {pass: {arm: row}}}``
-    already journaled (a resume's). For each pass ``k`` of ``st.pairs`` the cases missing pass
-    ``k`` run in the order rotated by ``k`` on a pair of fresh workers (``first_pair``: already
-    started, used for the first pass that runs); ``make_row(case, dtype, arm, cols, info)`` makes a
-    full row, ``add_passes([(k, row), ...])`` journals a case's pass rows (one transaction) and
-    ``add_final(case, dtype, arm, row)`` writes a combined row once a case has every pass.
+    """Run the A/B's passes (see the module text) through the one pass loop
+    (:func:`flyexplore.run.processes.pass_loop`): ``work``, the plan's ``(case, dtype)`` in order
+    whose arms are not all final; ``pass_rows``: ``{(case label, dtype): {pass: {arm: row}}}``
+    already journaled (a resume's). Pass ``k`` runs, on a pair of fresh workers, the cases that
+    want pass ``k`` (:class:`flyexplore.run.processes.PassRule`: the first ``st.pairs`` for every
+    case; with ``--pairs auto`` one more at a time for each case whose labels are undecided, up to
+    ``st.max_pairs``), in the order rotated by ``k``. ``first_pair``: already started, used for
+    the first pass that runs; the next pass's pair is launched while a pass runs (a spare: its
+    start overlaps the measuring). ``make_row(case, dtype, arm, cols, info)`` makes a full row,
+    ``add_passes([(k, row), ...])`` journals a case's pass rows (one transaction) and
+    ``add_final(case, dtype, arm, row)`` writes a combined row once a case wants no more passes.
     ``should_stop()`` is read between cases. Returns the problems (one line each: a pair that
     could not start; its cases got ``crashed`` rows). Workers are stopped on any exit."""
-    K = st.pairs
-    problems: list[str] = []
+    rule = PassRule(st.pairs, st.max_pairs, st.band, platform, auto=st.auto, kind="pairs")
     arms = st.arm_names()
     have = {key: dict(v) for key, v in pass_rows.items()}
-    pair = first_pair
-    used_first = False
+    cases = {(c.label, d): (c, d) for c, d in work}
+    pairs = {"now": first_pair, "spare": None, "first": first_pair}
 
-    def complete(key) -> bool:
-        got = have.get(key, {})
-        return all(k in got and all(a in got[k] for a in arms) for k in range(K))
-
-    def finalize(case, dtype, key) -> None:
-        got = have.get(key, {})
-        for a in arms:
-            rows = [got[k][a] for k in sorted(got) if a in got[k]]
-            if not rows:
-                continue
-            row = combine(rows, K, st.band, platform, kind="pairs") if len(rows) > 1 or K > 1 else dict(rows[0])
+    def finalize(key) -> None:
+        for a, row in rule.final_rows(have.get(key, {}), arms).items():
             row["run_id"] = run_id or row.get("run_id")
-            add_final(case, dtype, a, row)
+            add_final(*cases[key], a, row)
 
-    try:
-        for key in [(c.label, d) for c, d in work]:
-            if complete(key):
-                c, d = next((c, d) for c, d in work if (c.label, d) == key)
-                finalize(c, d, key)
-        for k in range(K):
-            todo = [(c, d) for c, d in rotated(work, K, k)
-                    if not (k in have.get((c.label, d), {}) and all(a in have[(c.label, d)][k] for a in arms))]
-            if not todo:
-                continue
-            if should_stop is not None and should_stop():
-                break
-            if pair is None or used_first:
-                pair = _fresh_pair(st, f"pair{k + 1}", problems, todo, k, make_row, add_passes, have)
-                if pair is None:
-                    break
-            else:   # the pair started before the output was opened serves the first pass that runs
-                pair.label = f"pair{k + 1}"
-            used_first = True
-            _set_desc(bar, k, K)
+    def run_pass(k: int, todo: list, close: Callable) -> tuple[list, bool]:
+        problems: list[str] = []
+        todo = [cases[key] for key in todo]
+        if bar is not None and k >= rule.first:   # a pass --pairs auto added: its rows were not counted
+            bar.total = (bar.total or 0) + len(todo) * len(arms)
+            bar.refresh()
+        pair = _next_pair(st, pairs, k, problems, todo, make_row, add_passes, have)
+        if pair is None:
+            for c, d in todo:
+                close((c.label, d))
+            return problems, False
+        if k + 1 < rule.most and pairs["spare"] is None:   # the next pass's workers start while this one measures
+            pairs["spare"] = _spare(st, f"pair{k + 2}")
+        _set_desc(bar, k, rule)
+        try:
             for n, (case, dtype) in enumerate(todo):
                 if should_stop is not None and should_stop():
-                    return problems
+                    return problems, True
                 if status is not None:
-                    status(f"{case.label} {dtype} (pair {k + 1}/{K})")
+                    status(f"{case.label} {dtype} (pair {k + 1}/{rule.text()})")
                 got, retire = run_case(pair, case, dtype, st, sampler, clock)
                 infos = {w.name: w.info or {} for w in pair.workers}
                 rows = []
@@ -758,23 +576,60 @@ def run_passes(st: Setup, work: list, pass_rows: dict, *, first_pair: Pair | Non
                 if bar is not None:
                     bar.update(len(rows))
                 have.setdefault((case.label, dtype), {})[k] = {r["backend"]: r for _, r in rows}
-                if complete((case.label, dtype)):
-                    finalize(case, dtype, (case.label, dtype))
+                close((case.label, dtype))
                 if retire and n + 1 < len(todo):
                     pair.stop()
-                    pair = _fresh_pair(st, f"pair{k + 1}r{n + 1}", problems, todo[n + 1:], k, make_row,
-                                       add_passes, have)
+                    pair = pairs["now"] = _fresh_pair(st, f"pair{k + 1}r{n + 1}", problems, todo[n + 1:], k,
+                                                      make_row, add_passes, have)
                     if pair is None:
+                        for c, d in todo[n + 1:]:
+                            close((c.label, d))
                         break
-            if pair is not None:
-                pair.stop()
-            pair = None
+        finally:
+            if pairs["now"] is not None:
+                pairs["now"].stop()
+            pairs["now"] = None
+        return problems, False
+
+    try:
+        return pass_loop(list(cases), rule, have, lambda key: arms, run_pass, finalize, should_stop)
     finally:
-        if pair is not None:
-            pair.stop()
-        if first_pair is not None and first_pair is not pair:
-            first_pair.stop()
-    return problems
+        for p in pairs.values():
+            if p is not None:
+                p.stop()
+
+
+def _next_pair(st: Setup, pairs: dict, k: int, problems: list, todo: list, make_row, add_passes, have) -> Pair | None:
+    """The pair of pass ``k``: the one started before the output was opened (first pass that runs),
+    else the spare launched during the last pass (once ready), else a fresh one
+    (:func:`_fresh_pair`); None when none starts (``todo`` then has ``crashed`` rows)."""
+    label = f"pair{k + 1}"
+    pair = pairs["first"]
+    pairs["first"] = None
+    if pair is None and pairs["spare"] is not None:
+        pair, pairs["spare"] = pairs["spare"], None
+        try:
+            pair.ready()
+        except UsageError as exc:
+            problems.append(f"pass {k + 1}: the spare pair did not start ({exc}); starting another")
+            pair = None
+    if pair is None:
+        pair = _fresh_pair(st, label, problems, todo, k, make_row, add_passes, have)
+    if pair is not None:
+        pair.label = label
+    pairs["now"] = pair
+    return pair
+
+
+def _spare(st: Setup, label: str) -> Pair | None:
+    """A pair launched now, to be :meth:`Pair.ready` for the next pass (None when its processes
+    cannot be started: the next pass starts one itself)."""
+    p = Pair(st, label)
+    try:
+        p.launch()
+    except UsageError:
+        return None
+    return p
 
 
 def _info(hello: dict | None, label: str, env: str) -> dict:
@@ -783,11 +638,11 @@ def _info(hello: dict | None, label: str, env: str) -> dict:
             "fp": h.get("fingerprint")}
 
 
-def _set_desc(bar, k: int, K: int) -> None:
+def _set_desc(bar, k: int, rule) -> None:
     if bar is None:
         return
     base = str(getattr(bar, "desc", "") or "A/B").split(" (pair")[0]
-    bar.set_description(f"{base} (pair {k + 1}/{K})")
+    bar.set_description(f"{base} (pair {k + 1}/{rule.text()})")
 
 
 def _fresh_pair(st: Setup, label: str, problems: list, todo: list, k: int, make_row, add_passes, have) -> Pair | None:
@@ -825,11 +680,12 @@ def setup_of(spec, device, log_dir: str) -> Setup:
         arms[e].append(b)
     gpu = device.type == "cuda"
     pin = pin_env(device.index or 0) if gpu else {}
-    t = interleaved_kwargs(spec.timer)
-    how = modes.effective(t.pop("mode", modes.DEFAULT), "interleaved", gpu)
+    kw = interleaved_kwargs(spec.timer)
+    how, t = how_for(op, kw, gpu)   # the family's timing mode (a model step: event) unless one is asked for
     return Setup(op=op, op_ref=ref, envs=tuple(spec.environments), arms={k: tuple(v) for k, v in arms.items()},
                  base_arm=spec.ab_baseline, seed=spec.seed, trace=spec.trace, band=spec.band, timer=t, how=how,
-                 device=device, worker_device="cuda:0" if gpu else "cpu", pin=pin, pairs=spec.pairs or PAIRS,
+                 mode_fixed=kw.get("mode") == "kernel", device=device, worker_device="cuda:0" if gpu else "cpu",
+                 pin=pin, pairs=spec.pairs_or_default, auto=spec.pairs_auto, max_pairs=spec.pairs_max,
                  case_timeout=CASE_TIMEOUT_S if spec.case_timeout is None else float(spec.case_timeout),
                  start_timeout=(WORKER_START_TIMEOUT_S if spec.worker_start_timeout is None
                                 else float(spec.worker_start_timeout)),

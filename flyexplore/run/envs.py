@@ -62,6 +62,13 @@ PROBE_TIMEOUT_S = 60.0
 #: has t(2) = 4.3 and catches an offset that one pair would call an effect
 #: (``benchmarks/evidence/ab_envs.py``, ``data/h200/ab/``).
 PAIRS = 3
+#: The most pairs ``--pairs auto`` gives a case (``--max-pairs``): on an H100, 8 pairs decided
+#: effects of 3-6% that 3 pairs left AMBIGUOUS (issue 43: ``CUBLAS_WORKSPACE_CONFIG=:0:0``, bf16
+#: GEMMs of 41-98 µs, each pair's estimate on the same side in 8 of 8); 10 leaves room for a
+#: pair lost to a crash and keeps the looks few (8), so that the correction for looking again
+#: (:class:`flyexplore.run.processes.PassRule`: 97.5% at the first look, 99.643% at each later one)
+#: stays mild.
+MAX_PAIRS = 10
 #: The name of the A/A copy of an environment (:func:`aa_copy`).
 AA_SUFFIX = "-aa"
 

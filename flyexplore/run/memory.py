@@ -74,7 +74,7 @@ from flyexplore.measure.devstate import free_memory
 from flyexplore.measure.timing import MIN_FLUSH_BYTES, flush_bytes_for
 from flyexplore.ops.base import DTYPE_BYTES, Case, Operator
 from flyexplore.paths import cache_dir
-from flyexplore.run.spec import Plan, op_ref
+from flyexplore.run.plan import Plan, op_ref
 
 #: A case whose estimate is over this fraction of the memory limit is "near" it: on the CPU it runs
 #: in a child process (the engine's worker), not in the sweep's own (the OOM killer would take the
@@ -440,7 +440,7 @@ def measure_cases(op: Operator, jobs, device, *, timer: Mapping | None = None, t
     x its jobs, and a minute to start) is killed and every job not done gets ``peak`` None with
     the reason; a child that dies takes its current job with it, and a new one goes on with the
     rest, up to ``attempts`` deaths. Raises :class:`UsageError` for an operator a child cannot
-    import (:func:`flyexplore.run.spec.op_ref`)."""
+    import (:func:`flyexplore.run.plan.op_ref`)."""
     if fresh and len(jobs) > 1:
         return [measure_cases(op, [j], device, timer=timer, tidy_malloc=tidy_malloc, timeout_s=timeout_s,
                               attempts=attempts)[0] for j in jobs]

@@ -39,7 +39,7 @@ from flyexplore.measure.devstate import free_memory
 from flyexplore.ops.base import RunContext
 from flyexplore.run.cases import run_case
 from flyexplore.run.memory import MARK
-from flyexplore.run.spec import resolve_op
+from flyexplore.run.plan import resolve_op
 from flyexplore.world import env as ENV
 
 
@@ -147,6 +147,8 @@ def main() -> int:
         req = json.loads(sys.stdin.read())
         op = resolve_op(req["op"])
         dev = torch.device(req["device"])
+        if dev.type == "cuda" and dev.index is None:   # "cuda": the current device, 0 in a fresh process
+            dev = torch.device("cuda", 0)
         before = None
         if dev.type == "cuda":
             before = free_memory(dev)[0]

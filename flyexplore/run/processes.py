@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -55,7 +55,8 @@ def rotated(items: Sequence, n: int, k: int) -> list:
 KINDS = ("processes", "pairs")
 
 
-def intervals(per: Sequence[dict], platform: str | None, band: float = S.BAND, kind: str = "processes") -> dict:
+def intervals(per: Sequence[dict], platform: str | None, band: float = S.BAND, kind: str = "processes",
+              confidence: float = S.CONFIDENCE) -> dict:
     """The combined row's time and speedup from its per-process estimates ``per`` (dicts with
     ``time_ms``, ``time_se``, ``speedup``, ``speedup_se``, as in ``process_estimates``; None or
     NaN where missing): ``time_ms``, ``time_ci_lo_ms``, ``time_ci_hi_ms`` and, when every
@@ -65,8 +66,10 @@ def intervals(per: Sequence[dict], platform: str | None, band: float = S.BAND, k
     :data:`~flyexplore.results.table.RUN_SHIFT_PER_SD`). ``kind="pairs"`` (an environment A/B's
     pairs): the speedup's interval is the 95% interval of the mean over the pairs, no run shift
     (each pair's ratio is paired round by round, so what moves a whole run cancels in it); the
-    time's stays a prediction interval of another run. Needs two or more estimates for an
-    interval (NaN bounds otherwise). Raises ``ValueError`` for an unknown ``kind``."""
+    time's stays a prediction interval of another run. ``confidence``: the speedup's (default 95%;
+    ``--pairs auto`` reads its labels at :meth:`PairRule.confidence`, the error rate spread over its
+    looks). Needs two or more estimates for an interval (NaN bounds otherwise). Raises
+    ``ValueError`` for an unknown ``kind``."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r} (valid: {', '.join(KINDS)})")
     kw = {"shift": R.run_shift(platform), "shift_per_sd": R.run_shift_per_sd(platform)}
@@ -75,7 +78,7 @@ def intervals(per: Sequence[dict], platform: str | None, band: float = S.BAND, k
     sps = [_num(p.get("speedup")) for p in per]
     if all(math.isfinite(s) for s in sps):
         skw = kw if kind == "processes" else {"prediction": False}
-        e, lo, hi = S.between_process(sps, [_num(p.get("speedup_se")) for p in per], **skw)
+        e, lo, hi = S.between_process(sps, [_num(p.get("speedup_se")) for p in per], confidence=confidence, **skw)
         out.update(speedup=e, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, band))
     return out
 
@@ -89,7 +92,7 @@ def _num(v) -> float:
 
 
 def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: str | None = None,
-            kind: str = "processes") -> dict:
+            kind: str = "processes", confidence: float = S.CONFIDENCE) -> dict:
     """One row from the rows of one (case, dtype, backend) measured in several fresh processes.
 
     ``rows``: the row columns of each process, in pass order (as :func:`flyexplore.run.cases.run_case`
@@ -116,6 +119,8 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
     :func:`intervals`' rule for them; ``processes`` then counts the pairs, ``ci_method`` says
     ``between-pair``, and the cross-environment check holds for all pairs, its difference the
     largest).
+
+    ``confidence``: of the speedup's interval (:func:`intervals`).
 
     With one ok row and ``wanted`` > 1 the row keeps its own interval, with ``processes`` = 1 and
     a note. Raises ``ValueError`` for an empty ``rows``."""
@@ -162,10 +167,10 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
         if wanted > 1:
             _note(out, f"measured in 1 of {wanted} {units}: the interval is that {unit}'s own")
         return out
-    how = (f"between-pair ({len(ok)} pairs of workers; speedup: 95% interval of the mean over the pairs, each "
-           "paired round by round; time: prediction interval of another run)" if kind == "pairs" else
+    how = (f"between-pair ({len(ok)} pairs of workers; speedup: {_pct(confidence)} interval of the mean over the "
+           "pairs, each paired round by round; time: prediction interval of another run)" if kind == "pairs" else
            f"between-process ({len(ok)} processes; prediction interval of another run)")
-    out.update(intervals(per, platform, band, kind), ci_method=how)
+    out.update(intervals(per, platform, band, kind, confidence), ci_method=how)
     rounds = [rr for r in ok for rr in R.json_list(r.get("samples_ms"))]
     if rounds:
         out["samples_ms"] = json.dumps(rounds, separators=(",", ":"))
@@ -230,3 +235,178 @@ def _notes(messages, unit: str = "pair") -> str | None:
 
 def _note(row: dict, text: str) -> None:
     row["message"] = f"{row['message']}; {text}" if row.get("message") else text
+
+
+def _pct(confidence: float) -> str:
+    return f"{confidence * 100:.3f}".rstrip("0").rstrip(".") + "%"
+
+
+# -- pairs until decided ------------------------------------------------------------------------------
+
+#: How a case of ``--pairs auto`` stopped taking pairs (the row's ``pairs_stop``): every label
+#: decided (FASTER / SAME / SLOWER), or AMBIGUOUS but settled (its interval within +-band/2: the
+#: effect sits at a band edge); ``max_pairs``: the cap; ``unreachable``: the spread seen would need
+#: more pairs than the cap allows (more pairs would not decide it); ``fixed``: ``--pairs N``.
+PAIR_STOPS = ("decided", "max_pairs", "unreachable", "fixed")
+
+
+class PassRule:
+    """When a case takes another pass of fresh workers -- an environment A/B's pair, or a
+    ``--processes`` process -- and how its passes are combined (:func:`combine`, ``kind``).
+
+    ``first`` pairs for every case (``--pairs N``, or :data:`flyexplore.run.envs.PAIRS` = 3 for
+    ``--pairs auto``); with ``auto``, after each pair from the ``first``-th on, the case's arms are
+    combined (:func:`combine`, ``kind="pairs"``) and another pair runs while any speedup's label
+    is AMBIGUOUS and not settled (its interval wider than +-``band``/2), up to ``most`` pairs
+    (``--max-pairs``), or until the spread seen says that even ``most`` pairs would not decide it
+    (:func:`flyexplore.measure.stats.pairs_to_decide` of the per-pair estimates and the reading).
+
+    The correction for looking again and again: a weighted Bonferroni split of the 5% error rate
+    over the looks (alpha spending). A case is looked at after pair ``first``, ``first + 1``, ...,
+    ``most`` -- ``L = most - first + 1`` looks; the first look reads its labels at ``1 - 0.05 / 2``
+    (97.5%) and each later one at ``1 - 0.05 / (2 (L - 1))`` (with the defaults 3 and 10: 97.5%,
+    then 99.643% for each of the 7 others), so that the chance of any wrong label over all the
+    looks stays within the 5% the reported 95% interval promises (the union bound: the looks'
+    error rates add up to 5%; conservative, since the looks share pairs). Half goes to the first
+    look because most cases are decided there: with three pairs (t(2)) an even split would need
+    t = 12.6 where 6.2 does. The row's interval is the one its label was read from, at its look's
+    confidence (:meth:`confidence_at`; its ``ci_method`` says so). A fixed ``--pairs N`` has one
+    look, at 95%, as before."""
+
+    def __init__(self, first: int, most: int, band: float, platform: str | None, auto: bool = True,
+                 kind: str = "pairs"):
+        if kind not in KINDS:
+            raise ValueError(f"unknown kind {kind!r} (valid: {', '.join(KINDS)})")
+        self.first, self.auto, self.band, self.platform = int(first), bool(auto), float(band), platform
+        self.kind = kind
+        self.most = max(int(most), self.first) if auto else self.first
+        self.looks = self.most - self.first + 1
+
+    def confidence_at(self, n: int) -> float:
+        """The confidence of the look after ``n`` pairs (see the class text)."""
+        alpha = 1 - S.CONFIDENCE
+        if self.looks <= 1:
+            return S.CONFIDENCE
+        return 1 - (alpha / 2 if n <= self.first else alpha / (2 * (self.looks - 1)))
+
+    @property
+    def confidence(self) -> float:
+        """The confidence of the last look (the strictest): what a row combined outside the
+        rule's own loop (a stopped sweep's rows) is read at."""
+        return self.confidence_at(self.most)
+
+    def text(self) -> str:
+        """The pairs as a progress bar says them: ``3`` or ``3-10 auto``."""
+        return f"{self.first}-{self.most} auto" if self.auto and self.most > self.first else str(self.first)
+
+    @staticmethod
+    def done(got: dict, arms) -> int:
+        """How many passes in a row, from the first, ``got`` (``{pass: {arm: row}}``) holds for every arm."""
+        n = 0
+        while n in got and all(a in got[n] for a in arms):
+            n += 1
+        return n
+
+    def combined(self, got: dict, arms) -> dict:
+        """``{arm: row}`` combined over the passes ``got`` holds in a row (:meth:`done`)."""
+        n = self.done(got, arms)
+        out = {}
+        for a in arms:
+            rows = [got[k][a] for k in range(n) if a in got.get(k, {})]
+            if rows:
+                out[a] = (combine(rows, n, self.band, self.platform, kind=self.kind, confidence=self.confidence_at(n))
+                          if len(rows) > 1 or n > 1 else dict(rows[0]))
+        return out
+
+    def _undecided(self, row: dict) -> bool:
+        lo, hi = _num(row.get("speedup_lo")), _num(row.get("speedup_hi"))
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return False      # no interval (a failed arm, the baseline): more pairs do not decide it
+        if S.verdict(lo, hi, self.band) != "AMBIGUOUS":
+            return False
+        est = _num(row.get("speedup"))
+        return not (est > 0 and max(hi / est - 1, 1 - lo / est) <= self.band / 2)
+
+    def _needed(self, row: dict, estimate: bool, confidence: float | None = None) -> int | float | None:
+        per = R.process_estimates(row.get("process_estimates")) if row.get("process_estimates") else []
+        sd = S.pair_spread([p.get("speedup") for p in per], [p.get("speedup_se") for p in per]) if per else math.nan
+        est = _num(row.get("speedup")) if estimate else None
+        return S.pairs_to_decide(sd, self.band, est, confidence=confidence or self.confidence)
+
+    def stop(self, got: dict, arms) -> str | None:
+        """Why the case takes no more pairs (:data:`PAIR_STOPS`), or None when it wants another."""
+        n = self.done(got, arms)
+        if n < self.first:
+            return None
+        if not self.auto:
+            return "fixed"
+        open_ = [r for r in self.combined(got, arms).values() if self._undecided(r)]
+        if not open_:
+            return "decided"
+        if n >= self.most:
+            return "max_pairs"
+        need = [self._needed(r, True) for r in open_]
+        if any(x is not None and x > self.most for x in need):
+            return "unreachable"
+        return None
+
+    def wants(self, got: dict, arms) -> bool:
+        """Whether the case of ``got`` wants another pass."""
+        return self.stop(got, arms) is None
+
+    def final_rows(self, got: dict, arms) -> dict:
+        """The case's rows combined over its passes, each with ``pairs_stop`` and, where its label
+        is AMBIGUOUS, ``pairs_needed``: how many pairs the observed spread would need to decide a
+        change of the band's size (:func:`flyexplore.measure.stats.pairs_to_decide`), said in its
+        message too."""
+        why = self.stop(got, arms) or "stopped"
+        out = self.combined(got, arms)
+        for row in out.values() if self.kind == "pairs" else ():
+            row["pairs_stop"] = why
+            if row.get("verdict") == "AMBIGUOUS":
+                need = self._needed(row, False)
+                row["pairs_needed"] = float(need) if need is not None else None
+                n = int(row.get("processes") or 0)
+                if need is not None and math.isfinite(need):
+                    _note(row, f"AMBIGUOUS after {n} pair{'s' if n != 1 else ''} ({why}): the spread between pairs "
+                               f"would need about {int(need)} pairs to decide a change of {self.band:.0%}")
+                elif need is not None:
+                    _note(row, f"AMBIGUOUS after {n} pairs ({why}): no number of pairs decides it at this band")
+        return out
+
+
+def pass_loop(keys: Sequence, rule: PassRule, have: dict, arms: Callable, run_pass: Callable, finalize: Callable,
+              should_stop: Callable | None = None) -> list[str]:
+    """The one loop of passes in fresh workers, for ``--processes`` and an environment A/B's pairs.
+
+    ``keys``: the plan's ``(case label, dtype)`` in order; ``have``: ``{key: {pass: {arm: row}}}``,
+    the pass rows so far (a resume's from the journal), which ``run_pass`` adds to; ``arms(key)``:
+    the arms a pass of ``key`` must hold; ``rule``: a :class:`PassRule`. Pass ``k`` (0-based, at most
+    ``rule.most``) takes, in the order rotated by ``k`` (:func:`rotated`), the keys holding ``k``
+    passes that want another (:meth:`PassRule.wants`): ``run_pass(k, todo, close)`` runs them in
+    fresh workers and calls ``close(key)`` when a key's pass rows are in; it returns ``(problems,
+    stopped)``. A key that wants no more passes is handed to ``finalize(key)`` once (a resume's keys
+    at the start). ``should_stop()`` is read before each pass. Returns the problems, one line each."""
+    final: set = set()
+
+    def close(key) -> None:
+        got = have.get(key, {})
+        if key not in final and rule.done(got, arms(key)) and not rule.wants(got, arms(key)):
+            final.add(key)
+            finalize(key)
+
+    for key in keys:
+        close(key)
+    problems: list[str] = []
+    for k in range(rule.most):
+        todo = [key for key in rotated(keys, rule.most, k)
+                if key not in final and rule.done(have.get(key, {}), arms(key)) == k]
+        if not todo:
+            continue
+        if should_stop is not None and should_stop():
+            break
+        got, stopped = run_pass(k, todo, close)
+        problems += list(got or ())
+        if stopped:
+            break
+    return problems

@@ -41,6 +41,7 @@ from typing import Callable
 import pandas as pd
 
 from flyexplore.errors import UsageError
+from flyexplore.measure import stats as S
 from flyexplore.measure.devstate import default_device, sampler_for
 from flyexplore.ops.base import RunContext
 from flyexplore.results import table as R
@@ -56,7 +57,7 @@ from flyexplore.run.cases import (
 from flyexplore.run.engine import CaseSettings, Task, limits, run_tasks
 from flyexplore.run.journal import Journal, JournalError, journal_path  # noqa: F401 - journal_path: re-exported
 from flyexplore.run.memory import Guard, memory_check
-from flyexplore.run.processes import combine, rotated
+from flyexplore.run.processes import PassRule, combine, pass_loop
 from flyexplore.run.spec import TIME_NOTE_S, SweepSpec
 from flyexplore.world import env as ENV
 
@@ -67,7 +68,7 @@ SWEEPS_ATTR = "sweeps"
 #: journal line dropped. The command line prints them and exits non-zero for worker problems.
 PROBLEMS_ATTR = "problems"
 #: The returned frame's ``attrs`` key (not saved) holding notes that change no row: duplicate
-#: plan entries folded (:attr:`flyexplore.run.spec.Plan.notes`), a torn old-journal line dropped.
+#: plan entries folded (:attr:`flyexplore.run.plan.Plan.notes`), a torn old-journal line dropped.
 NOTES_ATTR = "notes"
 
 
@@ -226,9 +227,10 @@ class _ABStart:
         except BaseException:
             self.logs.cleanup()
             raise
-        self.notes = envab.check_hellos_differ(self.setup)
+        warn = envab.thread_warnings(self.setup)
+        self.notes = warn + envab.check_hellos_differ(self.setup)
         if say:
-            for line in envab.env_report(self.setup):
+            for line in envab.env_report(self.setup) + warn:
                 print(f"flyexplore: {line}", file=sys.stderr)
 
     def close(self) -> None:
@@ -410,13 +412,15 @@ def _finish(writer, spec: SweepSpec, platform: str | None) -> pd.DataFrame:
         final = {(r["case"], r["dtype"], r["backend"]) for r in writer.rows}
         ab = spec.engine_kind == "envab"
         wanted, kind = (spec.pairs_or_default, "pairs") if ab else (spec.processes or 1, "processes")
+        conf = (PassRule(spec.pairs_or_default, spec.pairs_max, spec.band, platform, auto=spec.pairs_auto).confidence
+                if ab else S.CONFIDENCE)
         for (c, d), per in writer.passes.items():
             arms = sorted({b for rows in per.values() for b in rows})
             for b in arms:
                 if (c, d, b) in final:
                     continue
                 rows = [per[k][b] for k in sorted(per) if b in per[k]]
-                row = combine(rows, wanted, spec.band, platform, kind=kind) if len(rows) > 1 or wanted > 1 \
+                row = combine(rows, wanted, spec.band, platform, kind=kind, confidence=conf) if len(rows) > 1 or wanted > 1 \
                     else dict(rows[0])
                 writer.add(row)
     result = writer.frame()
@@ -446,44 +450,38 @@ class _Passes:
 
 def _passes(tasks, n: int, one_pass, store: _Passes, band: float, bar, should_stop,
             platform: str | None = None) -> list[str]:
-    """``--processes n``: run ``tasks`` ``n`` times, each pass in new worker processes
-    (``one_pass(tasks, sink)``: :func:`flyexplore.run.engine.run_tasks`, whose pool starts its own
-    workers and stops them at the end) with the case order rotated
-    (:func:`flyexplore.run.processes.rotated`). Each row of a pass is committed to the journal as
-    it comes (``store``, a :class:`_Passes`); a resume's passes already there are not run again (a
-    pass runs only the backends of each case it is missing). Each (case, dtype, backend) is
-    written once, combined (:func:`flyexplore.run.processes.combine`), when its last pass is in.
-    Stopped or interrupted, the pass rows stay in the journal for ``--resume`` (without an output
-    file the sweep's end combines what ran: :func:`_finish`). Returns the passes' problems."""
-    problems: list[str] = []
+    """``--processes n``: run ``tasks`` ``n`` times through the one pass loop of fresh workers
+    (:func:`flyexplore.run.processes.pass_loop`, the environment A/B's too), each pass in new worker
+    processes (``one_pass(tasks, sink)``: :func:`flyexplore.run.engine.run_tasks`, whose pool starts
+    its own workers and stops them at the end) with the case order rotated
+    (:func:`flyexplore.run.processes.rotated`). Each row of a pass is committed to the journal as it
+    comes (``store``, a :class:`_Passes`); a resume's passes already there are not run again (a
+    pass runs only the backends of each case it is missing). A case's rows are written once,
+    combined (:func:`flyexplore.run.processes.combine`), when its last pass is in. Stopped or
+    interrupted, the pass rows stay in the journal for ``--resume`` (without an output file the
+    sweep's end combines what ran: :func:`_finish`). Returns the passes' problems."""
+    rule = PassRule(n, n, band, platform, auto=False, kind="processes")
+    by_key = {(t.case.label, t.dtype): t for t in tasks}
 
-    def final(t, b) -> None:
-        rows = [store.rows(t, k)[b] for k in range(n)]
-        row = combine(rows, n, band, platform)
-        row["run_id"], row["timestamp"] = store.run_id, _now()
-        store.write(row)
+    def finalize(key) -> None:
+        t = by_key[key]
+        for b, row in rule.combined(store.have.get(key, {}), t.backends).items():
+            row["run_id"], row["timestamp"] = store.run_id, _now()
+            store.write(row)
 
-    for t in tasks:   # a resume: cases whose passes were all in before their combined row was
-        for b in t.backends:
-            if all(b in store.rows(t, k) for k in range(n)):
-                final(t, b)
-    for k in range(n):
-        todo = [replace(t, backends=tuple(b for b in t.backends if b not in store.rows(t, k)))
-                for t in rotated(tasks, n, k)]
-        todo = [t for t in todo if t.backends]
-        if not todo:
-            continue
-        if should_stop is not None and should_stop():
-            break
+    def run_pass(k: int, keys: list, close: Callable) -> tuple[list, bool]:
+        todo = [replace(by_key[key], backends=tuple(b for b in by_key[key].backends if b not in store.rows(by_key[key], k)))
+                for key in keys]
         bar.set_description(f"{str(getattr(bar, 'desc', '') or 'sweep').split(' (pass')[0]} (pass {k + 1}/{n})")
 
-        def sink(t, b, cols, info, k=k):
+        def sink(t, b, cols, info):
             row = store.make_row(t.case, t.dtype, b, cols, info)
             store.add([(k, row)])
             store.have.setdefault((t.case.label, t.dtype), {}).setdefault(k, {})[b] = row
             bar.update(1)
-            if all(b in store.rows(t, j) for j in range(n)):
-                final(t, b)
+            close((t.case.label, t.dtype))
 
-        problems += [f"pass {k + 1}/{n}: {p}" for p in one_pass(todo, sink) or []]
-    return problems
+        return [f"pass {k + 1}/{n}: {p}" for p in one_pass([t for t in todo if t.backends], sink) or []], False
+
+    return pass_loop(list(by_key), rule, store.have, lambda key: by_key[key].backends, run_pass, finalize,
+                     should_stop)

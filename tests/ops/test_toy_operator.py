@@ -199,7 +199,7 @@ def test_gone_after_unregister():
 def test_a_registered_family_runs_in_worker_processes(toy, tmp_path):
     # a worker imports the family by "module:attribute" (spec.op_ref), not by its bare name,
     # which only the registering process knows (found by a new developer following the docs)
-    from flyexplore.run.spec import op_ref
+    from flyexplore.run.plan import op_ref
     import flyexplore as fx
 
     assert op_ref(TOY) == f"{__name__}:TOY"  # tests.ops.test_toy_operator:TOY

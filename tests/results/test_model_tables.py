@@ -17,7 +17,8 @@ from flyexplore.insight import hf as HF  # noqa: E402
 from flyexplore.ops import get_op  # noqa: E402
 from flyexplore.results import model as RM  # noqa: E402
 from flyexplore.results import peaks as PK  # noqa: E402
-from flyexplore.run.spec import SweepSpec, shapes_file_plan  # noqa: E402
+from flyexplore.run.plan import shapes_file_plan  # noqa: E402
+from flyexplore.run.spec import SweepSpec  # noqa: E402
 from tests.cli.test_model_cli import QWEN_MOE  # noqa: E402
 
 

@@ -17,7 +17,8 @@ import pytest
 from flyexplore.results import table as R
 from flyexplore.run.engine import STICKY_ERRORS, pin_env, sticky
 from flyexplore.errors import UsageError
-from flyexplore.run.spec import SweepSpec, choose_engine, resolve_op
+from flyexplore.run.plan import resolve_op
+from flyexplore.run.spec import SweepSpec, choose_engine
 from flyexplore.run.sweep import case_cost, journal_path, run_sweep
 
 HERE = Path(__file__).resolve().parents[1]  # tests/: fault_ops.py and ray_start/

@@ -22,7 +22,8 @@ from flyexplore.measure.interleaved import RoundRunner
 from flyexplore.results import compare as C
 from flyexplore.results import table as R
 from flyexplore.run import envs as E
-from flyexplore.run.envab import baselines_of, exclusive_mode
+from flyexplore.run.driver import baselines_of
+from flyexplore.run.envab import exclusive_mode
 from flyexplore.run.envworker import Reader, recv, send
 from flyexplore.run.journal import Journal, journal_path
 from flyexplore.run.processes import combine, intervals
@@ -107,7 +108,8 @@ def test_arms_are_backends_in_environments_and_the_baseline_is_an_arm():
     s = _spec(backends="aten@A,inductor@B", envs=["A", "B:X=1"], baseline="inductor@B")
     assert s.plan.backends == ("aten@A", "inductor@B") and s.ab_baseline == "inductor@B"
     d = s.plan_dict()
-    assert d["envs"][1] == {"name": "B", "python": None, "changes": {"X": "1"}} and d["pairs"] == 3
+    assert d["envs"][1] == {"name": "B", "python": None, "changes": {"X": "1"}}
+    assert d["pairs"] == "auto" and d["max_pairs"] == 10   # --pairs auto, the default
     assert _spec(envs=["A", "B:X=2"]).plan_fingerprint() != _spec(envs=["A", "B:X=1"]).plan_fingerprint()
     assert SweepSpec(**s.to_dict()) == s   # the spec rebuilds from its dict
 
@@ -120,7 +122,9 @@ def test_arms_are_backends_in_environments_and_the_baseline_is_an_arm():
     ({"processes": 2}, "--pairs starts fresh pairs"),
     ({"workers": 2}, "--workers does not go"),
     ({"timer": {"mode": "kernel"}}, None),
-    ({"pairs": 0}, "--pairs must be an integer >= 1"),
+    ({"pairs": 0}, "--pairs must be 'auto' or an integer >= 1"),
+    ({"pairs": 3, "max_pairs": 5}, "--max-pairs caps --pairs auto"),
+    ({"max_pairs": 2}, "--max-pairs must be an integer >= 3"),
     ({"worker_code": "mine"}, "--worker-code must be one of driver, env"),
 ])
 def test_what_an_ab_refuses_is_one_line_before_anything_runs(kw, words):
@@ -136,17 +140,15 @@ def test_what_an_ab_refuses_is_one_line_before_anything_runs(kw, words):
 
 def test_each_arm_is_taken_against_its_backend_in_the_base_environment():
     s = _spec(backends="aten,inductor", envs=["A", "B:X=1", "C:X=2"])
-    from flyexplore.run.envab import Setup
+    from flyexplore.run.driver import CaseJob
 
-    st = Setup(op=s.plan.op, op_ref="gemm", envs=s.environments, arms={"A": ("aten", "inductor"), "B": ("aten", "inductor"),
-               "C": ("aten",)}, base_arm="aten@A", seed=0, trace=False, band=0.01, timer={}, how="cpu-thread",
-               device=None, worker_device="cpu", pin={}, pairs=3, case_timeout=0, start_timeout=1,
-               worker_code="driver", extra_paths=())
-    base, bl = baselines_of(st, ["aten@A", "inductor@A", "aten@B", "inductor@B", "aten@C"])
+    st = CaseJob(op=s.plan.op, case=None, dtype="fp32", arms={"A": ("aten", "inductor"), "B": ("aten", "inductor"),
+                 "C": ("aten",)}, how="cpu-thread", gpu=False, base_arm="aten@A", named=True)
+    base, bl = baselines_of(st, ["aten@A", "inductor@A", "aten@B", "inductor@B", "aten@C"], "A")
     assert base == "aten@A"
     assert bl == {"aten@A": None, "inductor@A": "aten@A", "aten@B": "aten@A", "inductor@B": "inductor@A",
                   "aten@C": "aten@A"}
-    base, bl = baselines_of(st, ["inductor@A", "aten@B"])   # the base arm failed to build
+    base, bl = baselines_of(st, ["inductor@A", "aten@B"], "A")   # the base arm failed to build
     assert base == "inductor@A" and bl == {"inductor@A": None, "aten@B": "inductor@A"}
 
 

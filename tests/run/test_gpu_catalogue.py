@@ -85,7 +85,7 @@ def test_bad_part_is_a_usage_error(tmp_path, capsys):
 
 def test_gpu_plan_is_valid():
     """Every GPU part names a real suite or shapes, dtypes and backends (checked without a GPU)."""
-    from flyexplore.run.spec import make_plan
+    from flyexplore.run.plan import make_plan
 
     mod = _script()
     rows = 0

@@ -19,7 +19,7 @@ from flyexplore.ops import get_op  # noqa: E402
 from flyexplore.ops.base import RunContext  # noqa: E402
 from flyexplore.run import build as B  # noqa: E402
 from flyexplore.run import memory as M  # noqa: E402
-from flyexplore.run.spec import make_plan  # noqa: E402
+from flyexplore.run.plan import make_plan  # noqa: E402
 from flyexplore.world import env as ENV  # noqa: E402
 
 MB = 10 ** 6

@@ -197,7 +197,7 @@ def test_an_nn_module_is_measured_with_its_own_inputs():
 
 def test_the_memory_check_takes_the_familys_own_estimate_and_runs_no_probe(tmp_path):
     from flyexplore.run.memory import memory_check
-    from flyexplore.run.spec import make_plan
+    from flyexplore.run.plan import make_plan
 
     plan = make_plan("model", shapes="32x2048:model=llama-3.1-8b,decode", dtypes="bf16")
     check = memory_check(plan, "cpu", max_memory=10 ** 12, reader=lambda dev: (None, "not read"),

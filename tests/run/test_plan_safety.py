@@ -1,8 +1,8 @@
 """Issue 22 (plans): a plan cannot double rows (repeats folded, with a note), cannot overflow
 (a dimension or tensor past int64 is a one-line usage error when the plan is made) and cannot
 blow the memory (a case estimated over the device's free memory or ``max_memory`` becomes a
-``refused`` row, an exit 2 when every case is): :func:`flyexplore.run.spec.make_plan`,
-:func:`~flyexplore.run.spec.shapes_file_plan`, :func:`flyexplore.run.cases.case_memory` and
+``refused`` row, an exit 2 when every case is): :func:`flyexplore.run.plan.make_plan`,
+:func:`~flyexplore.run.plan.shapes_file_plan`, :func:`flyexplore.run.cases.case_memory` and
 :func:`~flyexplore.run.cases.memory_refusals`, :func:`flyexplore.measure.devstate.free_memory`."""
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from flyexplore.ops.base import INT64_MAX  # noqa: E402
 from flyexplore.results import table as R  # noqa: E402
 from flyexplore.run import cases as C  # noqa: E402
 from flyexplore.run import memory as M  # noqa: E402
-from flyexplore.run.spec import SweepSpec, make_plan, shapes_file_plan  # noqa: E402
+from flyexplore.run.plan import make_plan, shapes_file_plan  # noqa: E402
+from flyexplore.run.spec import SweepSpec  # noqa: E402
 
 HUGE_GEMM = "1000000000x1000000000x1000000000"           # 10^9 cubed: 4e18 B per fp32 operand
 

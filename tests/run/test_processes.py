@@ -307,7 +307,7 @@ def test_processes_journal_each_pass_row_as_it_comes_and_a_resume_runs_only_what
     """Issue 33: ``--processes`` used to journal nothing until its last pass. Now every pass row is
     committed as it comes; a resume that finds passes 1 and (for one case) 2 already journaled runs
     pass 2 for the other cases only, pass 3 for all, and combines each row from the journaled
-    passes and the new ones; a case whose passes were all in is combined without running."""
+    passes and the new ones; a backend whose passes were all in is not run again."""
     from flyexplore.run.sweep import _passes
 
     tasks = _tasks()
@@ -331,7 +331,9 @@ def test_processes_journal_each_pass_row_as_it_comes_and_a_resume_runs_only_what
     assert sorted(calls2[0]) == [("c0", ("aten", "inductor")), ("c2", ("aten",))]
     assert sorted(calls2[1]) == [("c0", ("aten", "inductor")), ("c1", ("aten", "inductor")), ("c2", ("aten",))]
     assert len(calls2) == 2 and len(j2.added) == 3 + 5
-    assert j2.final[0]["case"] == "c2" and j2.final[0]["backend"] == "inductor"   # combined before any run
+    # c2's inductor was complete: not run again, combined from its journaled passes with c2's aten
+    c2 = next(r for r in j2.final if r["case"] == "c2" and r["backend"] == "inductor")
+    assert [p["worker"] for p in R.process_estimates(c2["process_estimates"])] == ["w0/c2", "old1", "old2"]
     assert len(j2.final) == 6 and all(r["processes"] == 3 and r["run_id"] == "run2" for r in j2.final)
     c1 = next(r for r in j2.final if r["case"] == "c1" and r["backend"] == "aten")
     assert [p["worker"] for p in R.process_estimates(c1["process_estimates"])] == ["w0/c1", "old1", "w1/c1"]

@@ -11,7 +11,8 @@ import torch
 from flyexplore.results import table as R
 from flyexplore.errors import UsageError
 from flyexplore.ops.base import Operator
-from flyexplore.run.spec import SweepSpec, make_plan
+from flyexplore.run.plan import make_plan
+from flyexplore.run.spec import SweepSpec
 from flyexplore.run.journal import committed_rows
 from flyexplore.run.sweep import journal_path, run_sweep
 

@@ -30,7 +30,8 @@ from flyexplore.run.engine import (
     Task,
     run_tasks,
 )
-from flyexplore.run.spec import SweepSpec, resolve_op
+from flyexplore.run.plan import resolve_op
+from flyexplore.run.spec import SweepSpec
 from flyexplore.world import env as ENV
 from tests.run.test_engine import start_local_ray
 

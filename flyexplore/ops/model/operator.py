@@ -433,6 +433,7 @@ MODEL = Operator(
     timing_mode="event",    # a step's time includes its launch gaps (flyexplore.measure.modes: event)
     fresh_recheck=False,    # the inputs are a model: the check runs once, on the first call
     memory=_memory,
+    check_output=logits,    # across environments the logits are compared, never the KV cache object
 )
 MODEL.validate = _validate
 MODEL.make_inputs = _inputs
