@@ -3,7 +3,8 @@
 (:func:`flyexplore.results.compare.summary_lines`), with ``--out`` the A/B report
 (:mod:`flyexplore.views.report`), with ``--json`` / ``--summary-md`` the summary as JSON or as
 a GitHub Actions job summary, and with ``--fail-on`` a CI gate (exit 1 when B is slower beyond
-a threshold; :func:`flyexplore.results.compare.gate`)."""
+a threshold, or an AMBIGUOUS interval is wider than a width; a ``:warn`` rule only warns;
+:func:`flyexplore.results.gate.gate`)."""
 from __future__ import annotations
 
 import argparse
@@ -21,16 +22,24 @@ Pairs two result files by (op, case, dtype, backend) and prints a summary: pairs
 (FASTER: B faster, SAME, SLOWER: B slower, AMBIGUOUS), the geometric mean of time A / time B
 with its 95% interval, the five largest changes and any difference between the two
 environments. --out also writes the HTML report. One file of an environment A/B (flyexplore
-sweep --env) compares its two environments: the arms were timed round by round in one run, so
-the intervals are paired, with no cross-run allowance.
+sweep --env) compares its two environments (--a-env / --b-env pick two of three or more): the
+arms were timed round by round in one run, so the intervals are paired, with no cross-run
+allowance.
 
-exit status: 0 done (gate passed); 1 --fail-on tripped: a pair, or the geometric mean, is
-labelled SLOWER and B is slower by more than the threshold even at its interval's upper end;
-2 usage error (a bad --fail-on value, a damaged or missing file, an unwritable output).
+--fail-on takes one or more rules, comma-separated: SLOWER[:THRESHOLD] trips on a pair, or the
+geometric mean, labelled SLOWER whose interval's upper end is below 1/(1+THRESHOLD);
+AMBIGUOUS[:WIDTH] trips on one labelled AMBIGUOUS whose 95% interval is wider than WIDTH
+(hi/lo - 1), and says how many pairs of workers would decide it (an environment A/B's spread
+between pairs), or that a quieter machine or more rounds would; a rule ending in :warn only
+warns (e.g. SLOWER:5%,AMBIGUOUS:5%:warn).
+
+exit status: 0 done (gate passed, or only :warn rules tripped); 1 --fail-on tripped: a rule
+without :warn tripped; 2 usage error (a bad --fail-on value, a damaged or missing file, an
+unwritable output).
 
 CI example (GitHub Actions):
   flyexplore compare main.parquet pr.parquet --names main,pr \\
-      --fail-on SLOWER:5% --summary-md "$GITHUB_STEP_SUMMARY" --json ab.json
+      --fail-on SLOWER:5%,AMBIGUOUS:5%:warn --summary-md "$GITHUB_STEP_SUMMARY" --json ab.json
 """
 
 
@@ -40,7 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "A/B file (sweep --env) whose two environments are the sides")
     p.add_argument("b", nargs="?", help="side B: result file, or vllm JSON file/folder")
     p.add_argument("--a-env", help="environment A/B file: the environment of side A (default: the A/B's base)")
-    p.add_argument("--b-env", help="environment A/B file: the environment of side B (default: the other one)")
+    p.add_argument("--b-env", help="environment A/B file: the environment of side B (default: the other one; "
+                   "needed where the file holds three or more)")
     p.add_argument("--out", help="also write the A/B report (report.html, tables, figures) into this folder "
                    "(default: no report, only the summary)")
     p.add_argument("--names", help="display names of A and B, comma-separated (default A,B)")
@@ -55,15 +65,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summary-md", metavar="FILE", help="append the summary as Markdown (counts table, "
                    "geometric mean, largest changes, warnings, the gate's outcome) to FILE, e.g. "
                    "\"$GITHUB_STEP_SUMMARY\" in GitHub Actions; the file is created if missing")
-    p.add_argument("--fail-on", metavar="SLOWER[:THRESHOLD]", help="exit 1 when any pair, or the geometric "
-                   "mean, is labelled SLOWER (B slower) and its interval's upper end is below 1/(1+THRESHOLD): "
-                   "B slower by more than THRESHOLD even at the favourable end. THRESHOLD: a percentage "
-                   "(5%%) or a fraction below 1 (0.05); default 0, any SLOWER fails")
+    p.add_argument("--fail-on", metavar="RULE[,RULE...]", help="the CI gate, one or more comma-separated rules: "
+                   "SLOWER[:THRESHOLD] exits 1 when any pair, or the geometric mean, is labelled SLOWER (B slower) "
+                   "and its interval's upper end is below 1/(1+THRESHOLD): B slower by more than THRESHOLD even at "
+                   "the favourable end; AMBIGUOUS[:WIDTH] exits 1 when one is labelled AMBIGUOUS and its interval "
+                   "is wider than WIDTH (hi/lo - 1), saying how many pairs of workers would decide it; RULE:warn "
+                   "only warns (exit 0). THRESHOLD, WIDTH: a percentage (5%%) or a fraction below 1 (0.05); "
+                   "default 0, any SLOWER / AMBIGUOUS trips it. Example: SLOWER:5%%,AMBIGUOUS:5%%:warn")
 
 
 def run(a: argparse.Namespace) -> int:
     # imported here, as in every command module: `flyexplore --help` imports neither torch nor pandas
     from flyexplore.results import compare as C
+    from flyexplore.results import gate as G
     from flyexplore.results.aotriton_ab import summary_notes
     from flyexplore.results.table import check_writable
 
@@ -71,7 +85,7 @@ def run(a: argparse.Namespace) -> int:
     names = tuple(n.strip() for n in a.names.split(",")) if a.names else None
     if names is not None and (len(names) != 2 or not all(names)):
         raise UsageError(f"--names needs two comma-separated names, got {a.names!r}")
-    rule = C.parse_fail_on(a.fail_on) if a.fail_on is not None else None
+    rule = G.parse_rules(a.fail_on) if a.fail_on is not None else None
     if a.json is not None and a.json != "-":
         check_writable(a.json, "JSON file")
     if a.summary_md is not None:
@@ -82,7 +96,7 @@ def run(a: argparse.Namespace) -> int:
         check_report_dir(a.out)   # the output first: nothing is read or written for a folder that is refused
         check_writable(a.out, "report folder", folder=True)
     sd = C.sides(a.a, a.b, names, a.a_backend, a.b_backend, a.a_env, a.b_env)   # files read with validation
-    result = C.gate(sd, rule) if rule is not None else None   # a vllm A/B refused here, before writing
+    result = G.gate(sd, rule) if rule is not None else None   # a vllm A/B refused here, before writing
     # with --json -, stdout carries the JSON alone
     say = sys.stderr if a.json == "-" else sys.stdout
     if a.out is not None:

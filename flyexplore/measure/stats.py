@@ -28,6 +28,10 @@ The geometric mean of several speedups gets an interval by the delta method in l
 (:func:`geomean_ci`): the per-case intervals' half-widths, as standard errors, added in
 quadrature. It covers measurement noise only; the cases themselves are fixed, not sampled.
 
+Measured in fresh processes or pairs of workers, a row's interval is Student t over them
+(:func:`between_process`); how many pairs would decide an AMBIGUOUS reading at the spread seen
+between them is :func:`pairs_to_decide`.
+
 Anchors: nvbench's ``stdrel`` stopping criterion and ``nvbench_compare``'s noise-aware
 comparison, tritonbench's ``latency_analysis``; none of them interleaves backends.
 """
@@ -364,3 +368,93 @@ def between_runs(a: Sequence[float], a_ses: Sequence[float] | None, b: Sequence[
     df = v ** 2 / (va ** 2 / (xa.size - 1) + vb ** 2 / (xb.size - 1))
     half = math.hypot(t_quantile(df, confidence) * math.sqrt(v), extra)
     return (math.exp(d), math.exp(d - half), math.exp(d + half), half)
+
+
+# -- how many pairs would decide it ------------------------------------------------------------------
+
+def pair_spread(estimates: Sequence[float], ses: Sequence[float] | None = None) -> float:
+    """The standard deviation, in natural-log space, of one pair's (or one process's) estimate:
+    the spread that :func:`between_process` builds its interval from. ``estimates``: the
+    per-pair ratios (e.g. an environment A/B row's per-pair speedups, ``process_estimates``);
+    ``ses``: each one's within-pair log standard error (:func:`log_se`), or None. The sample
+    standard deviation (ddof 1) of ``log(estimates)``, never below the root mean of ``ses**2``
+    (the floor :func:`between_process` applies). Non-positive or missing estimates are left out.
+    NaN when fewer than two estimates and no ``ses`` are left (the spread is unknown)."""
+    x = np.asarray(estimates, dtype=float)
+    se = np.full(x.size, np.nan) if ses is None else np.asarray(ses, dtype=float)
+    keep = np.isfinite(x) & (x > 0)
+    x, se = np.log(x[keep]), se[keep]
+    if x.size < 2 and not np.isfinite(se).any():
+        return math.nan
+    return math.sqrt(_spread(x, se))
+
+
+def interval_spread(lo: float, hi: float, n: int, confidence: float = CONFIDENCE) -> float:
+    """The per-pair standard deviation, in natural-log space, that a ``confidence`` Student-t
+    interval of the mean over ``n`` pairs stands for: ``log(hi / lo) / 2 * sqrt(n) / t(n - 1)``
+    -- the inverse of the half-width ``t(n - 1) * sd / sqrt(n)`` of :func:`between_process`
+    with ``prediction=False`` (an environment A/B's ``between-pair`` interval), so it equals
+    :func:`pair_spread` of the estimates that interval came from. NaN where a bound is missing
+    or not positive, ``hi < lo``, or ``n < 2``."""
+    try:
+        lo, hi, n = float(lo), float(hi), int(n)
+    except (TypeError, ValueError):
+        return math.nan
+    if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi) or n < 2:
+        return math.nan
+    return math.log(hi / lo) / 2 * math.sqrt(n) / t_quantile(n - 1, confidence)
+
+
+def pairs_to_decide(sd: float | None, band: float = BAND, estimate: float | None = None,
+                    confidence: float = CONFIDENCE) -> int | float | None:
+    """How many pairs (or processes) a ``confidence`` Student-t interval of the mean needs to be
+    narrow enough to decide: the smallest ``n >= 2`` with ``t(n - 1) * sd / sqrt(n) <= h``
+    (``t`` the two-sided quantile of ``scipy.stats.t``, :func:`t_quantile`), where ``sd`` is the
+    observed standard deviation of one pair's log ratio (natural log, no unit:
+    :func:`pair_spread` of the per-pair estimates, or :func:`interval_spread` of an interval and
+    the number of pairs it came from) and ``h`` the half-width needed, in log space:
+
+    - ``estimate`` None -- a change of ``band``'s size (a fraction: 0.01 = 1%, the SAME band
+      :data:`BAND` by default, or the width of ``compare --fail-on AMBIGUOUS:WIDTH``): the whole
+      interval no wider than the change, ``hi / lo <= 1 + band``, i.e. ``h = log(1 + band) / 2``;
+      then no change (1) and a change of ``band`` (``1 + band``) cannot both lie in it;
+    - ``estimate`` given (a ratio, e.g. 0.5) -- that reading, if its estimate held: the interval
+      around ``log(estimate)`` clear of both edges of the band ``[1 - band, 1 + band]`` that
+      :func:`verdict` reads (SAME inside it, FASTER / SLOWER beyond it), i.e. ``h`` = the
+      distance from ``log(estimate)`` to the nearer of ``log(1 - band)`` and ``log(1 + band)``.
+
+    The rule is the interval's own (:func:`between_process` with ``prediction=False``); the
+    number is a planning figure: a new run's spread and estimate differ from these. Returns an
+    int; ``math.inf`` when no number would do (``estimate`` exactly on a band edge); None when
+    the spread or the estimate is unknown (None, NaN, negative ``sd``; a non-positive
+    ``estimate``). ``sd`` 0 needs 2 (the least that has an interval); an ``estimate`` within
+    1e-12 (log space) of an edge counts as on it. Raises ``ValueError`` for a ``band`` that is
+    not above 0 (with an ``estimate``: not in (0, 1), the band's lower edge ``1 - band`` must be a
+    ratio) or ``confidence`` outside (0, 1)."""
+    if isinstance(band, bool) or not isinstance(band, (int, float, np.floating, np.integer)) or not (
+            0 < band < (1 if estimate is not None else math.inf)):
+        raise ValueError(f"band must be a fraction above 0{' and below 1' if estimate is not None else ''}, "
+                         f"got {band!r}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    if sd is None or not math.isfinite(sd) or sd < 0:
+        return None
+    if estimate is None:
+        need = math.log1p(band) / 2
+    else:
+        if not (math.isfinite(estimate) and estimate > 0):
+            return None
+        x = math.log(estimate)
+        need = min(abs(x - math.log1p(band)), abs(x - math.log1p(-band)))
+    if need <= 1e-12:   # on an edge (up to rounding: log(1.01) is not log1p(0.01) to the last bit)
+        return math.inf
+    if sd == 0:
+        return 2
+    # t(n - 1) > z for every n, so the normal answer is a floor; t comes down to z within a few
+    # steps (past 1e12 pairs t and z agree to 12 digits: the normal answer is the answer)
+    n = max(2, math.ceil((_z(confidence) * sd / need) ** 2))
+    if n > 1e12:
+        return n
+    while t_quantile(float(n - 1), confidence) * sd / math.sqrt(n) > need:
+        n += 1
+    return n

@@ -9,16 +9,17 @@ never dropped silently; when the two environments differ (device, versions, cloc
 result says so in ``warnings`` instead of mixing them silently.
 
 What CI reads of an A/B: :func:`summary_lines` (the terminal summary), :func:`summary_dict`
-(JSON-ready), :func:`summary_markdown` (a GitHub Actions job summary) and the gate
-(:func:`parse_fail_on`, :func:`gate`: B slower beyond a threshold fails).
+(JSON-ready) and :func:`summary_markdown` (a GitHub Actions job summary), each with the gate's
+outcome when given one. The gate itself (``--fail-on``: its rules, their results,
+:func:`flyexplore.results.gate.gate`) is :mod:`flyexplore.results.gate`, which
+:meth:`ABResult.gate` calls; the per-pair text both print (a case's key, an interval with its
+label, JSON-ready records) is :mod:`flyexplore.results.pairtext`.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-import re
-import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -29,6 +30,9 @@ from flyexplore.errors import UsageError
 from flyexplore.measure import stats as S
 from flyexplore.results import table as R
 from flyexplore.results import vllm as V
+from flyexplore.results.gate import FailOn, GateResult, gate
+from flyexplore.results.pairtext import (TOP, _case_lines, _fmt, _geomean_label, _missing, _pair_records, _pct,
+                                         _wrap, case_text, jsonable)
 
 #: Two sides' clocks differ when their median case-start SM clocks differ by more than this.
 CLOCK_DIFFERS = 0.05
@@ -46,8 +50,11 @@ class ABResult:
     ``pairs``: one row per key in both sides, columns ``*key, time_a_ms, time_b_ms, ratio``
     (time_a / time_b; > 1: B faster), ``ratio_lo``, ``ratio_hi`` (95% interval), ``verdict``
     (FASTER = B faster, SAME, SLOWER, AMBIGUOUS; NA for published figures), ``interval``
-    (paired, unpaired, notch, none), ``tie`` (point estimate within +-1%), ``source_a``,
-    ``source_b``. ``only_a`` / ``only_b``: key rows present in one side only. ``summary``: per
+    (paired, unpaired, notch, none, between-process, between-pair), ``tie`` (point estimate
+    within +-1%), ``source_a``, ``source_b``, ``worker_pairs`` and ``pair_sd`` (a
+    ``between-pair`` interval's number of pairs of workers and the standard deviation of one
+    pair's log ratio; NA / NaN for other intervals). ``only_a`` / ``only_b``: key rows present
+    in one side only. ``summary``: per
     (op, dtype, backend) the number of pairs, geometric mean ratio with its interval and label,
     min, max, and the count of each label. ``names``: display names of the two sides;
     ``key``: the pairing columns; ``env``: :func:`env_table`; ``warnings``: one sentence per
@@ -79,10 +86,14 @@ class ABResult:
         return geomean_interval(self.pairs)
 
 
-    def gate(self, fail_on: "str | FailOn" = "SLOWER") -> "GateResult":
-        """The CI gate of this A/B (:func:`gate`): ``ab.gate("SLOWER:5%").failed`` is True when
-        a pair, or the geometric mean, has B slower by more than 5% at its interval's most
-        favourable end. Raises :class:`UsageError` for a bad ``fail_on``."""
+    def gate(self, fail_on: "str | FailOn | Sequence[str | FailOn]" = "SLOWER") -> "GateResult":
+        """The CI gate of this A/B (:func:`flyexplore.results.gate.gate`), with ``flyexplore
+        compare --fail-on``'s rule text: ``ab.gate("SLOWER:5%").failed`` is True when a pair, or
+        the geometric mean, has B slower by more than 5% at its interval's most favourable end;
+        ``ab.gate("SLOWER:5%,AMBIGUOUS:5%")`` also fails on an AMBIGUOUS interval wider than 5%
+        (``hi / lo - 1``), and its lines say how many pairs of workers would decide it;
+        ``AMBIGUOUS:5%:warn`` only warns (``.warned``). Raises :class:`UsageError` for a bad
+        ``fail_on``."""
         return gate(self, fail_on)
 
     def __repr__(self) -> str:
@@ -90,7 +101,7 @@ class ABResult:
         tables are :attr:`pairs`, :attr:`summary`, :attr:`env`."""
         return "\n".join(self.summary_lines())
 
-    def summary_lines(self, fail_on: "str | FailOn | None" = None) -> list[str]:
+    def summary_lines(self, fail_on: "str | FailOn | Sequence[str | FailOn] | None" = None) -> list[str]:
         """The terminal summary of this A/B, as ``flyexplore compare`` prints it
         (:func:`summary_lines`), with the gate's lines when ``fail_on`` is given. Raises
         :class:`UsageError` for a bad ``fail_on``."""
@@ -192,7 +203,10 @@ def pair(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B"),
     once (:func:`flyexplore.results.table.ratio_intervals`; each row's samples parsed once), so
     two 10,000-row files pair in about a second. Each pair also gets ``same_within``
     (fraction): ``max(1 - ratio_lo, ratio_hi - 1)``, the narrowest SAME band its interval fits
-    (an AMBIGUOUS A-vs-A pair still bounds the change by it). Raises :class:`UsageError` when a given
+    (an AMBIGUOUS A-vs-A pair still bounds the change by it); a pair whose interval came from an
+    environment A/B's pairs of workers (``between-pair``) gets ``worker_pairs`` (how many) and
+    ``pair_sd`` (the spread between them, in log space: what the gate's pairs-needed figure
+    reads; :func:`_pair_spreads`). Raises :class:`UsageError` when a given
     backend has no rows or no timed row, or when no key is in both sides."""
     key = list(key)
     if a_backend or b_backend:
@@ -231,11 +245,13 @@ def pair(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B"),
         raise UsageError(f"no case is in both {names[0]} and {names[1]} "
                          f"({len(only_a)} only in {names[0]}, {len(only_b)} only in {names[1]})")
     rows_a, rows_b = _groups(ga), _groups(gb)
+    pos_a = [ka[rows_a[g]] for g in p.pop("_order_a").astype(int)]
+    pos_b = [kb[rows_b[g]] for g in p.pop("_order_b").astype(int)]
     ests, los, his, hows, allow = R.ratio_intervals(
-        a, [ka[rows_a[g]] for g in p.pop("_order_a").astype(int)], b, [kb[rows_b[g]] for g in p.pop("_order_b").astype(int)],
-        (p["time_a_ms"] / p["time_b_ms"]).to_numpy(dtype=float), with_allowance=True)
+        a, pos_a, b, pos_b, (p["time_a_ms"] / p["time_b_ms"]).to_numpy(dtype=float), with_allowance=True)
     p["ratio"] = ests
     p["ratio_lo"], p["ratio_hi"], p["interval"] = los, his, hows
+    p["worker_pairs"], p["pair_sd"] = _pair_spreads(a, pos_a, b, pos_b, hows, los, his)
     p["allowance"] = allow
     p["allowance_basis"] = _basis(hows, allow, _platform(a, b))
     p["verdict"] = [pd.NA if h == "none" else S.verdict(lo, hi) for h, lo, hi in zip(hows, los.tolist(), his.tolist())]
@@ -288,6 +304,58 @@ def ab_setting(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", 
                                  b.get("processes", pd.Series(dtype=float))]), errors="coerce").max()
     pairs = f"{int(k)} pairs of workers" if pd.notna(k) and k > 1 else "one pair of workers"
     return (f"environment A/B, its arms timed round by round in one run ({pairs}): " + "; ".join(parts),)
+
+
+def _pair_spreads(a: pd.DataFrame, pos_a: Sequence[np.ndarray], b: pd.DataFrame, pos_b: Sequence[np.ndarray],
+                  hows: np.ndarray, los: np.ndarray, his: np.ndarray) -> tuple[pd.Series, np.ndarray]:
+    """Per pair of :func:`pair`: the number of pairs of workers its ``between-pair`` interval came
+    from (an environment A/B's ``--pairs``; NA for every other interval) and the standard
+    deviation, in natural-log space, of one pair's ratio (NaN where unknown): from the B row's
+    per-pair speedups (``process_estimates``) when they are taken against A's arm, else from the
+    per-pair time ratios of the two rows' ``process_estimates``
+    (:func:`flyexplore.measure.stats.pair_spread`, each pair's own error as the floor, as the
+    interval's), else from the interval and its count
+    (:func:`flyexplore.measure.stats.interval_spread`). What the gate's pairs-needed figure reads
+    (:func:`flyexplore.measure.stats.pairs_to_decide`)."""
+    n = len(hows)
+    count = pd.Series([pd.NA] * n, dtype="Int64")
+    sd = np.full(n, np.nan)
+    idx = [k for k in range(n) if hows[k] == "between-pair" and len(pos_a[k]) == 1 and len(pos_b[k]) == 1]
+    if not idx:
+        return count, sd
+
+    def col(d, c):
+        return d[c].to_numpy(dtype=object) if c in d else np.full(len(d), None, dtype=object)
+
+    est_a, est_b = col(a, "process_estimates"), col(b, "process_estimates")
+    be_a, env_a, base_b, procs = col(a, "backend"), col(a, "env"), col(b, "baseline"), col(b, "processes")
+    for k in idx:
+        i, j = int(pos_a[k][0]), int(pos_b[k][0])
+        pa, pb = R.process_estimates(est_a[i]), R.process_estimates(est_b[j])
+        own = _missing(env_a[i]) or R.split_arm(be_a[i])[1] is not None   # already an arm's name
+        arm = be_a[i] if own else R.arm_name(str(be_a[i]), str(env_a[i]))
+        sps = [_float(e.get("speedup")) for e in pb]
+        against_a = not _missing(base_b[j]) and str(base_b[j]) == str(arm)   # B's speedups are over A's arm
+        if len(pb) >= 2 and against_a and all(math.isfinite(v) for v in sps):
+            m, v = len(pb), S.pair_spread(sps, [_float(e.get("speedup_se")) for e in pb])
+        elif len(pa) >= 2 and len(pa) == len(pb):
+            ta, tb = (np.asarray([_float(e.get("time_ms")) for e in q]) for q in (pa, pb))
+            sa, sb = (np.asarray([_float(e.get("time_se")) for e in q]) for q in (pa, pb))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                m, v = len(pa), S.pair_spread(ta / tb, np.hypot(sa, sb))
+        else:
+            m = int(_float(procs[j])) if math.isfinite(_float(procs[j])) else 0
+            v = S.interval_spread(los[k], his[k], m)
+        if math.isfinite(v):
+            count.iloc[k], sd[k] = m, v
+    return count, sd
+
+
+def _float(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def _groups(g) -> list[np.ndarray]:
@@ -388,15 +456,7 @@ def sides(a, b=None, names: tuple[str, str] | None = None, a_backend: str | None
     return Sides("rows", da, db, pair(da, db, names, a_backend, b_backend), names)
 
 
-# -- the summary and the CI gate ---------------------------------------------------------------
-
-#: Labels the gate (``--fail-on``) accepts: only SLOWER (B slower than A).
-GATE_LABELS = ("SLOWER",)
-#: Cases the summary lists as the largest changes, and the gate as the ones that tripped it.
-TOP = 5
-#: Width of the terminal summary, in characters.
-WIDTH = 100
-
+# -- the summaries -----------------------------------------------------------------------------
 
 def label_name(label: Any, names: tuple[str, str] = ("A", "B")) -> str:
     """A label as the summaries show it, saying which side is faster: ``"FASTER (B faster)"``,
@@ -405,204 +465,6 @@ def label_name(label: Any, names: tuple[str, str] = ("A", "B")) -> str:
     if label is None or (not isinstance(label, str) and pd.isna(label)):
         return "no label"
     return {"FASTER": f"FASTER ({names[1]} faster)", "SLOWER": f"SLOWER ({names[1]} slower)"}.get(label, str(label))
-
-
-def case_text(row: Any, key: Sequence[str]) -> str:
-    """One pair's key values as one text, in key order, missing ones left out
-    (``"gemm 2048x4096x4096 bf16 aten"``)."""
-    return " ".join(str(row[k]) for k in key if k in row and not _missing(row[k]))
-
-
-def _missing(v: Any) -> bool:
-    try:
-        return bool(pd.isna(v))
-    except (TypeError, ValueError):
-        return False
-
-
-def _pct(fraction: float) -> str:
-    """``0.05`` -> ``"5%"``, ``0.008`` -> ``"0.8%"`` (up to 3 significant digits)."""
-    return f"{fraction * 100:.3g}%"
-
-
-@dataclass(frozen=True)
-class FailOn:
-    """A gate rule (``--fail-on``): fail when a pair, or the geometric mean, is labelled
-    ``label`` (SLOWER: B slower) and its interval's upper end is below ``1 / (1 + threshold)``,
-    i.e. B is slower by more than ``threshold`` (a fraction: 0.05 = 5%) even at the interval's
-    most favourable end. ``threshold`` 0: any SLOWER fails."""
-
-    label: str = "SLOWER"
-    threshold: float = 0.0
-
-    @property
-    def limit(self) -> float:
-        """``1 / (1 + threshold)``: a ratio (time A / time B) whose interval lies wholly below
-        it trips the gate."""
-        return 1.0 / (1.0 + self.threshold)
-
-    @property
-    def text(self) -> str:
-        """The rule as ``--fail-on`` takes it: ``"SLOWER"`` or ``"SLOWER:5%"``."""
-        return self.label if self.threshold == 0 else f"{self.label}:{_pct(self.threshold)}"
-
-
-_NUMBER = re.compile(r"^[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?$")
-
-
-def parse_fail_on(text: "str | FailOn") -> FailOn:
-    """Read a ``--fail-on`` value: ``SLOWER`` (any pair or geomean labelled SLOWER fails) or
-    ``SLOWER:THRESHOLD``, THRESHOLD a percentage (``5%``) or a fraction below 1 (``0.05``); a
-    bare number of 1 or more is refused as ambiguous (write ``150%``). The label is read
-    case-insensitively. Returns a :class:`FailOn` (a :class:`FailOn` is returned as it is).
-    Raises :class:`UsageError` naming the bad value: another label (only SLOWER gates), a
-    threshold that is no number, negative or not finite."""
-    if isinstance(text, FailOn):
-        if text.label not in GATE_LABELS or not (math.isfinite(text.threshold) and text.threshold >= 0):
-            raise UsageError(f"bad --fail-on {text!r}: label must be SLOWER, threshold a fraction >= 0")
-        return text
-    raw = str(text)
-    label, sep, thr = raw.strip().partition(":")
-    hint = "(valid: SLOWER or SLOWER:THRESHOLD, THRESHOLD a percentage such as 5% or a fraction such as 0.05)"
-    if label.strip().upper() not in GATE_LABELS:
-        raise UsageError(f"bad --fail-on {raw!r}: only SLOWER (B slower than A) can gate {hint}")
-    if not sep:
-        return FailOn(label.strip().upper(), 0.0)
-    t = thr.strip()
-    percent = t.endswith("%")
-    num = t[:-1].strip() if percent else t
-    if not _NUMBER.match(num):
-        why = "a negative threshold" if num.startswith("-") else "the threshold is no number"
-        raise UsageError(f"bad --fail-on {raw!r}: {why} {hint}")
-    value = float(num) / 100 if percent else float(num)
-    if not math.isfinite(value):
-        raise UsageError(f"bad --fail-on {raw!r}: the threshold is not finite {hint}")
-    if not percent and value >= 1:
-        raise UsageError(f"bad --fail-on {raw!r}: a bare threshold is a fraction below 1; "
-                         f"write {num}% for {num} percent, or {_pct(value)} for {value:g} as a fraction")
-    return FailOn(label.strip().upper(), value)
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """The outcome of :func:`gate`. ``fail_on``: the rule; ``failed``: True when a pair or the
-    geometric mean tripped it; ``tripped``: the pairs that did (the key columns, ``time_a_ms``,
-    ``time_b_ms``, ``ratio``, ``ratio_lo``, ``ratio_hi``, ``verdict``), the most slowed first;
-    ``geomean``: ``(geomean, lo, hi)`` of all pairs; ``geomean_label`` its label (None without
-    an interval); ``geomean_tripped``: whether the geometric mean tripped it; ``names``,
-    ``key``: as in the :class:`ABResult`."""
-
-    fail_on: FailOn
-    failed: bool
-    tripped: pd.DataFrame
-    geomean: tuple[float, float, float]
-    geomean_label: str | None
-    geomean_tripped: bool
-    names: tuple[str, str] = ("A", "B")
-    key: tuple[str, ...] = ()
-
-    @property
-    def headline(self) -> str:
-        """The outcome in one sentence (not wrapped): ``gate --fail-on SLOWER:5%: FAILED: 2 pairs
-        are B slower by more than 5% (interval's upper end below 0.952x)`` or ``...: passed: ...``."""
-        return f"gate --fail-on {self.fail_on.text}: {'FAILED' if self.failed else 'passed'}: {self.reason}"
-
-    @property
-    def reason(self) -> str:
-        """:attr:`headline` after the outcome: what tripped the gate, or that nothing did."""
-        nb = self.names[1]
-        rule = (f"{nb} slower by more than {_pct(self.fail_on.threshold)} (interval's upper end "
-                f"below {self.fail_on.limit:.3f}x)") if self.fail_on.threshold > 0 else f"{nb} slower (SLOWER)"
-        if not self.failed:
-            return f"no pair, nor the geometric mean, is {rule}"
-        n = len(self.tripped)
-        what = [f"{n} pair{'s' if n != 1 else ''}"] if n else []
-        if self.geomean_tripped:
-            what.append("the geometric mean")
-        verb = "is" if what in (["1 pair"], ["the geometric mean"]) else "are"
-        return f"{' and '.join(what)} {verb} {rule}"
-
-    @property
-    def lines(self) -> list[str]:
-        """The gate's outcome as text lines of at most :data:`WIDTH` characters:
-        :attr:`headline` (wrapped), then, when it failed, up to :data:`TOP` of the pairs that
-        tripped it, most slowed first (case, ratio, interval, label), how many more, and the
-        geometric mean when it tripped it."""
-        out = _wrap(self.headline)
-        if not self.failed:
-            return out
-        extra = [("geometric mean", *self.geomean, self.geomean_label)] if self.geomean_tripped else []
-        lines = _case_lines(self.tripped.head(TOP), self.key, extra)
-        if len(self.tripped) > TOP:
-            lines.insert(TOP, f"  ... and {len(self.tripped) - TOP} more")
-        return out + lines
-
-    def as_dict(self) -> dict:
-        """JSON-ready (NaN as None): ``fail_on`` (text), ``label``, ``threshold`` (fraction),
-        ``limit`` (ratio), ``failed``, ``geomean_tripped``, ``tripped`` (one dict per pair:
-        ``case_key`` (the key values as one text), the key columns, ``ratio``, ``ratio_lo``,
-        ``ratio_hi``, ``verdict``)."""
-        t = self.tripped
-        tripped = _pair_records(t[[c for c in t if c not in ("time_a_ms", "time_b_ms")]], self.key)
-        return jsonable({"fail_on": self.fail_on.text, "label": self.fail_on.label,
-                         "threshold": self.fail_on.threshold, "limit": self.fail_on.limit,
-                         "failed": self.failed, "geomean_tripped": self.geomean_tripped, "tripped": tripped})
-
-
-def gate(ab: "ABResult | Sides", fail_on: "str | FailOn" = "SLOWER") -> GateResult:
-    """Judge an A/B for CI: it fails when any pair, or the geometric mean of all pairs
-    (:attr:`ABResult.geomean_ci`, labelled by :func:`flyexplore.measure.stats.verdict`), is
-    labelled SLOWER (B slower) and its interval's upper end ``ratio_hi`` is below
-    ``1 / (1 + threshold)`` (:class:`FailOn`), so that B is slower by more than the threshold
-    even at the interval's most favourable end. Pairs without a label (published figures, no
-    interval) never trip it; a pair of a result set with itself never does (its ratios are
-    1). ``fail_on``: ``--fail-on`` text (:func:`parse_fail_on`) or a :class:`FailOn`.
-    Returns a :class:`GateResult`. Raises :class:`UsageError` for a bad ``fail_on`` or for a
-    vllm A/B (its speedups carry no interval to gate on)."""
-    rule = parse_fail_on(fail_on)
-    if isinstance(ab, Sides):
-        if ab.kind != "rows":
-            raise UsageError("--fail-on gates flyexplore result rows; vllm bench results carry no "
-                             "per-case interval to gate on")
-        ab = ab.ab
-    p = ab.pairs
-    hi = pd.to_numeric(p["ratio_hi"], errors="coerce").astype(float)
-    bad = (p["verdict"] == rule.label).fillna(False).astype(bool) & (hi < rule.limit).fillna(False).astype(bool)
-    cols = [*ab.key, "time_a_ms", "time_b_ms", "ratio", "ratio_lo", "ratio_hi", "verdict"]
-    tripped = p.loc[bad.to_numpy(), [c for c in cols if c in p]]
-    tripped = tripped.iloc[np.argsort(pd.to_numeric(tripped["ratio"], errors="coerce").to_numpy(dtype=float),
-                                      kind="stable")].reset_index(drop=True)
-    gm = ab.geomean_ci
-    gl = _geomean_label(gm)
-    g_bad = bool(gl == rule.label and math.isfinite(gm[2]) and gm[2] < rule.limit)
-    return GateResult(rule, bool(len(tripped)) or g_bad, tripped, gm, gl, g_bad, tuple(ab.names), tuple(ab.key))
-
-
-def _geomean_label(gm: tuple[float, float, float]) -> str | None:
-    """The label of a geometric mean's interval (:func:`flyexplore.measure.stats.verdict`), None without one."""
-    _, lo, hi = gm
-    return S.verdict(lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
-
-
-def jsonable(v: Any) -> Any:
-    """``v`` with every value JSON can hold as itself: NaN, infinities, ``pd.NA`` and ``None``
-    as ``None``; numpy scalars as Python numbers; tuples and arrays as lists; dict keys as
-    text. Containers are copied, never changed."""
-    if isinstance(v, str):   # the common cases first: a pair's record is texts and floats
-        return v
-    if isinstance(v, (float, np.floating)):
-        return float(v) if math.isfinite(v) else None
-    if isinstance(v, dict):
-        return {str(k): jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple, np.ndarray)):
-        return [jsonable(x) for x in v]
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if v is None or _missing(v):
-        return None
-    return str(v)
 
 
 def allowance_text(pairs: pd.DataFrame) -> str | None:
@@ -667,32 +529,6 @@ def label_counts(ab: ABResult) -> dict[str, int]:
     return out
 
 
-def _wrap(text: str, width: int = WIDTH) -> list[str]:
-    return textwrap.wrap(text, width, subsequent_indent="    ", break_long_words=True, break_on_hyphens=False) or [""]
-
-
-def _fmt(est, lo, hi, label) -> str:
-    """``"0.333x [0.331, 0.336] SLOWER"`` (:func:`flyexplore.measure.stats.fmt_interval`; NA read as NaN)."""
-    lab = None if label is None or _missing(label) else str(label)
-    return S.fmt_interval(*(float(x) if not _missing(x) else math.nan for x in (est, lo, hi)), lab)
-
-
-def _case_lines(rows: pd.DataFrame, key: Sequence[str], extra: Sequence[tuple] = (),
-                width: int = WIDTH) -> list[str]:
-    """One line per pair of ``rows`` (columns ``ratio``, ``ratio_lo``, ``ratio_hi``,
-    ``verdict``), then one per ``extra`` ``(name, est, lo, hi, label)``: ``"  <case>  0.333x
-    [0.331, 0.336] SLOWER"``, the numbers in one column, each line within ``width`` (a long
-    case cut with ``...``)."""
-    items = [(case_text(r, key), _fmt(r["ratio"], r["ratio_lo"], r["ratio_hi"], r["verdict"]))
-             for _, r in rows.iterrows()]
-    items += [(name, _fmt(*vals)) for name, *vals in extra]
-    if not items:
-        return []
-    room = max(width - 4 - max(len(num) for _, num in items), 12)
-    col = min(max(len(c) for c, _ in items), room)
-    return [f"  {(c if len(c) <= col else c[:col - 3] + '...'):<{col}}  {num}" for c, num in items]
-
-
 def _parts(x: "ABResult | Sides"):
     """``(kind, ab, names)`` of an A/B given as an :class:`ABResult` or :class:`Sides`."""
     if isinstance(x, Sides):
@@ -741,8 +577,8 @@ def _vllm_lines(tab: pd.DataFrame, names: tuple[str, str]) -> list[str]:
 
 def summary_lines(x: "ABResult | Sides", gate_result: GateResult | None = None, top: int = TOP,
                   notes: Sequence[str] = ()) -> list[str]:
-    """The A/B in a few plain-text lines of at most :data:`WIDTH` characters, what
-    ``flyexplore compare`` prints: first, for made-up inputs (:func:`is_synthetic`),
+    """The A/B in a few plain-text lines of at most :data:`flyexplore.results.pairtext.WIDTH`
+    characters, what ``flyexplore compare`` prints: first, for made-up inputs (:func:`is_synthetic`),
     :data:`SYNTHETIC_LINE`; the number of pairs and of cases in one side only; the
     pairs per label (FASTER / SAME / SLOWER / AMBIGUOUS, saying which side is faster); the
     geometric mean of ``time A / time B`` with its 95% interval and label; the cross-run
@@ -751,8 +587,8 @@ def summary_lines(x: "ABResult | Sides", gate_result: GateResult | None = None, 
     (:func:`largest_changes`: case, ratio, interval, label); the ``notes`` (lines a caller
     adds: ``flyexplore compare`` the published AOTriton range's,
     :func:`flyexplore.results.aotriton_ab.summary_notes`); one line per environment warning;
-    the gate's lines (``gate_result``, :func:`gate`). ``x``: an :class:`ABResult` or the
-    :class:`Sides` of :func:`sides`. A vllm A/B
+    the gate's lines (``gate_result``, :func:`flyexplore.results.gate.gate`). ``x``: an
+    :class:`ABResult` or the :class:`Sides` of :func:`sides`. A vllm A/B
     (:class:`Sides` of kind ``"vllm"``) gets a short summary of its per-metric speedups.
     Returns the lines (no newlines). Raises ``TypeError`` for anything but an
     :class:`ABResult` or :class:`Sides`."""
@@ -792,17 +628,6 @@ def summary_lines(x: "ABResult | Sides", gate_result: GateResult | None = None, 
     return out
 
 
-def _pair_records(pairs: pd.DataFrame, key: Sequence[str]) -> list[dict]:
-    """One dict per pair: ``case_key`` (:func:`case_text`), the key columns, times, ratio,
-    interval, label, method and the allowance columns where present (a column pass, no
-    per-row Series: 100,000 pairs in about a second)."""
-    cols = [c for c in (*key, "time_a_ms", "time_b_ms", "ratio", "ratio_lo", "ratio_hi", "verdict", "interval",
-                        "allowance", "allowance_basis", "same_within") if c in pairs]
-    texts = [" ".join(str(v) for v in row if not _missing(v))
-             for row in pairs[list(key)].itertuples(index=False, name=None)]
-    return [{"case_key": t, **r} for t, r in zip(texts, pairs[cols].to_dict("records"))]
-
-
 def summary_dict(x: "ABResult | Sides", gate_result: GateResult | None = None, top: int = TOP,
                  notes: Sequence[str] = ()) -> dict:
     """The A/B as a JSON-ready dict (NaN and NA as None; ``json.dumps(..., allow_nan=False)``
@@ -817,8 +642,9 @@ def summary_dict(x: "ABResult | Sides", gate_result: GateResult | None = None, t
     values as one text; the key columns; ``time_a_ms``, ``time_b_ms`` in ms; ``ratio``,
     ``ratio_lo``, ``ratio_hi``; ``verdict``; ``interval``, the method; ``allowance`` /
     ``allowance_basis`` where the pairs have them; ``same_within``, the narrowest SAME band the
-    pair's interval fits), ``notes`` (as :func:`summary_lines` takes them), ``warnings`` and
-    ``gate`` (:meth:`GateResult.as_dict`, None without a gate).
+    pair's interval fits; ``worker_pairs``, ``pair_sd``: an environment A/B pair's number of
+    pairs of workers and their spread, in log space), ``notes`` (as :func:`summary_lines` takes them), ``warnings`` and
+    ``gate`` (:meth:`flyexplore.results.gate.GateResult.as_dict`, None without a gate).
     A vllm A/B: ``kind`` ``"vllm"``, ``names``, ``pairs`` (its per-metric rows), ``only_a`` /
     ``only_b`` (counts), ``warnings`` (empty), ``gate`` (None). Raises ``TypeError`` as
     :func:`summary_lines`."""
@@ -877,7 +703,7 @@ def summary_markdown(x: "ABResult | Sides", gate_result: GateResult | None = Non
             + f"{body}\n"
     head = f"## flyexplore compare: {_md(nb)} vs {_md(na)}"
     if gate_result is not None:
-        head += f" (gate {'FAILED' if gate_result.failed else 'passed'})"
+        head += f" (gate {gate_result.outcome})"
     out = [head, "", *synth,
            f"{len(ab.pairs)} pairs, ratio = time {_md(na)} / time {_md(nb)} (> 1: {_md(nb)} faster); "
            f"{len(ab.only_a)} only in {_md(na)}, {len(ab.only_b)} only in {_md(nb)}.", "",
@@ -910,14 +736,19 @@ def summary_markdown(x: "ABResult | Sides", gate_result: GateResult | None = Non
         out += ["", "### Environment warnings", ""] + [f"- {_md(w)}" for w in ab.warnings]
     if gate_result is not None:
         g = gate_result
-        out += ["", f"### Gate `--fail-on {g.fail_on.text}`: {'FAILED' if g.failed else 'passed'}", "",
+        out += ["", f"### Gate `--fail-on {g.text}`: {g.outcome}", "",
                 _md(g.reason[0].upper() + g.reason[1:]) + "."]
-        items = [f"- {_md_code(case_text(r, ab.key))}: {_fmt(r['ratio'], r['ratio_lo'], r['ratio_hi'], r['verdict'])}"
-                 for _, r in g.tripped.head(TOP).iterrows()]
-        if len(g.tripped) > TOP:
-            items.append(f"- ... and {len(g.tripped) - TOP} more (all in the JSON summary, --json)")
-        if g.geomean_tripped:
-            items.append(f"- geometric mean: {_fmt(*g.geomean, g.geomean_label)}")
-        if items:
+        for res in g.results:
+            if not res.hit:
+                continue
+            items = [f"- {_md_code(case_text(r, ab.key))}: "
+                     f"{_fmt(r['ratio'], r['ratio_lo'], r['ratio_hi'], r['verdict'])}"
+                     for _, r in res.tripped.head(TOP).iterrows()]
+            if len(res.tripped) > TOP:
+                items.append(f"- ... and {len(res.tripped) - TOP} more (all in the JSON summary, --json)")
+            if res.geomean_tripped:
+                items.append(f"- geometric mean: {_fmt(*g.geomean, g.geomean_label)}")
+            if len(g.results) > 1:
+                out += ["", f"`{res.rule.text}` ({'warns' if res.rule.warn else 'fails'}):"]
             out += [""] + items
     return "\n".join(out) + "\n"

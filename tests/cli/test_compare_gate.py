@@ -1,11 +1,14 @@
 """``flyexplore compare`` as a CI gate (issue 24): the terminal summary, ``--json``,
-``--summary-md``, ``--fail-on SLOWER[:THRESHOLD]`` and ``--out`` left out. The result files are
+``--summary-md``, ``--fail-on SLOWER[:THRESHOLD]`` and ``--out`` left out; ``AMBIGUOUS[:WIDTH]``
+rules, ``:warn`` and the pairs of workers that would decide an AMBIGUOUS reading, on environment
+A/B files built by hand (issue 43), and picking two of three environments of one A/B file. The result files are
 built from a committed H200 sweep (``data/h200/model_coverage/llama-3.1-8b_gemm.parquet``: 10
 GEMM cases x 2 backends, interleaved, with samples); side B of the regression is the same sweep
 3x slower (every time and every stored sample times 3, another run). In-process
 (:func:`flyexplore.cli.main`), as the other compare tests."""
 import dataclasses
 import json
+import math
 import shutil
 
 import pandas as pd
@@ -15,7 +18,10 @@ from conftest import ROOT
 import flyexplore as fx
 from flyexplore.cli import main
 from flyexplore.errors import UsageError
+from flyexplore.measure import stats as S
 from flyexplore.results import compare as C
+from flyexplore.results import gate as G
+from flyexplore.results import pairtext as P
 from flyexplore.results import table as R
 
 SWEEP = ROOT / "data/h200/model_coverage/llama-3.1-8b_gemm.parquet"
@@ -145,12 +151,18 @@ def test_summary_md_writes_a_counts_table_and_appends(files, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("value,needle", [
-    ("FASTER", "only SLOWER (B slower than A) can gate"),
-    ("AMBIGUOUS", "only SLOWER (B slower than A) can gate"),
-    ("SLOWER:abc", "the threshold is no number"),
-    ("SLOWER:-3%", "a negative threshold"),
-    ("SLOWER:", "the threshold is no number"),
-    ("SLOWER:5", "a bare threshold is a fraction below 1"),
+    ("FASTER", "'FASTER': only SLOWER (B slower than A) and AMBIGUOUS (undecided) can gate"),
+    ("SAME:5%", "'SAME:5%': only SLOWER (B slower than A) and AMBIGUOUS (undecided) can gate"),
+    ("SLOWER:abc", "'SLOWER:abc': the threshold is no number"),
+    ("SLOWER:-3%", "'SLOWER:-3%': a negative threshold"),
+    ("SLOWER:", "'SLOWER:': the threshold is no number"),
+    ("SLOWER:5", "'SLOWER:5': a bare threshold is a fraction below 1"),
+    ("AMBIGUOUS:wide", "'AMBIGUOUS:wide': the width is no number"),
+    ("AMBIGUOUS:-5%", "'AMBIGUOUS:-5%': a negative width"),
+    ("AMBIGUOUS:5", "'AMBIGUOUS:5': a bare width is a fraction below 1; write 5% for 5 percent"),
+    ("AMBIGUOUS:5%:warm", "'AMBIGUOUS:5%:warm': too many ':' parts"),
+    ("SLOWER:5%,AMBIGUOUS:x%", "'AMBIGUOUS:x%': the width is no number"),
+    ("SLOWER:5%,", "'SLOWER:5%,': an empty rule between commas"),
 ])
 def test_a_bad_fail_on_is_one_usage_line_before_anything_is_read_or_written(tmp_path, capsys, value, needle):
     missing = tmp_path / "no-such-file.parquet"   # read first, it would be the error
@@ -158,7 +170,9 @@ def test_a_bad_fail_on_is_one_usage_line_before_anything_is_read_or_written(tmp_
                "--json", str(tmp_path / "ab.json"), "--summary-md", str(tmp_path / "s.md")])
     out, err = capsys.readouterr()
     assert rc == 2 and out == "" and len(err.splitlines()) == 1, (out, err)
-    assert err.startswith(f"flyexplore: error: bad --fail-on {value!r}: {needle}"), err
+    assert err.startswith(f"flyexplore: error: bad --fail-on {needle}"), err
+    if "," in value:   # the bad rule of several is named, and the whole value after it
+        assert f"in {value!r}" in err or needle.startswith(repr(value)), err
     assert list(tmp_path.iterdir()) == []
 
 
@@ -237,10 +251,10 @@ def test_the_geometric_mean_alone_can_trip_the_gate(files):
     geometric mean's narrower interval lies below 0.99 (SLOWER) and does."""
     ab = C.sides(files["main"], files["copy"]).ab
     p = ab.pairs.assign(ratio=0.97, ratio_lo=0.93, ratio_hi=1.01, verdict="AMBIGUOUS")
-    g = C.gate(dataclasses.replace(ab, pairs=p), "SLOWER")
+    g = G.gate(dataclasses.replace(ab, pairs=p), "SLOWER")
     assert g.failed and g.geomean_tripped and g.tripped.empty and g.geomean_label == "SLOWER"
     assert g.lines[0] == "gate --fail-on SLOWER: FAILED: the geometric mean is B slower (SLOWER)"
-    assert not C.gate(dataclasses.replace(ab, pairs=p), "SLOWER:3%").failed   # 0.97 > 1/1.03 at the hi end
+    assert not G.gate(dataclasses.replace(ab, pairs=p), "SLOWER:3%").failed   # 0.97 > 1/1.03 at the hi end
 
 
 def test_the_allowance_is_shown_when_the_pairs_carry_it(files):
@@ -257,14 +271,30 @@ def test_the_allowance_is_shown_when_the_pairs_carry_it(files):
 
 
 def test_parse_fail_on():
-    assert C.parse_fail_on("SLOWER") == C.FailOn("SLOWER", 0.0)
-    assert C.parse_fail_on("SLOWER:5%").threshold == pytest.approx(0.05)
-    assert C.parse_fail_on("SLOWER:0.05").threshold == pytest.approx(0.05)
-    assert C.parse_fail_on("SLOWER:150%").limit == pytest.approx(1 / 2.5)
-    assert C.parse_fail_on("SLOWER:5%").text == "SLOWER:5%"
-    for bad in ("SLOWER:inf", "SLOWER:nan", "SLOWER:5%%", "SAME", ""):
+    assert G.parse_fail_on("SLOWER") == G.FailOn("SLOWER", 0.0)
+    assert G.parse_fail_on("SLOWER:5%").threshold == pytest.approx(0.05)
+    assert G.parse_fail_on("SLOWER:0.05").threshold == pytest.approx(0.05)
+    assert G.parse_fail_on("SLOWER:150%").limit == pytest.approx(1 / 2.5)
+    assert G.parse_fail_on("SLOWER:5%").text == "SLOWER:5%"
+    for bad in ("SLOWER:inf", "SLOWER:nan", "SLOWER:5%%", "SAME", "", "warn", "SLOWER:5%,AMBIGUOUS"):
         with pytest.raises(UsageError, match="bad --fail-on"):
-            C.parse_fail_on(bad)
+            G.parse_fail_on(bad)
+
+
+def test_parse_rules_reads_ambiguous_widths_and_warn():
+    amb = G.parse_fail_on("ambiguous:5%:WARN")
+    assert amb == G.FailOn("AMBIGUOUS", 0.05, warn=True) and amb.text == "AMBIGUOUS:5%:warn"
+    assert amb.limit == pytest.approx(1.05)   # the widest hi/lo that passes
+    assert G.parse_fail_on("AMBIGUOUS") == G.FailOn("AMBIGUOUS", 0.0) and G.parse_fail_on("SLOWER:warn").warn
+    rules = G.parse_rules(" SLOWER:5% , AMBIGUOUS:0.02:warn")
+    assert rules == (G.FailOn("SLOWER", 0.05), G.FailOn("AMBIGUOUS", 0.02, True))
+    assert G.parse_rules(["SLOWER", G.FailOn("AMBIGUOUS", 0.05)]) == (G.FailOn(), G.FailOn("AMBIGUOUS", 0.05))
+    assert G.parse_rules(G.FailOn("AMBIGUOUS", 0.05)) == (G.FailOn("AMBIGUOUS", 0.05),)
+    for bad in ("", " , ", "SLOWER,,AMBIGUOUS", "SLOWER:5%,FASTER"):
+        with pytest.raises(UsageError, match="^bad --fail-on"):
+            G.parse_rules(bad)
+    with pytest.raises(UsageError, match="label must be SLOWER or AMBIGUOUS"):
+        G.parse_rules(G.FailOn("FASTER"))
 
 
 def test_the_summary_says_why_the_aotriton_range_is_not_shown_on_an_h200(tmp_path, capsys):
@@ -293,7 +323,7 @@ def test_ambiguous_pairs_still_state_the_band_they_fit(files, tmp_path, capsys):
     for lo, hi, b in zip(p["ratio_lo"], p["ratio_hi"], sw):
         assert verdict(lo, hi, b * (1 + 1e-9)) == "SAME" and verdict(lo, hi, b * 0.99) == "AMBIGUOUS"
     text = C.same_within_text(p)
-    assert text.startswith(f"AMBIGUOUS pairs: each 95% interval lies within ±{C._pct(sw.max())} of 1")
+    assert text.startswith(f"AMBIGUOUS pairs: each 95% interval lies within ±{P._pct(sw.max())} of 1")
     js = tmp_path / "ab.json"
     md = tmp_path / "ab.md"
     assert main(["compare", files["main"], str(again), "--json", str(js), "--summary-md", str(md)]) == 0
@@ -309,3 +339,224 @@ def test_ambiguous_pairs_still_state_the_band_they_fit(files, tmp_path, capsys):
 def np_max(a, b):
     import numpy as np
     return np.maximum(a.to_numpy(dtype=float), b.to_numpy(dtype=float))
+
+
+# -- AMBIGUOUS in the gate, and how many pairs would decide it (issue 43, 3) ---------------------
+
+def ab_rows(per_pair: dict, base: str = "a", case: str = "64x64x64") -> pd.DataFrame:
+    """An environment A/B's rows built by hand, as ``sweep --env`` writes them: aten in the base
+    environment ``base`` and in each other environment of ``per_pair`` (env -> that arm's speedup
+    over the base arm in each pair of workers), one run, ``processes`` pairs; each arm's speedup
+    and interval those of the mean over the pairs (between_process, prediction=False)."""
+    n = len(next(iter(per_pair.values())))
+    common = {"op": "gemm", "case": case, "dtype": "fp32", "status": "ok", "source": "measured", "run_id": "r1",
+              "order": "interleaved", "platform": "cpu", "processes": n}
+    rows = [{**common, "backend": f"aten@{base}", "env": base, "time_ms": 1.0, "baseline": f"aten@{base}",
+             "process_estimates": json.dumps([{"time_ms": 1.0, "time_se": 0.001}] * n)}]
+    for env, sp in per_pair.items():
+        e, lo, hi = S.between_process(sp, [0.001] * n, prediction=False)
+        pe = [{"time_ms": 1.0 / s, "time_se": 0.001, "speedup": s, "speedup_se": 0.001} for s in sp]
+        rows.append({**common, "backend": f"aten@{env}", "env": env, "time_ms": 1.0 / e, "baseline": f"aten@{base}",
+                     "speedup": e, "speedup_lo": lo, "speedup_hi": hi, "verdict": S.verdict(lo, hi),
+                     "process_estimates": json.dumps(pe)})
+    return R.frame(rows)
+
+
+#: The issue's case: B 2x slower (0.503x) read with 3 pairs on a loaded CPU as [0.234, 1.080]
+#: AMBIGUOUS. Three per-pair speedups whose log sample sd is 0.3076 give exactly that interval.
+SD_2X = 0.3076
+SLOW_2X = [0.503 * math.exp(-SD_2X), 0.503, 0.503 * math.exp(SD_2X)]
+
+
+@pytest.fixture(scope="module")
+def ab_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("envab")
+    return {"2x": str(R.save(ab_rows({"b": SLOW_2X}), d / "ab_2x.parquet")),
+            # 1.1% slower, pairs 0.3% apart: AMBIGUOUS (the interval crosses 0.99), 1.5% wide
+            "narrow": str(R.save(ab_rows({"b": [0.986, 0.989, 0.992]}), d / "ab_narrow.parquet"))}
+
+
+def test_the_2x_slowdown_is_the_issues_ambiguous_reading(ab_files):
+    p = C.sides(ab_files["2x"]).ab.pairs.iloc[0]
+    assert (round(p["ratio_lo"], 3), round(p["ratio_hi"], 3)) == (0.234, 1.080) and p["verdict"] == "AMBIGUOUS"
+    assert p["interval"] == "between-pair" and p["worker_pairs"] == 3
+    assert p["pair_sd"] == pytest.approx(SD_2X)   # the per-pair speedups' log sd, from process_estimates
+
+
+def test_a_2x_slowdown_read_ambiguous_fails_the_ambiguous_rule_and_names_the_pairs(ab_files, capsys):
+    """Issue 43: the 2x slowdown read AMBIGUOUS and ``--fail-on SLOWER:5%`` exited 0. With
+    ``AMBIGUOUS:5%`` it fails (width 1.080/0.234 - 1 = 3.6 > 5%), and says how many pairs of
+    workers would decide it: at sd 0.3076, 4 pairs clear 0.99 from 0.503
+    (tests/measure/test_verdicts.py works it by hand) and 614 bring the width within 5%
+    (the smallest n with t(n-1) * 0.3076 / sqrt(n) <= log(1.05) / 2 = 0.024395: at 613 it is
+    1.96392 * 0.3076 / 24.759 = 0.024399)."""
+    assert main(["compare", ab_files["2x"], "--fail-on", "SLOWER:5%"]) == 0   # what the issue saw
+    assert "gate --fail-on SLOWER:5%: passed" in capsys.readouterr().out
+    rc = main(["compare", ab_files["2x"], "--fail-on", "SLOWER:5%,AMBIGUOUS:5%"])
+    out, err = capsys.readouterr()
+    assert rc == 1, err
+    gate = " ".join(out[out.index("gate --fail-on SLOWER:5%,AMBIGUOUS:5%: FAILED"):].split())
+    assert "SLOWER:5%: no pair, nor the geometric mean, is b slower by more than 5%" in gate
+    assert ("AMBIGUOUS:5%: 1 pair and the geometric mean are AMBIGUOUS with a 95% interval wider than 5% "
+            "(hi/lo - 1 above 0.05)") in gate
+    assert "up to about 4 pairs would decide them if the estimates held (sweep --pairs 4)" in gate
+    assert "up to about 614 would bring them within 5%" in gate
+    assert "gemm 64x64x64 fp32 aten 0.503x [0.234, 1.080] AMBIGUOUS about 4 pairs" in gate
+    assert all(len(line) <= 100 for line in out.splitlines()), out
+
+
+def test_the_gate_json_and_markdown_carry_the_pairs_needed(ab_files, tmp_path, capsys):
+    js, md = tmp_path / "g.json", tmp_path / "g.md"
+    assert main(["compare", ab_files["2x"], "--fail-on", "SLOWER:5%,AMBIGUOUS:5%", "--json", str(js),
+                 "--summary-md", str(md)]) == 1
+    capsys.readouterr()
+    g = json.loads(js.read_text())["gate"]
+    assert g["fail_on"] == "SLOWER:5%,AMBIGUOUS:5%" and g["failed"] is True and g["outcome"] == "FAILED"
+    assert g["label"] is None and [r["fail_on"] for r in g["rules"]] == ["SLOWER:5%", "AMBIGUOUS:5%"]
+    slower, amb = g["rules"]
+    assert slower["hit"] is False and slower["tripped"] == [] and amb["hit"] is True
+    t = amb["tripped"][0]
+    assert t["width"] == pytest.approx(1.079994 / 0.234269 - 1, rel=1e-5) and t["worker_pairs"] == 3
+    assert (t["pairs_to_decide"], t["pairs_to_narrow"]) == (4, 614)
+    assert (amb["geomean_pairs_to_decide"], amb["geomean_pairs_to_narrow"]) == (4, 614)   # one pair: the same
+    assert g["tripped"] == amb["tripped"] and g["geomean_tripped"] is True
+    text = md.read_text()
+    assert "(gate FAILED)" in text and "### Gate `--fail-on SLOWER:5%,AMBIGUOUS:5%`: FAILED" in text
+    assert "`AMBIGUOUS:5%` (fails):" in text and "about 4 pairs would decide them" in text
+
+
+def test_a_narrow_ambiguous_passes_and_a_narrower_width_fails_it(ab_files, capsys):
+    ab = C.sides(ab_files["narrow"]).ab
+    p = ab.pairs.iloc[0]
+    width = p["ratio_hi"] / p["ratio_lo"] - 1
+    assert p["verdict"] == "AMBIGUOUS" and p["ratio_lo"] < 0.99 < p["ratio_hi"] and 0.01 < width < 0.02
+    assert main(["compare", ab_files["narrow"], "--fail-on", "SLOWER:5%,AMBIGUOUS:5%"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("gate --fail-on SLOWER:5%,AMBIGUOUS:5%: passed: SLOWER:5%: no pair, nor the geometric mean, is b "
+            "slower by more than 5%") in out
+    assert "AMBIGUOUS:5%: no pair, nor the geometric mean, is AMBIGUOUS with a 95% interval wider than 5%" in out
+    assert main(["compare", ab_files["narrow"], "--fail-on", "AMBIGUOUS:1%"]) == 1   # 1.5% wide > 1%
+    out = " ".join(capsys.readouterr().out.split())
+    assert "gate --fail-on AMBIGUOUS:1%: FAILED: 1 pair and the geometric mean are AMBIGUOUS" in out
+    g = ab.gate("AMBIGUOUS:1%").results[0]
+    want = S.pairs_to_decide(S.pair_spread([0.986, 0.989, 0.992], [0.001] * 3), estimate=p["ratio"])
+    assert g.tripped["pairs_to_decide"].tolist() == [want] and want > 3
+    assert f"about {want} pairs would decide" in out
+
+
+def test_warn_only_prints_a_warning_and_exits_0(ab_files, capsys):
+    rc = main(["compare", ab_files["2x"], "--fail-on", "SLOWER:5%,AMBIGUOUS:5%:warn"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    gate = " ".join(out[out.index("gate --fail-on"):].split())
+    assert gate.startswith("gate --fail-on SLOWER:5%,AMBIGUOUS:5%:warn: WARNING: SLOWER:5%: no pair")
+    assert "AMBIGUOUS:5%:warn: 1 pair and the geometric mean are AMBIGUOUS" in gate and "about 4 pairs" in gate
+    assert "AMBIGUOUS:5%:warn (warns): gemm 64x64x64 fp32 aten 0.503x [0.234, 1.080] AMBIGUOUS" in gate
+    g = fx.compare(ab_files["2x"]).gate("AMBIGUOUS:5%:warn")
+    assert not g.failed and g.warned and g.outcome == "WARNING" and g.tripped.empty and not g.geomean_tripped
+    assert g.lines[0].startswith("gate --fail-on AMBIGUOUS:5%:warn: WARNING: 1 pair")
+    # a failing rule beside a warning one still fails
+    assert fx.compare(ab_files["2x"]).gate("AMBIGUOUS:5%:warn,AMBIGUOUS:400%").failed is False
+    assert fx.compare(ab_files["2x"]).gate("AMBIGUOUS:5%:warn,AMBIGUOUS:300%").failed is True
+
+
+def test_fx_compare_gate_takes_the_same_rule_text(ab_files):
+    ab = fx.compare(ab_files["2x"])
+    g = ab.gate("SLOWER:5%,AMBIGUOUS:5%")
+    assert g.failed and g.text == "SLOWER:5%,AMBIGUOUS:5%" and [r.hit for r in g.results] == [False, True]
+    assert g.results[1].tripped["pairs_to_decide"].tolist() == [4]
+    assert not ab.gate("SLOWER:5%").failed
+    assert ab.gate(["SLOWER:5%", G.FailOn("AMBIGUOUS", 0.05)]).failed
+    assert any(line.startswith("gate --fail-on AMBIGUOUS:5%: FAILED") for line in ab.summary_lines("AMBIGUOUS:5%"))
+    with pytest.raises(UsageError, match=r"^bad --fail-on 'AMBIGUOUS:5'"):
+        ab.gate("SLOWER:5%,AMBIGUOUS:5")
+
+
+def test_without_a_spread_between_pairs_the_gate_says_a_quieter_machine_or_more_rounds(files, tmp_path, capsys):
+    """Two runs of one sweep: unpaired+run intervals, AMBIGUOUS at the 1% band, with no pairs of
+    workers to count from."""
+    again = R.save(slowed(R.load(SWEEP), 1.0), tmp_path / "again.parquet")
+    ab = C.sides(files["main"], str(again)).ab
+    assert ab.pairs["worker_pairs"].isna().all() and ab.pairs["pair_sd"].isna().all()
+    rc = main(["compare", files["main"], str(again), "--fail-on", "SLOWER:5%,AMBIGUOUS:1%"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert rc == 1
+    assert ("AMBIGUOUS:1%: 20 pairs and the geometric mean are AMBIGUOUS with a 95% interval wider than 1% "
+            "(hi/lo - 1 above 0.01); "
+            "they have no spread between pairs of workers to count from: a quieter machine or more rounds "
+            "would narrow them") in out
+    assert "pairs would decide" not in out
+    res = ab.gate("AMBIGUOUS:1%").results[0]
+    assert res.tripped["pairs_to_decide"].isna().all()
+    w = res.tripped["width"].to_numpy(dtype=float)
+    assert (w > 0.01).all() and (w[:-1] >= w[1:]).all()   # the widest first
+
+
+def test_the_geometric_mean_s_pairs_needed_adds_the_pairs_spreads_in_quadrature(tmp_path):
+    """Two cases of one A/B, each 3 pairs: the geometric mean's interval (delta method) has the
+    half-width t(2)/sqrt(3) * sqrt(sd1**2 + sd2**2) / 2, so its spread is that root sum over 2,
+    the one interval_spread reads back from the geomean interval."""
+    one = ab_rows({"b": [0.95, 1.00, 1.06]}, case="64x64x64")
+    two = ab_rows({"b": [0.90, 1.02, 0.99]}, case="128x128x128")
+    ab = C.sides(R.concat([one, two])).ab
+    sd1, sd2 = ab.pairs["pair_sd"].tolist()
+    assert sd1 == pytest.approx(S.pair_spread([0.95, 1.00, 1.06])) and sd2 == pytest.approx(
+        S.pair_spread([0.90, 1.02, 0.99]))
+    gm, glo, ghi = ab.geomean_ci
+    sd_g = math.hypot(sd1, sd2) / 2
+    assert S.interval_spread(glo, ghi, 3) == pytest.approx(sd_g, rel=1e-9)
+    res = ab.gate("AMBIGUOUS:2%").results[0]
+    assert res.geomean_tripped
+    assert res.geomean_needs == (S.pairs_to_decide(sd_g, estimate=gm), S.pairs_to_decide(sd_g, 0.02))
+
+
+def test_the_pairs_spread_read_from_a_committed_ab_file_is_its_intervals():
+    """data/h200/ab/aa.parquet (an H200 A/A of 5 pairs): each pair's spread, read from its
+    per-pair speedups, is the one its between-pair interval was built from."""
+    ab = C.sides(str(ROOT / "data/h200/ab/aa.parquet")).ab
+    p = ab.pairs
+    assert (p["interval"] == "between-pair").all() and (p["worker_pairs"] == 5).all()
+    back = [S.interval_spread(lo, hi, 5) for lo, hi in zip(p["ratio_lo"], p["ratio_hi"])]
+    assert p["pair_sd"].to_numpy(dtype=float) == pytest.approx(back, rel=1e-9)
+
+
+# -- an A/B file of three environments: any two of them ------------------------------------------
+
+@pytest.fixture(scope="module")
+def three_envs(tmp_path_factory):
+    """aten in environments a (the base), b (20% slower) and c (as fast as a), 3 pairs each."""
+    df = ab_rows({"b": [0.80, 0.81, 0.805], "c": [1.0, 1.01, 0.99]})
+    assert R.ab_envs(df) == ["a", "b", "c"]
+    return str(R.save(df, tmp_path_factory.mktemp("three") / "abc.parquet"))
+
+
+@pytest.mark.parametrize("a_env,b_env,ratio,label", [
+    ("a", "b", 0.805, "SLOWER"), ("b", "a", 1 / 0.805, "FASTER"),
+    ("b", "c", 1.0 / 0.805, "FASTER"), ("c", "b", 0.805, "SLOWER")])
+def test_compare_picks_any_two_environments_of_one_ab_file(three_envs, capsys, a_env, b_env, ratio, label):
+    """b against c: neither is the base, so the pair's interval is built from the two arms' per-pair
+    times (each pair timed both, round by round: between-pair), and its spread from their ratios."""
+    rc = main(["compare", three_envs, "--a-env", a_env, "--b-env", b_env, "--json", "-"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["names"] == [a_env, b_env] and len(d["pairs"]) == 1
+    p = d["pairs"][0]
+    assert p["ratio"] == pytest.approx(ratio, rel=0.01) and p["verdict"] == label
+    assert p["interval"] == "between-pair" and p["worker_pairs"] == 3
+    assert p["pair_sd"] == pytest.approx(S.interval_spread(p["ratio_lo"], p["ratio_hi"], 3), rel=1e-9)
+    assert err.startswith(f"flyexplore compare: {b_env} vs {a_env}, 1 pairs")
+
+
+def test_three_environments_need_b_env_and_default_a_env_to_the_base(three_envs, capsys):
+    assert main(["compare", three_envs]) == 2
+    err = capsys.readouterr().err
+    assert err == ("flyexplore: error: the A/B has 3 environments: name the one to compare with a by --b-env "
+                   "(b, c)\n")
+    assert main(["compare", three_envs, "--a-env", "b"]) == 2
+    assert "name the one to compare with b by --b-env (a, c)" in capsys.readouterr().err
+    assert main(["compare", three_envs, "--b-env", "c"]) == 0
+    assert capsys.readouterr().out.startswith("flyexplore compare: c vs a, 1 pairs")
+    assert main(["compare", three_envs, "--a-env", "d", "--b-env", "c"]) == 2
+    assert "--a-env 'd' is not an environment of the rows (environments: a, b, c)" in capsys.readouterr().err
+    assert fx.compare(three_envs, a_env="c", b_env="b").names == ("c", "b")

@@ -606,3 +606,91 @@ def test_repeated_looks_need_the_stricter_confidence():
     spec.loader.exec_module(mod)
     got = mod.miss_rates(I.MIN_ROUNDS, I.LOOK_GROWTH, 1000, (0.95, I.LOOK_CONFIDENCE), trials=4000, seed=0)
     assert got[0.95][0] > 0.15 and got[I.LOOK_CONFIDENCE][0] < 0.09
+
+
+# -- how many pairs would decide it (issue 43, 3) ---------------------------------------------
+
+def test_pairs_to_decide_by_hand():
+    """Hand-checked with t quantiles from a table (two-sided 95%): t(1) 12.706, t(2) 4.303,
+    t(3) 3.182, t(4) 2.776, t(5) 2.571."""
+    # a change of 5%: the interval's width hi/lo - 1 at most 5%, half-width log(1.05)/2 = 0.02440;
+    # sd 0.02: n=5 gives 2.776 * 0.02 / sqrt(5) = 0.02483 (too wide), n=6 2.571 * 0.02 / sqrt(6) = 0.02099
+    assert S.pairs_to_decide(0.02, 0.05) == 6
+    # the issue's 2x slowdown read with 3 pairs as [0.234, 1.080]: sd = log(1.080/0.234)/2 * sqrt(3)/4.303
+    # = 0.7647 * 1.732 / 4.303 = 0.3078; to clear 0.99 from 0.503 the half-width must be under
+    # log(0.99/0.503) = 0.6772: n=3 gives 4.303 * 0.3078 / sqrt(3) = 0.7647 (the AMBIGUOUS read),
+    # n=4 3.182 * 0.3078 / 2 = 0.4897
+    sd = S.interval_spread(0.234, 1.080, 3)
+    assert sd == pytest.approx(0.3078, abs=1e-4)
+    assert S.pairs_to_decide(sd, estimate=0.503) == 4
+    # an estimate inside the band: SAME once the interval clears the nearer edge. 1.002 with sd
+    # 0.01: h = log(1.01/1.002) = 0.007952; n=2: 12.706 * 0.01 / 1.414 = 0.0898, ... the normal
+    # floor is (1.96 * 0.01 / 0.007952)^2 = 6.07 -> 7: 2.447 * 0.01 / sqrt(7) = 0.00925 (too wide),
+    # then 8: t(7) 2.365 -> 0.00836, 9: t(8) 2.306 -> 0.00769 <= 0.007952
+    assert S.pairs_to_decide(0.01, estimate=1.002) == 9
+    # no spread: the least that has an interval; unknown spread: None; on a band edge: never
+    assert S.pairs_to_decide(0.0, 0.05) == 2
+    assert S.pairs_to_decide(float("nan")) is None and S.pairs_to_decide(None) is None
+    assert S.pairs_to_decide(-0.1) is None and S.pairs_to_decide(0.01, estimate=0.0) is None
+    assert S.pairs_to_decide(0.01, estimate=1.01) == math.inf
+    for bad in (0, -0.05, float("nan"), True):
+        with pytest.raises(ValueError, match="band must be a fraction above 0, got"):
+            S.pairs_to_decide(0.01, bad)
+    # a width of 100% or more is a width (hi/lo <= 2: h = log(2)/2 = 0.3466; sd 0.3: n=5 gives
+    # 2.776 * 0.3 / sqrt(5) = 0.3724, n=6 2.571 * 0.3 / sqrt(6) = 0.3149), but not a SAME band
+    assert S.pairs_to_decide(0.3, 1.0) == 6
+    with pytest.raises(ValueError, match="band must be a fraction above 0 and below 1, got 1.0"):
+        S.pairs_to_decide(0.01, 1.0, estimate=0.5)
+
+
+@pytest.mark.parametrize("sd,band", [(0.001, 0.01), (0.004, 0.01), (0.02, 0.05), (0.3, 0.05), (0.05, 0.002)])
+def test_pairs_to_decide_is_the_smallest_n_whose_t_interval_is_narrow_enough(sd, band):
+    """The rule itself, with scipy's t, and what it means for the interval flyexplore computes:
+    n values with that spread give a between_process interval (of the mean) no wider than the
+    band (hi/lo - 1 <= band); n - 1 values give a wider one."""
+    from scipy.stats import t
+
+    n = S.pairs_to_decide(sd, band)
+    need = math.log1p(band) / 2
+
+    def half(k):
+        return t.ppf(0.975, k - 1) * sd / math.sqrt(k)
+
+    assert half(n) <= need and (n == 2 or half(n - 1) > need)
+
+    def width(k):   # k values whose log sample sd is exactly sd
+        z = np.linspace(-1.0, 1.0, k)
+        x = np.exp(0.01 + sd * (z - z.mean()) / z.std(ddof=1))
+        _, lo, hi = S.between_process(x, prediction=False)
+        return hi / lo - 1
+
+    assert width(n) <= band * (1 + 1e-9)
+    if n > 2:
+        assert width(n - 1) > band
+
+
+def test_pairs_to_decide_with_an_estimate_gives_the_first_decided_label():
+    sd = 0.05
+    for est in (0.8, 0.97, 0.995, 1.004, 1.03):
+        n = S.pairs_to_decide(sd, estimate=est)
+
+        def label(k):
+            h = S.t_quantile(k - 1) * sd / math.sqrt(k)
+            return S.verdict(est * math.exp(-h), est * math.exp(h))
+
+        assert label(n) != "AMBIGUOUS" and (n == 2 or label(n - 1) == "AMBIGUOUS"), (est, n)
+
+
+def test_the_spread_of_the_estimates_and_of_their_interval_agree():
+    sp = [0.96, 1.01, 0.99, 1.03]
+    ses = [0.001] * 4
+    _, lo, hi = S.between_process(sp, ses, prediction=False)
+    assert S.pair_spread(sp, ses) == pytest.approx(float(np.std(np.log(sp), ddof=1)))
+    assert S.interval_spread(lo, hi, 4) == pytest.approx(S.pair_spread(sp, ses), rel=1e-12)
+    # the within-pair error floors the spread, as it floors the interval
+    same = [1.0, 1.0, 1.0]
+    _, lo, hi = S.between_process(same, [0.01] * 3, prediction=False)
+    assert S.pair_spread(same, [0.01] * 3) == pytest.approx(0.01)
+    assert S.interval_spread(lo, hi, 3) == pytest.approx(0.01)
+    assert math.isnan(S.pair_spread([1.0])) and math.isnan(S.interval_spread(0.9, 1.1, 1))
+    assert math.isnan(S.interval_spread(float("nan"), 1.1, 3)) and math.isnan(S.interval_spread(1.1, 0.9, 3))
