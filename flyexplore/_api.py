@@ -49,6 +49,7 @@ from flyexplore.views.aotriton import aotriton_ab_figure
 from flyexplore.views import model_step as VS
 from flyexplore.views.model import ModelCoverage, judge_captures, model_coverage
 from flyexplore.views.report import summary_table, write_ab_report, write_report
+from flyexplore.views.series import series_figure
 from flyexplore.views.xray import resources_figure
 from flyexplore.world import switches as _switches
 from flyexplore.world.facts import facts
@@ -180,7 +181,8 @@ def compare(a, b=None, *, names: Sequence[str] | str | None = None, a_backend: s
     (op, case, dtype, backend) with its 95% interval and label, > 1: B faster; ``summary``,
     ``only_a`` / ``only_b``, ``env``, ``warnings``; :func:`flyexplore.results.compare.pair`;
     ``ab.summary_lines()`` the terminal summary, ``ab.gate("SLOWER:5%").failed`` the CI gate
-    of ``flyexplore compare --fail-on``).
+    of ``flyexplore compare --fail-on``, with its rule text: ``ab.gate("SLOWER:5%,AMBIGUOUS:5%")``,
+    ``"AMBIGUOUS:5%:warn"``; :func:`flyexplore.results.gate.gate`).
     Or both ``vllm bench serve --save-result`` JSON files or folders of them -- then a
     DataFrame of per-metric speedups of B over A per (model, concurrency, request rate)
     (:func:`flyexplore.results.vllm.ab_table`). ``names``: the two sides' display names (a pair
@@ -661,10 +663,11 @@ FIGURES: dict[str, tuple[Any, dict[str, str]]] = {
     "published": (plots_compare.published_vs_measured_figure, {"y": "metric"}),
     "vllm": (plots_compare.vllm_figure, {}),
     "aotriton": (aotriton_ab_figure, {}),
+    "series": (series_figure, {}),
     "xray": (resources_figure, {"x": "x", "color": "color"}),
 }
 #: Figure kinds whose data are result rows (a path is loaded).
-_ROW_FIGURES = ("speedup", "distribution", "sweep", "heatmap", "roofline", "error", "published")
+_ROW_FIGURES = ("speedup", "distribution", "sweep", "heatmap", "roofline", "error", "published", "series")
 
 
 def _figure_options(kind: str) -> list[str]:
@@ -706,6 +709,12 @@ def figure(kind: str, data=None, /, *, x: str | None = None, y: str | None = Non
       published rows; ``y`` the metric: ``speedup``, ``tflops``, ``time_ms``; ``baseline``).
     - ``vllm``: a vLLM A/B table (:func:`compare` of vllm files, or ``fx.published("vllm")``).
     - ``aotriton``: the view of :func:`aotriton_ab`.
+    - ``series``: a build series, an environment A/B of three or more environments (``sweep
+      --env A --env B --env C``): per case the speedup in each environment against the first,
+      with 95% whiskers and the label as the marker, environments on the x axis in the run's
+      order (``envs``: which, in what order, the first the reference; ``layout``: ``lines``,
+      ``facets``, ``geomean`` or ``auto``). Rows that are not an A/B: one line naming the
+      missing column.
     - ``xray``: X-ray rows (a list of :func:`xray` results or their frame; ``x``, ``color``).
 
     ``title`` sets the title (a subtitle with geometric means is kept where the kind adds one);

@@ -41,6 +41,7 @@ from flyexplore.views import plots as F
 from flyexplore.views import plots_compare as FC
 from flyexplore.views import export as E
 from flyexplore.views.aotriton import report_section
+from flyexplore.views.series import series_section
 from flyexplore.views.export import (
     IMAGE_FORMATS,
     check_writable,
@@ -557,8 +558,10 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
     environment A/B's baseline arm) and, when a case parameter takes three or more values, a sweep figure; a roofline
     and a % of peak table when the rows come from one device with known peaks
     (:mod:`flyexplore.results.peaks`); the published-vs-measured comparison when ``published`` is true
-    (or a published result set); and the result table (every table of more than
-    :data:`flyexplore.views.tables.PAGE_ROWS` rows is paged in the page, :func:`~flyexplore.views.tables.paged_table`).
+    (or a published result set); for an environment A/B of three or more environments (a build
+    series) its figure and table (:func:`flyexplore.views.series.series_section`); and the result
+    table (every table of more than :data:`flyexplore.views.tables.PAGE_ROWS` rows is paged in the
+    page, :func:`~flyexplore.views.tables.paged_table`).
 
     ``static``: also write the figures as ``figures/*.{png,svg,pdf}`` (``formats``) with kaleido;
     when that is impossible here the report says why and is written without them.
@@ -593,6 +596,8 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, env=None, title: str = "
     page.table("environments", env_summary(df))
     for add in sections:
         add(page)
+    if len(R.ab_envs(df)) >= 3:   # a build series: each case across the environments, in run order
+        series_section(page, df)
     if "model_uses" in df.columns and df["model_uses"].notna().any():  # a sweep of a model's exported calls
         weighted_section(df, baseline if isinstance(baseline, str) else baseline[0])(page)
     # one section per operator and device: speedups never mix rows of different devices

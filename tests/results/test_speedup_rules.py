@@ -671,6 +671,7 @@ def test_each_rows_samples_are_parsed_at_most_once(monkeypatch):
 
 def test_carried_speedups_never_reach_the_sample_based_interval(monkeypatch):
     from flyexplore.results import samples as SP
+    from flyexplore.results import speedups as SU   # where speedup() looks the interval functions up
 
     rng = np.random.default_rng(11)
     df = R.frame(_sweep(rng, [f"c{i}" for i in range(20)], ["aten", "triton", "flydsl"]))
@@ -679,7 +680,7 @@ def test_carried_speedups_never_reach_the_sample_based_interval(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("the sample-based interval was computed for a carried speedup")
 
-    for mod, name in ((R, "ratio_interval"), (R, "ratio_intervals"), (S, "paired_ratio"), (S, "unpaired_ratio"),
+    for mod, name in ((SU, "ratio_interval"), (SU, "ratio_intervals"), (S, "paired_ratio"), (S, "unpaired_ratio"),
                       (S, "median_ci"), (SP, "parse"), (timing, "rounds_from_json")):
         monkeypatch.setattr(mod, name, boom)
     new = R.speedup(df, "aten")
@@ -690,8 +691,8 @@ def test_carried_speedups_never_reach_the_sample_based_interval(monkeypatch):
     mixed = R.frame(_sweep(rng, [f"c{i}" for i in range(10)], ["aten", "triton", "flydsl"])
                     + _sweep(rng, ["z"], ["aten", "triton", "flydsl"], carried=None))
     calls = []
-    ratio = R.ratio_intervals
-    monkeypatch.setattr(R, "ratio_intervals", lambda b, gb, *a: calls.extend(gb) or ratio(b, gb, *a))
+    ratio = SU.ratio_intervals
+    monkeypatch.setattr(SU, "ratio_intervals", lambda b, gb, *a: calls.extend(gb) or ratio(b, gb, *a))
     _same(R.speedup(mixed, "aten"), _old_speedup(mixed, "aten"))
     assert len(calls) == 2
 
@@ -877,7 +878,15 @@ def _check_pair(a, b, **kw):
         sw = new.pairs["same_within"].to_numpy(dtype=float)
         want_sw = np.maximum(1 - old[0]["ratio_lo"].to_numpy(dtype=float), old[0]["ratio_hi"].to_numpy(dtype=float) - 1)
         np.testing.assert_allclose(sw, want_sw, rtol=1e-12, atol=1e-15, equal_nan=True)
-        pairs = new.pairs.drop(columns=["allowance", "allowance_basis", "same_within"], errors="ignore")
+        # issue 43 added each between-pair interval's count of pairs of workers and their spread:
+        # NA elsewhere, and for those the spread the interval itself stands for
+        bp = (new.pairs["interval"] == "between-pair").to_numpy(dtype=bool)
+        assert new.pairs.loc[~bp, "worker_pairs"].isna().all() and new.pairs.loc[~bp, "pair_sd"].isna().all()
+        back = [S.interval_spread(lo, hi, k) for lo, hi, k in
+                new.pairs.loc[bp, ["ratio_lo", "ratio_hi", "worker_pairs"]].itertuples(index=False, name=None)]
+        np.testing.assert_allclose(new.pairs.loc[bp, "pair_sd"].to_numpy(dtype=float), back, rtol=1e-9)
+        pairs = new.pairs.drop(columns=["allowance", "allowance_basis", "same_within", "worker_pairs", "pair_sd"],
+                               errors="ignore")
         summary, want_summary = new.summary, old[3]
         if (new.pairs["interval"] == "unpaired+run").any():
             drop = ["geomean_lo", "geomean_hi", "verdict"]
