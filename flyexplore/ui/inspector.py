@@ -19,6 +19,7 @@ from flyexplore.insight import xray as XR
 from flyexplore.insight.case_trace import backend_status, trace_case
 from flyexplore.insight.xray import xray_frame
 from flyexplore.ops import get_op
+from flyexplore.results.table import split_arm
 from flyexplore.ui.widget_base import Sync, fmt_seconds, frame_html, html_span
 
 if TYPE_CHECKING:
@@ -205,8 +206,9 @@ class DispatchInspector:
 
     def show_row(self, row: dict):
         """Inspect a sweep row (a dict with ``op``, ``case``, ``dtype``, ``backend``; what
-        :meth:`SweepPanel.on_select` passes). Returns the explanation, or ``None`` with a
-        message (for example an operator the explainer does not cover)."""
+        :meth:`SweepPanel.on_select` passes). An environment A/B's arm (``aten@ck``) is inspected
+        as its backend (``aten``), in this process's environment. Returns the explanation, or
+        ``None`` with a message (for example an operator the explainer does not cover)."""
 
         op = row.get("op")
         if op not in X.explainable():
@@ -215,7 +217,9 @@ class DispatchInspector:
                       + (" (SDPA: AOTriton chooses its FlyDSL kernels itself; see flyexplore switches)"
                          if op == "attention" else ""), "warn")
             return None
-        return self.set_case(op, str(row.get("case", "")), row.get("dtype"), None, row.get("backend"))
+        backend = row.get("backend")
+        return self.set_case(op, str(row.get("case", "")), row.get("dtype"), None,
+                             None if backend is None else split_arm(backend)[0])
 
     def attach(self, panel: "SweepPanel") -> "DispatchInspector":
         """Inspect the row picked in ``panel``'s row list (``panel.on_select``) and show this

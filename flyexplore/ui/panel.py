@@ -16,6 +16,9 @@ comm messages included, is handed to the kernel's IOPub thread to send
 the shell's parent header (``ipykernel.kernelbase.Kernel._get_shell_context_var``), so this is
 safe without marshalling through the IOLoop. ``tests/ui/test_notebooks.py`` checks that the
 updates reach a real kernel's frontend state.
+
+An environment A/B (``SweepPanel(..., envs=[...])``) is the panel's :class:`~flyexplore.ui.panel_ab.ABArea`;
+its rows come through the same ``on_row`` path, its figures are redrawn with the table.
 """
 from __future__ import annotations
 
@@ -36,6 +39,8 @@ from flyexplore.ops import get_op, list_ops
 from flyexplore.results import table as R
 from flyexplore.run.spec import SweepSpec
 from flyexplore.run.sweep import run_sweep
+from flyexplore.ui.envs import EnvPicker
+from flyexplore.ui.panel_ab import SERIES_ENVS, ABArea  # noqa: F401 - SERIES_ENVS: still read from here
 from flyexplore.ui.tables import TABLE_COLUMNS, GridTable, MessageNotes, PagedTable
 from flyexplore.ui.widget_base import COLORS, cell_text, fmt_seconds, html_span
 from flyexplore.views.plot_style import backend_color
@@ -131,6 +136,13 @@ class SweepPanel:
     initial value raises :class:`UsageError`; invalid values typed into the panel show a
     message instead (:attr:`message`).
 
+    An environment A/B (``docs/env-ab.md``): ``envs`` (the environments as ``fx.sweep(envs=...)``
+    takes them), ``aa`` and ``pairs`` put an environment picker in the panel (:attr:`env_picker`);
+    Run then runs the A/B that ``fx.sweep(..., **panel.env_picker.options)`` would, each backend an
+    arm in every environment (``flash@ck``), the baseline an arm (a backend given as ``baseline`` is
+    taken in the first environment). Bad environment text is the one-line error in
+    :attr:`message`. The A/B part is :attr:`ab`, an :class:`~flyexplore.ui.panel_ab.ABArea`.
+
     Programmatic API (what the buttons call, for tests and scripts):
 
     - controls: :attr:`op`, :attr:`suite`, :attr:`shapes`, :attr:`dtypes`, :attr:`backends`,
@@ -149,6 +161,9 @@ class SweepPanel:
       itables, else a paged HTML view; :attr:`table_frame` is what it shows; times in ms,
       TFLOP/s, GB/s), :attr:`notes` (long messages, numbered once), :attr:`row_select` and
       :attr:`details` (one finished row, every column).
+    - an environment A/B's (:class:`~flyexplore.ui.panel_ab.ABArea`'s): :attr:`env_picker` (``None`` for
+      an ordinary sweep), :attr:`ab_with` (the environment set against the baseline arm's),
+      :attr:`ab_message`, :attr:`ab_view` and :attr:`ab_figures`, redrawn with the table.
     - :meth:`spec`, :meth:`plan`, :meth:`start`, :meth:`stop`, :meth:`wait`, :meth:`save`, :attr:`running`,
       :meth:`open_feed`, :meth:`add_row` (the sweep thread's per-row call), :meth:`close_feed`,
       :meth:`redraw`,
@@ -166,8 +181,13 @@ class SweepPanel:
 
     def __init__(self, op: str = "gemm", *, suite: str | None = None, shapes: str | None = None,
                  dtypes=None, backends=None, baseline: str | None = None, timer: dict | None = None,
-                 device=None, save_path: str = "sweep-results.parquet"):
+                 device=None, save_path: str = "sweep-results.parquet", envs=None, aa: bool = False,
+                 pairs: int | None = None):
         import plotly.graph_objects as go
+
+        #: the environment A/B part (picker, baseline arms, status text, figures area)
+        self.ab = ABArea(envs, aa, pairs, on_pick=self._draw_ab)   # bad environments raise here
+        self.env_picker: EnvPicker | None = self.ab.env_picker
 
         self.timer = dict(timer or {})
         self.device = device
@@ -238,11 +258,12 @@ class SweepPanel:
                                 placeholder="results.parquet | .csv | .jsonl")
         self.save_button = W.Button(description="Save", icon="save")
         self._sections = W.VBox([])
+        self.ab_with, self.ab_message, self.ab_view = self.ab.ab_with, self.ab.message, self.ab.view
 
         self.op.observe(lambda ch: self._load_op(), names="value")
         self.suite.observe(lambda ch: self._load_suite(), names="value")
         self.shapes.observe(self._shapes_edited, names="value")
-        self.baseline.observe(lambda ch: self.redraw(full=True), names="value")
+        self.baseline.observe(self._baseline_changed, names="value")
         self.row_select.observe(self._row_chosen, names="value")
         self.run_button.on_click(lambda _b: self.start())
         self.stop_button.on_click(lambda _b: self.stop())
@@ -251,15 +272,20 @@ class SweepPanel:
         self._load_op()
         self._apply_initial(suite, shapes, dtypes, backends, baseline)
         self._draw_empty()
-        self._inputs = (self.op, self.suite, self.shapes, self.dtypes, self.backends, self.run_button)
+        self._inputs = (self.op, self.suite, self.shapes, self.dtypes, self.backends, self.run_button,
+                        *self.ab.inputs)
+        self.ab.follow_baseline(self.baseline.value)
+        self._ab_box = self.ab.box
         self.widget = W.VBox([
             W.HBox([self.op, self.suite, self.baseline]),
             self.suite_info,
             W.HBox([self.shapes, self.dtypes, self.backends]),
+            *self.ab.header,
             W.HBox([self.run_button, self.stop_button, self.progress, self.status]),
             self.message,
             self.notice,
             self.figure if self._static is None else self._static,
+            self._ab_box,
             W.HTML("<b>Results</b>"),
             self.table,
             self.notes,
@@ -291,9 +317,7 @@ class SweepPanel:
             self.dtypes.options = op.dtypes
             self.backends.options = tuple(op.backends)
             self.backends.value = tuple(op.backends)
-            base = [b.name for b in op.backends.values() if b.baseline] or list(op.backends)[:1]
-            self.baseline.options = tuple(op.backends)
-            self.baseline.value = base[0]
+            self.baseline.options, self.baseline.value = self._baseline_choices()
             self.suite.options = (*op.suites, CUSTOM)
             self.suite.value = self._default_suite(op)
         self._load_suite()
@@ -352,14 +376,29 @@ class SweepPanel:
         if backends is not None:
             bs = [b.strip() for b in backends.split(",")] if isinstance(backends, str) else list(backends)
             self.backends.value = tuple(op.get_backend(b).name for b in bs)
+            if self.ab.active:  # the arms of the backends chosen
+                with self._sync():
+                    self.baseline.options, self.baseline.value = self._baseline_choices()
         if baseline is not None:
-            self.baseline.value = op.get_backend(baseline).name
+            self.baseline.value = (self.ab.baseline_arm(op, baseline, self.baseline.options) if self.ab.active
+                                   else op.get_backend(baseline).name)
+
+    def _baseline_choices(self, arms=None, default: str | None = None) -> tuple[tuple[str, ...], str]:
+        """The baseline dropdown's options and value: the operator's backends and its registered
+        baseline; in an A/B the arms (:meth:`flyexplore.ui.panel_ab.ABArea.baseline_choices`)."""
+        op = self._operator()
+        base = [b.name for b in op.backends.values() if b.baseline] or list(op.backends)[:1]
+        if not self.ab.active:
+            return tuple(op.backends), base[0]
+        return self.ab.baseline_choices(base[0], list(self.backends.value) or list(op.backends),
+                                        self.baseline.value, arms, default)
 
     # -- plan and run --------------------------------------------------------------------
     def spec(self) -> SweepSpec:
         """The :class:`~flyexplore.run.spec.SweepSpec` the current controls (and the panel's
-        ``timer`` and ``device``) describe: what Run runs. Raises :class:`UsageError` for invalid
-        input (message names the bad value), an empty backend or dtype selection included."""
+        ``timer`` and ``device``) describe: what Run runs (with an environment picker, an A/B). Raises
+        :class:`UsageError` for invalid input (message names the bad value), an empty backend or
+        dtype selection, bad environment text or interpreters (:func:`flyexplore.run.envs.probe`)."""
         op = self._operator()
         if not self.backends.value:
             raise UsageError(f"select at least one backend (valid: {', '.join(op.backends)})")
@@ -375,10 +414,11 @@ class SweepPanel:
         else:
             args["shapes"] = self.shapes.value
             args["dtypes"] = list(self.dtypes.value)
+        args.update(self.ab.options)   # envs, aa, pairs of an A/B: UsageError for text that does not parse
         return SweepSpec(op.name, device=self.device, timer=self.timer, **args)
 
     def plan(self):
-        """The :class:`~flyexplore.run.spec.Plan` the current controls describe (:meth:`spec`'s).
+        """The :class:`~flyexplore.run.plan.Plan` the current controls describe (:meth:`spec`'s).
         Raises :class:`UsageError` for invalid input (message names the bad value)."""
 
         return self.spec().plan
@@ -403,13 +443,17 @@ class SweepPanel:
         plan = spec.plan
         self._items = [(c.label, d, b) for c, d, b in plan.items()]
         self._stop.clear()
+        if spec.environments:   # the baseline and the A/B figure's sides: this run's arms and environments
+            with self._sync():
+                self.baseline.options, self.baseline.value = self._baseline_choices(plan.backends, spec.ab_baseline)
+        running_ab = self.ab.start(spec, self.baseline.value)
         self.open_feed(len(plan))
         for w in self._inputs:
             w.disabled = True
         self.stop_button.disabled = False
         self._t0 = time.perf_counter()
         self._set_status()
-        self._say(f"running {len(plan)} runs of {plan.op.name} "
+        self._say(running_ab or f"running {len(plan)} runs of {plan.op.name} "
                   f"({len(plan.pairs)} cases x dtypes, {len(plan.backends)} backends)", "info")
         self._thread = threading.Thread(target=self._work, args=(spec,), daemon=True,
                                         name="flyexplore-sweep")
@@ -473,7 +517,10 @@ class SweepPanel:
     def _set_status(self) -> None:
         done, total = len(self._rows), len(self._items) or self._total
         text = f"{done}/{total}"
-        if done < len(self._items):
+        note = self.ab.status() if done < len(self._items) else None
+        if note:   # an A/B's: neither the case now running nor the time left can be read from its rows
+            text += f" - {note}"
+        elif done < len(self._items):
             label, dtype, backend = self._items[done]
             text += f" - now {label} {dtype} {backend}"
             if done:
@@ -555,6 +602,7 @@ class SweepPanel:
             self.notes.value = ""
             self._table.show([])
             self._draw_empty()
+            self.ab.clear()
         self._wake.clear()
         self._closing.clear()
         self._next_draw = self._next_table = 0.0
@@ -650,6 +698,7 @@ class SweepPanel:
                 self.notes.value = self._notes.html()
                 self.row_select.options = list(self._options)
                 self._table_due = False
+                self._draw_ab()
                 if self._static is not None:
                     self._show_static()
                 self._next_table = time.perf_counter() + min(
@@ -696,6 +745,27 @@ class SweepPanel:
     def _display_row(self, row: dict) -> dict:
         return {c: (self._notes.short(row.get(c)) if c == "message" else cell_text(row.get(c)))
                 for c in TABLE_COLUMNS}
+
+    # -- the environment A/B's figures ----------------------------------------------------
+    @property
+    def ab_figures(self) -> dict[str, Any]:
+        """The A/B figures drawn last (the ``figures`` of :class:`flyexplore.ui.panel_ab.ABArea`)."""
+        return self.ab.figures
+
+    def _baseline_changed(self, change) -> None:
+        self.ab.follow_baseline(self.baseline.value)
+        self.redraw(full=True)
+        self._draw_ab()
+
+    def _draw_ab(self) -> None:
+        """Redraw the A/B figures from the rows so far (:meth:`flyexplore.ui.panel_ab.ABArea.draw`,
+        side A the baseline arm's environment); nothing without an environment picker."""
+        if not self.ab.active:
+            return
+        with self._draw_lock:
+            with self._lock:
+                rows = list(self._rows)
+            self.ab.draw(rows, self.baseline.value)
 
     @property
     def table_frame(self) -> pd.DataFrame:

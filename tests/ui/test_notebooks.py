@@ -14,7 +14,7 @@ import flyexplore as fx
 from flyexplore.ui import notebooks as N
 from flyexplore.results import table as R
 from flyexplore.errors import UsageError
-from flyexplore.run.spec import make_plan
+from flyexplore.run.plan import make_plan
 
 from conftest import ROOT
 
@@ -324,8 +324,10 @@ def _check_attention_aotriton(executed):
     assert sorted((s["y0"], s["y1"]) for s in ab["layout"]["shapes"] if s["type"] == "rect") == \
         [(0.92, 2.34), (0.93, 2.47)]
     # the environment A/B: two environments (one a variable only ROCm reads) timed round by round,
-    # picked in the widget, read back as one A/B file by compare and by the AOTriton view
+    # picked and run in the sweep panel, saved, read back as one A/B file by compare and by the
+    # AOTriton view
     env_ab = R.load(out / "attention_env_ab.parquet")
+    R.validate(env_ab)
     assert set(env_ab["backend"]) == {"flash@base", "flash@ck"} and set(env_ab["env"]) == {"base", "ck"}
     ck = env_ab[env_ab["env"] == "ck"].iloc[0]
     assert ck["status"] == "ok" and ck["processes"] == 3 and ck["verdict"] in ("SAME", "AMBIGUOUS")
@@ -334,6 +336,17 @@ def _check_attention_aotriton(executed):
     states = _widget_states(nb)
     assert any(m["state"].get("value", "").startswith("base\nck:TORCH_ROCM_FA_PREFER_CK=1") for m in states
                if m["model_name"] == "TextareaModel")
+    # the panel's final state reached the frontend: progress done, and its A/B figure (time base /
+    # time ck per case) in the panel's A/B area
+    bars = [m["state"] for m in states if m["model_name"] == "IntProgressModel"
+            and m["state"].get("description") == "progress"]
+    assert len(bars) == 1 and bars[0]["value"] == bars[0]["max"] == 2 and bars[0]["bar_style"] == "success"
+    html = " ".join(str(m["state"].get("value", "")) for m in states if m["model_name"] == "HTMLModel")
+    assert "saved 2 rows to" in html and "time base / time ck per case and backend" in html   # Save after Run
+    outs = [o["data"]["application/vnd.plotly.v1+json"] for m in states if m["model_name"] == "OutputModel"
+            for o in m["state"].get("outputs", []) if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert [f["layout"]["title"]["text"].split("<br>")[0] for f in outs] == \
+        ["A/B: ck vs base", "AOTriton A/B: ck vs base, per case"]
 
 
 def _check_published_mi355x(executed):
