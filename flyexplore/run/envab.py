@@ -20,27 +20,33 @@ How (:func:`run_passes`, called by :func:`flyexplore.run.sweep.run_sweep` for a
   one GPU. It imports only what measuring needs and reports its environment at start (torch and
   its git version, HIP/CUDA, Triton, AOTriton, flydsl, the BLAS library, TunableOp, the variables
   that differ); the driver prints it and every row carries it.
-- **A case** (:func:`run_case`): each environment builds it in turn from the same seed (the base
-  environment first; the digests of the inputs must agree, and each output is compared with the
-  base environment's); then warm-up turns, then timed rounds: in each round every environment
-  takes one turn, in rotated order (A B, B A, ...), and only the worker whose turn it is has work
-  queued (each answers after a device synchronize; every worker emptied its allocator cache
-  after the build). In its turn a worker makes one untimed call, then times its arms as an
-  in-process interleaved round (event-gated on a GPU, the cache flushed before each call, at
-  least :data:`MIN_CALLS` calls an arm; :class:`flyexplore.measure.interleaved.RoundRunner`). The driver reads the
-  clock once per round (NVML/amdsmi, no GPU context of its own), takes each speedup over paired
-  rounds and stops by the sweep's own sequential rule
-  (:func:`flyexplore.measure.interleaved.sequential_rounds`: labels decided at 99%, medians
-  within +-1%, the same time caps per arm). A worker's arms are taken against the same backend
-  in the base environment (``flash@B`` against ``flash@A``), else against the A/B's baseline arm.
-- **Fresh pairs** (``pairs``, default :data:`flyexplore.run.envs.PAIRS`): the plan runs ``K``
-  times, each pass with newly started workers and the case order rotated; each pass's rows are
-  journaled as its case finishes (:meth:`flyexplore.run.journal.Journal.add_passes`), and a row
-  is combined over the
-  passes (:func:`flyexplore.run.processes.combine`, ``kind="pairs"``) when its last pass is in:
-  the speedup's interval is the 95% interval of the mean over the pairs (each pair paired round
-  by round; a per-process offset of short calls is in it), the time's a prediction interval of
-  another run as ``--processes`` gives. A resume goes on with the passes still missing.
+- **A case** (:func:`run_case`): the pair's workers are places of the one case driver
+  (:func:`flyexplore.run.driver.drive_case`, which also runs every in-process case): each
+  environment builds the case in turn from the same seed (the base environment first; the digests
+  of the inputs must agree, and each checked output is compared with the base environment's);
+  then warm-up turns, then timed rounds: in each round every environment takes one turn, in
+  rotated order (A B, B A, ...), and only the worker whose turn it is has work queued (each
+  answers after a device synchronize; every worker emptied its allocator cache after the build).
+  In its turn a worker makes one untimed call, then times its arms as an in-process interleaved
+  round (the family's timing mode: event-gated on a GPU unless the family asks for another, the
+  cache flushed before each call, at least :data:`flyexplore.run.driver.MIN_CALLS` calls an arm).
+  The driver reads the clock once per round (NVML/amdsmi, no GPU context of its own), takes each
+  speedup over paired rounds and stops by the sweep's own sequential rule
+  (:func:`flyexplore.measure.interleaved.sequential_rounds`). A worker's arms are taken against the
+  same backend in the base environment (``flash@B`` against ``flash@A``), else against the A/B's
+  baseline arm.
+- **Fresh pairs** (:func:`run_passes`, through :func:`flyexplore.run.processes.pass_loop`): the
+  plan runs in passes, each with newly started workers and the case order rotated; each pass's
+  rows are journaled as its case finishes (:meth:`flyexplore.run.journal.Journal.add_passes`).
+  ``--pairs auto`` (the default) gives every case :data:`flyexplore.run.envs.PAIRS` pairs, then one
+  more at a time while a label is AMBIGUOUS, up to ``--max-pairs``
+  (:class:`flyexplore.run.processes.PassRule`, with its correction for looking again); ``--pairs
+  K`` exactly K. A case's rows are combined over its pairs
+  (:func:`flyexplore.run.processes.combine`, ``kind="pairs"``) when it wants no more: the
+  speedup's interval is the interval of the mean over the pairs (each pair paired round by round;
+  a per-process offset of short calls is in it), the time's a prediction interval of another run
+  as ``--processes`` gives. The next pass's pair is launched while a pass measures (a spare). A
+  resume goes on with the passes still wanted.
 - **Faults**: a worker that dies or hangs gives its environment's arms ``crashed``/``timeout``
   rows (exit code or signal, its last stderr lines) and the case's other arms the same status,
   saying which environment cut the case short (so the case has no ratio, and ``--retry-failed``
@@ -67,10 +73,10 @@ from flyexplore._version import __version__
 from flyexplore.errors import UsageError
 from flyexplore.measure.devstate import _nvml_handle
 from flyexplore.results import table as R
-from flyexplore.run.driver import MIN_CALLS, CaseJob, drive_case, how_for  # noqa: F401 - MIN_CALLS: named here too
+from flyexplore.run.driver import CaseJob, drive_case, how_for
 from flyexplore.run.engine import (CASE_TIMEOUT_S, START_ATTEMPTS, WORKER_START_TIMEOUT_S,
                                    _exit_text, pin_env)
-from flyexplore.run.envs import PAIRS, Env, driver_package, extra_paths_for, worker_environ  # noqa: F401 - named here too
+from flyexplore.run.envs import Env, driver_package, extra_paths_for, worker_environ
 from flyexplore.run.envworker import Reader, send
 from flyexplore.run.place import WorkerDied, WorkerFailed, WorkerHung
 from flyexplore.run.processes import PassRule, pass_loop

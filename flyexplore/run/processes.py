@@ -1,5 +1,8 @@
-"""``--processes N``: each case of a sweep measured in N fresh worker processes, and the N
-measurements of one row combined into one row whose interval covers what another run sees.
+"""Passes in fresh workers, one loop for all of them (:func:`pass_loop`, :class:`PassRule`):
+``--processes N`` -- each case of a sweep measured in N fresh worker processes, and the N
+measurements of one row combined into one row whose interval covers what another run sees -- and
+an environment A/B's pairs of workers (:mod:`flyexplore.run.envab`: ``--pairs K``, or ``--pairs
+auto``, pairs until every label is decided).
 
 Why: within one process a row's interval is narrow (about +-0.3% for a GEMM on an H200), but a
 fresh process reads another time -- another clock regime under the power limit, another autotune
@@ -11,12 +14,12 @@ measured, not assumed (pyperf's lesson: a benchmark is several processes, each s
 How (:func:`flyexplore.run.sweep.run_sweep` with ``processes`` >= 2): the sweep runs its case list
 N times (*passes*), each pass in newly started worker processes, the case order rotated by
 ``pass * cases / N`` (:func:`rotated`), so that each case is measured at N different points of
-the sweep, after different neighbours. The N rows of one (case, dtype, backend) are then
+the sweep, after different neighbours. The N rows of one (case, dtype) are then
 combined (:func:`combine`): per-process estimates kept in ``process_estimates``, the headline
 time and speedup are their geometric means, and the intervals are
 :func:`flyexplore.measure.stats.between_process` prediction intervals (within- and between-process
 variation together). Each pass's rows are committed to the journal as they come (its ``passes``
-table, :mod:`flyexplore.run.journal`) and a row is combined when its last pass is in; a sweep that
+table, :mod:`flyexplore.run.journal`) and a case's rows are combined when its last pass is in; a sweep that
 is stopped, interrupted or killed keeps its pass rows there, and ``--resume`` runs only the passes
 still missing (without an output file, a stopped sweep combines what it has, labelled with the
 number of processes that measured it). Past :data:`flyexplore.run.spec.MAX_PASSES` processes a
