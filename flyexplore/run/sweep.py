@@ -315,8 +315,11 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
             ab.pair = None   # run_passes stopped it
             writer.notes.extend(ab.notes)
             if st.start_s:
-                writer.notes.append(f"{len(st.start_s)} pair(s) of workers started, in {min(st.start_s):.1f}-"
-                                    f"{max(st.start_s):.1f} s each (not counted in any case's time)")
+                first, rest = st.start_s[0], st.start_s[1:]
+                later = (f"; each later pass waited {min(rest):.1f}-{max(rest):.1f} s for its pair, launched while "
+                         "the pass before it measured" if rest else "")
+                writer.notes.append(f"{len(st.start_s)} pair(s) of workers: the first started in {first:.1f} s"
+                                    f"{later} (not counted in any case's time)")
         elif kind == "in-process":
             inproc = {"worker": "in-process", "device_id": physical_device_id(device)}
             guarded, stopped = _guarded(spec, by_case, guards or {}, cases, writer.notes), False
