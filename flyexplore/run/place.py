@@ -345,7 +345,5 @@ class LocalPlace:
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:  # noqa: BLE001 - the driver makes it rows, as for a worker
-            B.debug_trace()
-            with contextlib.suppress(Exception):
-                B.failure(exc, self.host.ctx)   # on a GPU: the allocator's cache emptied
-            raise WorkerFailed(B.first_line(exc), B.is_oom(exc)) from None
+            fail = B.failure(exc, self.host.ctx)   # its traceback with FLYEXPLORE_DEBUG; a GPU's cache emptied
+            raise WorkerFailed(fail["message"], fail["status"] == "oom") from None

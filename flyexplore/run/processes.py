@@ -330,28 +330,32 @@ class PassRule:
         est = _num(row.get("speedup"))
         return not (est > 0 and max(hi / est - 1, 1 - lo / est) <= self.band / 2)
 
-    def _needed(self, row: dict, estimate: bool, confidence: float | None = None) -> int | float | None:
+    def _needed(self, row: dict, estimate: bool) -> int | float | None:
         per = R.process_estimates(row.get("process_estimates")) if row.get("process_estimates") else []
         sd = S.pair_spread([p.get("speedup") for p in per], [p.get("speedup_se") for p in per]) if per else math.nan
         est = _num(row.get("speedup")) if estimate else None
-        return S.pairs_to_decide(sd, self.band, est, confidence=confidence or self.confidence)
+        return S.pairs_to_decide(sd, self.band, est, confidence=self.confidence)
+
+    def _state(self, got: dict, arms) -> tuple[str | None, dict]:
+        """``(why the case takes no more pairs, or None; its rows combined so far)``."""
+        n = self.done(got, arms)
+        if n < self.first:
+            return None, {}
+        rows = self.combined(got, arms)
+        if not self.auto:
+            return "fixed", rows
+        open_ = [r for r in rows.values() if self._undecided(r)]
+        if not open_:
+            return "decided", rows
+        if n >= self.most:
+            return "max_pairs", rows
+        if any(x is not None and x > self.most for x in (self._needed(r, True) for r in open_)):
+            return "unreachable", rows
+        return None, rows
 
     def stop(self, got: dict, arms) -> str | None:
         """Why the case takes no more pairs (:data:`PAIR_STOPS`), or None when it wants another."""
-        n = self.done(got, arms)
-        if n < self.first:
-            return None
-        if not self.auto:
-            return "fixed"
-        open_ = [r for r in self.combined(got, arms).values() if self._undecided(r)]
-        if not open_:
-            return "decided"
-        if n >= self.most:
-            return "max_pairs"
-        need = [self._needed(r, True) for r in open_]
-        if any(x is not None and x > self.most for x in need):
-            return "unreachable"
-        return None
+        return self._state(got, arms)[0]
 
     def wants(self, got: dict, arms) -> bool:
         """Whether the case of ``got`` wants another pass."""
@@ -362,8 +366,10 @@ class PassRule:
         is AMBIGUOUS, ``pairs_needed``: how many pairs the observed spread would need to decide a
         change of the band's size (:func:`flyexplore.measure.stats.pairs_to_decide`), said in its
         message too."""
-        why = self.stop(got, arms) or "stopped"
-        out = self.combined(got, arms)
+        why, out = self._state(got, arms)
+        why = why or "stopped"
+        if not out:   # fewer passes than the first look (a stopped run): combined as they are
+            out = self.combined(got, arms)
         for row in out.values() if self.kind == "pairs" else ():
             row["pairs_stop"] = why
             if row.get("verdict") == "AMBIGUOUS":
