@@ -5,6 +5,10 @@ estimates. Results go to ``data/h200/model_measure/`` (its README holds the tabl
     python benchmarks/gpu/model_measure.py --what prefill --out DIR   # Llama-3.1-8B, full depth, bf16, prefill 1x2048
     python benchmarks/gpu/model_measure.py --what decode  --out DIR   # ... decode 32 at 2048 (static KV cache)
     python benchmarks/gpu/model_measure.py --what moe     --out DIR   # Qwen3-30B-A3B dims: the grouped-GEMM share
+    python benchmarks/gpu/model_measure.py --what graphs1 --out DIR   # decode 1 at 2048: eager, compile, and each in CUDA graphs
+    python benchmarks/gpu/model_measure.py --what graphs32 --out DIR  # ... decode 32 at 2048
+    python benchmarks/gpu/model_measure.py --what shares  --out DIR   # prefill 1x2048, eager and compile: modelled vs measured
+    python benchmarks/gpu/model_measure.py --summary DIR... --out F   # issue 44's goals from the run folders (markdown)
     python benchmarks/gpu/model_measure.py --render DIR               # here, no GPU: re-render a run's folder
 
 Each writes into DIR: ``answer.txt`` (what ``flyexplore model --measure`` prints), ``rows.csv`` (the
@@ -35,6 +39,13 @@ RUNS = {
     "prefill": dict(model="llama-3.1-8b", phase="prefill", batch=1, seq=2048, layers=None, variants=None),
     "decode": dict(model="llama-3.1-8b", phase="decode", batch=32, seq=2048, layers=None, variants=None),
     "moe": dict(model="qwen3-30b-a3b", phase="prefill", batch=1, seq=2048, layers=None, variants="eager,compile"),
+    # issue 44: decode under CUDA/HIP graphs, at batch 1 (launch-bound) and 32, context 2048
+    "graphs1": dict(model="llama-3.1-8b", phase="decode", batch=1, seq=2048, layers=None,
+                    variants="eager,eager_graph,compile,compile_graph"),
+    "graphs32": dict(model="llama-3.1-8b", phase="decode", batch=32, seq=2048, layers=None,
+                     variants="eager,eager_graph,compile,compile_graph"),
+    # issue 44: the compiled view's modelled shares against the measured ones (prefill 1x2048)
+    "shares": dict(model="llama-3.1-8b", phase="prefill", batch=1, seq=2048, layers=None, variants="eager,compile"),
 }
 
 
@@ -107,18 +118,66 @@ def render(folder: Path) -> None:
     print(m.text())
 
 
+def summarize(folders, out: Path) -> str:
+    """Issue 44's goals from run folders (``meta.json``, ``rows.csv``, ``beside_modelled.csv``,
+    ``profile_check.csv``), as markdown written to ``out``: each decode's variants with intervals
+    and the wall time to its answer (goal: under 5 minutes each), the compiled view's modelled
+    shares against the measured ones (goal: within 10 points), and each variant's profiled total
+    against its measured step (goal: within 5%)."""
+    import pandas as pd
+
+    from flyexplore.results import model_step as MS
+
+    lines = []
+    for f in map(Path, folders):
+        meta = json.loads((f / "meta.json").read_text())
+        rows = pd.read_csv(f / "rows.csv")
+        st = MS.step_table(rows)
+        dev = st["device"].dropna().iloc[0] if st["device"].notna().any() else "?"
+        lines += [f"## {meta['what']}: {meta['model']} {meta['phase']} {meta['batch']}x{meta['seq']} on {dev}",
+                  f"wall time to the answer, compiles included: {meta['wall_s_to_answer']:.1f} s", "",
+                  "| variant | status | ms [95% CI] | vs eager [95% CI] | first call s |", "| --- | --- | --- | --- | --- |"]
+        for r in st.itertuples():
+            ms = f"{r.step_ms:.3f} [{r.step_lo_ms:.3f}, {r.step_hi_ms:.3f}]" if r.step_ms == r.step_ms else "-"
+            sp = (f"{r.speedup:.3f}x [{r.speedup_lo:.3f}, {r.speedup_hi:.3f}] {r.verdict or ''}"
+                  if r.speedup == r.speedup else (r.verdict or "-"))
+            lines.append(f"| {r.variant} | {r.status} | {ms} | {sp} | {r.first_call_s:.1f} |")
+        if (f / "profile_check.csv").exists():
+            pc = pd.read_csv(f / "profile_check.csv")
+            lines += ["", "| variant | measured ms | profiled ms | difference | kernels alone |", "| --- | --- | --- | --- | --- |"]
+            lines += [f"| {r.variant} | {r.measured_ms:.3f} | {r.profiled_ms:.3f} | {r.difference:+.1%} | "
+                      f"{r.kernel_difference:+.1%} |" for r in pc.itertuples()]
+        if (f / "beside_modelled.csv").exists():
+            bm = pd.read_csv(f / "beside_modelled.csv")
+            lines += ["", "| variant | category | measured share | modelled share | difference (points) |",
+                      "| --- | --- | --- | --- | --- |"]
+            lines += [f"| {r.variant} | {r.category} | {r.measured_share:.1%} | {r.modelled_share:.1%} | "
+                      f"{100 * r.difference:+.1f} |" for r in bm.itertuples()]
+            for v, g in bm.groupby("variant", sort=False):
+                lines.append(f"\n{v}: largest share difference {100 * g['difference'].abs().max():.1f} points")
+        lines.append("")
+    text = "\n".join(lines)
+    out.write_text(text + "\n")
+    return text
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--what", choices=tuple(RUNS))
     ap.add_argument("--out", help="a folder for the files")
     ap.add_argument("--render", metavar="DIR", help="re-render a run's folder here (no GPU): rendered.txt, "
                     "beside_modelled.csv, estimate_vs_measured.csv")
+    ap.add_argument("--summary", nargs="+", metavar="DIR", help="issue 44's goals from run folders, as markdown "
+                    "into --out FILE")
     ap.add_argument("--device", default=None, help="default: a GPU when one is visible")
     ap.add_argument("--layers", type=int, default=None, help="override the run's depth")
     ap.add_argument("--variants", default=None, help="override the run's variants")
     a = ap.parse_args(argv)
     if a.render:
         render(Path(a.render))
+        return 0
+    if a.summary:
+        print(summarize(a.summary, Path(a.out or "summary.md")))
         return 0
     if not (a.what and a.out):
         ap.error("give --what and --out (or --render DIR)")
@@ -142,6 +201,12 @@ def main(argv=None) -> int:
     print(f"wall time to the answer, compiles included: {wall:.1f} s")
     meta = {"what": a.what, **run, "wall_s_to_answer": wall, "argv": sys.argv,
             "commit": os.environ.get("FLYEXPLORE_COMMIT"), "dirty": os.environ.get("FLYEXPLORE_DIRTY")}
+    m = cov.measured
+    bm = m.beside_modelled()
+    bm.assign(modelled_on=bm.attrs.get("modelled_on")).to_csv(out / "beside_modelled.csv", index=False)
+    from flyexplore.results import model_step as MS
+
+    MS.breakdown_check(m.frame).to_csv(out / "profile_check.csv", index=False)
     if a.what == "prefill":
         gemm_estimate(cov, cov.measured, out, a.device)
         meta["wall_s_with_gemm_sweep"] = time.perf_counter() - t0

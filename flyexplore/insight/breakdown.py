@@ -13,8 +13,14 @@ Each device kernel (GPU) or CPU op (CPU) is attributed by the first rule that an
    families' ``aten_ops`` and kept functions, plus the ops in :data:`ATEN_EXTRA`;
 3. the kernel's name (compiled code: Inductor's Triton kernels, extern calls): :func:`category_of_kernel`.
 
+A kernel with no family op above its launch -- a CUDA graph replay's kernels hang under
+``cudaGraphLaunch``, Inductor's under its own ranges -- falls to rule 3 (its name).
+
 ``idle`` is device time inside the call's span (first kernel start to last kernel end) with no
-kernel running: launch gaps and host overhead. On a CPU there are no device kernels: each CPU
+kernel running: launch gaps and host overhead. On a GPU it comes from a second step profiled with
+device activity only, each gap less the profiler's own host cost per launch measured on the device
+(:func:`launch_cost_us`, :func:`corrected_idle`): the profiler delays every launch, and a step of
+many short kernels (a decode) otherwise profiles several percent longer than it runs. On a CPU there are no device kernels: each CPU
 event's self time (children excluded) goes to the category of the innermost range or family op
 above it, and there is no idle row.
 """
@@ -245,17 +251,76 @@ def profile_step(fn: Callable[[], Any], device="cpu", *, module=None, warmup: in
     with profile(activities=[ProfilerActivity.CUDA]) as light:
         fn()
         sync()
-    span, busy = _span_busy(_device_kernels(list(light.events())))
+    kern = _device_kernels(list(light.events()))
+    span, busy = _span_busy(kern)
     if not busy:
         return bd
-    idle = max(span - busy, 0.0)
+    raw = max(span - busy, 0.0)
+    cost = launch_cost_us(dev)
+    idle = corrected_idle(_gaps(kern), cost)
     total = bd.kernel_us + idle
     rows = tuple({**r, "us": idle if r["category"] == IDLE else r["us"]} for r in bd.rows)
     rows = tuple({**r, "share": r["us"] / total if total > 0 else 0.0} for r in rows)
     notes = tuple(n for n in bd.notes if not n.startswith("idle is measured")) + (
-        f"idle: the launch gaps of a second step profiled with device activity only ({idle:.1f} us; "
-        f"{bd.idle_us:.1f} us in the step that recorded the CPU ops, whose recording slows the host)",)
+        f"idle: the launch gaps of a second step profiled with device activity only, each less the profiler's "
+        f"own host cost per launch measured on this device ({cost:.2f} us, :func:`launch_cost_us`): {idle:.1f} us "
+        f"({raw:.1f} us as profiled; {bd.idle_us:.1f} us in the step that recorded the CPU ops)",)
     return Breakdown(rows, bd.kernel_us, float(bd.kernel_us + idle), float(idle), bd.device, bd.attribution, notes)
+
+
+def _gaps(kern: list) -> list[float]:
+    """The idle gaps between a profile's kernels, µs: each stretch of the span with no kernel
+    running (kernels on several streams merged first)."""
+    iv = sorted((k.time_range.start, k.time_range.end) for k in kern)
+    out, end = [], None
+    for s, e in iv:
+        if end is not None and s > end:
+            out.append(float(s - end))
+        end = e if end is None else max(end, e)
+    return out
+
+
+def corrected_idle(gaps: list[float], per_launch_us: float) -> float:
+    """The idle time of an unprofiled step from a profiled step's ``gaps`` (µs, :func:`_gaps`):
+    each gap less ``per_launch_us``, the profiler's own host cost per launch, floored at 0. A gap
+    is the GPU waiting for the next launch; under the profiler that launch was late by the
+    profiler's cost, so a step of many short kernels (a decode: about 1,300 launches) profiles
+    longer than it runs. A gap shorter than the cost was not host-bound: nothing of it is kept."""
+    c = max(float(per_launch_us), 0.0)
+    return float(sum(max(g - c, 0.0) for g in gaps))
+
+
+def launch_cost_us(device, n: int = 400) -> float:
+    """The profiler's own host cost per kernel launch on ``device`` (a CUDA device), µs: ``n``
+    launches of a one-element kernel back to back, timed by wall clock unprofiled and under
+    ``torch.profiler`` with device activity only (as :func:`profile_step`'s second step), the
+    difference per launch (median of 3 tries, 0 at least). GPU only; 0.0 on a CPU."""
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return 0.0
+    x = torch.zeros(1, device=dev)
+
+    def burst() -> float:
+        torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            x.add_(1.0)
+        torch.cuda.synchronize(dev)
+        return time.perf_counter() - t0
+
+    burst()
+    diffs = []
+    for _ in range(3):
+        plain = burst()
+        with profile(activities=[ProfilerActivity.CUDA]):
+            prof = burst()
+        diffs.append((prof - plain) / n * 1e6)
+    return max(sorted(diffs)[1], 0.0)
 
 
 def _device_kernels(events: list) -> list:

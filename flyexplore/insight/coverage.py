@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 from flyexplore.errors import UsageError
 from flyexplore.insight.capture import DECOMPOSED_RMSNORM, Call, Capture, module_pattern
 from flyexplore.insight.explain import compile_options_for, explain, explain_text
+from flyexplore.insight.fusion import fused_reason
 from flyexplore.ops import get_op, model_hooks
 from flyexplore.ops.attention.model import shape_text
 from flyexplore.ops.gemm.model import operands
@@ -130,9 +131,24 @@ def gemm_operands(c: Call) -> tuple[TensorDesc, TensorDesc]:
 
 
 def _judge_gemm(c: Call, envs: Envs, bias: bool | None = None):
-    """The compile rules on a captured mm / addmm; ``bias`` (default: addmm has one) to re-judge."""
+    """The compile rules on a captured mm / addmm; ``bias`` (default: addmm has one, and so has an
+    eager mm a compiled run fuses into addmm, ``Call.fused``) to re-judge."""
     a, b = gemm_operands(c)
-    return _gemm(a, b, c.op == "aten.addmm.default" if bias is None else bias, envs)
+    if bias is None:
+        bias = c.op == "aten.addmm.default" or c.fused == "addmm"
+    return _fused(c, _gemm(a, b, bias, envs))
+
+
+def _fused(c: Call, ex):
+    """``ex`` with its failed "no bias" rule said as what it is for a GEMM made by Inductor's
+    post-grad addmm fusion (:func:`flyexplore.insight.fusion.fused_reason`: a residual add fused
+    into addmm is no bias of the model's); other calls unchanged."""
+    why = fused_reason(c.note) if c.op in ("aten.addmm.default", "aten.mm.default") else None
+    conds = getattr(ex, "conditions", None)
+    if why is None or conds is None:
+        return ex
+    return replace(ex, conditions=tuple(replace(cd, name="addmm fusion", detail=why)
+                                        if cd.name == "no bias" and cd.ok is False else cd for cd in conds))
 
 
 def _grouped(a, b, offs, bias, envs: Envs):
@@ -183,7 +199,7 @@ def judge_call(c: Call, view: str, envs: Envs) -> Verdict:
     if path.judge is None and path.explain_text is not None:   # a family with its own front door
         ex = explain_text(fam, args.pop("shape"), args.pop("dtype", None), arch=envs.arch, **args)
     else:
-        ex = explain(fam, env=envs(path.route == "compile"), **args)
+        ex = _fused(c, explain(fam, env=envs(path.route == "compile"), **args))
     notes = tuple(got.notes)
     if path.route == "compile" and getattr(ex, "taken", False):
         notes += (AUTOTUNE_NOTE,)

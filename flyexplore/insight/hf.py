@@ -25,7 +25,13 @@ package (:func:`fallback_notes`: Mamba without ``mamba_ssm``, Qwen3-Next without
 The model gets ``attn_implementation="sdpa"`` where the model supports it and transformers'
 default experts implementation (``grouped_mm``: ``torch._grouped_mm`` with the weights as the
 model stores them, where the model's experts support it); what the experts really called is
-said from the capture (:func:`experts_notes`). The built-in configs (:func:`builtin_models`) are the published dims of a
+said from the capture (:func:`experts_notes`). Experts that loop in Python over the experts their
+router hit (DBRX, the "eager" experts implementation) are captured under the routing assumption
+(``routing``: :class:`flyexplore.insight.expert_routing.ExpertLoop` answers the loop's
+data-dependent ``nonzero`` / ``where``), and the capture says so. A multimodal model's text decoder
+is built alone where its text config has a causal-LM class (Gemma-3: ``Gemma3ForCausalLM``),
+else the model type's causal-LM or image-text-to-text class (Qwen2.5-VL) fed text only
+(:func:`model_scope`). The built-in configs (:func:`builtin_models`) are the published dims of a
 few models, in ``data/models/`` with their sources.
 
 Bounds (:func:`check_model`, run before torch is touched): a config's sizes must be positive
@@ -55,6 +61,7 @@ from typing import Iterable, Mapping, Sequence
 from flyexplore.errors import UsageError, bad_choice
 from flyexplore.insight.capture import (VIEWS, Capture, CaptureError, fake_mode, layer_kinds, quiet_torch_logs,
                                         run_step, target_device, views_of)
+from flyexplore.insight.expert_routing import ROUTINGS, routing_shares  # noqa: F401 - named here too
 from flyexplore.measure.devstate import cpu_free_memory
 from flyexplore.ops.model.hf import (_EXPERT_KEYS, _HEAD_KEYS, _LAYER_KEYS, PHASES, POSITIVE_FIELDS,  # noqa: F401 - named here too
                                      POSITIVE_INT_FIELDS, _first, _transformers, builtin_models, check_config,
@@ -63,9 +70,6 @@ from flyexplore.ops.model.hf import (_EXPERT_KEYS, _HEAD_KEYS, _LAYER_KEYS, PHAS
                                      transformers_model_types)
 from flyexplore.world.conditions import short_dtype
 
-#: MoE routing assumptions: ``uniform`` (every expert gets the same share of the routed rows) or
-#: ``zipf:S`` (expert i, by load rank, gets a share proportional to 1 / (i + 1) ** S; S > 0).
-ROUTINGS = ("uniform", "zipf:S")
 #: What one decoder layer costs :func:`capture_model`, ``{stage: (CPU seconds, peak-RSS MB)}`` a layer:
 #: ``build`` once per model, ``prefill`` / ``decode`` per recorded view of a phase (decode with its
 #: unrecorded prefill, which fills the KV cache and is most of its cost). Measured here on a
@@ -99,45 +103,6 @@ SAY_ESTIMATE_S = 60.0
 _MAX_BYTES = 2 ** 63 - 1
 
 
-def routing_shares(routing: str, experts: int) -> list[float]:
-    """Each expert's share of the routed rows under ``routing`` (:data:`ROUTINGS`), summing to 1.
-    Raises :class:`UsageError` for an unknown routing or a bad exponent."""
-    r = str(routing).strip()
-    if r == "uniform":
-        return [1.0 / experts] * experts
-    if r.startswith("zipf:"):
-        try:
-            s = float(r.split(":", 1)[1])
-        except ValueError:
-            s = float("nan")
-        if not s > 0 or s > 10:
-            raise UsageError(f"routing {routing!r}: the zipf exponent must be a number in (0, 10], e.g. zipf:1.1")
-        w = [1.0 / (i + 1) ** s for i in range(experts)]
-        t = sum(w)
-        return [x / t for x in w]
-    raise bad_choice("MoE routing", routing, ROUTINGS)
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def _duration(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
@@ -168,6 +133,13 @@ def estimate_model(desc: Mapping, phases: Sequence[tuple[str, int, int]], views:
     return {"layers": layers, "experts": experts, "seconds": sec, "mb": mb, "text": text}
 
 
+def _widest(v) -> int:
+    """A size or the largest of a per-layer list of sizes (Gemma-3n's ``intermediate_size``); 1 if unset."""
+    if isinstance(v, (list, tuple)):
+        v = max((x for x in v if isinstance(x, int)), default=1)
+    return v if isinstance(v, int) and v > 0 else 1
+
+
 def _check_addressable(cfg: Mapping, where: str, phase: str, batch: int, seq: int) -> None:
     """Raise :class:`UsageError` when a tensor of the step would pass what torch can address
     (:data:`_MAX_BYTES` at 4 bytes an element): torch fails inside the step on it."""
@@ -178,9 +150,9 @@ def _check_addressable(cfg: Mapping, where: str, phase: str, batch: int, seq: in
             (batch, heads, seq, seq)),
            (f"{where}: the embedding [vocab_size, hidden_size]", (cfg.get("vocab_size") or 1, hidden)),
            (f"seq {seq} ({phase}, batch {batch}): the MLP activations [batch x seq, intermediate_size]",
-            (batch * seq, cfg.get("intermediate_size") or 1)),
+            (batch * seq, _widest(cfg.get("intermediate_size")))),
            (f"{where}: the expert weights [experts, 2 x moe_intermediate_size, hidden_size]",
-            (experts, 2 * (cfg.get("moe_intermediate_size") or 1), hidden))]
+            (experts, 2 * _widest(cfg.get("moe_intermediate_size")), hidden))]
     for what, shape in big:
         n = math.prod(shape)
         if n * 4 > _MAX_BYTES:
@@ -229,22 +201,7 @@ def check_model(desc: Mapping, phases: Sequence[tuple[str, int, int]], views: Se
     return est
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 # -- what of a model is captured ---------------------------------------------------------------------
-
-
-
 
 
 # -- quantization ------------------------------------------------------------------------------------
@@ -382,7 +339,8 @@ def build(desc: Mapping, *, mode=None, device: str = "cuda:0", arch: str = "gfx9
         model, attn, err = None, None, None
         for attn in ("sdpa", "eager"):  # SDPA where the model supports it (gpt-oss does not)
             try:
-                model = tr.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), dtype=dt, attn_implementation=attn)
+                model = getattr(tr, scope.get("auto", "AutoModelForCausalLM")).from_config(
+                    copy.deepcopy(cfg), dtype=dt, attn_implementation=attn)
                 break
             except ValueError as exc:
                 err = exc
@@ -432,7 +390,11 @@ def experts_notes(cap: Capture, model, routing: str) -> list[str]:
     Empty for a dense model."""
     if not experts_info(model):
         return []
-    ran = Counter(c.op for c in cap.kernel_calls() if c.module_type.endswith("Experts") and c.family is not None)
+    roots = tuple(p for p, m in model.named_modules() if type(m).__name__.endswith("Experts"))
+    ran: Counter = Counter()
+    for c in cap.kernel_calls():
+        if c.family is not None and (c.module_type.endswith("Experts") or _under(c.module, roots)):
+            ran[c.op] += c.count
     impl = getattr(model.config, "_experts_implementation", None)
     seen = ", ".join(f"{op} x {n}" for op, n in ran.most_common()) or "no GEMM (see what was not captured)"
     out = [f"experts implementation {impl!r}: the experts modules called {seen}" if impl else
@@ -442,6 +404,16 @@ def experts_notes(cap: Capture, model, routing: str) -> list[str]:
         if rn:
             out.append(rn)
     return out
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    """``path`` is one of the module paths ``roots`` (list indices as ``*`` match any) or inside one."""
+    pat = re.sub(r"\.\d+(?=\.|$)", ".*", path)
+    for r in roots:
+        rp = re.sub(r"\.\d+(?=\.|$)", ".*", r)
+        if pat == rp or pat.startswith(rp + "."):
+            return True
+    return False
 
 
 def routing_note(model, routing: str) -> str | None:
@@ -544,7 +516,7 @@ def capture_model(hf: str | None = None, config: str | Path | Mapping | None = N
                            "each layer's new keys and values: the aten.cat rows), where a static or paged cache, as "
                            "serving engines use, writes them in place"] if getattr(step, "cache", None) else [])
             cap = run_step(model, step, view=v, label=label, phase=phase, device=device, arch=arch, mode=mode,
-                           assumptions=notes + cache_note, progress=say)
+                           assumptions=notes + cache_note, progress=say, routing=routing)
         cap.assumptions += [n for n in fallback_notes(model) + experts_notes(cap, model, routing)
                             if n not in cap.assumptions]
         cap.uncaptured += [dict(u) for u in scope["uncaptured"]]

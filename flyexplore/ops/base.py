@@ -381,6 +381,9 @@ class Operator:
     # logits, never its whole output object (a KV cache does not cross a process boundary;
     # flyexplore.run.place.checked_tensors). None: the output's own tensors
     check_output: Callable = None
+    # (case, dtype, inputs) -> {column: value}: row columns the inputs decide, added to every ok row
+    # of the case (the model family: the bytes a decode step restores per call). None: none
+    input_columns: Callable = None
     # (case, dtype) -> (bytes, terms text): a family that estimates a case's peak memory itself
     # (the model family: weights + KV cache + activations from the config); the sweep's memory check
     # (flyexplore.run.memory.memory_check) takes it in place of its probes (None: probes)

@@ -5,9 +5,12 @@ Every number here says what it is (the ``kind`` column and the table's ``attrs["
 - **captured from the model** (``kind="captured"``): FLOPs and bytes of each captured call
   (:func:`flyexplore.insight.capture.cost`), and their shares per call, module and category.
 - **modelled** (``kind="modelled"``): a roofline time per call on the target, ``max(FLOPs /
-  peak FLOP/s, bytes / peak bandwidth)``, with the datasheet peaks of
-  :mod:`flyexplore.results.peaks` (gfx950: MI355X; sources named there). GEMM-like calls (mm,
-  grouped mm, attention) use the matrix peak of their dtype, the rest the FP32 vector peak.
+  (peak FLOP/s x achieved), bytes / (peak bandwidth x achieved))``, with the datasheet peaks of
+  :mod:`flyexplore.results.peaks` (gfx950: MI355X; sources named there) and the fraction of them
+  the call's kernel class achieves (:data:`flyexplore.results.peaks.ACHIEVED`: GEMMs, SDPA by
+  kernel, fused and unfused pointwise). GEMM-like calls (mm, grouped mm, attention) use the
+  matrix peak of their dtype, the rest the FP32 vector peak. In the compiled view, pointwise calls
+  count the bytes of Inductor's fused kernels (:mod:`flyexplore.results.fusion`).
 - **projection** (``kind="projection"``): a whole-model speedup by Amdahl's law over the modelled
   time, if every eligible call ran at a per-operator FlyDSL speedup taken from a source the user
   picks (:data:`PROJECTION_SOURCES`), with an interval carried from the per-operator intervals.
@@ -30,6 +33,7 @@ from flyexplore.insight.capture import Call, module_pattern
 from flyexplore.insight.coverage import Judged, nt_expert_weight
 from flyexplore.insight.hf import routing_shares
 from flyexplore.ops import get_op, model_hooks
+from flyexplore.results import fusion as FU
 from flyexplore.results import published as P
 from flyexplore.results import peaks as PK
 from flyexplore.results import table as R
@@ -48,7 +52,8 @@ def deciding_view(family: str) -> str:
 #: Columns of :func:`coverage_table`.
 COLUMNS = ("model", "step", "phase", "batch", "seq", "view", "op", "family", "module", "module_type", "count", "shapes",
            "args", "dtype", "status", "category", "reason", "kernel", "flops", "bytes", "total_flops", "total_bytes",
-           "flops_share", "bytes_share", "modelled_us", "modelled_total_us", "modelled_share", "notes")
+           "flops_share", "bytes_share", "kernel_class", "fusion_group", "fused_bytes", "kernel_category", "modelled_us",
+           "modelled_total_us", "modelled_share", "notes")
 
 
 def _peaks(arch: str):
@@ -56,17 +61,36 @@ def _peaks(arch: str):
     return dev
 
 
-def modelled_us(c: Call, arch: str = "gfx950") -> float:
-    """The roofline time of one call on ``arch``'s device, µs (module docstring): ``max(FLOPs /
-    peak, bytes / bandwidth)``. NaN when the call's cost is unknown."""
+def kernel_class(c: Call, fused: bool = False) -> str:
+    """The kernel class of a captured call (:data:`flyexplore.results.peaks.KERNEL_CLASSES`), which
+    picks its achieved fraction of peak: ``gemm`` for the GEMM families (dense, grouped, scaled:
+    hooks saying ``matrix``) and ATen's GEMM ops; SDPA by the kernel torch's SDPA takes for it
+    (torch 2.15 ``sdp_utils``: flash needs fp16/bf16 and no ``attn_mask``; an explicit mask or fp32
+    takes the memory-efficient kernel): ``sdpa_flash`` / ``sdpa_efficient``; else ``fused`` when the
+    call is part of one of Inductor's fused kernels (``fused``: the compiled view,
+    :mod:`flyexplore.results.fusion`) or ``unfused`` (ATen's own kernel per call, the eager view)."""
+    if c.family == "attention":
+        return "sdpa_efficient" if (c.arg("attn_mask") is not None or c.dtype == "fp32") else "sdpa_flash"
+    h = model_hooks(c.family) if c.family else None
+    if (h is not None and h.matrix) or c.op in FU.GEMM_OPS:
+        return "gemm"
+    return "fused" if fused else "unfused"
+
+
+def modelled_us(c: Call, arch: str = "gfx950", *, nbytes: float | None = None, kclass: str | None = None) -> float:
+    """The modelled time of one call on ``arch``'s device, µs (module docstring): ``max(FLOPs /
+    (peak x achieved), bytes / (bandwidth x achieved))`` with the fraction of peak its kernel class
+    achieves there (:func:`kernel_class`, :func:`flyexplore.results.peaks.achieved`). ``nbytes``:
+    the bytes to count (a fused call's share of its kernel, :mod:`flyexplore.results.fusion`;
+    default the call's own); ``kclass``: the class (default :func:`kernel_class` unfused). NaN when
+    the call's cost is unknown."""
     dev = _peaks(arch)
     dt = c.dtype
     h = model_hooks(c.family)
     cls_dtype = dt if (h is not None and h.matrix and dt in PK.DTYPE_CLASS) else "fp32"
     tf, bw = dev.peak(cls_dtype)
-    if not (c.flops == c.flops and c.bytes == c.bytes):
-        return math.nan
-    return max(c.flops / (tf * 1e12), c.bytes / (bw * 1e9)) * 1e6
+    kc = kclass or kernel_class(c)
+    return PK.roofline_us(c.flops, c.bytes if nbytes is None else nbytes, tf, bw, PK.achieved(dev.name, kc))
 
 
 def _args_text(c: Call) -> str:
@@ -83,7 +107,15 @@ def coverage_table(judged: Iterable[Judged]) -> pd.DataFrame:
     list indices as ``*``), ``count``, shapes, the verdict (``status``, ``category``, ``reason``,
     ``kernel``), FLOPs and bytes per call and in total (``kind`` captured), their shares within
     the capture (phase and view), and the modelled roofline time (µs, per call and in total) and
-    its share (``kind`` modelled). ``attrs``: ``kind`` per column group, ``peaks`` (the device and
+    its share (``kind`` modelled). The modelled time is the call's kernel class
+    (``kernel_class``, :func:`kernel_class`) at its achieved fraction of peak
+    (:data:`flyexplore.results.peaks.ACHIEVED`); in the compiled view pointwise calls are fused as
+    Inductor fuses them (:mod:`flyexplore.results.fusion`): ``fusion_group`` numbers a call's
+    fused kernel within its capture (empty for extern calls and in the eager view),
+    ``fused_bytes`` are the bytes per call it adds to that kernel (the call's own ``bytes``
+    elsewhere) and the modelled time counts those; ``kernel_category`` is the category of the
+    kernel the call runs in, as the measured breakdown names it (a residual add fused into an
+    RMSNorm is rmsnorm's). ``attrs``: ``kind`` per column group, ``peaks`` (the device and
     source of the modelled time), ``assumptions`` and ``layers`` per capture, ``uncaptured``."""
     rows, assumptions, layers, uncaptured = [], {}, {}, []
     peaks_src = None
@@ -96,15 +128,22 @@ def coverage_table(judged: Iterable[Judged]) -> pd.DataFrame:
         uncaptured += [{**u, "view": cap.view, "step": cap.step} for u in cap.uncaptured]
         dev = _peaks(cap.arch)
         peaks_src = f"{dev.name}: {dev.source}"
-        for c, n, v in j.rows:
-            t = modelled_us(c, cap.arch)
+        calls = [c for c, _, _ in j.rows]
+        fused = FU.fuse(calls) if cap.view == "compiled" else [None] * len(calls)
+        cats = FU.kernel_categories(calls, fused)
+        for (c, n, v), fu, kcat in zip(j.rows, fused, cats):
+            fb = fu.bytes if fu is not None else c.bytes
+            kc = kernel_class(c, fused=fu is not None and fu.kind == "fused")
+            t = modelled_us(c, cap.arch, nbytes=fb, kclass=kc)
             rows.append({"model": m.get("model", cap.label), "step": cap.step, "phase": cap.phase,
                          "batch": m.get("batch"),
                          "seq": m.get("seq"), "view": cap.view, "op": c.op, "family": c.family,
                          "module": module_pattern(c.module), "module_type": c.module_type, "count": n,
                          "shapes": c.shapes(), "args": _args_text(c), "dtype": c.dtype, "status": v.status, "category": v.category,
                          "reason": v.reason, "kernel": v.kernel, "flops": c.flops, "bytes": c.bytes,
-                         "total_flops": c.flops * n, "total_bytes": c.bytes * n, "modelled_us": t,
+                         "total_flops": c.flops * n, "total_bytes": c.bytes * n, "kernel_class": kc,
+                         "fusion_group": fu.group if fu is not None else None, "fused_bytes": fb,
+                         "kernel_category": kcat, "modelled_us": t,
                          "modelled_total_us": t * n,
                          "notes": "; ".join(([c.note] if c.note and c.note not in v.reason else []) + list(v.notes))})
     df = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("flops_share", "bytes_share", "modelled_share")])

@@ -135,3 +135,104 @@ def percent_of_peak(df: pd.DataFrame, device: str | None = None, kind: str = "da
     out["pct_peak_tflops"] = 100.0 * t / out["peak_tflops"]
     out["pct_peak_gbps"] = 100.0 * g / out["peak_gbps"]
     return out
+
+
+# -- the fraction of the datasheet peak a kernel class achieves ------------------------------------
+
+@dataclass(frozen=True)
+class Achieved:
+    """The fraction of a device's datasheet peak one kernel class achieves: ``flops`` (of the
+    matrix or vector FLOP/s peak), ``bandwidth`` (of the HBM peak), each 0..1 (1.0: the datasheet
+    peak, nothing known); ``source`` says where each number comes from, ``assumed`` when no
+    measurement stands behind it."""
+
+    flops: float
+    bandwidth: float
+    source: str
+    assumed: bool = False
+
+
+#: Kernel classes of the modelled time (:func:`flyexplore.results.model.kernel_class`): GEMMs
+#: (dense, grouped, scaled), SDPA by the kernel it takes (flash: no ``attn_mask`` and causal or
+#: none; memory-efficient: an explicit mask; math: neither fused kernel), Inductor's fused
+#: pointwise/reduction kernels (``fused``: compiled view), and everything else (``unfused``: ATen's
+#: own elementwise and reduction kernels, one per call).
+KERNEL_CLASSES = ("gemm", "sdpa_flash", "sdpa_efficient", "sdpa_math", "fused", "unfused")
+
+_H200_RUN = "data/h200/model_measure (Llama-3.1-8B bf16, torch 2.11, one H200, 2026-12-04; its README)"
+#: The H200's fractions, from the kernels measured in one model step there (:data:`_H200_RUN`),
+#: each the captured work at the datasheet peak over the measured kernel time. GEMM: 760 TFLOP/s of
+#: 989 in the prefill's GEMMs (M = 2048: README "GEMM share"); bandwidth: the decode's GEMMs
+#: (M = 32, weight-bound) moved their captured 15.19 GB in 4.566 ms (3.33 TB/s of 4.8). flash:
+#: ``pytorch_flash::flash_fwd_kernel`` ran the 32 causal prefill SDPA calls (1x32x2048x128, 8 KV
+#: heads; 1.10 TFLOP counting the causal half) in 5.675 ms: 194 TFLOP/s. memory-efficient:
+#: CUTLASS's ``fmha_cutlassF_bf16_aligned_64x128_rf_sm80`` ran the same calls with an explicit
+#: causal mask (every score computed: 2.20 TFLOP) in 19.26 ms: 114 TFLOP/s. fused: Inductor's
+#: RMSNorm (residual add included) and SwiGLU kernels of the compiled prefill, 10.50 GB at the bytes
+#: :mod:`flyexplore.results.fusion` gives them (2.19 ms at 4.8 TB/s), measured 3.24 ms (compile)
+#: and 2.87 ms (max-autotune): 0.676 and 0.762, their mean. unfused: ATen's kernels of the eager
+#: prefill's RMSNorm, 19.63 GB at their decomposed calls' bytes (4.09 ms at 4.8 TB/s), measured
+#: 8.02 ms. Fitted on one run: the same run's shares agree with them by construction; another
+#: model, step or torch is the test.
+_H200 = {
+    "gemm": Achieved(760.0 / 989.0, 3.33 / 4.8, f"GEMM: {_H200_RUN}: prefill 760 TFLOP/s, decode weights at 3.33 TB/s"),
+    "sdpa_flash": Achieved(194.0 / 989.0, 1.0, f"flash_fwd_kernel: {_H200_RUN}: causal prefill 194 TFLOP/s; "
+                                               "bandwidth not measured (datasheet)"),
+    "sdpa_efficient": Achieved(114.0 / 989.0, 1.0, f"fmha_cutlassF (masked): {_H200_RUN}: 114 TFLOP/s counting "
+                                                   "every score; bandwidth not measured (datasheet)"),
+    "sdpa_math": Achieved(114.0 / 989.0 / 4, 1.0, "math SDPA: assumed a quarter of the memory-efficient kernel's "
+                                                  "(bmm + softmax + bmm through memory)", assumed=True),
+    "fused": Achieved(1.0, 0.72, f"Inductor pointwise/reduction kernels: {_H200_RUN}: the compiled prefill's "
+                                 "RMSNorm and SwiGLU kernels at 72% of the HBM peak (67.6% compile, 76.2% "
+                                 "max-autotune)"),
+    "unfused": Achieved(1.0, 0.51, f"ATen elementwise/reduction kernels: {_H200_RUN}: the eager prefill's RMSNorm "
+                                   "kernels at 51% of the HBM peak"),
+}
+
+#: Per device: kernel class -> :class:`Achieved`. The H100 SXM takes the H200's (same SMs and
+#: clocks; HBM differs, and a fraction of it is what carries over): said in each source. MI355X
+#: and MI300X: GEMM from the published MI355X dense suite (``data/published``: ATen 4096x4096x4096
+#: bf16, 1379 TFLOP/s of 2500; SOURCES.md names the publication), the rest assumed as on the H200.
+ACHIEVED: dict[str, dict[str, Achieved]] = {
+    "H200 SXM": _H200,
+    "H100 SXM": {k: Achieved(a.flops, a.bandwidth, "as the H200 (same SMs and clocks): " + a.source, a.assumed)
+                 for k, a in _H200.items()},
+    **{d: {**{k: Achieved(a.flops, a.bandwidth, "assumed as on the H200: " + a.source, True)
+              for k, a in _H200.items()},
+           "gemm": Achieved(1379.2 / 2500.0, 3.33 / 4.8,
+                            "GEMM: published MI355X dense suite, ATen 4096x4096x4096 bf16 1379 TFLOP/s "
+                            "(data/published/SOURCES.md); bandwidth assumed as on the H200")}
+       for d in ("MI355X", "MI350X", "MI300X")},
+}
+
+
+def roofline_us(flops: float, nbytes: float, tflops: float, gbps: float, achieved: Achieved | None = None) -> float:
+    """``max(flops / (peak FLOP/s x fraction), bytes / (bandwidth x fraction))`` in µs: ``tflops``
+    in TFLOP/s, ``gbps`` in GB/s, the fractions of ``achieved`` (:class:`Achieved`; ``None``: the
+    datasheet peaks themselves). NaN when a cost is unknown."""
+    if not (flops == flops and nbytes == nbytes):
+        return math.nan
+    fc, fb = (achieved.flops, achieved.bandwidth) if achieved is not None else (1.0, 1.0)
+    return max(flops / (tflops * 1e12 * fc), nbytes / (gbps * 1e9 * fb)) * 1e6
+
+
+def achieved(device: str, kernel_class: str) -> Achieved:
+    """The :class:`Achieved` fractions of ``kernel_class`` (:data:`KERNEL_CLASSES`) on
+    ``device`` (a :data:`DEVICES` name); the datasheet peak itself (1.0, 1.0) where
+    :data:`ACHIEVED` has no entry. Raises :class:`~flyexplore.errors.UsageError` for an unknown
+    kernel class."""
+    if kernel_class not in KERNEL_CLASSES:
+        raise bad_choice("kernel class", kernel_class, KERNEL_CLASSES)
+    got = ACHIEVED.get(device, {}).get(kernel_class)
+    return got or Achieved(1.0, 1.0, f"no achieved fraction known for {kernel_class} on {device}: the datasheet peak",
+                           assumed=True)
+
+
+def achieved_text(device: str) -> str:
+    """One line naming the achieved-fraction table used for ``device``: each class's percent of
+    the FLOP/s and bandwidth peaks, ``assumed`` where no measurement stands behind it."""
+    parts = []
+    for k in KERNEL_CLASSES:
+        a = achieved(device, k)
+        parts.append(f"{k} {100 * a.flops:.0f}%/{100 * a.bandwidth:.0f}%" + (" (assumed)" if a.assumed else ""))
+    return f"achieved fractions of peak FLOP/s / bandwidth on {device}: " + ", ".join(parts)

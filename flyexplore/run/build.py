@@ -60,10 +60,10 @@ def is_oom(exc: BaseException) -> bool:
 def build_first(op: Operator, case: Case, dtype: str, bk, ctx: RunContext, inputs: dict, ref,
                 traced: bool, keep_output: bool = False):
     """Build a backend (inside its context, entered by the caller) and make its first call
-    (compile, autotune): returns ``(fn, first_ms, error columns against ref, autotune
-    decisions, output)``; the decisions are captured only when ``traced``; ``output`` is the first
-    call's output when ``keep_output`` (an environment A/B compares it across environments), else
-    None. ``first_ms``: wall time of the first call, ms."""
+    (compile, autotune): returns ``(fn, first_ms, error columns against ref and the operator's
+    ``input_columns``, autotune decisions, output)``; the decisions are captured only when
+    ``traced``; ``output`` is the first call's output when ``keep_output`` (an environment A/B
+    compares it across environments), else None. ``first_ms``: wall time of the first call, ms."""
     import contextlib
 
     with (capture_autotune() if traced else contextlib.nullcontext([])) as decisions:
@@ -75,6 +75,8 @@ def build_first(op: Operator, case: Case, dtype: str, bk, ctx: RunContext, input
             torch.cuda.synchronize(ctx.device)
         first_ms = (time.perf_counter() - t0) * 1e3
     errs = op.error(outv, ref, case, dtype) if ref is not None else {}
+    if getattr(op, "input_columns", None) is not None:   # columns the inputs decide (Operator.input_columns)
+        errs = {**errs, **op.input_columns(case, dtype, inputs)}
     kept = outv if keep_output else None
     del outv
     return fn, first_ms, errs, tuple(decisions), kept

@@ -82,7 +82,9 @@ def plan_case(hf=None, config=None, *, phase: str = "prefill", batch: int = 1, s
 
 def capture_config(case) -> dict:
     """The description the capture takes for the measured case (:func:`flyexplore.insight.hf.load_config`'s
-    layout): the case's config with its depth cut as the case's ``layers`` says, titled so."""
+    layout): the case's config with its depth cut as the case's ``layers`` says, titled so; a cut
+    that picked layers, set period keys or dropped a kind of layer on a hybrid says so in ``notes``
+    and ``layers_note`` (:func:`flyexplore.ops.model.operator.layers_note`)."""
     desc = dict(M.describe(case["model"]))
     cfg = M.config_of(case)
     if case["layers"]:
@@ -91,6 +93,9 @@ def capture_config(case) -> dict:
         desc["notes"] = list(desc.get("notes", ())) + [
             f"layers: the first {case['layers']} of {full} decoder layers are built (--layers, layers=), as in the "
             "measured step"]
+        desc["layers_note"] = M.layers_note(case)   # a hybrid's cut: the layers picked or the kinds dropped
+        if desc["layers_note"]:
+            desc["notes"].append(desc["layers_note"])
     desc["config"] = cfg
     return desc
 

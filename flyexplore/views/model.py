@@ -28,9 +28,11 @@ from flyexplore.world.readiness import check_arch
 
 _ELIGIBLE = "#2CA02C"
 #: What the modelled time is, said wherever it is shown.
-MODELLED_NOTE = ("a roofline per call on the target's datasheet peaks, max(FLOPs / peak, bytes / bandwidth); every "
-                 "call is its own pass over memory, so the pointwise calls of the compiled view count unfused "
-                 "(Inductor fuses them): their share is an upper bound")
+MODELLED_NOTE = ("a roofline per call on the target's datasheet peaks, max(FLOPs / (peak x achieved), bytes / "
+                 "(bandwidth x achieved)), with the fraction of peak each kernel class achieves "
+                 "(flyexplore.results.peaks.ACHIEVED: GEMM, SDPA flash or memory-efficient, fused and unfused "
+                 "pointwise); the eager view's pointwise calls are one ATen kernel each, the compiled view's are "
+                 "grouped as Inductor fuses them, one pass over memory per group (flyexplore.results.fusion)")
 
 
 def _category_colors(cats: Sequence[str]) -> dict[str, str]:
@@ -71,8 +73,8 @@ def coverage_figure(table: pd.DataFrame, title: str | None = None):
     fig.update_layout(barmode="stack", legend_traceorder="reversed")  # the legend reads as the stack, top down
     peaks = table.attrs.get("peaks") or "datasheet peaks"
     dev = peaks.split(":", 1)[0]
-    style_figure(fig, title or f"Modelled time by FlyDSL verdict (roofline on {dev} datasheet peaks, pointwise "
-                 "calls unfused; modelled, not measured)", "", "modelled time per step (µs)", legend_title="category")
+    style_figure(fig, title or f"Modelled time by FlyDSL verdict (roofline on {dev} datasheet peaks at each kernel "
+                 "class's achieved fraction; modelled, not measured)", "", "modelled time per step (µs)", legend_title="category")
     return fig
 
 

@@ -15,7 +15,7 @@ import sys
 import pandas as pd
 
 from flyexplore.errors import UsageError
-from flyexplore.ops.model.operator import CUDA_GRAPHS, describe
+from flyexplore.ops.model.operator import describe
 from flyexplore.results import model_step as MS
 from flyexplore.run import model_step as RS
 from flyexplore.run.sweep import run_sweep
@@ -100,6 +100,11 @@ class MeasuredStep:
         """:func:`flyexplore.results.model_step.step_table`."""
         return MS.step_table(self.frame)
 
+    def serving(self) -> dict:
+        """:func:`flyexplore.results.model_step.serving_variant` of the measured phase and batch."""
+        r = self.frame.iloc[0]
+        return MS.serving_variant(str(r.get("phase")), int(r.get("batch")), self.frame)
+
     def breakdown(self) -> pd.DataFrame:
         """:func:`flyexplore.results.model_step.breakdown_table`."""
         return MS.breakdown_table(self.frame)
@@ -111,6 +116,10 @@ class MeasuredStep:
     def beside_modelled(self) -> pd.DataFrame:
         """:func:`flyexplore.results.model_step.beside_modelled`."""
         return MS.beside_modelled(self.frame, self.table)
+
+    def largest_gap(self) -> dict | None:
+        """:func:`flyexplore.results.model_step.largest_gap`."""
+        return MS.largest_gap(self.frame, self.table) if self.table is not None else None
 
     def projection_vs_measured(self) -> pd.DataFrame:
         """:func:`flyexplore.results.model_step.projection_vs_measured`."""
@@ -130,29 +139,35 @@ class MeasuredStep:
         dev = r.get("device", "?")
         depth = f", first {layers} layers only (--layers)" if layers else ""
         return (f"Measured step (measured on {dev}): {_title_of(r.get('model'))} {what}, {r.get('dtype')}{depth}; "
-                f"timing mode {mode}, interleaved round by round; {CUDA_GRAPHS}")
+                f"timing mode {mode}, interleaved round by round; what each variant does with CUDA/HIP graphs: "
+                "its graphs column")
 
     def _lines(self, md: bool) -> list[str]:
         out = [("### " if md else "") + self._title(), ""]
         s = self.steps()
         rows = []
         for r in s.itertuples():
-            if r.status != "ok":
-                rows.append([r.variant, r.status, "-", "-", "-", "-", r.note])
+            if r.status not in ("ok", MS.CHECK_FAILED):
+                rows.append([r.variant, r.status, "-", "-", "-", "-", r.graphs, r.note])
                 continue
             sp = "baseline" if r.verdict == "baseline" else (
                 _ci(r.speedup, r.speedup_lo, r.speedup_hi, ".3f", "x") + f" {r.verdict or ''}")
-            rows.append([r.variant, "ok", _ci(r.step_ms, r.step_lo_ms, r.step_hi_ms, ".4g"), sp,
-                         _f(r.first_call_s, ".1f"), _f(r.peak_gb, ".1f"), r.note])
+            rows.append([r.variant, r.status, _ci(r.step_ms, r.step_lo_ms, r.step_hi_ms, ".4g"), sp,
+                         _f(r.first_call_s, ".1f"), _f(r.peak_gb, ".1f"), r.graphs, r.note])
         out += _table(rows, ["variant", "status", "step ms [95% CI]", "speedup vs eager [95% CI]",
-                             "first call s (compile, autotune)", "peak GB", "note"], md)
+                             "first call s (compile, autotune, capture)", "peak GB", "graphs", "note"], md)
+        rewind = next((t for t in self.frame.get("state_restore", pd.Series(dtype=object)) if isinstance(t, str)), None)
+        if rewind:
+            out.append(("- " if md else "note: ") + rewind + " (before each timed call, so every call is the same step)")
+        if len(self.frame):
+            out.append(("- " if md else "") + self.serving()["text"])
         chk = self.breakdown_check()
         bm = self.beside_modelled()
         bd = self.breakdown()
         spans = bd.attrs["spans"]
         if len(chk):
             on = bm.attrs.get("modelled_on", "no capture")
-            src = (f"roofline on {on}, pointwise calls unfused" if self.table is not None
+            src = (f"roofline on {on}" if self.table is not None
                    else "no capture: modelled shares not shown")
             out += ["", ("#### " if md else "") +
                     f"One profiled step by kernel category (measured, torch.profiler) beside the capture's modelled "
@@ -172,13 +187,17 @@ class MeasuredStep:
                     out += ["", f"{c.variant} ({view} view): profiled {_f(c.profiled_ms, '.4g')} ms "
                                 f"(kernels {_f(c.kernel_ms, '.4g')} + idle {_f(c.idle_ms, '.4g')}) vs measured "
                                 f"{_f(c.measured_ms, '.4g')} ms: {_f(100 * c.difference, '+.1f')}% "
-                                f"(kernels alone {_f(100 * c.kernel_difference, '+.1f')}%)"]
+                                f"(kernels alone {_f(100 * c.kernel_difference, '+.1f')}%; idle at most measured - "
+                                f"kernels: {_f(c.bounded_ms, '.4g')} ms, {_f(100 * c.bounded_difference, '+.1f')}%)"]
                 rows = [[x.category, _f(bd[(bd['variant'] == c.variant) & (bd['category'] == x.category)]['us'].sum() / 1e3, '.4g'),
                          _f(100 * x.measured_share, ".1f"), _f(100 * x.modelled_share, ".1f"),
                          _f(100 * x.difference, "+.1f")] for x in g.itertuples()]
                 for x in idle.itertuples():
                     rows.append(["idle (launch gaps)", _f(x.us / 1e3, ".4g"), f"({_f(100 * x.share, '.1f')} of span)", "-", "-"])
                 out += _table(rows, ["category", "ms", "measured %", "modelled %", "difference (points)"], md)
+            gap = self.largest_gap()
+            if gap is not None:
+                out += ["", ("- " if md else "") + "largest gap between modelled and measured: " + gap["text"]]
         pv = self.projection_vs_measured()
         if len(pv):
             out += ["", ("#### " if md else "") + "FlyDSL whole-step speedup: projected (published MI355X per-op "
@@ -240,7 +259,7 @@ class MeasuredStep:
             if len(self.breakdown_check()):
                 page.h3("One profiled step by kernel category (measured) beside the modelled shares")
                 page.p("measured: torch.profiler, one step of each variant; modelled: the capture's roofline "
-                       f"({self.beside_modelled().attrs.get('modelled_on', '')}), pointwise calls unfused", cls="note")
+                       f"({self.beside_modelled().attrs.get('modelled_on', '')})", cls="note")
                 page.fig("step_breakdown", self.figure())
                 page.table("step_breakdown_check", self.breakdown_check())
                 page.table("step_beside_modelled", self.beside_modelled())
@@ -255,7 +274,9 @@ class MeasuredStep:
         def rec(df):
             return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
                     for r in df.to_dict("records")]
-        return {"kind": "measured step", "cuda_graphs": CUDA_GRAPHS, "title": self._title(),
+        return {"kind": "measured step", "cuda_graphs": {v: r for v, r in zip(self.steps()["variant"],
+                                                                               self.steps()["graphs"])},
+                "serving": self.serving()["text"] if len(self.frame) else None, "title": self._title(),
                 "steps": rec(self.steps()), "breakdown": rec(self.breakdown()),
                 "breakdown_check": rec(self.breakdown_check()), "beside_modelled": rec(self.beside_modelled()),
                 "projection_vs_measured": rec(self.projection_vs_measured()),
@@ -303,6 +324,8 @@ def measure_model(hf=None, config=None, *, phase: str = "prefill", batch: int = 
     if case["layers"]:
         notes.append(f"--layers {case['layers']}: the model is cut to its first {case['layers']} decoder layers "
                      "(measured and captured alike); a full-depth step takes longer")
+        if desc.get("layers_note"):
+            notes.append(f"--layers {case['layers']}: {desc['layers_note']}")
     if phase == "decode":
         notes.append("the capture's decode step updates transformers' DynamicCache (its aten.cat rows); the measured "
                      "step writes a static KV cache in place: the modelled 'other' share holds concatenations the "

@@ -239,3 +239,39 @@ def test_compiled_llama_without_module(llama):
     assert b.share("gemm") > 0
     assert sum(r["share"] for r in b.rows) == pytest.approx(1.0, abs=1e-6)
     assert _hooks(model) == 0
+
+
+def test_idle_less_the_profilers_cost_per_launch():
+    """The gaps between kernels (two streams merged), each less the profiler's host cost per launch,
+    floored at 0: a decode's many short gaps shrink, a long host stall keeps all but the cost."""
+    dev = [_event("k", 0, 10, device=True), _event("k", 12, 20, device=True),   # gap 2
+           _event("k", 15, 25, device=True),                                     # overlaps: no gap
+           _event("k", 25.5, 30, device=True),                                   # gap 0.5
+           _event("k", 40, 41, device=True)]                                     # gap 10
+    assert BD._gaps(dev) == pytest.approx([2.0, 0.5, 10.0])
+    assert BD.corrected_idle(BD._gaps(dev), 0.0) == pytest.approx(12.5)
+    assert BD.corrected_idle(BD._gaps(dev), 1.0) == pytest.approx(1.0 + 0.0 + 9.0)
+    assert BD.corrected_idle(BD._gaps(dev), -3.0) == pytest.approx(12.5)   # a negative cost is no cost
+    # the H200 decode's arithmetic: ~1,300 launches whose gaps each lost ~3 us to the profiler -> ~4 ms
+    gaps = [3.4] * 1300
+    assert BD.corrected_idle(gaps, 3.1) == pytest.approx(1300 * 0.3)
+    assert BD.launch_cost_us("cpu") == 0.0
+
+
+def test_a_cuda_graph_replays_kernels_go_by_name():
+    """In a CUDA graph replay the kernels hang under the ``cudaGraphLaunch`` runtime call, no ATen op
+    above: each is attributed by its name (rule 3), none lost."""
+    root = _event(BD._STEP, 0, 100)
+    _event("cudaGraphLaunch", 1, 2, parent=root,
+           kernels=[("nvjet_sm90_tst_128x32_64x10_4x1_v_bz_TNT", 5.0),
+                    ("cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_3", 7.0),
+                    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_1", 1.0),
+                    ("triton_poi_fused__unsafe_view_mul_silu_8", 2.0)])
+    dev = [_event("nvjet_sm90_tst_128x32_64x10_4x1_v_bz_TNT", 0, 5, device=True),
+           _event("cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_3", 5, 12, device=True),
+           _event("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_1", 12, 13, device=True),
+           _event("triton_poi_fused__unsafe_view_mul_silu_8", 13, 15, device=True)]
+    b = BD._breakdown([root] + _descend(root) + dev, True, 0)
+    got = {r["category"]: r["us"] for r in b.rows}
+    assert got == pytest.approx({"gemm": 5.0, "rmsnorm": 1.0, "attention": 7.0, "other": 2.0, "idle": 0.0})
+    assert b.kernel_us == pytest.approx(15.0) and any("kernel name" in a for a in b.attribution)

@@ -70,7 +70,10 @@ def test_measure_on_the_cpu_gives_every_variant_a_row_and_a_breakdown_beside_the
     # the text: the measured table, the breakdown beside the modelled shares, the projection beside
     # the measured speedup, each labelled; the cut depth said
     assert "Measured step (measured on " in text and "first 2 layers only (--layers)" in text
-    assert "CUDA graphs: not used" in text and "CPU-op self times of one profiled step" in text
+    assert "what each variant does with CUDA/HIP graphs: its graphs column" in text
+    assert "none: eager launches each kernel" in text and "CPU-op self times of one profiled step" in text
+    assert by.loc["eager_graph", "status"] == "unavailable" and "need a GPU" in by.loc["eager_graph", "message"]
+    assert "serving: prefill runs without full CUDA/HIP graphs" in text
     assert "beside the capture's modelled shares" in text and "modelled %" in text
     assert "projected (published MI355X per-op speedups through Amdahl's law, not a measurement)" in text
     assert "not measured: eager_flydsl unavailable" in text

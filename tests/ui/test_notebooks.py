@@ -477,7 +477,7 @@ def _check_model_coverage(executed):
     assert any("application/vnd.plotly.v1+json" in o.get("data", {}) for o in outs)
     # section 8: the step measured for real on this machine, each variant a row, beside the model
     assert "Measured step (measured on " in text and "first 2 layers only (--layers)" in text
-    assert "CUDA graphs: not used" in text and "modelled %" in text
+    assert "none: eager launches each kernel" in text and "modelled %" in text
     assert "not a measurement) beside measured" in text
 
 

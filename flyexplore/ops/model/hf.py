@@ -38,6 +38,10 @@ POSITIVE_INT_FIELDS = ("hidden_size", "intermediate_size", "moe_intermediate_siz
 
 
 POSITIVE_FIELDS = ("rope_theta", "eps")
+#: Of :data:`POSITIVE_INT_FIELDS`, those a config may give per layer, as a list of positive
+#: integers one per layer (Gemma-3n's ``intermediate_size``: transformers 5.25
+#: ``models/gemma3n/configuration_gemma3n.py``, ``intermediate_size: int | list[int]``).
+PER_LAYER_FIELDS = ("intermediate_size", "moe_intermediate_size")
 
 
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
@@ -136,10 +140,27 @@ def _leaves(obj, path: str = ""):
         yield path, obj
 
 
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def _check_per_layer(cfg: Mapping, where: str, k: str, v: Sequence) -> None:
+    """A per-layer list (:data:`PER_LAYER_FIELDS`): positive integers, one per layer where the
+    layer count is set."""
+    bad = next((x for x in v if not _positive_int(x)), None) if v else v
+    if bad is not None:
+        raise UsageError(f"{where}: {k} must be a positive integer or a list of them (one per layer), "
+                         f"got {k} holding {bad!r}")
+    lk, layers = _first(cfg, _LAYER_KEYS)
+    if isinstance(layers, int) and len(v) != layers:
+        raise UsageError(f"{where}: {k} lists {len(v)} values, but {lk} is {layers} (one per layer)")
+
+
 def check_config(desc: Mapping) -> None:
     """Raise :class:`UsageError` naming the file, the field and the value for a config number
     that cannot describe a model: any number (nested ones too) that is NaN or infinite; a
-    :data:`POSITIVE_INT_FIELDS` field that is not a positive integer; a :data:`POSITIVE_FIELDS`
+    :data:`POSITIVE_INT_FIELDS` field that is not a positive integer (a :data:`PER_LAYER_FIELDS`
+    field may be a list of them, one per layer); a :data:`POSITIVE_FIELDS`
     field (and any ``*_eps`` / ``*epsilon``) that is not a positive number. transformers accepts
     ``rms_norm_eps: NaN`` (and a NaN norm makes every value of the step NaN)."""
     cfg, where = desc["config"], desc.get("where", desc.get("source", "the config"))
@@ -149,7 +170,9 @@ def check_config(desc: Mapping) -> None:
     for k, v in cfg.items():
         if v is None:
             continue
-        if k in POSITIVE_INT_FIELDS and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+        if k in PER_LAYER_FIELDS and isinstance(v, (list, tuple)):
+            _check_per_layer(cfg, where, k, v)
+        elif k in POSITIVE_INT_FIELDS and not _positive_int(v):
             raise UsageError(f"{where}: {k} must be a positive integer, got {v!r}")
         if (k in POSITIVE_FIELDS or k.endswith(("_eps", "epsilon"))) and (
                 not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0):
@@ -321,6 +344,8 @@ def check_positions(model, phase: str, seq: int) -> str | None:
 
 #: The input a multimodal part encodes, by its sub-config's name less ``_config``.
 _INPUT_OF = {"vision": "image", "audio": "audio", "speech": "audio"}
+#: Sub-config names (their first word) that name a tower for another input than text.
+_TOWERS = frozenset({"vision", "audio", "speech", "image", "video", "vq"})
 
 
 def model_scope(desc: Mapping, model=None) -> dict:
@@ -337,14 +362,19 @@ def model_scope(desc: Mapping, model=None) -> dict:
       pass with no KV cache; captured as the prefill step, with a note saying so; ``no_decode``
       holds the one-line refusal of a decode phase.
     - ``multimodal`` (a config with sub-configs besides the text one: mllama, llava, gemma3...): the
-      text decoder is built -- the model type's own causal-LM class where transformers has one,
-      else the ``text_config``'s -- and fed text only; every other part (vision tower: its class
+      text decoder is built -- the ``text_config``'s causal-LM class where transformers has one,
+      else the model type's own causal-LM class, else its image-text-to-text class -- and fed text
+      only; every other part (vision tower: its class
       from ``MODEL_MAPPING_NAMES`` of the sub-config's model type, else the sub-config's class name
       with ``Config`` -> ``Model``) is an ``uncaptured`` entry, and so are the text decoder's
       ``cross_attention_layers`` (``transformers/models/mllama/modeling_mllama.py::MllamaTextModel``
       skips them with no image input).
 
-    ``config``: the transformers config to build. Raises :class:`UsageError` (one line naming the
+    ``config``: the transformers config to build; ``auto``: the transformers auto class to build it
+    with (``AutoModelForCausalLM``; ``AutoModelForImageTextToText`` for a multimodal model with no
+    causal-LM class for it nor its text config, Qwen2.5-VL: fed text only). A multimodal model
+    whose text config has a causal-LM class (Gemma-3: ``Gemma3ForCausalLM``) is built as that
+    text decoder alone. Raises :class:`UsageError` (one line naming the
     model type) for an encoder-decoder model (``is_encoder_decoder``: T5, BART, Whisper -- the
     decoder alone, with no encoder, is not the model's step) and a model type with no causal-LM
     class (nor a text config that has one). ``model``: the built model, to name the
@@ -361,14 +391,25 @@ def model_scope(desc: Mapping, model=None) -> dict:
         raise UsageError(f"model_type {mt!r} is an encoder-decoder model (is_encoder_decoder true): {what}; its "
                          "decoder alone, with no encoder output, is not its step")
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    out = {"kind": "decoder", "config": cfg, "notes": [], "uncaptured": [], "no_decode": None}
-    if mt not in causal:
-        if text is cfg or getattr(text, "model_type", None) not in causal:
-            tt = "" if text is cfg else f", nor has its text config ({getattr(text, 'model_type', None)!r})"
-            raise UsageError(f"model_type {mt!r} has no causal-LM class in transformers {ver}{tt}: {what}")
+    out = {"kind": "decoder", "config": cfg, "notes": [], "uncaptured": [], "no_decode": None,
+           "auto": "AutoModelForCausalLM"}
+    itt = getattr(MA, "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", {})
+    tmt = getattr(text, "model_type", None)
+    if text is not cfg and tmt in causal:
+        # the text decoder alone (Gemma-3's Gemma3ForCausalLM): its towers are neither built nor run
         out["config"] = text
-        out["notes"].append(f"multimodal model {mt!r}: its text decoder (text config, model_type {text.model_type!r}, "
-                            f"transformers' {causal[text.model_type]}) is built and fed text only")
+        out["notes"].append(f"multimodal model {mt!r}: its text decoder (text config, model_type {tmt!r}, "
+                            f"transformers' {causal[tmt]}) is built and fed text only")
+    elif mt not in causal:
+        if text is cfg or mt not in itt:
+            tt = "" if text is cfg else f", nor has its text config ({tmt!r})"
+            raise UsageError(f"model_type {mt!r} has no causal-LM class in transformers {ver}{tt}: {what}")
+        # no causal-LM class for it nor its text config (Qwen2.5-VL): the image-text-to-text class,
+        # fed text only, its tower built (fake parameters) and never called
+        out["auto"] = "AutoModelForImageTextToText"
+        out["notes"].append(f"multimodal model {mt!r}: transformers {ver} has no causal-LM class for it nor its text "
+                            f"config ({tmt!r}): its {itt[mt]} is built and fed text only -- the text decoder runs, "
+                            "the towers are built (fake parameters, no weights) and never called")
     elif mt in masked and not getattr(cfg, "is_decoder", False):
         out["kind"] = "encoder"
         out["notes"].append(f"encoder model {mt!r} (is_decoder false): transformers' {causal[mt]} runs one "
@@ -376,8 +417,12 @@ def model_scope(desc: Mapping, model=None) -> dict:
                             "LM head; captured as the prefill step")
         out["no_decode"] = (f"decode: model_type {mt!r} is an encoder (is_decoder false: {causal[mt]} keeps no KV "
                             "cache); flyexplore captures its prefill (one encoder pass) only")
+    # parts besides the text decoder: every sub-config of a model whose text config is its own,
+    # and those naming an input (vision_config...) of one whose config is the text config
+    # (DBRX's attn_config / ffn_config are parts of the decoder itself)
     others = [k for k in (getattr(cfg, "sub_configs", None) or {})
-              if getattr(cfg, k, None) is not None and getattr(cfg, k) is not text]
+              if getattr(cfg, k, None) is not None and getattr(cfg, k) is not text
+              and (text is not cfg or k.split("_")[0] in _TOWERS)]
     if others:
         out["kind"] = "multimodal"
         if not out["notes"]:

@@ -14,10 +14,13 @@ The step (:func:`step_fn`):
 - ``prefill``: ``model(input_ids [batch, seq], use_cache=False, logits_to_keep=1)``;
 - ``decode``: one token per sequence at position ``seq`` against a **static KV cache**
   (transformers' ``StaticCache``, ``max_cache_len = seq + 1``) filled by one unrecorded prefill
-  of the context; every call writes the same slot, so calls repeat exactly.
+  of the context; before every call the cache is rewound (:mod:`flyexplore.ops.model.state`:
+  position counters reset, Mamba / linear-attention / conv states restored), so every call
+  computes the same step, checked before the case runs.
 
-CUDA graphs are not used by any variant (eager launches every kernel; the compiled variants set
-``triton.cudagraphs=False``): rows say so (:data:`CUDA_GRAPHS`).
+What each variant does with CUDA/HIP graphs is its row's ``graphs`` text (:data:`GRAPHS`): the
+eager and compiled variants launch each kernel from the CPU (``triton.cudagraphs=False``); the
+``*_graph`` variants replay graphs (:mod:`flyexplore.ops.model.graph`).
 
 Variants (backends, :data:`VARIANTS`):
 
@@ -28,12 +31,19 @@ Variants (backends, :data:`VARIANTS`):
 - ``max_autotune_flydsl``: max-autotune with ``"ATEN,TRITON,FLYDSL"`` (gfx950, torch >= 2.15);
 - ``eager_ck`` (ROCm only): eager with SDPA on Composable Kernel
   (``preferred_rocm_fa_library("ck")``) instead of AOTriton -- the attention backend choice.
+- ``eager_graph``: the eager step captured once in a ``torch.cuda.CUDAGraph`` (HIP graph on
+  ROCm), the cache rewind inside it; a call is one replay;
+- ``eager_flydsl_graph``: the same with the FlyDSL eager overrides on;
+- ``compile_graph``: ``torch.compile`` with Inductor's CUDA graph trees (``triton.cudagraphs``,
+  what ``mode="reduce-overhead"`` sets);
+- ``max_autotune_flydsl_graph``: ``max_autotune_flydsl`` with CUDA graph trees.
 
 A variant that cannot run here is an ``unavailable`` row with the reason. The check is the
 logits of the last position against the eager variant's in the same dtype (:data:`LOGIT_TOL`).
-A row's FLOPs and bytes are estimated from the config's dims (:func:`model_dims`), as is the
-memory a case needs (:func:`memory_terms`: weights, KV cache, activations), checked before the
-model is allocated.
+A row's FLOPs are estimated from the config's dims (:func:`model_dims`); the memory a case needs
+(:func:`memory_terms`: weights and KV cache counted on transformers' model and ``StaticCache``
+built on the ``meta`` device, activations from the dims; :mod:`flyexplore.ops.model.memory`) is
+checked before the model is allocated.
 """
 from __future__ import annotations
 
@@ -45,15 +55,18 @@ from typing import Any, Mapping
 
 from flyexplore.errors import UsageError, bad_choice
 from flyexplore.ops.base import (
-    DTYPE_BYTES,
     Operator,
-    TensorSize,
     compile_context,
     relative_error,
     torch_dtype,
 )
 from flyexplore.ops.gemm import operator as GEMM_OP
+from flyexplore.ops.model import graph as G
 from flyexplore.ops.model import hf as H
+from flyexplore.ops.model import state as S
+from flyexplore.ops.model.layers import cut_config
+from flyexplore.ops.model import memory as MEM
+from flyexplore.ops.model.memory import _tokens, model_dims  # noqa: F401 - named here too (M.model_dims)
 from flyexplore.world.switches import flydsl_eager
 
 #: The phases a case takes.
@@ -66,16 +79,47 @@ VARIANTS = {
     "max_autotune": "torch.compile max-autotune, GEMM backends ATEN,TRITON (Triton templates)",
     "max_autotune_flydsl": "torch.compile max-autotune, GEMM backends ATEN,TRITON,FLYDSL (gfx950)",
     "eager_ck": "eager with SDPA on Composable Kernel instead of AOTriton (ROCm: the attention backend choice)",
+    "eager_graph": "the eager step captured in one CUDA/HIP graph (torch.cuda.CUDAGraph), replayed per step",
+    "eager_flydsl_graph": "eager_flydsl captured in one CUDA/HIP graph, replayed per step (gfx950)",
+    "compile_graph": "torch.compile with Inductor's CUDA graph trees (as mode='reduce-overhead')",
+    "max_autotune_flydsl_graph": "max_autotune_flydsl with Inductor's CUDA graph trees (gfx950)",
 }
-#: Inductor options of the compiled variants (``triton.cudagraphs`` off: no variant uses CUDA graphs).
+#: The variants that replay CUDA/HIP graphs, each with the variant it is the graph twin of.
+GRAPH_TWINS = {"eager_graph": "eager", "eager_flydsl_graph": "eager_flydsl", "compile_graph": "compile",
+               "max_autotune_flydsl_graph": "max_autotune_flydsl"}
+#: Inductor options of the compiled variants: ``triton.cudagraphs`` off, but on for the ``*_graph``
+#: ones (Inductor's CUDA graph trees: ``torch._inductor.list_mode_options("reduce-overhead")`` is
+#: exactly ``{"triton.cudagraphs": True}``; ``torch.compile`` takes a mode or options, not both).
 COMPILE_OPTIONS = {
     "compile": {"triton.cudagraphs": False},
     "max_autotune": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON", "triton.cudagraphs": False},
     "max_autotune_flydsl": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON,FLYDSL",
                             "triton.cudagraphs": False},
+    "compile_graph": {"triton.cudagraphs": True},
+    "max_autotune_flydsl_graph": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON,FLYDSL",
+                                  "triton.cudagraphs": True},
 }
-#: What every row says of CUDA/HIP graphs.
-CUDA_GRAPHS = "CUDA graphs: not used (eager launches; compiled variants with triton.cudagraphs=False)"
+_EAGER_LAUNCH = "none: eager launches each kernel"
+_COMPILED_LAUNCH = "none: Inductor, triton.cudagraphs=False"
+_REPLAY = "one CUDA/HIP graph replay per step (rewind inside)"
+_TREES = "Inductor CUDA graph trees (as reduce-overhead)"
+#: What each variant does with CUDA/HIP graphs (every row says it: its ``graphs`` text). ``none``:
+#: every kernel is launched from the CPU (eager; Inductor's code with ``triton.cudagraphs=False``);
+#: a graph replay: the step, the decode cache rewind included, captured once in a
+#: ``torch.cuda.CUDAGraph`` and replayed (:func:`flyexplore.ops.model.graph.graph_replay`);
+#: Inductor's CUDA graph trees: ``triton.cudagraphs=True``, what ``mode="reduce-overhead"`` sets,
+#: with the rewind launched before each replay (:func:`flyexplore.ops.model.graph.trees_step`).
+GRAPHS = {"eager": _EAGER_LAUNCH, "eager_flydsl": _EAGER_LAUNCH, "eager_ck": _EAGER_LAUNCH,
+          "compile": _COMPILED_LAUNCH, "max_autotune": _COMPILED_LAUNCH, "max_autotune_flydsl": _COMPILED_LAUNCH,
+          "eager_graph": _REPLAY, "eager_flydsl_graph": _REPLAY, "compile_graph": _TREES,
+          "max_autotune_flydsl_graph": _TREES}
+
+
+def graphs_text(variant: str) -> str:
+    """What ``variant`` does with CUDA/HIP graphs (:data:`GRAPHS`); a registered module's or an
+    unknown variant's: ``"not known"``."""
+    return GRAPHS.get(variant, "not known")
+
 #: The eager overrides the ``eager_flydsl`` variant turns on (torch 2.15's FlyDSL eager routes).
 EAGER_OPS = ("rmsnorm", "topk")
 #: Tolerance on the relative L2 error of the last position's logits against the eager variant's,
@@ -120,54 +164,41 @@ def describe(value: str) -> dict:
 
 def config_of(case) -> dict:
     """The case's config dict (a copy), its depth cut to ``layers`` where that is set
-    (``num_hidden_layers``, and every per-layer list of the config cut to the same length)."""
-    cfg = dict(describe(case["model"])["config"])
-    n = case["layers"]
-    if n:
-        key, full = H._first(cfg, H._LAYER_KEYS)
-        full = full or n
-        cfg[key] = min(n, full)
-        for k, v in list(cfg.items()):
-            if isinstance(v, list) and len(v) == full and k not in ("architectures",):
-                cfg[k] = v[: cfg[key]]
-    return cfg
+    (:func:`flyexplore.ops.model.layers.cut_config`: ``num_hidden_layers`` and every per-layer
+    list cut to the same length, keeping a layer of each kind of a hybrid where the config can
+    say so; :func:`layers_note` says what the cut did)."""
+    return cut_config(describe(case["model"])["config"], case["layers"])[0]
 
 
-def model_dims(cfg: Mapping) -> dict:
-    """The dims of a decoder-only transformer config that size its step, read from the config
-    (Llama-style names; GPT-2's ``n_embd``/``n_layer``/``n_head`` too): ``hidden``, ``layers``,
-    ``heads``, ``kv_heads``, ``head_dim``, ``inter`` (dense MLP), ``experts``, ``top_k``,
-    ``moe_inter``, ``shared_inter``, ``vocab``; ``params`` (all weights: attention, MLP or every
-    expert, router, embeddings and LM head) and ``active`` (the weights one token's GEMMs read:
-    top-k experts). An estimate for sizing and FLOP counts, not a parameter count of the built
-    module (norms and biases are left out; a Mamba or hybrid layer is counted as attention + MLP)."""
-    g = lambda *ks, d=None: next((cfg[k] for k in ks if cfg.get(k) is not None), d)  # noqa: E731
-    hidden = int(g("hidden_size", "n_embd", "d_model", d=1))
-    layers = int(g(*H._LAYER_KEYS, d=1))
-    heads = int(g(*H._HEAD_KEYS, d=1))
-    kv = int(g("num_key_value_heads", d=heads))
-    hd = int(g("head_dim", d=max(1, hidden // max(1, heads))))
-    inter = int(g("intermediate_size", "n_inner", d=4 * hidden))
-    experts = int(g(*H._EXPERT_KEYS, d=0))
-    top_k = int(g("num_experts_per_tok", "experts_per_token", d=1 if experts else 0))
-    moe_inter = int(g("moe_intermediate_size", d=inter))
-    shared = int(g("shared_expert_intermediate_size", d=0))
-    vocab = int(g("vocab_size", d=32000))
-    attn = hidden * hd * (2 * heads + 2 * kv)
-    if experts:
-        mlp_all = experts * 3 * hidden * moe_inter + 3 * hidden * shared + hidden * experts
-        mlp_act = top_k * 3 * hidden * moe_inter + 3 * hidden * shared + hidden * experts
-    else:
-        mlp_all = mlp_act = 3 * hidden * inter
-    emb = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
-    return {"hidden": hidden, "layers": layers, "heads": heads, "kv_heads": kv, "head_dim": hd, "inter": inter,
-            "experts": experts, "top_k": top_k, "moe_inter": moe_inter, "shared_inter": shared, "vocab": vocab,
-            "params": layers * (attn + mlp_all) + emb, "active": layers * (attn + mlp_act) + vocab * hidden}
+def layers_note(case) -> str | None:
+    """What cutting the case's model to ``layers`` did beyond taking the first N layers (the
+    layers picked, the keys set, or the kinds of layer dropped), in one sentence; ``None`` for a
+    plain cut or no cut (:func:`flyexplore.ops.model.layers.cut_config`)."""
+    if _module_key(case["model"]) is not None or not case["layers"]:
+        return None
+    return cut_config(describe(case["model"])["config"], case["layers"])[1]
 
 
-def _tokens(case) -> tuple[int, int]:
-    """(query tokens per sequence, keys per sequence) of the step."""
-    return (1, case["seq"] + 1) if case["phase"] == "decode" else (case["seq"], case["seq"])
+def memory_terms(case, dtype: str) -> dict:
+    """Bytes one case needs, before anything is allocated: ``weights``, ``kv_cache``,
+    ``activations``, ``total`` and ``how`` (:func:`flyexplore.ops.model.memory.memory_terms` of the
+    case's cut config: weights and cache counted on transformers' model and ``StaticCache`` built
+    on the ``meta`` device; a registered module: :func:`flyexplore.ops.model.memory.module_terms`)."""
+    key = _module_key(case["model"])
+    if key is not None:
+        return MEM.module_terms(*_MODULES[key])
+    return MEM.memory_terms(case, dtype, config_of(case))
+
+
+def _memory(case, dtype) -> tuple[int, str]:
+    """:attr:`Operator.memory`: :func:`memory_terms`' total and its terms in words."""
+    t = memory_terms(case, dtype)
+    return t["total"], MEM.terms_text(t)
+
+
+def _tensors(case, dtype):
+    """:attr:`Operator.tensors`: the weights and KV cache (held for the case) and the activations."""
+    return MEM.tensor_sizes(memory_terms(case, dtype))
 
 
 def flops(case) -> float:
@@ -183,46 +214,6 @@ def flops(case) -> float:
     body = 2.0 * (d["active"] - d["vocab"] * d["hidden"]) * b * q + 2.0 * d["vocab"] * d["hidden"] * b
     attn = 4.0 * b * d["layers"] * d["heads"] * d["head_dim"] * q * kv * (0.5 if case["phase"] == "prefill" else 1.0)
     return body + attn
-
-
-def memory_terms(case, dtype: str) -> dict:
-    """Bytes one case needs, estimated from the config before anything is allocated:
-    ``weights`` (every parameter, :func:`model_dims`), ``kv_cache`` (decode: keys and values of
-    ``seq + 1`` positions, every layer, batch, KV head), ``activations`` (the largest live set of
-    one layer's step: hidden states, the MLP or routed experts' intermediate, the QKV projection,
-    the fp32 logits of the kept position, x 2 for the reference and a compiled variant's buffers
-    side by side), and ``total``. 0 for a registered module."""
-    if _module_key(case["model"]) is not None:
-        return {"weights": 0, "kv_cache": 0, "activations": 0, "total": 0}
-    d = model_dims(config_of(case))
-    it = DTYPE_BYTES[dtype]
-    b = case["batch"]
-    q, kv = _tokens(case)
-    weights = d["params"] * it
-    cache = 2 * d["layers"] * b * d["kv_heads"] * kv * d["head_dim"] * it if case["phase"] == "decode" else 0
-    rows = b * q
-    inter = max(d["inter"], d["top_k"] * d["moe_inter"] + d["shared_inter"]) if d["experts"] else d["inter"]
-    per_row = 4 * d["hidden"] + 3 * inter + d["head_dim"] * (d["heads"] + 2 * d["kv_heads"])
-    acts = 2 * (rows * per_row * it) + b * d["vocab"] * 4
-    if case["phase"] == "decode":
-        acts += rows * d["heads"] * kv * 4  # the attention scores of the new tokens (SDPA's math path on CPU)
-    return {"weights": int(weights), "kv_cache": int(cache), "activations": int(acts),
-            "total": int(weights + cache + acts)}
-
-
-def _memory(case, dtype) -> tuple[int, str]:
-    """:attr:`Operator.memory`: :func:`memory_terms`' total and its terms in words."""
-    t = memory_terms(case, dtype)
-    gb = lambda b: f"{b / 1e9:.2f} GB"  # noqa: E731
-    return t["total"], (f"weights {gb(t['weights'])} + KV cache {gb(t['kv_cache'])} + activations "
-                        f"{gb(t['activations'])}, estimated from the config's dims")
-
-
-def _tensors(case, dtype):
-    """:attr:`Operator.tensors`: the weights and KV cache (held for the case) and the activations."""
-    t = memory_terms(case, dtype)
-    return tuple(TensorSize(n, role, (max(1, t[n]),), 1) for n, role in
-                 (("weights", "input"), ("kv_cache", "input"), ("activations", "work")) if t[n])
 
 
 def _validate(p):
@@ -312,28 +303,39 @@ def _inputs(case, dtype, device, seed):
     kw = {"input_ids": new, "position_ids": torch.full((b, 1), s, dtype=torch.long, device=device),
           "cache_position": torch.tensor([s], dtype=torch.long, device=device),
           "use_cache": True, cache_name: cache, **extra}
-    return {"model": model, "args": (), "kwargs": kw, "rewind": _rewind(cache, s, device)}
+    gpu = torch.device(device).type != "cpu"
+
+    def once():
+        with torch.no_grad():
+            return logits(model(**kw)).detach().float().clone()
+
+    with flydsl_eager(False, EAGER_OPS):
+        rewind = S.plan_rewind(cache, once, tol=REPEAT_TOL.get(dtype, 1e-3) if gpu else 0.0)
+    return {"model": model, "args": (), "kwargs": kw, "rewind": rewind}
 
 
-def _rewind(cache, seq: int, device):
-    """A callable that puts the static cache's write position back to ``seq`` before each decode
-    call, so that every call writes the same slot and attends to the same ``seq + 1`` keys: from
-    transformers 5.2x a ``StaticLayer`` keeps its position in a ``cumulative_length`` tensor (one
-    ``torch._foreach_copy_`` resets every layer's in one launch); before, the step's
-    ``cache_position`` says where to write and nothing is to be reset (``None``)."""
-    import torch
-
-    lens = [layer.cumulative_length for layer in getattr(cache, "layers", ())
-            if torch.is_tensor(getattr(layer, "cumulative_length", None))]
-    if not lens:
-        return None
-    src = [torch.full_like(lens[0], seq)] * len(lens)
-    return lambda: torch._foreach_copy_(lens, src)
+#: How far two decode calls after a rewind may differ on a GPU (relative L2 of the logits and of
+#: each restored state; :func:`flyexplore.ops.model.state.plan_rewind`): a hundredth of
+#: :data:`LOGIT_TOL` (a kernel whose reduction order varies from call to call); on the CPU they
+#: must be equal. A state left moving gives differences of 1e-3 to 1 (Bamba's logits: 1.17).
+REPEAT_TOL = {k: v / 100 for k, v in LOGIT_TOL.items()}
 
 
-def step_fn(fn, inputs):
+def input_columns(case, dtype, inputs) -> dict:
+    """:attr:`Operator.input_columns`: a decode row's ``state_restore_bytes`` (bytes each call copies
+    back before it runs: states and position counters, :class:`flyexplore.ops.model.state.Rewind`)
+    and ``state_restore`` (the same in words); nothing for a prefill or a registered module."""
+    rw = inputs.get("rewind")
+    if not isinstance(rw, S.Rewind):
+        return {}
+    return {"state_restore_bytes": rw.bytes, "state_restore": rw.text()}
+
+
+def step_fn(fn, inputs, mark_step: bool = False):
     """A zero-argument step: ``fn(*args, **kwargs)`` under ``torch.no_grad()`` (a decode step first
-    puts its static cache back to the context length: :func:`_rewind`)."""
+    puts its cache back as the prefill left it: :func:`flyexplore.ops.model.state.plan_rewind`).
+    ``mark_step``: call ``torch.compiler.cudagraph_mark_step_begin()`` before ``fn`` (Inductor's CUDA
+    graph trees: each call is a new step, whose outputs the next replay overwrites)."""
     import torch
 
     args, kw, rewind = inputs["args"], inputs["kwargs"], inputs.get("rewind")
@@ -342,6 +344,8 @@ def step_fn(fn, inputs):
         with torch.no_grad():
             if rewind is not None:
                 rewind()
+            if mark_step:
+                torch.compiler.cudagraph_mark_step_begin()
             return fn(*args, **kw)
     return step
 
@@ -390,15 +394,38 @@ def _rocm_only(ctx, case, dtype):
     return None
 
 
+def _graph_device(ctx, case, dtype):
+    """Why a ``*_graph`` variant cannot run here: CUDA/HIP graphs need the case on a GPU."""
+    if not ctx.gpu:
+        return f"CUDA/HIP graphs need a GPU (torch.cuda.CUDAGraph); this case runs on {ctx.device.type}"
+    return None
+
+
+def _graph_and(available):
+    """A ``*_graph`` twin's ``available``: a GPU, then its twin's own check."""
+    def check(ctx, case, dtype):
+        return _graph_device(ctx, case, dtype) or available(ctx, case, dtype)
+    return check
+
+
 def _eager_build(case, dtype, inputs, ctx):
     return step_fn(inputs["model"], inputs)
+
+
+def _eager_graph_build(case, dtype, inputs, ctx, api=None):
+    """``eager_graph`` / ``eager_flydsl_graph``: the eager step (its rewind inside) as one graph
+    replay per call (:func:`flyexplore.ops.model.graph.graph_replay`; ``api``: its graph calls)."""
+    return G.graph_replay(step_fn(inputs["model"], inputs), ctx.device, api=api)
 
 
 def _compiled_build(name):
     def build(case, dtype, inputs, ctx):
         import torch
 
-        return step_fn(torch.compile(inputs["model"], dynamic=False, options=dict(COMPILE_OPTIONS[name])), inputs)
+        fn = torch.compile(inputs["model"], dynamic=False, options=dict(COMPILE_OPTIONS[name]))
+        if COMPILE_OPTIONS[name].get("triton.cudagraphs"):   # CUDA graph trees: a new step per call
+            return G.trees_step(step_fn(fn, inputs, mark_step=True))
+        return step_fn(fn, inputs)
     return build
 
 
@@ -418,8 +445,10 @@ def _ck(ctx, case):
 def breakdown_kwargs(backend: str, inputs: Mapping) -> dict:
     """:attr:`Operator.breakdown`: the keywords of :func:`flyexplore.insight.breakdown.profile_step`
     for a variant: the module, for its norm layers' ranges, on eager variants (a compiled one
-    would recompile with hooks added)."""
-    return {"module": inputs["model"]} if backend.startswith("eager") else {}
+    would recompile with hooks added). None for a graph variant: its breakdown is one profiled
+    replay, whose kernels have no CPU-side operator or module range around them (the graph
+    launches them), so they are attributed by kernel name only."""
+    return {"module": inputs["model"]} if backend.startswith("eager") and backend not in GRAPH_TWINS else {}
 
 
 MODEL = Operator(
@@ -440,8 +469,9 @@ MODEL.make_inputs = _inputs
 MODEL.reference = _reference
 MODEL.error = error
 MODEL.flops = flops
-MODEL.bytes = lambda case, dtype: float(memory_terms(case, dtype)["weights"] + memory_terms(case, dtype)["kv_cache"])
+MODEL.bytes = lambda case, dtype: float(sum(memory_terms(case, dtype)[k] for k in ("weights", "kv_cache")))
 MODEL.tensors = _tensors
+MODEL.input_columns = input_columns
 
 MODEL.backend("eager", VARIANTS["eager"], baseline=True,
               context=lambda ctx, case: flydsl_eager(False, EAGER_OPS))(_eager_build)
@@ -453,3 +483,12 @@ MODEL.backend("max_autotune", VARIANTS["max_autotune"], available=_needs_gpu,
 MODEL.backend("max_autotune_flydsl", VARIANTS["max_autotune_flydsl"], available=_flydsl_compile_available,
               context=compile_context)(_compiled_build("max_autotune_flydsl"))
 MODEL.backend("eager_ck", VARIANTS["eager_ck"], available=_rocm_only, context=_ck)(_eager_build)
+MODEL.backend("eager_graph", VARIANTS["eager_graph"], available=_graph_device,
+              context=lambda ctx, case: flydsl_eager(False, EAGER_OPS))(_eager_graph_build)
+MODEL.backend("eager_flydsl_graph", VARIANTS["eager_flydsl_graph"], available=_graph_and(_flydsl_eager_available),
+              context=lambda ctx, case: flydsl_eager(True, EAGER_OPS))(_eager_graph_build)
+MODEL.backend("compile_graph", VARIANTS["compile_graph"], available=_graph_device,
+              context=compile_context)(_compiled_build("compile_graph"))
+MODEL.backend("max_autotune_flydsl_graph", VARIANTS["max_autotune_flydsl_graph"],
+              available=_graph_and(_flydsl_compile_available),
+              context=compile_context)(_compiled_build("max_autotune_flydsl_graph"))
