@@ -152,6 +152,9 @@ class Rewind:
     scalars: list = field(default_factory=list)
     names: list = field(default_factory=list)
     kv_slots: list = field(default_factory=list)
+    #: relative L2 difference of the logits of two calls after a rewind (0 where they are equal; on a
+    #: GPU a kernel whose reduction order varies from call to call makes it non-zero)
+    repeat_err: float = 0.0
 
     def __call__(self) -> None:
         import torch
@@ -180,8 +183,10 @@ class Rewind:
         kb = self.bytes / 1024
         kv = (f"; {len(self.kv_slots)} KV keys/values tensors rewritten at the same slot (no copy)"
               if self.kv_slots else "")
+        rep = (f"; two calls after a rewind differ by {self.repeat_err:.2g} relative (logits: kernels whose "
+               "reduction order varies between calls)" if self.repeat_err else "; two calls after a rewind are equal")
         return (f"decode rewind: {states} state tensor(s) and {self.counters} position counter(s) restored per call, "
-                f"{kb:.1f} KiB copied{kv}")
+                f"{kb:.1f} KiB copied{kv}{rep}")
 
 
 def plan_rewind(cache, step: Callable[[], Any], tol: float = 0.0) -> Rewind:
@@ -234,5 +239,6 @@ def plan_rewind(cache, step: Callable[[], Any], tol: float = 0.0) -> Rewind:
         what = (f"state {worst[0]} still moves" if worst is not None
                 else "no cache state moves (the changing state is outside the cache)")
         raise UsageError(f"decode step does not repeat after its cache is rewound (logits differ by {err:.3g} "
-                         f"relative): {what}")
+                         f"relative, more than {tol:.3g}): {what}")
+    rw.repeat_err = err
     return rw
