@@ -212,11 +212,16 @@ def _module_ranges(module):
             h.remove()
 
 
-def profile_step(fn: Callable[[], Any], device="cpu", *, module=None, warmup: int = 1) -> Breakdown:
+def profile_step(fn: Callable[[], Any], device="cpu", *, module=None, warmup: int = 1,
+                 graph: bool = False) -> Breakdown:
     """Run ``fn`` ``warmup`` times unprofiled, then once under ``torch.profiler`` (CPU activity,
     plus CUDA -- ROCm included -- on a ``"cuda"`` device, synchronized), and split that call's
     time by :func:`categories`. ``module``: the eager ``nn.Module`` the step runs, for module
     ranges (rule 1); leave it ``None`` for a compiled callable (hooks would force a recompile).
+    ``graph``: ``fn`` replays a CUDA/HIP graph, whose kernels the host does not launch one by one,
+    so its gaps are kept as profiled (not lessened by the per-launch cost, :func:`corrected_idle`);
+    gaps outside the replay (a graph-trees step's host work and input copies) are profiled as they
+    are, the profiler's cost included.
     Returns a :class:`Breakdown` (times in µs of that one call). Raises :class:`UsageError` for a non-callable ``fn``, a device other than CPU or CUDA, or a
     negative ``warmup``."""
     import torch
@@ -256,14 +261,16 @@ def profile_step(fn: Callable[[], Any], device="cpu", *, module=None, warmup: in
     if not busy:
         return bd
     raw = max(span - busy, 0.0)
-    cost = launch_cost_us(dev)
+    cost = 0.0 if graph else launch_cost_us(dev)
     idle = corrected_idle(_gaps(kern), cost)
     total = bd.kernel_us + idle
     rows = tuple({**r, "us": idle if r["category"] == IDLE else r["us"]} for r in bd.rows)
     rows = tuple({**r, "share": r["us"] / total if total > 0 else 0.0} for r in rows)
+    how = ("a graph replay's gaps, kept as profiled (one launch replays every kernel)" if graph else
+           f"each less the profiler's own host cost per launch measured on this device ({cost:.2f} us, "
+           ":func:`launch_cost_us`)")
     notes = tuple(n for n in bd.notes if not n.startswith("idle is measured")) + (
-        f"idle: the launch gaps of a second step profiled with device activity only, each less the profiler's "
-        f"own host cost per launch measured on this device ({cost:.2f} us, :func:`launch_cost_us`): {idle:.1f} us "
+        f"idle: the launch gaps of a second step profiled with device activity only, {how}: {idle:.1f} us "
         f"({raw:.1f} us as profiled; {bd.idle_us:.1f} us in the step that recorded the CPU ops)",)
     return Breakdown(rows, bd.kernel_us, float(bd.kernel_us + idle), float(idle), bd.device, bd.attribution, notes)
 

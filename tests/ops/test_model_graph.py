@@ -69,11 +69,12 @@ def test_every_variant_says_what_it_does_with_graphs():
     assert all(not M.COMPILE_OPTIONS[v]["triton.cudagraphs"] for v in ("compile", "max_autotune", "max_autotune_flydsl"))
 
 
-def test_a_graph_variants_breakdown_takes_no_module():
+def test_a_graph_variants_breakdown_takes_no_module_and_keeps_its_replay_gaps():
     inputs = {"model": torch.nn.Linear(2, 2)}
     assert M.breakdown_kwargs("eager", inputs) == {"module": inputs["model"]}
-    for v in ("eager_graph", "eager_flydsl_graph", "compile_graph"):
-        assert M.breakdown_kwargs(v, inputs) == {}
+    assert M.breakdown_kwargs("compile", inputs) == {}
+    for v in ("eager_graph", "eager_flydsl_graph", "compile_graph", "max_autotune_flydsl_graph"):
+        assert M.breakdown_kwargs(v, inputs) == {"graph": True}
 
 
 def test_the_captured_step_holds_the_rewind_so_each_replay_is_the_same_step():
