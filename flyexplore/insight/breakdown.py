@@ -225,7 +225,7 @@ def profile_step(fn: Callable[[], Any], device="cpu", *, module=None, warmup: in
     Returns a :class:`Breakdown` (times in µs of that one call). Raises :class:`UsageError` for a non-callable ``fn``, a device other than CPU or CUDA, or a
     negative ``warmup``."""
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
     if not callable(fn):
         raise UsageError(f"profile_step needs a zero-argument callable, got {type(fn).__name__}")
@@ -253,9 +253,15 @@ def profile_step(fn: Callable[[], Any], device="cpu", *, module=None, warmup: in
     # The launch gaps of a second step profiled with device activity only: recording every CPU op
     # (what attributes the kernels above) slows the host's launches and so lengthens the gaps of a
     # host-heavy step; the kernels' own durations do not change.
-    with profile(activities=[ProfilerActivity.CUDA]) as light:
-        fn()
-        sync()
+    # Profiled twice in one session, the first discarded (torch.profiler's schedule: one warm-up step
+    # traced, then one recorded): the profiler's first sight of each kernel (its one-time setup per
+    # kernel) falls in the warm-up step, not in the gaps read.
+    once = schedule(wait=0, warmup=1, active=1, repeat=1)
+    with profile(activities=[ProfilerActivity.CUDA], schedule=once) as light:
+        for _ in range(2):
+            fn()
+            sync()
+            light.step()
     kern = _device_kernels(list(light.events()))
     span, busy = _span_busy(kern)
     if not busy:
@@ -270,7 +276,8 @@ def profile_step(fn: Callable[[], Any], device="cpu", *, module=None, warmup: in
            f"each less the profiler's own host cost per launch measured on this device ({cost:.2f} us, "
            ":func:`launch_cost_us`)")
     notes = tuple(n for n in bd.notes if not n.startswith("idle is measured")) + (
-        f"idle: the launch gaps of a second step profiled with device activity only, {how}: {idle:.1f} us "
+        f"idle: the launch gaps of a step profiled with device activity only (after one traced warm-up "
+        f"step), {how}: {idle:.1f} us "
         f"({raw:.1f} us as profiled; {bd.idle_us:.1f} us in the step that recorded the CPU ops)",)
     return Breakdown(rows, bd.kernel_us, float(bd.kernel_us + idle), float(idle), bd.device, bd.attribution, notes)
 

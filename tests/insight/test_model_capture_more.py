@@ -68,7 +68,8 @@ def test_dbrx_under_zipf_routing_gives_the_experts_unequal_rows():
           text_config=_tiny("qwen2_5_vl_text", rope_scaling=dict(type="mrope", mrope_section=[2, 3, 3])),
           vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
                              patch_size=14)),
-     "Qwen2_5_VisionTransformerPretrainedModel", "Qwen2_5_VLForConditionalGeneration"),
+     # the vision config's class is named so in transformers 5.25; 5.17 names it Qwen2_5_VLVisionModel
+     ("Qwen2_5_VisionTransformerPretrainedModel", "Qwen2_5_VLVisionModel"), "Qwen2_5_VLForConditionalGeneration"),
     (dict(model_type="llava", text_config=_tiny("llama"),
           vision_config=dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64,
                              num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=8)),
@@ -76,7 +77,8 @@ def test_dbrx_under_zipf_routing_gives_the_experts_unequal_rows():
 ], ids=["gemma3", "qwen2_5_vl", "llava"])
 def test_a_vlm_captures_its_text_decoder_and_names_its_tower(cfg, tower, cls):
     cap = H.capture_model(config=cfg, seq=32, say=False, views=("eager",))[0]
-    assert [(u["op"], u["module_type"]) for u in cap.uncaptured] == [("vision tower", tower)]
+    towers = tower if isinstance(tower, tuple) else (tower,)
+    assert [u["op"] for u in cap.uncaptured] == ["vision tower"] and cap.uncaptured[0]["module_type"] in towers
     assert any("transformers 5" in a and f" {cls}, parameters fake" in a for a in cap.assumptions), cap.assumptions
     assert cap.layers["count"] == 2
     assert sum(c.count for c in cap.kernel_calls() if c.op == C.SDPA) == 2

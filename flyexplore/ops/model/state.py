@@ -183,8 +183,8 @@ class Rewind:
         kb = self.bytes / 1024
         kv = (f"; {len(self.kv_slots)} KV keys/values tensors rewritten at the same slot (no copy)"
               if self.kv_slots else "")
-        rep = (f"; two calls after a rewind differ by {self.repeat_err:.2g} relative (logits: kernels whose "
-               "reduction order varies between calls)" if self.repeat_err else "; two calls after a rewind are equal")
+        rep = (f"; two calls after a rewind differ by {self.repeat_err:.2g} relative (logits: a kernel that is not "
+               "bitwise repeatable, e.g. cuDNN's SDPA)" if self.repeat_err else "; two calls after a rewind are equal")
         return (f"decode rewind: {states} state tensor(s) and {self.counters} position counter(s) restored per call, "
                 f"{kb:.1f} KiB copied{kv}{rep}")
 
