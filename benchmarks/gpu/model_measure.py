@@ -8,6 +8,7 @@ estimates. Results go to ``data/h200/model_measure/`` (its README holds the tabl
     python benchmarks/gpu/model_measure.py --what graphs1 --out DIR   # decode 1 at 2048: eager, compile, and each in CUDA graphs
     python benchmarks/gpu/model_measure.py --what graphs32 --out DIR  # ... decode 32 at 2048
     python benchmarks/gpu/model_measure.py --what shares  --out DIR   # prefill 1x2048, eager and compile: modelled vs measured
+    python benchmarks/gpu/model_measure.py --what hybrid  --out DIR   # a 2-layer Bamba decode: its states rewound, graphs
     python benchmarks/gpu/model_measure.py --summary DIR... --out F   # issue 44's goals from the run folders (markdown)
     python benchmarks/gpu/model_measure.py --render DIR               # here, no GPU: re-render a run's folder
 
@@ -46,6 +47,12 @@ RUNS = {
                      variants="eager,eager_graph,compile,compile_graph"),
     # issue 44: the compiled view's modelled shares against the measured ones (prefill 1x2048)
     "shares": dict(model="llama-3.1-8b", phase="prefill", batch=1, seq=2048, layers=None, variants="eager,compile"),
+    # issue 44: a hybrid's decode (Mamba-2 conv and SSM states rewound each call), with and without graphs
+    "hybrid": dict(model=None, config=dict(
+        model_type="bamba", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=256, max_position_embeddings=512, attn_layer_indices=[1], mamba_n_heads=4,
+        mamba_d_head=32, mamba_d_state=16, mamba_n_groups=1, mamba_chunk_size=16),
+        phase="decode", batch=4, seq=64, layers=None, variants="eager,eager_graph,compile_graph", dtype="bf16"),
 }
 
 
@@ -191,8 +198,9 @@ def main(argv=None) -> int:
         run["variants"] = a.variants
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    cov = fx.model(run["model"], phase=run["phase"], batch=run["batch"], seq=run["seq"], measure=True,
-                   layers=run["layers"], variants=run["variants"], measure_device=a.device, progress=False)
+    cov = fx.model(run["model"], config=run.get("config"), phase=run["phase"], batch=run["batch"], seq=run["seq"],
+                   measure=True, layers=run["layers"], variants=run["variants"], dtype=run.get("dtype"),
+                   measure_device=a.device, progress=False)
     wall = time.perf_counter() - t0
     text = cov.text()
     (out / "answer.txt").write_text(text + "\n")

@@ -17,10 +17,14 @@ A kernel with no family op above its launch -- a CUDA graph replay's kernels han
 ``cudaGraphLaunch``, Inductor's under its own ranges -- falls to rule 3 (its name).
 
 ``idle`` is device time inside the call's span (first kernel start to last kernel end) with no
-kernel running: launch gaps and host overhead. On a GPU it comes from a second step profiled with
-device activity only, each gap less the profiler's own host cost per launch measured on the device
-(:func:`launch_cost_us`, :func:`corrected_idle`): the profiler delays every launch, and a step of
-many short kernels (a decode) otherwise profiles several percent longer than it runs. On a CPU there are no device kernels: each CPU
+kernel running: launch gaps and host overhead. On a GPU it comes from a step profiled with device
+activity only (after one traced warm-up step), each gap less the profiler's own host cost per
+launch measured on the device with a burst of one-element kernels (:func:`launch_cost_us`,
+:func:`corrected_idle`): the profiler delays every launch, and a step of many short kernels (a
+decode) otherwise profiles longer than it runs. That burst's cost is smaller than a real step's:
+on the lent H100 a host-launched decode at batch 1 still profiled 46-213% long, where a CUDA graph
+replay (``graph=True``: its gaps kept as profiled) was within 3.2-4.4%
+(``data/h100/model_measure/``). On a CPU there are no device kernels: each CPU
 event's self time (children excluded) goes to the category of the innermost range or family op
 above it, and there is no idle row.
 """
