@@ -33,10 +33,16 @@ from flyexplore.results import peaks as PK
 #: captured, compiled variants what Inductor lowers (the compiled view).
 VIEW_OF = {"eager": "eager", "eager_flydsl": "eager", "eager_ck": "eager", "compile": "compiled",
            "max_autotune": "compiled", "max_autotune_flydsl": "compiled", "eager_graph": "eager",
-           "eager_flydsl_graph": "eager", "compile_graph": "compiled", "max_autotune_flydsl_graph": "compiled"}
+           "eager_flydsl_graph": "eager", "compile_graph": "compiled", "max_autotune_graph": "compiled",
+           "max_autotune_flydsl_graph": "compiled"}
 #: The measured FlyDSL speedup that stands beside each view's projection: (FlyDSL variant, its
 #: baseline variant).
 FLYDSL_PAIRS = {"eager": ("eager_flydsl", "eager"), "compiled": ("max_autotune_flydsl", "max_autotune")}
+#: The same pairs with both variants in CUDA/HIP graphs: shown beside the projection too where
+#: either of them was measured (in graphs, the launch gaps a FlyDSL kernel's speedup is diluted by
+#: are gone).
+FLYDSL_GRAPH_PAIRS = {"eager": ("eager_flydsl_graph", "eager_graph"),
+                      "compiled": ("max_autotune_flydsl_graph", "max_autotune_graph")}
 
 STEP_COLUMNS = ("model", "phase", "batch", "seq", "layers", "dtype", "variant", "status", "step_ms", "step_lo_ms",
                 "step_hi_ms", "speedup", "speedup_lo", "speedup_hi", "verdict", "first_call_s", "peak_gb", "rounds",
@@ -358,12 +364,13 @@ def _rounds(r) -> list:
     return json.loads(raw) if isinstance(raw, str) and raw else []
 
 
-def flydsl_measured(frame: pd.DataFrame, view: str, band: float = S.BAND) -> dict:
-    """The measured FlyDSL speedup that stands beside ``view``'s projection (:data:`FLYDSL_PAIRS`):
-    ``{"pair", "speedup", "lo", "hi", "verdict"}`` from the two variants' paired rounds
-    (:func:`flyexplore.measure.stats.paired_ratio`), or ``{"pair", "reason"}`` when one did not
-    run (its row's message) or failed its check (a wrong step's speedup is no speedup)."""
-    fly, base = FLYDSL_PAIRS[view]
+def flydsl_measured(frame: pd.DataFrame, view: str, band: float = S.BAND, graphs: bool = False) -> dict:
+    """The measured FlyDSL speedup that stands beside ``view``'s projection (:data:`FLYDSL_PAIRS`;
+    ``graphs``: :data:`FLYDSL_GRAPH_PAIRS`): ``{"pair", "speedup", "lo", "hi", "verdict"}`` from the
+    two variants' paired rounds (:func:`flyexplore.measure.stats.paired_ratio`), or ``{"pair",
+    "reason"}`` when one did not run (its row's message) or failed its check (a wrong step's speedup
+    is no speedup)."""
+    fly, base = (FLYDSL_GRAPH_PAIRS if graphs else FLYDSL_PAIRS)[view]
     rows = {r["backend"]: r for r in frame.to_dict("records")}
     pair = f"{fly} over {base}"
     for v in (fly, base):
@@ -385,13 +392,19 @@ def projection_vs_measured(frame: pd.DataFrame, projection: pd.DataFrame | None)
     """Per view: the capture's ``projected`` FlyDSL speedup (kind projection: published MI355X
     per-op figures through Amdahl's law; ``projected_lo``/``_hi``) beside the ``measured`` one
     (:func:`flyexplore_measured`: kind measured, on this device, with its interval and label) and
-    their ``difference`` (measured / projected - 1), or ``reason`` where one is missing."""
+    their ``difference`` (measured / projected - 1), or ``reason`` where one is missing. A view
+    has a second row, its pair in CUDA/HIP graphs (:data:`FLYDSL_GRAPH_PAIRS`), where either of
+    those variants is among ``frame``'s rows."""
     out = []
     views = list(FLYDSL_PAIRS) if projection is None or not len(projection) else list(dict.fromkeys(projection["view"]))
-    for view in views:
+    asked = set(frame["backend"]) if "backend" in frame else set()
+    todo = [(v, False) for v in views]
+    todo += [(v, True) for v in views if v in FLYDSL_GRAPH_PAIRS and asked & set(FLYDSL_GRAPH_PAIRS[v])]
+    todo.sort(key=lambda t: views.index(t[0]))
+    for view, graphs in todo:
         p = projection[projection["view"] == view] if projection is not None and len(projection) else None
         pr = p.iloc[0] if p is not None and len(p) else None
-        m = flydsl_measured(frame, view)
+        m = flydsl_measured(frame, view, graphs=graphs)
         row = {"view": view, "projected": _num(pr["speedup"]) if pr is not None else math.nan,
                "projected_lo": _num(pr["speedup_lo"]) if pr is not None else math.nan,
                "projected_hi": _num(pr["speedup_hi"]) if pr is not None else math.nan,
@@ -446,7 +459,8 @@ SERVING_SOURCE = ("vLLM docs, 'CUDA Graphs' (docs.vllm.ai/en/latest/design/cuda_
 #: The variants that stand for what a serving stack runs, per phase, in order of preference:
 #: decode -- the graph variants (vLLM compiles with Inductor and replays full graphs: compile_graph;
 #: SGLang replays CUDA graphs of its eager model: eager_graph); prefill -- no full graphs.
-SERVING_VARIANTS = {"decode": ("compile_graph", "eager_graph", "max_autotune_flydsl_graph", "eager_flydsl_graph"),
+SERVING_VARIANTS = {"decode": ("compile_graph", "eager_graph", "max_autotune_graph", "max_autotune_flydsl_graph",
+                               "eager_flydsl_graph"),
                     "prefill": ("compile", "max_autotune", "eager")}
 
 

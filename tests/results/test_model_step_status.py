@@ -74,3 +74,21 @@ def test_the_serving_variant_of_each_phase():
     assert "without full CUDA/HIP graphs" in pre["text"] and "piecewise" in pre["text"]
     with pytest.raises(ValueError, match="unknown phase 'train'"):
         MS.serving_variant("train", 1)
+
+
+def test_the_flydsl_pair_in_graphs_stands_beside_the_projection_where_asked():
+    """The graph twins' FlyDSL pair is a second row of its view where one of them ran (here
+    ``eager_graph`` ran and ``eager_flydsl_graph`` was not asked for: the row says so); a frame
+    without graph variants keeps one row a view."""
+    pv = MS.projection_vs_measured(_rows(bamba_ok=True), None)
+    pairs = list(pv["measured_pair"])
+    # compile_graph is no member of the compiled view's graph pair (max_autotune_flydsl_graph over
+    # max_autotune_graph), so that view keeps one row
+    assert pairs == ["eager_flydsl over eager", "eager_flydsl_graph over eager_graph",
+                     "max_autotune_flydsl over max_autotune"]
+    row = pv.set_index("measured_pair").loc["eager_flydsl_graph over eager_graph"]
+    assert row["view"] == "eager" and row["reason"] == "eager_flydsl_graph was not among the variants asked for"
+    plain = _rows(bamba_ok=True)
+    plain = plain[~plain["backend"].str.endswith("_graph")]
+    assert list(MS.projection_vs_measured(plain, None)["measured_pair"]) == [
+        "eager_flydsl over eager", "max_autotune_flydsl over max_autotune"]

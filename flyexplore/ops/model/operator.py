@@ -82,11 +82,12 @@ VARIANTS = {
     "eager_graph": "the eager step captured in one CUDA/HIP graph (torch.cuda.CUDAGraph), replayed per step",
     "eager_flydsl_graph": "eager_flydsl captured in one CUDA/HIP graph, replayed per step (gfx950)",
     "compile_graph": "torch.compile with Inductor's CUDA graph trees (as mode='reduce-overhead')",
+    "max_autotune_graph": "max_autotune with Inductor's CUDA graph trees (the baseline of its FlyDSL twin)",
     "max_autotune_flydsl_graph": "max_autotune_flydsl with Inductor's CUDA graph trees (gfx950)",
 }
 #: The variants that replay CUDA/HIP graphs, each with the variant it is the graph twin of.
 GRAPH_TWINS = {"eager_graph": "eager", "eager_flydsl_graph": "eager_flydsl", "compile_graph": "compile",
-               "max_autotune_flydsl_graph": "max_autotune_flydsl"}
+               "max_autotune_graph": "max_autotune", "max_autotune_flydsl_graph": "max_autotune_flydsl"}
 #: Inductor options of the compiled variants: ``triton.cudagraphs`` off, but on for the ``*_graph``
 #: ones (Inductor's CUDA graph trees: ``torch._inductor.list_mode_options("reduce-overhead")`` is
 #: exactly ``{"triton.cudagraphs": True}``; ``torch.compile`` takes a mode or options, not both).
@@ -96,6 +97,7 @@ COMPILE_OPTIONS = {
     "max_autotune_flydsl": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON,FLYDSL",
                             "triton.cudagraphs": False},
     "compile_graph": {"triton.cudagraphs": True},
+    "max_autotune_graph": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON", "triton.cudagraphs": True},
     "max_autotune_flydsl_graph": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON,FLYDSL",
                                   "triton.cudagraphs": True},
 }
@@ -112,7 +114,7 @@ _TREES = "Inductor CUDA graph trees (as reduce-overhead)"
 GRAPHS = {"eager": _EAGER_LAUNCH, "eager_flydsl": _EAGER_LAUNCH, "eager_ck": _EAGER_LAUNCH,
           "compile": _COMPILED_LAUNCH, "max_autotune": _COMPILED_LAUNCH, "max_autotune_flydsl": _COMPILED_LAUNCH,
           "eager_graph": _REPLAY, "eager_flydsl_graph": _REPLAY, "compile_graph": _TREES,
-          "max_autotune_flydsl_graph": _TREES}
+          "max_autotune_graph": _TREES, "max_autotune_flydsl_graph": _TREES}
 
 
 def graphs_text(variant: str) -> str:
@@ -496,6 +498,8 @@ MODEL.backend("eager_flydsl_graph", VARIANTS["eager_flydsl_graph"], available=_g
               context=lambda ctx, case: flydsl_eager(True, EAGER_OPS))(_eager_graph_build)
 MODEL.backend("compile_graph", VARIANTS["compile_graph"], available=_graph_device,
               context=compile_context)(_compiled_build("compile_graph"))
+MODEL.backend("max_autotune_graph", VARIANTS["max_autotune_graph"], available=_graph_and(_needs_gpu),
+              context=compile_context)(_compiled_build("max_autotune_graph"))
 MODEL.backend("max_autotune_flydsl_graph", VARIANTS["max_autotune_flydsl_graph"],
               available=_graph_and(_flydsl_compile_available),
               context=compile_context)(_compiled_build("max_autotune_flydsl_graph"))
