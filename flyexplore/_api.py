@@ -418,8 +418,10 @@ def model(model=None, inputs=None, *, config=None, kwargs: Mapping[str, Any] | N
     ``measure=True`` also **measures** the step (one phase) on ``measure_device`` (default a GPU
     when one is visible, else the CPU): the model built with random weights on the device (no
     download), each of ``variants`` (default all: ``eager``, ``eager_flydsl``, ``compile``,
-    ``max_autotune``, ``max_autotune_flydsl``, ``eager_ck``; :data:`flyexplore.ops.model.operator.
-    VARIANTS`) timed interleaved round by round, with intervals, labels, compile time and peak
+    ``max_autotune``, ``max_autotune_flydsl``, ``eager_ck``, and in CUDA/HIP graphs ``eager_graph``,
+    ``eager_flydsl_graph``, ``compile_graph``, ``max_autotune_graph``, ``max_autotune_flydsl_graph``;
+    :data:`flyexplore.ops.model.operator.VARIANTS`; a decode's cache states rewound before each
+    call) timed interleaved round by round, with intervals, labels, compile time and peak
     memory apart, one profiled step by kernel category beside the modelled shares, and the
     projection (default ``project="published"``) beside the measured FlyDSL speedup:
     ``.measured`` (:class:`flyexplore.views.model_step.MeasuredStep`), also in ``.text()``.

@@ -28,8 +28,10 @@ EPILOG = ("examples:\n"
           "--measure builds the model with random weights on the device (no download) and times one step\n"
           "per variant, interleaved round by round (the model family: flyexplore sweep --op model takes the\n"
           "same cases, e.g. --shapes 32x2048:model=llama-3.1-8b,decode). Variants: eager, eager_flydsl,\n"
-          "compile, max_autotune, max_autotune_flydsl, eager_ck (ROCm); one that cannot run here is\n"
-          "an unavailable row with the reason. CUDA graphs are not used.\n\n"
+          "compile, max_autotune, max_autotune_flydsl, eager_ck (ROCm), and in CUDA/HIP graphs (GPU):\n"
+          "eager_graph, eager_flydsl_graph, compile_graph (mode=reduce-overhead), max_autotune_graph,\n"
+          "max_autotune_flydsl_graph; one that cannot run here is an unavailable row with the reason.\n"
+          "A decode step's cache states are rewound before each call.\n\n"
           "built-in models (--hf): data/models/*.json (flyexplore model --list)\n"
           "FLOPs and bytes are captured from the model; time shares are modelled (roofline on the target's "
           "datasheet peaks); --project gives a projection, never a measurement.\n\n"
@@ -78,7 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                          "a profiled breakdown beside the modelled shares, the projection beside the measured speedup")
     g2.add_argument("--variants", metavar="LIST",
                     help="comma-separated variants (default all): eager, eager_flydsl, compile, max_autotune, "
-                         "max_autotune_flydsl, eager_ck")
+                         "max_autotune_flydsl, eager_ck, eager_graph, eager_flydsl_graph, compile_graph, "
+                         "max_autotune_graph, max_autotune_flydsl_graph")
     g2.add_argument("--layers", type=int, metavar="N", help="build only the first N decoder layers (a quick look; "
                     "the output says so)")
     g2.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), help="the model's dtype (default the config's)")

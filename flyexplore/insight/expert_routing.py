@@ -43,16 +43,30 @@ def routing_shares(routing: str, experts: int) -> list[float]:
     raise bad_choice("MoE routing", routing, ROUTINGS)
 
 
-def expert_rows(routing: str, experts: int, rows: int) -> list[int]:
+def expert_rows(routing: str, experts: int, rows: int, cap: int | None = None) -> list[int]:
     """The routed rows each expert gets (by load rank) when ``rows`` rows (tokens x top-k) are
-    routed as ``routing`` says: the shares of :func:`routing_shares` rounded by largest
-    remainder, so they sum to ``rows``."""
+    routed as ``routing`` says: the shares of :func:`routing_shares`, rounded by largest
+    remainder, so they sum to ``rows``. ``cap``: the most rows one expert can get -- the token
+    count, since a token's top-k experts are distinct --: an expert whose share is past it gets
+    ``cap`` and the rest is shared out over the others by their shares (so a steep ``zipf`` never
+    gives one expert more rows than there are tokens)."""
     shares = routing_shares(routing, experts)
-    exact = [s * rows for s in shares]
-    got = [int(x) for x in exact]
-    for i in sorted(range(experts), key=lambda i: (got[i] - exact[i], i))[:rows - sum(got)]:
+    if cap is not None and cap * experts < rows:
+        raise ValueError(f"{rows} rows cannot go to {experts} experts of at most {cap} rows each")
+    fixed: dict[int, int] = {}
+    while True:
+        free = [i for i in range(experts) if i not in fixed]
+        left = rows - sum(fixed.values())
+        weight = sum(shares[i] for i in free)
+        exact = {i: shares[i] / weight * left for i in free}
+        over = [i for i in free if cap is not None and exact[i] > cap]
+        if not over:
+            break
+        fixed.update({i: cap for i in over})
+    got = {i: int(x) for i, x in exact.items()}
+    for i in sorted(free, key=lambda i: (got[i] - exact[i], i))[:left - sum(got.values())]:
         got[i] += 1
-    return got
+    return [fixed.get(i, got.get(i, 0)) for i in range(experts)]
 
 
 def _num_experts(module) -> int | None:
@@ -91,7 +105,7 @@ class ExpertLoop:
         st = None
         if e and idx and all(isinstance(s, int) for s in idx[0].shape):
             rows = idx[0].shape[0] * idx[0].shape[1]
-            per = [r for r in expert_rows(self.routing, e, rows) if r > 0]
+            per = [r for r in expert_rows(self.routing, e, rows, cap=idx[0].shape[0]) if r > 0]
             st = {"cls": type(module).__name__, "experts": e, "rows": rows, "per": per, "at": -1, "answered": False}
         self.stack.append(st)
 

@@ -63,7 +63,7 @@ class _LayerReuse:
 
     def __init__(self, model, rec: "_Recorder"):
         self.rec, self.seen, self.sigs, self.undo = rec, {}, {}, []
-        self.reused: list[tuple[int, int]] = []
+        self.reused: list[tuple[int, int, str]] = []   # (index, source index, the list's path)
         for path, m in model.named_modules():
             mt = _LAYER.search(path)
             if mt is None or mt.end() != len(path):
@@ -144,7 +144,7 @@ class _LayerReuse:
             n += cnt
         rec.uncaptured += [{**u, "module": moved(u["module"])} for u in rec.uncaptured[got["ustart"]:got["uend"]]]
         rec.n += n
-        self.reused.append((k, got["k"]))
+        self.reused.append((k, got["k"], path.rsplit(".", 1)[0] if "." in path else ""))
 
         def fresh(t):
             if not isinstance(t, torch.Tensor):
@@ -161,11 +161,17 @@ class _LayerReuse:
         """The assumption line saying which layers were counted from which (``None``: none)."""
         if not self.reused:
             return None
-        by: dict[int, list[int]] = {}
-        for k, src in self.reused:
-            by.setdefault(src, []).append(k)
-        parts = "; ".join(f"{'layers' if len(ks) > 1 else 'layer'} {_ranges(ks)} as layer {src}"
-                          for src, ks in sorted(by.items()))
+        # grouped by the list they sit in (its indices above them as *: Gemma-3n's per-layer
+        # altup_projections are one list in every layer) and the index they were counted from
+        by: dict[tuple[str, int], set[int]] = {}
+        for k, src, lst in self.reused:
+            by.setdefault((_LAYER.sub(".*", lst), src), set()).add(k)
+        def say(lst: str, src: int, ks: set[int]) -> str:
+            if lst.rsplit(".", 1)[-1] == "layers" and "*" not in lst:   # the decoder layers
+                return f"{'layers' if len(ks) > 1 else 'layer'} {_ranges(sorted(ks))} as layer {src}"
+            each = " (in each layer)" if "*" in lst else ""
+            return f"{lst} items {_ranges(sorted(ks))} as item {src}{each}"
+        parts = "; ".join(say(lst, src, ks) for (lst, src), ks in sorted(by.items()))
         return (f"identical layers recorded once: {parts} (same classes, attributes and parameter shapes, same "
                 "input shapes and strides): their calls counted from the recorded layer "
                 "(FLYEXPLORE_CAPTURE_EVERY_LAYER=1 records every layer)")

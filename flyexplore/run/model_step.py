@@ -89,13 +89,12 @@ def capture_config(case) -> dict:
     cfg = M.config_of(case)
     if case["layers"]:
         full = M.model_dims(desc["config"])["layers"]
-        desc["title"] = f"{desc['title']} (first {case['layers']} of {full} layers)"
-        desc["notes"] = list(desc.get("notes", ())) + [
-            f"layers: the first {case['layers']} of {full} decoder layers are built (--layers, layers=), as in the "
-            "measured step"]
         desc["layers_note"] = M.layers_note(case)   # a hybrid's cut: the layers picked or the kinds dropped
-        if desc["layers_note"]:
-            desc["notes"].append(desc["layers_note"])
+        which = "first " if not desc["layers_note"] else ""
+        desc["title"] = f"{desc['title']} ({which}{case['layers']} of {full} layers)"
+        desc["notes"] = list(desc.get("notes", ())) + [desc["layers_note"] or (
+            f"layers: the first {case['layers']} of {full} decoder layers are built (--layers, layers=), as in the "
+            "measured step")]
     desc["config"] = cfg
     return desc
 

@@ -322,10 +322,10 @@ def measure_model(hf=None, config=None, *, phase: str = "prefill", batch: int = 
                          force=force, say=say)
     notes = []
     if case["layers"]:
-        notes.append(f"--layers {case['layers']}: the model is cut to its first {case['layers']} decoder layers "
+        notes.append(f"--layers {case['layers']}: {desc['layers_note']} (measured and captured alike)"
+                     if desc.get("layers_note") else
+                     f"--layers {case['layers']}: the model is cut to its first {case['layers']} decoder layers "
                      "(measured and captured alike); a full-depth step takes longer")
-        if desc.get("layers_note"):
-            notes.append(f"--layers {case['layers']}: {desc['layers_note']}")
     if phase == "decode":
         notes.append("the capture's decode step updates transformers' DynamicCache (its aten.cat rows); the measured "
                      "step writes a static KV cache in place: the modelled 'other' share holds concatenations the "

@@ -36,6 +36,18 @@ def test_expert_rows_sum_to_the_routed_rows_by_largest_remainder():
     assert sum(z) == 100 and z == sorted(z, reverse=True) and z[0] > z[-1]
 
 
+def test_no_expert_gets_more_rows_than_there_are_tokens():
+    """A token's top-k experts are distinct, so one expert gets at most the token count: 64 tokens
+    x top-2 under a steep zipf give the first expert 64 rows (its share is 68), the rest shared out
+    by the others' shares."""
+    assert expert_rows("zipf:1.2", 4, 128) == [68, 29, 18, 13]        # uncapped: past the 64 tokens
+    z = expert_rows("zipf:1.2", 4, 128, cap=64)
+    assert z[0] == 64 and sum(z) == 128 and z == sorted(z, reverse=True) and max(z) <= 64
+    assert expert_rows("zipf:3", 8, 32, cap=4) == [4] * 8                # every expert at the cap
+    with pytest.raises(ValueError, match="cannot go to 4 experts"):
+        expert_rows("uniform", 4, 100, cap=20)
+
+
 def test_dbrx_expert_loop_is_captured_under_the_routing_assumption():
     caps = H.capture_model(config=DBRX, seq=32, say=False)
     for cap in caps:
@@ -55,8 +67,14 @@ def test_dbrx_under_zipf_routing_gives_the_experts_unequal_rows():
     cap = H.capture_model(config=DBRX, seq=32, say=False, views=("eager",), routing="zipf:1.0")[0]
     ms = sorted((c.inputs[0].shape[0] for c in cap.kernel_calls()
                  if c.module.endswith("experts.mlp") and c.family == "gemm" and c.layer == 0), reverse=True)
-    want = expert_rows("zipf:1.0", 4, 64)
-    assert sorted(set(ms), reverse=True) == sorted(set(want), reverse=True)
+    want = expert_rows("zipf:1.0", 4, 64, cap=32)
+    assert sorted(set(ms), reverse=True) == sorted(set(want), reverse=True) and max(ms) <= 32
+
+
+def test_dbrx_under_a_steep_zipf_gives_no_expert_more_rows_than_tokens():
+    cap = H.capture_model(config=DBRX, seq=32, say=False, views=("eager",), routing="zipf:1.2")[0]
+    ms = [c.inputs[0].shape[0] for c in cap.kernel_calls() if c.module.endswith("experts.mlp") and c.family == "gemm"]
+    assert max(ms) == 32
 
 
 @pytest.mark.parametrize("cfg, tower, cls", [
@@ -101,6 +119,9 @@ def test_gemma3n_per_layer_intermediate_size_is_accepted_and_captured():
     assert widths == {0: 128, 1: 96}
     # the layer count is the decoder layers', not altup_projections.N's
     assert cap.layers["count"] == 2
+    # the altup projections counted from their first are named as such, not as decoder layers
+    reuse = next((a for a in cap.assumptions if a.startswith("identical layers recorded once")), "")
+    assert "altup_projections items 1,2 as item 0" in reuse and "layers 1,1" not in reuse, cap.assumptions
     H.check_config(H.load_config(config=GEMMA3N_TEXT))   # the text config alone passes too
 
 

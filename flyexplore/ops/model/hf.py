@@ -409,7 +409,7 @@ def model_scope(desc: Mapping, model=None) -> dict:
         out["auto"] = "AutoModelForImageTextToText"
         out["notes"].append(f"multimodal model {mt!r}: transformers {ver} has no causal-LM class for it nor its text "
                             f"config ({tmt!r}): its {itt[mt]} is built and fed text only -- the text decoder runs, "
-                            "the towers are built (fake parameters, no weights) and never called")
+                            "its other parts (listed as not captured) are built (fake parameters) and never called")
     elif mt in masked and not getattr(cfg, "is_decoder", False):
         out["kind"] = "encoder"
         out["notes"].append(f"encoder model {mt!r} (is_decoder false): transformers' {causal[mt]} runs one "

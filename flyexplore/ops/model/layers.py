@@ -6,15 +6,18 @@ On a hybrid that can drop a whole kind: Jamba's attention layer is every 8th fro
 ``layers=2`` would build Mamba layers only; DeepSeek's first 3 layers are dense, so ``layers=2``
 would build no expert. :func:`cut_config` judges kinds on the model transformers builds (on the
 ``meta`` device: no memory): a layer's kind is its class, the classes of its sub-modules (norms
-aside) and its ``layer_types`` entry (sliding vs full attention). Where the first N layers lack a
-kind of the full model it tries, in order, a cut that picks N layers covering every kind (each
+aside) and its ``layer_types`` entry (sliding vs full attention), and what a cut must keep is each
+of those parts somewhere among its layers (Jamba's attention, Mamba, MoE and dense MLP fit in two
+layers: attention + MoE, Mamba + MLP). Where the first N layers lack a part of the full model it
+tries, in order, a cut that picks N layers covering every kind (each
 per-layer list -- ``layer_types``, ``layers_block_type``, ``hybrid_override_pattern`` -- picked
 at those layers, each layer-index list -- ``attn_layer_indices``, ``full_attn_idxs``,
 ``mlp_only_layers`` -- renumbered), then the period and offset keys (``attn_layer_period`` /
 ``attn_layer_offset``, ``expert_layer_*``, ``first_k_dense_replace``, ``decoder_sparse_step``,
 ``moe_layer_start_index``, ``full_attention_interval`` ...) set to small values; the first config
-whose built layers hold every kind is kept. Where none does, the first N layers are built and
-the note names each kind dropped.
+whose built layers hold every part is kept. Where none does, the cut that holds the most parts is
+built -- among those, one with an attention layer (a hybrid's decode step needs one: transformers
+sizes its mask from the attention layers' cache) -- and the note names each part dropped.
 """
 from __future__ import annotations
 
@@ -101,10 +104,37 @@ def _kinds_cached(text: str):
     return [_kind(layer, t) for layer, t in zip(layers, types)]
 
 
+def _parts(kind: str) -> set[str]:
+    """The parts of a layer kind (:func:`_kind`): its ``layer_types`` entry and each class."""
+    head, sep, body = kind.partition(": ")
+    return ({head} | set(body.split(" + "))) if sep else set(kind.split(" + "))
+
+
+def _attends(parts: set[str]) -> bool:
+    """Whether a layer's parts hold (softmax) attention: a part named ``...attention`` or
+    ``...Attention`` that is not linear attention."""
+    return any("attention" in p.lower() and "linear" not in p.lower() for p in parts)
+
+
+def _score(kinds: list[str], want: set[str]) -> tuple[int, bool]:
+    """How good a cut is: the parts of ``want`` its layers hold, then whether one attends."""
+    got = set().union(*map(_parts, kinds)) if kinds else set()
+    return len(want & got), _attends(got & want) or not _attends(want)
+
+
 def _cover(kinds: list[str], n: int) -> list[int]:
-    """N layer indices, ascending, holding each kind's first layer and then the first layers."""
-    firsts = list(dict.fromkeys(kinds))
-    pick = sorted({kinds.index(k) for k in firsts[:n]})
+    """N layer indices, ascending: layers picked one at a time for the most parts not yet held
+    (an attention layer first among equals), then the first layers."""
+    parts = [_parts(k) for k in kinds]
+    left = set().union(*parts)
+    pick: list[int] = []
+    while len(pick) < n and left:
+        i = max((i for i in range(len(kinds)) if i not in pick),
+                key=lambda i: (len(parts[i] & left), _attends(parts[i]), -i))
+        if not parts[i] & left:
+            break
+        pick.append(i)
+        left -= parts[i]
     rest = [i for i in range(len(kinds)) if i not in pick]
     return sorted(pick + rest[: n - len(pick)])
 
@@ -140,12 +170,12 @@ def cut_config(cfg: Mapping, n: int) -> tuple[dict, str | None]:
     full_kinds = layer_kinds(cfg)
     if full_kinds is None:
         return plain, None
-    want = set(full_kinds)
+    want = set().union(*map(_parts, full_kinds))
     got = layer_kinds(plain)
-    if got is None or want <= set(got):
+    if got is None or _score(got, want) == (len(want), True):
         return plain, None
     first = f"the first {n} layer{'s are' if n > 1 else ' is'} built"
-    best = (len(want & set(got)), plain, first, set(got))
+    best = (_score(got, want), plain, first, got)
     idx = _cover(full_kinds, n)
     tries = [(_plain(cfg, key, full, idx), f"layers {', '.join(map(str, idx))} of the {full} are built")] \
         if idx != list(range(n)) else []
@@ -159,11 +189,12 @@ def cut_config(cfg: Mapping, n: int) -> tuple[dict, str | None]:
         k = layer_kinds(cand)
         if k is None:
             continue
-        if want <= set(k):
+        if _score(k, want) == (len(want), True):
             return cand, (f"layers: the first {n} of {full} layers lack a kind of layer, so {how} to hold one of "
-                          f"each kind ({'; '.join(sorted(want))})")
-        if len(want & set(k)) > best[0]:
-            best = (len(want & set(k)), cand, how, set(k))
+                          f"each ({'; '.join(k)})")
+        if _score(k, want) > best[0]:
+            best = (_score(k, want), cand, how, k)
     _, cand, how, kept = best
-    return cand, (f"layers: no cut to {n} of the {full} layers holds every kind of layer: {how}, dropping "
-                  f"{'; '.join(sorted(want - kept))}")
+    dropped = want - set().union(*map(_parts, kept))
+    return cand, (f"layers: no cut to {n} of the {full} layers holds every kind of layer: {how} "
+                  f"({'; '.join(kept)}), dropping {', '.join(sorted(dropped))}")

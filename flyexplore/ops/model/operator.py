@@ -97,7 +97,8 @@ COMPILE_OPTIONS = {
     "max_autotune_flydsl": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON,FLYDSL",
                             "triton.cudagraphs": False},
     "compile_graph": {"triton.cudagraphs": True},
-    "max_autotune_graph": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON", "triton.cudagraphs": True},
+    "max_autotune_graph": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON",
+                           "triton.cudagraphs": True},
     "max_autotune_flydsl_graph": {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON,FLYDSL",
                                   "triton.cudagraphs": True},
 }
