@@ -462,9 +462,14 @@ SERVING_SOURCE = ("vLLM docs, 'CUDA Graphs' (docs.vllm.ai/en/latest/design/cuda_
 SERVING_VARIANTS = {"decode": ("compile_graph", "eager_graph", "max_autotune_graph", "max_autotune_flydsl_graph",
                                "eager_flydsl_graph"),
                     "prefill": ("compile", "max_autotune", "eager")}
+#: The largest decode batch taken as replayed in a graph by default: vLLM caps its default CUDA
+#: graph capture sizes at 512 (``max_cudagraph_capture_size``; a deployment may raise it), and
+#: SGLang's ``--cuda-graph-max-bs`` default is smaller. A larger batch runs without full graphs.
+MAX_GRAPH_BATCH = 512
 
 
-def serving_variant(phase: str, batch: int, rows: pd.DataFrame | None = None) -> dict:
+def serving_variant(phase: str, batch: int, rows: pd.DataFrame | None = None,
+                    max_graph_batch: int = MAX_GRAPH_BATCH) -> dict:
     """Which measured variant stands for what a serving stack runs in ``phase`` at ``batch``
     sequences: ``{"phase", "batch", "variants", "measured", "text"}``. ``variants``: the ones that
     stand for serving (:data:`SERVING_VARIANTS`); ``measured``: those of them among ``rows`` (a
@@ -473,22 +478,28 @@ def serving_variant(phase: str, batch: int, rows: pd.DataFrame | None = None) ->
 
     decode: vLLM and SGLang replay CUDA/HIP graphs for decode batches (vLLM up to its largest
     capture size -- ``cudagraph_capture_sizes``, at most ``max_num_seqs`` --, SGLang up to
-    ``--cuda-graph-max-bs``); a larger batch runs without them. prefill: neither replays a full
-    graph (vLLM's piecewise graphs at most), so the variants without graphs stand for serving.
-    Raises ``ValueError`` for an unknown phase."""
+    ``--cuda-graph-max-bs``); a batch past ``max_graph_batch`` (:data:`MAX_GRAPH_BATCH`) runs
+    without them, as a prefill does. prefill: neither replays a full graph (vLLM's piecewise graphs
+    at most), so the variants without graphs stand for serving. Raises ``ValueError`` for an
+    unknown phase."""
     if phase not in SERVING_VARIANTS:
         raise ValueError(f"unknown phase {phase!r} (valid: {', '.join(SERVING_VARIANTS)})")
-    want = SERVING_VARIANTS[phase]
+    graphs = phase == "decode" and int(batch) <= int(max_graph_batch)
+    want = SERVING_VARIANTS["decode" if graphs else "prefill"]
     done = []
     if rows is not None and len(rows):
         by = {r.get("backend"): r for r in rows.to_dict("records")}
         done = [v for v in want if v in by and by[v].get("status") == "ok" and not check_failed(by[v])]
     got = f" (measured here: {', '.join(done)})" if done else " (none of them measured here)"
-    if phase == "decode":
+    if graphs:
         text = (f"serving: a decode batch of {batch} is replayed as CUDA/HIP graphs by vLLM (full graphs for decode "
-                f"batches up to its largest capture size, at most max_num_seqs) and SGLang (up to --cuda-graph-max-bs); "
-                f"a batch past those runs without graphs: the graph variants ({', '.join(want[:2])}) are what "
-                f"serving runs{got}; source: {SERVING_SOURCE}")
+                f"batches up to its largest capture size, {max_graph_batch} by default) and SGLang (up to "
+                f"--cuda-graph-max-bs): the graph variants ({', '.join(want[:2])}) are what serving runs{got}; "
+                f"source: {SERVING_SOURCE}")
+    elif phase == "decode":
+        text = (f"serving: a decode batch of {batch} is past the largest batch serving stacks capture in CUDA/HIP "
+                f"graphs by default ({max_graph_batch}): it runs without full graphs, so the variants without graphs "
+                f"({', '.join(want)}) are what serving runs{got}; source: {SERVING_SOURCE}")
     else:
         text = (f"serving: prefill runs without full CUDA/HIP graphs (vLLM: piecewise graphs around attention at most; "
                 f"SGLang: none): the variants without graphs ({', '.join(want)}) are what serving runs{got}; "

@@ -137,7 +137,8 @@ class MeasuredStep:
         ok = self.frame[self.frame["status"] == "ok"] if len(self.frame) else self.frame
         mode = ", ".join(sorted({str(m) for m in ok.get("timing_mode", pd.Series(dtype=object)).dropna()})) or "-"
         dev = r.get("device", "?")
-        depth = f", first {layers} layers only (--layers)" if layers else ""
+        picked = any(n.startswith(f"--layers {layers}: layers:") for n in self.notes)   # a hybrid's cut
+        depth = f", {'' if picked else 'first '}{layers} layers only (--layers)" if layers else ""
         return (f"Measured step (measured on {dev}): {_title_of(r.get('model'))} {what}, {r.get('dtype')}{depth}; "
                 f"timing mode {mode}, interleaved round by round; what each variant does with CUDA/HIP graphs: "
                 "its graphs column")

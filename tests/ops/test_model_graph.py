@@ -4,6 +4,8 @@ the step captured holds the decode rewind, so each replay rewinds and steps (run
 stand-in for torch's graph calls that replays the captured step on the CPU)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -131,3 +133,44 @@ def test_a_graph_trees_step_returns_a_replay_from_its_first_call():
 
     fn = G.trees_step(step)
     assert fn() == G.TREES_CALLS + 1 and fn() == G.TREES_CALLS + 2
+
+
+def test_a_graph_trees_step_that_inductor_skipped_is_an_error_not_a_graph_row():
+    """Where Inductor's counter of CUDA graph skips grows during the first calls, the variant would
+    time plain launches under a graph name: its first call raises, saying so (the row is an error)."""
+    seen = {"skips": 0}
+
+    def step():
+        seen["skips"] += 1          # every call here is one skip
+        return 0
+
+    with pytest.raises(RuntimeError, match=r"Inductor skipped CUDA graphs for this step \(3 cudagraph skip"):
+        G.trees_step(step, skips=lambda: seen["skips"])()
+    # the real counter: compiling on the CPU records no skip, so it stays as it was
+    before = G.inductor_skips()
+    assert isinstance(before, int) and G.trees_step(lambda: 1)() == 1 and G.inductor_skips() == before
+
+
+def test_an_eager_graph_of_a_full_sliding_window_is_unavailable_with_the_reason(tmp_path):
+    """Gemma-2 (window 16): a decode at context 8 can be captured; at 16 and past it the window rolls
+    through a CPU tensor (transformers' StaticSlidingWindowLayer), which a graph capture refuses --
+    seen on the lent H100 -- so the eager graph variants say so before anything is built. A prefill,
+    and a config whose window is off (Qwen2's use_sliding_window false), are not affected."""
+    from types import SimpleNamespace
+
+    cfg = {"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "sliding_window": 16,
+           "vocab_size": 256, "max_position_embeddings": 512}
+    (tmp_path / "g.json").write_text(json.dumps(cfg))
+    (tmp_path / "q.json").write_text(json.dumps({**cfg, "model_type": "qwen2", "use_sliding_window": False}))
+    case = lambda f, shape, phase=",decode": get_op("model").case(f"{shape}:model={tmp_path / f}{phase}")  # noqa: E731
+    assert M.rolling_window(case("g.json", "2x8")) is None
+    why = M.rolling_window(case("g.json", "2x16"))
+    assert why.startswith("an eager decode at context 16 fills the sliding window (16)") and "CUDA/HIP graph" in why
+    assert M.rolling_window(case("g.json", "2x64", phase="")) is None
+    assert M.rolling_window(case("q.json", "2x64")) is None
+    gpu = SimpleNamespace(gpu=True, device=torch.device("cuda"))
+    op = get_op("model")
+    for v in ("eager_graph", "eager_flydsl_graph"):
+        assert op.get_backend(v).available(gpu, case("g.json", "2x64"), "bf16") == M.rolling_window(case("g.json", "2x64"))
+    assert op.get_backend("compile_graph").available(gpu, case("g.json", "2x64"), "bf16") is None

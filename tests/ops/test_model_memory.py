@@ -166,3 +166,17 @@ def test_one_layer_of_a_hybrid_keeps_attention_so_its_decode_runs(tmp_path):
     assert "dropping" in note and "BambaMixer" in note.split("dropping", 1)[1], note
     inputs = M._inputs(case, "fp32", "cpu", 0)
     assert inputs["rewind"] is not None
+
+
+@pytest.mark.parametrize("interval, start", [(1, 0), (2, 0), (2, 1), (3, 1)])
+def test_the_expert_layers_counted_from_the_config_are_the_ones_transformers_builds(interval, start):
+    """ERNIE-4.5-MoE places experts where (layer + 1) % moe_layer_interval == 0 within
+    moe_layer_start_index..end (transformers 5.25 modeling_ernie4_5_moe.py): the config-dims count
+    of expert layers equals the meta model's layers that hold experts."""
+    cfg = {**ALL["ernie4_5_moe"], "num_hidden_layers": 5, "moe_layer_interval": interval,
+           "moe_layer_start_index": start}
+    model, why = MM.meta_model(cfg, "bf16")
+    assert model is not None, why
+    built = sum(1 for layer in model.model.layers if hasattr(layer.mlp, "experts"))
+    g = MM._reader(cfg)
+    assert MM._moe_layers(g, 5) == built, (interval, start, built)

@@ -65,13 +65,18 @@ def test_every_row_says_what_it_does_with_graphs_and_the_rewind_cost():
 def test_the_serving_variant_of_each_phase():
     dec = MS.serving_variant("decode", 32, _rows(bamba_ok=True))
     assert dec["variants"][:2] == ["compile_graph", "eager_graph"] and dec["measured"] == ["eager_graph"]
-    assert "vLLM" in dec["text"] and "SGLang" in dec["text"] and "max_num_seqs" in dec["text"]
+    assert "vLLM" in dec["text"] and "SGLang" in dec["text"] and "512 by default" in dec["text"]
     assert "docs.vllm.ai/en/latest/design/cuda_graphs" in dec["text"] and "batch of 32" in dec["text"]
     # a graph variant whose check failed is not what serving runs
     assert MS.serving_variant("decode", 32, _rows())["measured"] == []
     pre = MS.serving_variant("prefill", 1, _rows(phase="prefill", batch=1))
     assert pre["variants"] == ["compile", "max_autotune", "eager"] and pre["measured"] == ["eager"]
     assert "without full CUDA/HIP graphs" in pre["text"] and "piecewise" in pre["text"]
+    # a decode batch past what serving captures in graphs runs without them, as a prefill does
+    big = MS.serving_variant("decode", 4096, _rows(bamba_ok=True))
+    assert big["variants"] == ["compile", "max_autotune", "eager"] and big["measured"] == ["eager"]
+    assert "past the largest batch serving stacks capture" in big["text"] and "(512)" in big["text"]
+    assert MS.serving_variant("decode", 64, max_graph_batch=32)["variants"][0] == "compile"
     with pytest.raises(ValueError, match="unknown phase 'train'"):
         MS.serving_variant("train", 1)
 

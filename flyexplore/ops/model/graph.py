@@ -89,17 +89,38 @@ def graph_replay(step: Callable[[], Any], device, *, api=None, warmup: int = WAR
     return call
 
 
-def trees_step(step: Callable[[], Any], calls: int = TREES_CALLS) -> Callable[[], Any]:
+def inductor_skips() -> int:
+    """How many times Inductor has skipped CUDA graphs in this process
+    (``torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]``: a mutated input, a CPU
+    tensor, an op it cannot capture)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["cudagraph_skips"])
+
+
+def trees_step(step: Callable[[], Any], calls: int = TREES_CALLS, skips: Callable[[], int] = inductor_skips
+               ) -> Callable[[], Any]:
     """A zero-argument callable for a step compiled with Inductor's CUDA graph trees: its first call
     makes ``calls`` calls first (the trees' warm-up and recording runs) and returns the next one's
     output, a replay's; later calls are ``step()``. The output lives in the trees' memory pool
-    until the next call (``torch.compiler.cudagraph_mark_step_begin``): the check reads it at once."""
+    until the next call (``torch.compiler.cudagraph_mark_step_begin``): the check reads it at once.
+    Where Inductor skipped CUDA graphs during those first calls (``skips``: :func:`inductor_skips`
+    grew), the first call raises ``RuntimeError`` saying so: the variant would time plain launches
+    under a graph variant's name."""
     held = {"first": True}
 
     def call():
         if held["first"]:
             held["first"] = False
+            before = skips()
             for _ in range(calls):
                 step()
+            out = step()
+            n = skips() - before
+            if n > 0:
+                raise RuntimeError(f"Inductor skipped CUDA graphs for this step ({n} cudagraph skip(s): a mutated or "
+                                   "CPU input, or an op it cannot capture): it would run as compile does, without "
+                                   "graphs")
+            return out
         return step()
     return call

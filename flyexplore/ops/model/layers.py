@@ -91,7 +91,7 @@ def _kinds_cached(text: str):
         scope = H.model_scope(desc)
         tr = H._transformers()
         with torch.device("meta"), H.quiet_transformers(), torch.random.fork_rng(devices=[]):
-            model = tr.AutoModelForCausalLM.from_config(copy.deepcopy(scope["config"]))
+            model = getattr(tr, scope.get("auto", "AutoModelForCausalLM")).from_config(copy.deepcopy(scope["config"]))
     except Exception:  # transformers missing or the config not buildable: the plain cut stands
         return None
     text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config

@@ -84,7 +84,8 @@ def _moe_layers(g, layers: int) -> int:
     if period:
         return sum(1 for i in idx if i % period == offset)
     if g("moe_layer_start_index") is not None:
-        return sum(1 for i in idx if first <= i <= end and (i - first) % step == 0)
+        # transformers 5.25 modeling_ernie4_5_moe.py: (layer_idx + 1) % interval == 0 within start..end
+        return sum(1 for i in idx if first <= i <= end and (i + 1) % step == 0)
     return sum(1 for i in idx if i not in dense and i >= first and (i + 1) % step == 0)
 
 
@@ -202,8 +203,9 @@ def _meta_model(text: str, dtype: str):
             last = None
             for attn in ("sdpa", "eager"):
                 try:
-                    model = tr.AutoModelForCausalLM.from_config(copy.deepcopy(scope["config"]),
-                                                                dtype=torch_dtype(dtype), attn_implementation=attn)
+                    auto = getattr(tr, scope.get("auto", "AutoModelForCausalLM"))
+                    model = auto.from_config(copy.deepcopy(scope["config"]), dtype=torch_dtype(dtype),
+                                             attn_implementation=attn)
                     return model.eval(), None
                 except ValueError as exc:  # no SDPA path (Mamba, gpt-oss)
                     last = exc

@@ -415,6 +415,37 @@ def _graph_and(available):
     return check
 
 
+def rolling_window(case) -> str | None:
+    """Why an eager decode step cannot be captured in a CUDA/HIP graph: its sliding-window layers
+    roll. Once a decode's context fills the window (``seq >= sliding_window``), transformers'
+    ``StaticSlidingWindowLayer.update`` (``cache_utils.py``, 4.5x-5.2x) takes its roll branch,
+    which makes a small CPU tensor and copies it to the device, which a graph capture refuses
+    (seen on the lent H100: "Cannot copy between CPU and CUDA tensors during CUDA graph capture").
+    ``None`` for a prefill, a registered module, or a config without an active window
+    (``sliding_window`` unset, or ``use_sliding_window`` false)."""
+    if case["phase"] != "decode" or _module_key(case["model"]) is not None:
+        return None
+    cfg = config_of(case)
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), Mapping) else cfg
+    win = text.get("sliding_window")
+    if not isinstance(win, int) or isinstance(win, bool) or win <= 0 or text.get("use_sliding_window") is False:
+        return None
+    if case["seq"] < win:
+        return None
+    return (f"an eager decode at context {case['seq']} fills the sliding window ({win}): transformers' sliding-window "
+            "cache then rolls its keys and values through a CPU tensor each step, which a CUDA/HIP graph cannot "
+            "capture")
+
+
+def _eager_graph_ok(available=None):
+    """An eager ``*_graph`` variant's ``available``: a GPU, no rolling window (:func:`rolling_window`),
+    then its twin's own check (``available``)."""
+    def check(ctx, case, dtype):
+        return (_graph_device(ctx, case, dtype) or rolling_window(case)
+                or (available(ctx, case, dtype) if available is not None else None))
+    return check
+
+
 def _eager_build(case, dtype, inputs, ctx):
     return step_fn(inputs["model"], inputs)
 
@@ -493,9 +524,10 @@ MODEL.backend("max_autotune", VARIANTS["max_autotune"], available=_needs_gpu,
 MODEL.backend("max_autotune_flydsl", VARIANTS["max_autotune_flydsl"], available=_flydsl_compile_available,
               context=compile_context)(_compiled_build("max_autotune_flydsl"))
 MODEL.backend("eager_ck", VARIANTS["eager_ck"], available=_rocm_only, context=_ck)(_eager_build)
-MODEL.backend("eager_graph", VARIANTS["eager_graph"], available=_graph_device,
+MODEL.backend("eager_graph", VARIANTS["eager_graph"], available=_eager_graph_ok(),
               context=lambda ctx, case: flydsl_eager(False, EAGER_OPS))(_eager_graph_build)
-MODEL.backend("eager_flydsl_graph", VARIANTS["eager_flydsl_graph"], available=_graph_and(_flydsl_eager_available),
+MODEL.backend("eager_flydsl_graph", VARIANTS["eager_flydsl_graph"],
+              available=_eager_graph_ok(_flydsl_eager_available),
               context=lambda ctx, case: flydsl_eager(True, EAGER_OPS))(_eager_graph_build)
 MODEL.backend("compile_graph", VARIANTS["compile_graph"], available=_graph_device,
               context=compile_context)(_compiled_build("compile_graph"))
