@@ -31,7 +31,7 @@ import pandas as pd
 from flyexplore.errors import UsageError, bad_choice
 from flyexplore.insight.capture import Call, module_pattern
 from flyexplore.insight.coverage import Judged, nt_expert_weight
-from flyexplore.insight.hf import routing_shares
+from flyexplore.insight.expert_routing import expert_rows
 from flyexplore.ops import get_op, model_hooks
 from flyexplore.results import fusion as FU
 from flyexplore.results import published as P
@@ -84,13 +84,22 @@ def modelled_us(c: Call, arch: str = "gfx950", *, nbytes: float | None = None, k
     the bytes to count (a fused call's share of its kernel, :mod:`flyexplore.results.fusion`;
     default the call's own); ``kclass``: the class (default :func:`kernel_class` unfused). NaN when
     the call's cost is unknown."""
-    dev = _peaks(arch)
-    dt = c.dtype
-    h = model_hooks(c.family)
-    cls_dtype = dt if (h is not None and h.matrix and dt in PK.DTYPE_CLASS) else "fp32"
-    tf, bw = dev.peak(cls_dtype)
-    kc = kclass or kernel_class(c)
-    return PK.roofline_us(c.flops, c.bytes if nbytes is None else nbytes, tf, bw, PK.achieved(dev.name, kc))
+    return roofline_on(_peaks(arch), c.family, c.dtype, c.flops, c.bytes if nbytes is None else nbytes,
+                       kclass or kernel_class(c))
+
+
+def roofline_on(dev: PK.DevicePeaks, family: str | None, dtype: str, flops: float, nbytes: float,
+                kclass: str) -> float:
+    """The modelled time, µs, of ``flops`` FLOPs and ``nbytes`` bytes on ``dev``: ``max(FLOPs /
+    (peak x achieved), bytes / (bandwidth x achieved))`` (:func:`flyexplore.results.peaks.roofline_us`)
+    with the matrix peak of ``dtype`` for a family whose hooks say ``matrix``, else the FP32 peak,
+    and the fraction of peak ``kclass`` (:data:`flyexplore.results.peaks.KERNEL_CLASSES`) achieves
+    on ``dev``. NaN when a cost is unknown. The one rule of :func:`modelled_us` (the target) and
+    :func:`flyexplore.results.model_step.modelled_on` (the measuring device)."""
+    h = model_hooks(family) if isinstance(family, str) else None
+    cls = dtype if (h is not None and h.matrix and dtype in PK.DTYPE_CLASS) else "fp32"
+    tf, bw = dev.peak(cls)
+    return PK.roofline_us(flops, nbytes, tf, bw, PK.achieved(dev.name, kclass))
 
 
 def _args_text(c: Call) -> str:
@@ -344,15 +353,10 @@ SHAPE_COLUMNS = ("op", "shape", "dtype", "model", "phase", "step", "view", "modu
 
 
 def split_rows(total: int, g: int, routing: str = "uniform") -> list[int]:
-    """``total`` routed rows over ``g`` experts under ``routing``
-    (:func:`flyexplore.insight.hf.routing_shares`), as integers summing to ``total`` (largest
-    remainders)."""
-    shares = routing_shares(routing, g)
-    raw = [total * x for x in shares]
-    out = [int(v) for v in raw]
-    for i in sorted(range(g), key=lambda i: raw[i] - out[i], reverse=True)[:total - sum(out)]:
-        out[i] += 1
-    return out
+    """``total`` routed rows over ``g`` experts under ``routing``, as integers summing to
+    ``total`` (largest remainders): :func:`flyexplore.insight.expert_routing.expert_rows`, the rule
+    the capture's expert loops use."""
+    return expert_rows(routing, g, total)
 
 
 def call_shape(c: Call, routing: str = "uniform") -> tuple[str, str, str] | None:

@@ -27,7 +27,9 @@ import pandas as pd
 from flyexplore.measure import stats as S
 from flyexplore.ops import model_hooks
 from flyexplore.ops.model import operator as MO
+from flyexplore.results import model as RM
 from flyexplore.results import peaks as PK
+from flyexplore.world.readiness import version_tuple
 
 #: Which capture view a variant's step is the real run of: eager variants run what the eager view
 #: captured, compiled variants what Inductor lowers (the compiled view).
@@ -191,14 +193,11 @@ def breakdown_check(frame: pd.DataFrame) -> pd.DataFrame:
 MASK_UNDER_COMPILE_BEFORE = (2, 14)
 
 
-def _torch_version(frame: pd.DataFrame) -> tuple[int, int] | None:
-    for v in frame.get("torch", pd.Series(dtype=object)).dropna().unique() if len(frame) else ():
-        parts = str(v).split("+")[0].split(".")
-        try:
-            return int(parts[0]), int(parts[1])
-        except (IndexError, ValueError):
-            continue
-    return None
+def _torch_version(frame: pd.DataFrame) -> tuple[int, ...] | None:
+    """The (major, minor) torch release of the rows (:func:`flyexplore.world.readiness.version_tuple`
+    of the first that parses), ``None`` where none does."""
+    vs = frame.get("torch", pd.Series(dtype=object)).dropna().unique() if len(frame) else ()
+    return next((t for t in (version_tuple(str(v)) for v in vs) if t is not None), None)
 
 
 def modelled_on(frame: pd.DataFrame, table: pd.DataFrame | None) -> tuple[pd.Series | None, str]:
@@ -225,7 +224,6 @@ def modelled_on(frame: pd.DataFrame, table: pd.DataFrame | None) -> tuple[pd.Ser
 
     def one(r):
         h = model_hooks(r["family"]) if isinstance(r["family"], str) else None
-        cls = r["dtype"] if (h is not None and h.matrix and r["dtype"] in PK.DTYPE_CLASS) else "fp32"
         kc = r.get("kernel_class")
         if not isinstance(kc, str):
             kc = "gemm" if h is not None and h.matrix else "unfused"
@@ -236,8 +234,7 @@ def modelled_on(frame: pd.DataFrame, table: pd.DataFrame | None) -> tuple[pd.Ser
                 and "is_causal=True" in str(r.get("args", ""))):
             kc, flops = "sdpa_efficient", 2 * flops
             hit.append(r["count"])
-        tf, bw = dev.peak(cls)
-        return PK.roofline_us(flops, nbytes, tf, bw, PK.achieved(dev.name, kc))
+        return RM.roofline_on(dev, r["family"], r["dtype"], flops, nbytes, kc)
 
     times = table.apply(one, axis=1)
     text = (f"the measuring device's datasheet peaks ({dev.name}: {dev.source}) at each kernel class's "
