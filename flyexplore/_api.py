@@ -48,7 +48,7 @@ from flyexplore.views import plots, plots_compare
 from flyexplore.views.aotriton import aotriton_ab_figure
 from flyexplore.views import model_step as VS
 from flyexplore.views.model import ModelCoverage, judge_captures, model_coverage
-from flyexplore.views.report import summary_table, write_ab_report, write_report
+from flyexplore.views.report import refuse_no_rows, summary_table, write_ab_report, write_report
 from flyexplore.views.series import series_figure
 from flyexplore.views.xray import resources_figure
 from flyexplore.world import switches as _switches
@@ -393,7 +393,8 @@ def model(model=None, inputs=None, *, config=None, kwargs: Mapping[str, Any] | N
           routing: str = "uniform", device: str = "cuda:0", project: str | None = None,
           speedups=None, force: bool = False, measure: bool = False, variants=None, layers: int | None = None,
           dtype: str | None = None, measure_device=None, max_memory: int | str | None = None, timer=None,
-          out=None, processes: int | None = None, progress: bool = True) -> ModelCoverage:
+          out=None, processes: int | None = None, progress: bool = True, resume: bool = False,
+          overwrite: bool = False) -> ModelCoverage:
     """Will this model take FlyDSL? Capture a Hugging Face model (``model``: a built-in name, a
     ``config.json`` path or a config dict; or ``config=``) -- or any ``nn.Module`` run on ``inputs``
     (and ``kwargs``), or captures already made (``fx.capture``'s result) -- and judge every distinct call for
@@ -427,7 +428,8 @@ def model(model=None, inputs=None, *, config=None, kwargs: Mapping[str, Any] | N
     ``.measured`` (:class:`flyexplore.views.model_step.MeasuredStep`), also in ``.text()``.
     ``layers`` cuts the model to its first N decoder layers (measured and captured alike);
     ``dtype`` (default the config's); ``max_memory`` (bytes or text like ``"40GB"``); ``timer``,
-    ``out`` (a result file), ``processes``: as :func:`sweep`. An ``nn.Module`` is measured
+    ``out`` (a result file), ``processes``, ``resume`` and ``overwrite`` (of ``out``, after an
+    interruption or to replace it): as :func:`sweep`. An ``nn.Module`` is measured
     in this process with its own weights and ``inputs``. Raises :class:`UsageError`, before
     anything is allocated, for an unknown variant, a step past the model's positions and a model
     whose estimate (weights + KV cache + activations) is over the free memory or ``max_memory``."""
@@ -436,7 +438,10 @@ def model(model=None, inputs=None, *, config=None, kwargs: Mapping[str, Any] | N
                               seq=seq, views=views, arch=arch, routing=routing, device=device,
                               project=project or "published", speedups=speedups, force=force, variants=variants,
                               layers=layers, dtype=dtype, measure_device=measure_device, max_memory=max_memory,
-                              timer=timer, out=out, processes=processes, progress=progress)
+                              timer=timer, out=out, processes=processes, progress=progress, resume=resume,
+                              overwrite=overwrite)
+    if resume or overwrite:
+        raise UsageError("resume and overwrite are for measure=True with out= (the measured rows' file)")
     if any(v is not None for v in (variants, layers, dtype, measure_device, max_memory, timer, out, processes)):
         raise UsageError("variants, layers, dtype, measure_device, max_memory, timer, out and processes are for "
                          "measure=True")
@@ -465,7 +470,7 @@ def model(model=None, inputs=None, *, config=None, kwargs: Mapping[str, Any] | N
 
 def _measure_model(model, inputs, *, config, kwargs, phases, phase, batch, seq, views, arch, routing, device,
                    project, speedups, force, variants, layers, dtype, measure_device, max_memory, timer, out, processes,
-                   progress):
+                   progress, resume=False, overwrite=False):
     """``fx.model(..., measure=True)``: :func:`flyexplore.views.model_step.measure_model` for a Hugging
     Face model, or for an ``nn.Module`` the capture of it and a sweep of the ``model`` family in this
     process (:func:`flyexplore.ops.model.operator.register_module`)."""
@@ -485,7 +490,7 @@ def _measure_model(model, inputs, *, config, kwargs, phases, phase, batch, seq, 
             dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(getattr(p, "dtype", None), "fp32")
         frame = sweep("model", shapes=f"1x1:model={value}", backends=variants, dtypes=dtype,
                       device=measure_device, engine="in-process", max_memory=mm, timer=timer, out=out,
-                      progress=progress)
+                      progress=progress, resume=resume, overwrite=overwrite)
         cov.measured = VS.MeasuredStep(frame, cov.table, cov._proj())
         return cov
     if inputs is not None or kwargs:
@@ -500,7 +505,8 @@ def _measure_model(model, inputs, *, config, kwargs, phases, phase, batch, seq, 
     return VS.measure_model(src.get("hf"), src.get("config"), phase=phase or "prefill", batch=1 if batch is None else batch,
                             seq=2048 if seq is None else seq, layers=layers, variants=variants, dtype=dtype,
                             device=measure_device, max_memory=mm, timer=timer, out=out, processes=processes, arch=arch,
-                            routing=routing, project=project, force=force, progress=progress)
+                            routing=routing, project=project, force=force, progress=progress, resume=resume,
+                            overwrite=overwrite)
 
 
 class CaseTrace(dict):
@@ -863,6 +869,11 @@ def report(data, out: str | os.PathLike, **kw) -> Path:
     ``baseline``, ``static``, ``formats``, ``table_formats``, ``published``, ``peak_kind``,
     ``env``). An A/B report: :func:`compare` with ``out``. Raises
     :class:`~flyexplore.errors.UsageError` for data that are not result rows or paths, a
-    missing file, or an ``out`` that is neither new, empty nor an earlier report."""
+    missing file, data without a single result row (a header-only CSV: as ``flyexplore report``),
+    or an ``out`` that is neither new, empty nor an earlier report."""
 
-    return write_report(_rows(data, "report"), out, **kw)
+    rows = _rows(data, "report")
+    if isinstance(data, pd.DataFrame) and not len(rows):
+        raise UsageError("the DataFrame given to fx.report holds no result rows: nothing to report")
+    refuse_no_rows(rows, [data] if isinstance(data, (str, os.PathLike)) else data)   # as the command line
+    return write_report(rows, out, **kw)

@@ -78,6 +78,9 @@ def parse_bytes(text: str, name: str) -> int:
 
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
     unit = m.group(2).lower() if m else None
+    neg = re.fullmatch(r"\s*-\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    if neg and neg.group(2).lower() in BYTE_UNITS:
+        raise UsageError(f"{name} must be a positive size such as 40GB, 32GiB or 5e9 (bytes), got {text!r}")
     if not m or unit not in BYTE_UNITS:
         raise UsageError(f"{name} must be a size such as 40GB, 32GiB or 5e9 (bytes), got {text!r}")
     value = float(m.group(1)) * BYTE_UNITS[unit]

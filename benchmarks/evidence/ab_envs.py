@@ -214,7 +214,7 @@ def _pairs_label(per: list[dict], k: int, band: float = 0.01):
     from flyexplore.measure import stats as S
     from flyexplore.run.processes import intervals
 
-    got = intervals(per[:k], "cuda", band, kind="pairs") if k >= 2 else None
+    got = intervals(per[:k], "cuda", band, kind="pairs")   # one pair: its own interval widened by the floor
     if got is None or "speedup" not in got:
         p = per[0]
         se = p.get("speedup_se") or math.nan
@@ -261,7 +261,7 @@ def analyze(out: Path) -> None:
         lines.append(f"| {r.op} | {r.case} | {r.time_us:g} | {r.speedup:.4f} | [{r.lo:.4f}, {r.hi:.4f}] | "
                      f"{r.label} | {labs} | {r.per_pair} |")
     lines += ["", "(labels with k pairs: the first k pairs combined as the A/B combines them; S SAME, A AMBIGUOUS, "
-              "F FASTER, S... by first letter; 1 pair: that pair's own interval)", ""]
+              "F FASTER, S... by first letter; 1 and 2 pairs: widened by the GPU's per-process floor since issue 45)", ""]
     if len(short):
         lines += [f"### Calls under {SHORT_US:g} µs", "",
                   "sd: the standard deviation of one pair's log speedup (between pairs, each pair's own noise "

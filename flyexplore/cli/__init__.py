@@ -31,7 +31,7 @@ import sys
 
 from flyexplore.cli import (compare, demo, env, explain, export, model, published, report, suites, sweep, switches,
                             trace, xray)
-from flyexplore.cli._shared import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE, gpu_visible
+from flyexplore.cli._shared import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE, dash_values, gpu_visible
 from flyexplore.errors import UsageError, WriteError
 
 #: The commands, in the order ``flyexplore --help`` lists them: name -> module.
@@ -45,13 +45,16 @@ def quiet_cpu_noise() -> None:
     ``W... cpp_extension.py ... No CUDA runtime is found, using CUDA_HOME=...`` (the CUDA wheel
     looks for a CUDA toolkit it does not need on the CPU) and the profiler's (Kineto)
     ``gpuGetDeviceCount failed with code 35`` (CUDA error 35, insufficient driver: there is no
-    GPU driver to ask). Neither affects a CPU result. Sets ``KINETO_LOG_LEVEL=5`` unless the
-    user set it, and the ``torch.utils.cpp_extension`` logger to errors only."""
+    GPU driver to ask), with the profiler's ``USDT: ... profiler_start`` / ``profiler_stop`` lines
+    at each profiled call (Kineto logs them at its top severity, USDT = 5, above ERROR = 4, so only
+    the level past it, 6, silences them; issue 45). Neither affects a CPU result. Sets
+    ``KINETO_LOG_LEVEL=6`` unless the user set it (read when the profiler starts, so setting it
+    here is in time), and the ``torch.utils.cpp_extension`` logger to errors only."""
     if gpu_visible():
         return
     import logging
 
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
 
@@ -119,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     2; so does, as a last net, an ``OSError`` no command turned into one (``flyexplore: error:
     <filename>: <strerror>``; with ``FLYEXPLORE_DEBUG`` set it is raised, traceback and all)."""
     try:
-        a = build_parser().parse_args(argv)
+        p = build_parser()   # `--max-memory -5GB` reaches the option's own check (dash_values)
+        a = p.parse_args(dash_values(p, sys.argv[1:] if argv is None else argv))
         quiet_cpu_noise()
         try:
             rc = a.run(a)

@@ -4,6 +4,7 @@ helpers of the commands that write reports.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -104,3 +105,69 @@ def inputs_in(paths, folder) -> list[str]:
     """Names of the input files that lie directly in ``folder`` (kept beside a report there)."""
     f = Path(folder).resolve()
     return [Path(p).name for p in paths if Path(p).resolve().parent == f]
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """A parser's option strings -> their actions (every group's)."""
+    return {o: act for act in parser._actions for o in act.option_strings}
+
+
+def _option_named(opts: dict[str, argparse.Action], tok: str) -> argparse.Action | None:
+    """The action ``tok`` names as argparse reads it: an option string, or the unique ``--`` option
+    it abbreviates (argparse's ``allow_abbrev``); None otherwise."""
+    if tok in opts:
+        return opts[tok]
+    if tok.startswith("--") and len(tok) > 2:
+        hits = {id(a): a for o, a in opts.items() if o.startswith(tok)}
+        if len(hits) == 1:
+            return next(iter(hits.values()))
+    return None
+
+
+def dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``argv`` with ``--opt -value`` written ``--opt=-value`` wherever ``--opt`` takes one value and
+    ``-value`` is no option of the command: argparse reads a word that starts with ``-`` (and is
+    not a plain negative number) as an option and says ``expected one argument``, so the option's
+    own check never saw ``--max-memory -5GB`` (issue 45). A word that names an option (``--out
+    --quiet``: a value forgotten) or is ``-`` alone is left as it is, as is everything after
+    ``--``. Options are those of the command (``parser``'s subcommand named in ``argv``), else the
+    parser's own."""
+    argv = [str(x) for x in argv]
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    opts, out, i, chosen = _options(parser), [], 0, False
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            out.extend(argv[i:])
+            break
+        if not chosen and subs and not tok.startswith("-") and tok in subs[0].choices:
+            opts, chosen = _options(subs[0].choices[tok]), True
+            out.append(tok)
+            i += 1
+            continue
+        act = _option_named(opts, tok) if tok.startswith("-") and "=" not in tok else None
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if (act is not None and act.nargs is None and tok.startswith("--") and nxt is not None
+                and nxt.startswith("-") and nxt != "-" and _option_named(opts, nxt.split("=", 1)[0]) is None):
+            out.append(f"{tok}={nxt}")
+            i += 2
+            continue
+        out.append(tok)
+        i += 1
+    return out
+
+
+def stopped_line(out: str | Path, how: str = "interrupted") -> str:
+    """What a command that journals its rows into ``out`` (``sweep``, ``model --measure --out``)
+    says when Ctrl-C (``how="interrupted"``) or SIGTERM (``"terminated"``) stopped it: where the
+    finished rows are kept and that ``--resume`` goes on from them, or that nothing was written.
+    Both commands take ``--resume`` and ``--overwrite``."""
+    from flyexplore.run.journal import journal_path
+
+    jp = journal_path(out)
+    if jp.exists() or Path(out).exists():
+        kept = f"the journal {str(jp)!r} (the result file was not written)" if jp.exists() else str(out)
+        return (f"flyexplore: {how}; finished rows kept in {kept}; to continue, re-run the same command with "
+                "--resume (--overwrite starts again)")
+    return (f"flyexplore: {how} before any case finished; nothing was written to {out}; re-run the same command "
+            "to start again")

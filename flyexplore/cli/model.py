@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from flyexplore.atomic import write_text
+from flyexplore.cli._shared import EXIT_INTERRUPTED
 from flyexplore.errors import UsageError
 
 HELP = "which of a model's calls take FlyDSL (capture a Hugging Face config, judge, project, export shapes)"
@@ -31,7 +33,9 @@ EPILOG = ("examples:\n"
           "compile, max_autotune, max_autotune_flydsl, eager_ck (ROCm), and in CUDA/HIP graphs (GPU):\n"
           "eager_graph, eager_flydsl_graph, compile_graph (mode=reduce-overhead), max_autotune_graph,\n"
           "max_autotune_flydsl_graph; one that cannot run here is an unavailable row with the reason.\n"
-          "A decode step's cache states are rewound before each call.\n\n"
+          "A decode step's cache states are rewound before each call. --out keeps each row as it finishes:\n"
+          "after Ctrl-C or a full disk, the same command with --resume measures the variants still missing\n"
+          "(--overwrite replaces the file).\n\n"
           "built-in models (--hf): data/models/*.json (flyexplore model --list)\n"
           "FLOPs and bytes are captured from the model; time shares are modelled (roofline on the target's "
           "datasheet peaks); --project gives a projection, never a measurement.\n\n"
@@ -90,7 +94,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g2.add_argument("--max-memory", metavar="BYTES", help="refuse a model whose estimate (weights + KV cache + "
                     "activations) is over this (40GB, 32GiB, 5e9); the device's free memory always applies")
     g2.add_argument("--out", metavar="FILE", help="also keep the measured rows in a result file (.parquet, .csv, "
-                    ".jsonl) for flyexplore report / compare")
+                    ".jsonl) for flyexplore report / compare; each row is kept as it finishes, as by flyexplore sweep")
+    g2.add_argument("--resume", action="store_true", help="with --out: continue the file (after Ctrl-C or a full "
+                    "disk): measure only the variants it does not hold yet")
+    g2.add_argument("--overwrite", action="store_true", help="with --out: replace an existing file")
     g2.add_argument("--processes", type=int, metavar="N", help="measure in N fresh worker processes and combine "
                     "(intervals that cover another run; GPU)")
     p.add_argument("--force", action="store_true",
@@ -135,6 +142,19 @@ def _check_out(path: str | None, what: str, exts: tuple[str, ...]) -> None:
         raise UsageError(f"{what} {path!r}: folder {str(p.parent)!r} does not exist")
 
 
+def model_words(msg: str) -> str:
+    """A message of the sweep that ``--measure`` runs, in ``model``'s flags: ``--device`` is
+    ``--measure-device``, a variant is a ``--variants`` entry, and a resume with another plan (other
+    variants, dtype, layers, ...) is fixed with ``--overwrite`` or another ``--out`` (``model`` has
+    no ``--extend``: its file holds one step)."""
+    from flyexplore.run.journal import ANOTHER_PLAN_FIX
+
+    msg = msg.replace("--device ", "--measure-device ")
+    if msg.startswith("unknown variant "):
+        msg = "unknown --variants entry " + msg[len("unknown variant "):]
+    return msg.replace(ANOTHER_PLAN_FIX, "use --overwrite to replace it, or choose another --out")
+
+
 def run(a: argparse.Namespace) -> int:
     # imported here, as in every command module: `flyexplore --help` imports neither torch nor pandas
     from flyexplore.views.model import model_coverage
@@ -159,9 +179,10 @@ def run(a: argparse.Namespace) -> int:
         raise UsageError(f"--report {a.report!r} is a file, not a folder")
     if a.speedups and not Path(a.speedups).is_file():
         raise UsageError(f"--speedups {a.speedups!r}: no such result file")
-    measure_only = ("variants", "layers", "dtype", "measure_device", "max_memory", "out", "processes")
+    measure_only = ("variants", "layers", "dtype", "measure_device", "max_memory", "out", "processes", "resume",
+                    "overwrite")
     if not a.measure:
-        given = [n for n in measure_only if getattr(a, n) is not None]
+        given = [n for n in measure_only if getattr(a, n) is not None and getattr(a, n) is not False]
         if given:
             raise UsageError(f"--{given[0].replace('_', '-')} is for --measure")
         cov = model_coverage(a.hf, a.config, phases=phases, views=a.view, arch=a.arch, routing=a.routing,
@@ -174,17 +195,26 @@ def run(a: argparse.Namespace) -> int:
             raise UsageError("--measure measures one step: give one phase (e.g. --phase decode --batch 32)")
         if a.project == "results":
             raise UsageError("--measure projects from the published figures (--project published)")
+        if (a.resume or a.overwrite) and not a.out:
+            raise UsageError(f"--{'resume' if a.resume else 'overwrite'} is for the result file: give --out FILE")
         ph, b, sq = phases[0]
+        if (a.measure_device or "").startswith("cpu"):   # in this process: the profiler's USDT lines
+            os.environ.setdefault("KINETO_LOG_LEVEL", "6")   # (flyexplore.cli.quiet_cpu_noise)
         try:
             cov = measure_model(a.hf, a.config, phase=ph, batch=b, seq=sq, layers=a.layers, variants=a.variants,
                                 dtype=a.dtype, device=a.measure_device,
-                                max_memory=parse_bytes(a.max_memory, "--max-memory") if a.max_memory else None,
-                                out=a.out, processes=a.processes, arch=a.arch, routing=a.routing, force=a.force)
-        except UsageError as exc:   # the sweep's words for the options --measure names otherwise
-            msg = str(exc).replace("--device ", "--measure-device ")
-            if msg.startswith("unknown variant "):
-                msg = "unknown --variants entry " + msg[len("unknown variant "):]
-            raise UsageError(msg) from None
+                                max_memory=parse_bytes(a.max_memory, "--max-memory") if a.max_memory is not None
+                                else None, out=a.out, processes=a.processes, arch=a.arch, routing=a.routing,
+                                force=a.force, resume=a.resume, overwrite=a.overwrite)
+        except UsageError as exc:
+            raise UsageError(model_words(str(exc))) from None
+        except KeyboardInterrupt:   # Ctrl-C: the finished rows are kept, as a sweep's
+            if not a.out:
+                raise
+            from flyexplore.cli._shared import stopped_line
+
+            print(stopped_line(a.out), file=sys.stderr)
+            return EXIT_INTERRUPTED
         if a.out:
             print(f"{len(cov.measured.frame)} rows written to {a.out} (flyexplore report / compare read it)",
                   file=sys.stderr)

@@ -22,18 +22,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(a: argparse.Namespace) -> int:
     """Check the output folder, read and validate the result files
-    (:func:`flyexplore.results.table.load_set`) and the baseline, then write the report; any
+    (:func:`flyexplore.results.table.load_set`: files without any result row are refused,
+    :func:`~flyexplore.views.report.refuse_no_rows`) and the baseline, then write the report; any
     problem is one :class:`~flyexplore.errors.UsageError` line before anything is written."""
     # imported here, as in every command module: `flyexplore --help` imports neither torch nor pandas
     from flyexplore.results import table as R
     from flyexplore.views.export import check_writable
-    from flyexplore.views.report import check_report_dir, write_report
+    from flyexplore.views.report import check_report_dir, refuse_no_rows, write_report
 
     keep = inputs_in(a.results, a.out)
     baseline = baseline_arg(a.baseline) if a.baseline is not None else None
     check_report_dir(a.out, keep)
     check_writable(a.out, "report folder", folder=True)
     df = R.load_set(a.results)
+    refuse_no_rows(df, a.results)   # before anything is written
     if baseline is None:
         baseline = R.default_baseline(df)
     R.check_backends(df, baseline, "--baseline", ", ".join(repr(r) for r in a.results))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from pathlib import Path
 
 from flyexplore.cli._shared import (
     EXIT_INCOMPLETE,
@@ -20,6 +19,7 @@ from flyexplore.cli._shared import (
     EXIT_TERMINATED,
     catalogue,
     gpu_visible,
+    stopped_line,
     values_text,
 )
 from flyexplore.errors import UsageError
@@ -214,17 +214,7 @@ def run(a: argparse.Namespace) -> int:
     try:
         df = run_sweep(spec, progress=not a.quiet)
     except KeyboardInterrupt:
-        from flyexplore.run.journal import journal_path
-
-        jp = journal_path(a.out)
-        how = 'terminated' if got else 'interrupted'
-        if jp.exists() or Path(a.out).exists():
-            kept = (f"the journal {str(jp)!r} (the result file was not written)" if jp.exists() else a.out)
-            print(f"flyexplore: {how}; finished rows kept in {kept}; "
-                  "to continue, re-run the same command with --resume", file=sys.stderr)
-        else:   # stopped before any case finished (while planning or probing memory)
-            print(f"flyexplore: {how} before any case finished; nothing was written to {a.out}; "
-                  "re-run the same command to start again", file=sys.stderr)
+        print(stopped_line(a.out, 'terminated' if got else 'interrupted'), file=sys.stderr)
         return EXIT_TERMINATED if got else EXIT_INTERRUPTED
     finally:
         if old is not None:

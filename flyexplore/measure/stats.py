@@ -287,7 +287,8 @@ def _spread(x: np.ndarray, se: np.ndarray) -> float:
 
 def between_process(estimates: Sequence[float], ses: Sequence[float] | None = None,
                     confidence: float = CONFIDENCE, shift: float = 0.0,
-                    shift_per_sd: float = 0.0, prediction: bool = True) -> tuple[float, float, float]:
+                    shift_per_sd: float = 0.0, prediction: bool = True,
+                    floor: float = 0.0) -> tuple[float, float, float]:
     """Combine one quantity (a median time in ms, or a speedup) measured in ``n`` fresh processes
     into ``(estimate, lo, hi)``: the geometric mean of the per-process estimates and a
     ``confidence`` **prediction interval for another run of n processes** -- the interval that
@@ -311,8 +312,15 @@ def between_process(estimates: Sequence[float], ses: Sequence[float] | None = No
     ``t(n - 1) * sqrt(var / n)``: what an environment A/B's fresh pairs of workers give for a
     ratio paired round by round within each pair (both environments shared each pair's device
     state, so a run shift cancels and no other run is predicted; :mod:`flyexplore.run.envab`).
-    Needs n >= 2 for an interval (else ``lo``/``hi`` are NaN); non-positive or missing
-    estimates are left out."""
+    ``floor``: a stated per-process floor, the standard deviation in log space of the offset one
+    fresh process gives and that its own rounds cannot see
+    (:data:`flyexplore.results.speedups.PROCESS_FLOOR`). With it the half-width is never below
+    ``z * sqrt(k * (floor**2 + mean se**2) / n)`` (``k`` 2 for a prediction, else 1; the floor a
+    known spread, so the normal quantile), and one process (n = 1) gets exactly that interval
+    instead of none: a reading that the floor can explain is never a label, however tight the
+    process's own rounds were (issue 45: two identical CPU workers differed by 5x for a whole
+    pass, each with an interval of +-1%). Needs n >= 2 for an interval without a ``floor`` (else
+    ``lo``/``hi`` are NaN); non-positive or missing estimates are left out."""
     x = np.asarray(estimates, dtype=float)
     se = np.full(x.size, np.nan) if ses is None else np.asarray(ses, dtype=float)
     keep = np.isfinite(x) & (x > 0)
@@ -320,10 +328,17 @@ def between_process(estimates: Sequence[float], ses: Sequence[float] | None = No
     if x.size == 0:
         return (math.nan, math.nan, math.nan)
     c = float(np.mean(x))
+    k = 2 if prediction else 1
+    w = se[np.isfinite(se)]
+    own2 = float(np.mean(w ** 2)) if w.size else 0.0
+    least = _z(confidence) * math.sqrt(k * (floor ** 2 + own2) / x.size) if floor > 0 else 0.0
     if x.size < 2:
-        return (math.exp(c), math.nan, math.nan)
-    var = _spread(x, se)
-    half = t_quantile(x.size - 1, confidence) * math.sqrt((2 if prediction else 1) * var / x.size)
+        if not least:
+            return (math.exp(c), math.nan, math.nan)
+        var, half = floor ** 2 + own2, least
+    else:
+        var = _spread(x, se)
+        half = max(t_quantile(x.size - 1, confidence) * math.sqrt(k * var / x.size), least)
     half = math.hypot(half, _z(confidence) * math.sqrt(2) * max(shift, shift_per_sd * math.sqrt(var)))
     return (math.exp(c), math.exp(c - half), math.exp(c + half))
 

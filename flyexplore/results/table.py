@@ -829,6 +829,7 @@ from flyexplore.results.arms import (  # noqa: E402,F401 - re-exported
 )
 # speedups, geometric means, their intervals and the run-to-run allowances: flyexplore/results/speedups.py
 from flyexplore.results.speedups import (  # noqa: E402,F401 - re-exported
-    RUN_SHIFT, RUN_SHIFT_PER_SD, RUN_TO_RUN, RUN_TO_RUN_SOURCE, SPEEDUP_COLUMNS, SPEEDUP_INPUTS, TIE_BAND,
-    geomean, geomean_speedup, ratio_interval, ratio_intervals, run_shift, run_shift_per_sd, speedup,
+    PROCESS_FLOOR, RUN_SHIFT, RUN_SHIFT_PER_SD, RUN_TO_RUN, RUN_TO_RUN_SOURCE, SPEEDUP_COLUMNS, SPEEDUP_INPUTS,
+    TIE_BAND, geomean, geomean_speedup, process_floor, ratio_interval, ratio_intervals, run_shift,
+    run_shift_per_sd, speedup,
 )

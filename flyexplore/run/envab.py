@@ -75,9 +75,10 @@ from flyexplore.measure.devstate import _nvml_handle
 from flyexplore.results import table as R
 from flyexplore.run.driver import CaseJob, drive_case, how_for
 from flyexplore.run.engine import (CASE_TIMEOUT_S, START_ATTEMPTS, WORKER_START_TIMEOUT_S,
-                                   _exit_text, pin_env)
+                                   _exit_text, cpu_malloc, pin_env)
 from flyexplore.run.envs import Env, driver_package, extra_paths_for, worker_environ
 from flyexplore.run.envworker import Reader, send
+from flyexplore.run.frames import Garbage
 from flyexplore.run.place import WorkerDied, WorkerFailed, WorkerHung
 from flyexplore.run.processes import PassRule, pass_loop
 from flyexplore.run.plan import op_ref
@@ -92,7 +93,41 @@ STOP_S = 5.0
 #: Longest wait for a worker's exit status once its pipe has closed, s (:meth:`EnvWorker.exit_text`).
 EXIT_WAIT_S = 5.0
 
+#: The least time a later pair of workers gets to start, s (:func:`pair_start_limit`).
+PAIR_START_MIN_S = 30.0
+#: A later pair's start limit in multiples of what the first pair took (:func:`pair_start_limit`).
+PAIR_START_FACTOR = 3.0
+
 _clock = time.monotonic
+
+
+def pair_start_limit(first_s: float | None, start_timeout: float) -> float:
+    """How long a pair of workers after the first may take to start, s, counted from when its
+    pass needs it (:meth:`Pair.ready`): three times what the A/B's first pair took (``first_s``,
+    launch to ready; it started cold, before anything was written), at least
+    :data:`PAIR_START_MIN_S`, at most ``start_timeout`` (``--worker-start-timeout``, which the first
+    pair gets). Measured (issue 45): on the H100 a pair went from launch to ready in 7.6 s (median
+    of 26; largest 12.8 s, ``data/h100/aa_pairs/``, ``data/h100/stalled_start/``); on this
+    project's 2-core CPU with other jobs beside it in 7.8 s (median of 123; 95th percentile
+    15.4 s, largest 23.0 s, ``data/cpu/aa/``). So the limit is 30 s on both, and a worker stopped or
+    stuck at its start costs that, not ``--worker-start-timeout``'s 300 s
+    (``benchmarks/evidence/stalled_start.py``: 34 s on the H100)."""
+    if first_s is None or not math.isfinite(first_s):
+        return start_timeout
+    return min(start_timeout, max(PAIR_START_MIN_S, PAIR_START_FACTOR * first_s))
+
+
+def _proc_state(pid: int | None) -> str:
+    """`` (its process is stopped: state T)`` where Linux's ``/proc/PID/stat`` says the process is
+    stopped or traced, else ''."""
+    if pid is None:
+        return ""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+    return f" (its process is stopped: state {state}, e.g. SIGSTOP or a debugger)" if state in ("T", "t") else ""
 
 
 def exclusive_mode(device) -> str | None:
@@ -179,6 +214,7 @@ class EnvWorker:
         self.info: dict | None = None
         self.pending: list[dict] = []
         self.cpus = shared_cpus() if device == "cpu" else ""
+        self.garbage = ""
 
     @property
     def name(self) -> str:
@@ -193,7 +229,7 @@ class EnvWorker:
             self.proc = subprocess.Popen(
                 [self.env.interpreter, "-m", "flyexplore.run.envworker", "--in", str(c_in), "--out", str(c_out),
                  "--name", self.env.name, "--device", self.device, "--cpus", self.cpus],
-                env=worker_environ(self.env, self.worker_code, self.extra_paths, self.pin),
+                env=self.environ(),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(c_in, c_out), start_new_session=True,
                 preexec_fn=_off_core(self.cpus))
         except OSError:
@@ -205,6 +241,15 @@ class EnvWorker:
         os.close(c_in)
         os.close(c_out)
         self.cmd_fd, self.reader, self.pending, self.info = d_out, Reader(d_in), [], None
+
+    def environ(self) -> dict:
+        """The variables the worker starts with: its environment's
+        (:func:`flyexplore.run.envs.worker_environ`), and on the CPU glibc's fixed heap
+        (:func:`flyexplore.run.engine.cpu_malloc`) unless the environment sets those variables."""
+        env = worker_environ(self.env, self.worker_code, self.extra_paths, self.pin)
+        if self.device == "cpu":
+            env.update(cpu_malloc(env))
+        return env
 
     def tail(self, n: int = STDERR_LINES) -> str:
         """The last ``n`` non-empty lines of the worker's stderr, joined with `` | ``."""
@@ -233,12 +278,12 @@ class EnvWorker:
         while True:
             if self.pending:
                 return self.pending.pop(0)
-            got = self.reader.read()
+            got = self._read()
             if got:
                 self.pending += got
                 continue
             if self.reader.eof or self.proc.poll() is not None:
-                got = self.reader.read()
+                got = self._read()
                 if got:
                     self.pending += got
                     continue
@@ -248,6 +293,16 @@ class EnvWorker:
                 raise WorkerHung()
             with contextlib.suppress(OSError, ValueError):
                 select.select([self.reader.fd], [], [], min(POLL_S, left))
+
+    def _read(self) -> list:
+        """:meth:`flyexplore.run.frames.Inbox.read`; bytes that are no message make the worker
+        :class:`WorkerDied` with the garbage quoted (``garbage`` keeps the text): a process that
+        writes text to the pipe is not a worker, and is never waited for."""
+        try:
+            return self.reader.read()
+        except Garbage as exc:
+            self.garbage = str(exc)
+            raise WorkerDied(self.garbage) from None
 
     def hello(self, deadline: float) -> dict:
         """Wait for the worker's hello (until ``deadline``); its ``fatal`` answer raises
@@ -332,7 +387,9 @@ class Setup:
     auto: bool = False         # --pairs auto: one more pair at a time until every label is decided
     max_pairs: int = 0         # the most pairs a case gets (auto), else pairs
     hellos: dict = field(default_factory=dict)
-    start_s: list = field(default_factory=list)   # how long each pair took to start, s
+    start_s: list = field(default_factory=list)   # how long each pass waited for its pair, s
+    launch_s: list = field(default_factory=list)  # how long each pair took from launch to ready, s
+    failed_starts: list = field(default_factory=list)   # (pair label, why) of every start that failed
 
     @property
     def gpu(self) -> bool:
@@ -353,12 +410,13 @@ class Pair:
         self.st, self.label = st, label
         self.workers = [EnvWorker(e, st.worker_device, st.pin, st.worker_code, st.extra_paths, st.log_dir, label)
                         for e in st.envs]
+        self.failed_starts: list[str] = []   # the starts this pass lost before this pair started
 
     def launch(self) -> None:
         """Start every worker's process, without waiting (:meth:`ready` waits for their hellos): a
         spare pair is launched while the current one measures, so that the next pass finds it
         ready. Raises :class:`UsageError` when a process cannot be started at all."""
-        self.launched = _clock()
+        self.launched, self.launched_wall = _clock(), time.time()
         try:
             for w in self.workers:
                 w.start()
@@ -367,29 +425,56 @@ class Pair:
             raise UsageError(f"a worker process could not be started: {exc}") from None
 
     def ready(self) -> None:
-        """Wait for each worker's hello (until ``start_timeout`` after :meth:`launch`). Raises
-        :class:`UsageError` naming the environment whose worker did not start, and why (the others
-        are stopped). Records how long the pass waited for it (``start_s``: from this call, so a
-        spare launched earlier costs only what was left of its start)."""
+        """Wait for each worker's hello, for at most :meth:`limit` from this call. Raises
+        :class:`UsageError` naming the environment whose worker did not start, and why (the workers
+        are killed). Sets ``start_s`` (how long this call waited: a spare launched earlier costs only
+        what was left of its start) and ``launch_s`` (launch to the last hello, :meth:`_took`; the
+        A/B's first pair's sets the later pairs' limit)."""
         t0 = _clock()
+        limit = self.limit()
         try:
-            deadline = self.launched + self.st.start_timeout
+            # from now, not from the launch: a spare launched while a pass measured started beside that
+            # work (on the H100 a model step's spare took 46 s beside its case, 10 s alone)
+            deadline = t0 + limit
             for w in self.workers:
                 try:
                     info = w.hello(deadline)
                 except WorkerFailed as exc:
                     raise UsageError(self._why(w, f"raised {exc.text}")) from None
                 except WorkerDied as exc:
+                    if w.garbage:
+                        raise UsageError(self._why(w, w.garbage)) from None
                     raise UsageError(self._why(w, f"died ({exc}){': ' + w.tail() if w.tail() else ''}")) from None
                 except WorkerHung:
-                    raise UsageError(self._why(
-                        w, f"not ready within --worker-start-timeout {self.st.start_timeout:g} s")) from None
+                    what = ("--worker-start-timeout" if limit == self.st.start_timeout else
+                            "the pair-start limit (3x the first pair's start, at least 30 s)")
+                    held = len(w.reader.buf) if w.reader is not None else 0
+                    part = (f"; its pipe holds {held} byte(s) that are no message: {bytes(w.reader.buf[:60])!r}"
+                            if held else "")
+                    raise UsageError(self._why(w, f"was not ready within {what} of {limit:.0f} s"
+                                                  f"{_proc_state(w.proc.pid if w.proc else None)}{part}")) from None
                 self._check(w, info)
         except BaseException:
-            self.stop()
+            for w in self.workers:   # none of them is measuring: killed at once, not asked to stop
+                w.kill()
             raise
         self.start_s = _clock() - t0
-        self.st.start_s.append(self.start_s)
+        self.launch_s = self._took()
+        self.st.launch_s.append(self.launch_s)
+
+    def _took(self) -> float:
+        """How long the pair took from its launch to its last worker's hello, s: from the hellos'
+        own wall-clock time (``ready_at``; a spare's hello may have waited in its pipe while a pass
+        measured), else until now."""
+        at = [(w.info or {}).get("ready_at") for w in self.workers]
+        if at and all(isinstance(x, (int, float)) for x in at):
+            return max(0.0, max(at) - self.launched_wall)
+        return _clock() - self.launched
+
+    def limit(self) -> float:
+        """This pair's start limit, s: ``--worker-start-timeout`` for the A/B's first pair (it
+        starts cold), :func:`pair_start_limit` of the first pair's start for every later one."""
+        return pair_start_limit(self.st.launch_s[0] if self.st.launch_s else None, self.st.start_timeout)
 
     def start(self) -> None:
         """:meth:`launch`, then :meth:`ready` (the starts of the workers overlap)."""
@@ -483,30 +568,6 @@ def env_report(st: Setup) -> list[str]:
     return out
 
 
-#: Variables that set how many threads a library uses: on the CPU an A/B's workers share one core
-#: (:func:`shared_cpus`) and ``cpu-thread`` timing runs torch on one thread
-#: (:data:`flyexplore.measure.timing.CPU_TIMING_THREADS`), so an environment that changes one of
-#: them changes nothing that is measured.
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-               "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS", "TORCH_NUM_THREADS", "GOTO_NUM_THREADS")
-
-
-def thread_warnings(st: Setup) -> list[str]:
-    """A warning for each environment of a CPU A/B that changes a thread-count variable
-    (:data:`THREAD_VARS`): its workers are pinned to one shared core and timed on one torch thread,
-    so the A/B cannot see what that variable does (one line each; none on a GPU)."""
-    if st.gpu:
-        return []
-    out = []
-    for e in st.envs:
-        hit = sorted(k for k in dict(e.changes) if k.upper() in THREAD_VARS)
-        if hit:
-            out.append(f"warning: env {e.name!r} changes {', '.join(hit)}, but on the CPU an A/B's workers share one "
-                       f"core and cpu-thread timing runs torch on one thread: this A/B cannot measure a thread-count "
-                       f"change (time separate sweeps with --timing cpu-wall instead)")
-    return out
-
-
 def check_hellos_differ(st: Setup) -> list[str]:
     """Notes on environments that report the same versions and variables (an A/A, or an env
     change torch does not read): nothing wrong, said once."""
@@ -577,6 +638,10 @@ def run_passes(st: Setup, work: list, pass_rows: dict, *, first_pair: Pair | Non
                 for a in arms:
                     e = R.split_arm(a)[1]
                     cols = {**got.get(a, {"status": "error", "message": "no row came back"}), **env_columns(st, a)}
+                    if pair.failed_starts:
+                        cols["message"] = "; ".join(x for x in (cols.get("message"),
+                                                                f"{_starts_text(pair.failed_starts)} before this "
+                                                                "pair started") if x)
                     rows.append((k, make_row(case, dtype, a, cols, _info(infos.get(e), pair.label, e))))
                 add_passes(rows)
                 if bar is not None:
@@ -610,21 +675,35 @@ def _next_pair(st: Setup, pairs: dict, k: int, problems: list, todo: list, make_
     else the spare launched during the last pass (once ready), else a fresh one
     (:func:`_fresh_pair`); None when none starts (``todo`` then has ``crashed`` rows)."""
     label = f"pair{k + 1}"
+    t0 = _clock()
     pair = pairs["first"]
     pairs["first"] = None
+    if pair is not None:   # started before the output was opened: its start is the sweep's first note
+        pairs["now"] = pair
+        pair.label = label
+        return pair
+    failed: list[str] = []
     if pair is None and pairs["spare"] is not None:
         pair, pairs["spare"] = pairs["spare"], None
         try:
             pair.ready()
         except UsageError as exc:
-            problems.append(f"pass {k + 1}: the spare pair did not start ({exc}); starting another")
+            failed.append(str(exc))
+            st.failed_starts.append((label, str(exc)))
             pair = None
     if pair is None:
-        pair = _fresh_pair(st, label, problems, todo, k, make_row, add_passes, have)
+        pair = _fresh_pair(st, label, problems, todo, k, make_row, add_passes, have, failed)
     if pair is not None:
         pair.label = label
+        st.start_s.append(_clock() - t0)   # what this pass waited, failed starts included
     pairs["now"] = pair
     return pair
+
+
+def _starts_text(failed: list[str]) -> str:
+    """``1 pair start failed (env 'b' ...: was not ready within ...)`` for the starts ``failed``."""
+    n = len(failed)
+    return f"{n} pair start{'s' if n != 1 else ''} failed ({failed[-1][:400]})"
 
 
 def _spare(st: Setup, label: str) -> Pair | None:
@@ -651,18 +730,28 @@ def _set_desc(bar, k: int, rule) -> None:
     bar.set_description(f"{base} (pair {k + 1}/{rule.text()})")
 
 
-def _fresh_pair(st: Setup, label: str, problems: list, todo: list, k: int, make_row, add_passes, have) -> Pair | None:
-    """A newly started pair, trying :data:`flyexplore.run.engine.START_ATTEMPTS` times; when none
-    starts, ``todo``'s cases get ``crashed`` pass rows saying why, a line goes to ``problems`` and
-    None is returned."""
+def _fresh_pair(st: Setup, label: str, problems: list, todo: list, k: int, make_row, add_passes, have,
+                failed: list | None = None) -> Pair | None:
+    """A newly started pair, trying :data:`flyexplore.run.engine.START_ATTEMPTS` times; every
+    failed start is kept (``st.failed_starts``, and ``failed``, the starts this pass lost before,
+    which the pair then carries in ``failed_starts``: its rows say them) and said in ``problems``;
+    when none starts, ``todo``'s cases get ``crashed`` pass rows saying why and None is returned."""
+    failed = [] if failed is None else failed
     why = ""
     for attempt in range(START_ATTEMPTS):
-        p = Pair(st, label if not attempt else f"{label}a{attempt + 1}")
+        name = label if not attempt else f"{label}a{attempt + 1}"
+        p = Pair(st, name)
         try:
             p.start()
-            return p
         except UsageError as exc:
             why = str(exc)
+            failed.append(why)
+            st.failed_starts.append((name, why))
+            continue
+        p.failed_starts = list(failed)
+        if failed:
+            problems.append(f"pass {k + 1}: {_starts_text(failed)}; it ran on the pair started after")
+        return p
     msg = f"not run: no pair of workers could start ({START_ATTEMPTS} attempts; last: {why})"
     for case, dtype in todo:
         rows = [(k, make_row(case, dtype, a, {"status": "crashed", "message": msg, **env_columns(st, a)}, {}))
@@ -708,4 +797,5 @@ def start_first_pair(st: Setup) -> Pair:
             raise UsageError(why)
     p = Pair(st, "pair1")
     p.start()
+    st.start_s.append(p.start_s)
     return p

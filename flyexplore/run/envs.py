@@ -22,8 +22,16 @@ flyexplore source in every environment (a folder holding only a link to the driv
 ``flyexplore`` package goes first on the worker's ``PYTHONPATH``; nothing else of the driver's
 packages does, so each environment keeps its own torch), so both sides measure with the same
 code; ``env`` imports the flyexplore installed in that environment, whose version must be the
-driver's. :func:`probe` checks each environment in well under a second (a child interpreter
-that finds torch, numpy and flyexplore without importing torch), before any file is opened.
+driver's. Either way a worker gets none of the driver's variables that change what Python imports
+(:data:`IMPORT_VARS`: ``PYTHONPATH``, ``PYTHONHOME``, ...) unless the environment's text sets them
+(``NAME:PYTHONPATH=/x``), and starts with ``PYTHONSAFEPATH=1`` (the driver's working folder does not
+go first on its ``sys.path``): what it imports is its environment's, not the driver's.
+:func:`probe` checks each environment in well under a second (a child interpreter with the
+worker's variables that finds torch, numpy and flyexplore without importing torch), before any
+file is opened.
+
+On the CPU an A/B whose environments give a thread-count variable (:data:`THREAD_VARS`) different
+values is refused (:func:`thread_refusal`): it could not see the change.
 """
 from __future__ import annotations
 
@@ -71,6 +79,30 @@ PAIRS = 3
 MAX_PAIRS = 10
 #: The name of the A/A copy of an environment (:func:`aa_copy`).
 AA_SUFFIX = "-aa"
+#: The driver's variables that change what a Python process imports or where it looks: a worker
+#: gets none of them unless its environment's text sets them (:func:`worker_environ`), or the
+#: driver's would choose its code (issue 45: with ``PYTHONPATH=/work/main`` an environment holding
+#: flyexplore 0.0.9 ran the driver's 0.1.0 under ``--worker-code env``). Why each (the Python
+#: docs' "Command line and environment" page; ``__PYVENV_LAUNCHER__``: CPython's ``getpath``):
+IMPORT_VARS = (
+    "PYTHONPATH",          # folders put before the interpreter's own site-packages
+    "PYTHONHOME",          # where the standard library and site-packages are: another Python's
+    "PYTHONSTARTUP",       # a file run at start (interactive only, but it is the driver's code)
+    "PYTHONUSERBASE",      # the user site-packages folder (~/.local): packages of the driver's choosing
+    "PYTHONNOUSERSITE",    # whether the user site-packages is on sys.path at all
+    "PYTHONSAFEPATH",      # whether the working folder goes first on sys.path (set by the A/B itself)
+    "PYTHONPLATLIBDIR",    # the library folder name (lib, lib64) the interpreter looks in
+    "PYTHONEXECUTABLE",    # sys.executable and sys.argv[0] on macOS: which venv's site-packages
+    "__PYVENV_LAUNCHER__",  # macOS framework builds: the venv a launcher ran, read to find site-packages
+    "PYTHONCASEOK",        # case-insensitive module names on Windows and macOS: another module may match
+)
+#: Variables that set how many threads a library uses (OpenMP, MKL, OpenBLAS, Accelerate,
+#: numexpr, BLIS, torch, GotoBLAS). On the CPU an A/B's workers share one core
+#: (:func:`flyexplore.run.envab.shared_cpus`) and torch is timed on one thread
+#: (:data:`flyexplore.measure.timing.CPU_TIMING_THREADS`): environments that set one of them
+#: differently are refused (:func:`thread_refusal`).
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+               "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS", "TORCH_NUM_THREADS", "GOTO_NUM_THREADS")
 
 
 @dataclass(frozen=True)
@@ -200,6 +232,30 @@ def check_envs(envs, aa: bool = False) -> tuple[Env, ...]:
     return tuple(out)
 
 
+def thread_refusal(envs, device_type: str, base: dict | None = None) -> str | None:
+    """Why an A/B of ``envs`` on a ``device_type`` (``"cpu"``, ``"cuda"``) device cannot run, as
+    one line, or None: on the CPU, environments that give a variable of :data:`THREAD_VARS`
+    different values -- each environment's value is its own change, else what its worker inherits
+    from ``base`` (default ``os.environ``); unset counts as a value. An A/B's CPU workers share one
+    core (:func:`flyexplore.run.envab.shared_cpus`) and time torch on one thread
+    (:data:`flyexplore.measure.timing.CPU_TIMING_THREADS`), so such an A/B reads SAME or AMBIGUOUS
+    whatever the variable does (issue 45: ``OMP_NUM_THREADS`` 1 vs 2 on a 2048^3 GEMM read 1.006x
+    AMBIGUOUS). The same value in every environment, or a GPU, is fine. Never raises."""
+    if device_type != "cpu":
+        return None
+    envs = tuple(envs)
+    for var in THREAD_VARS:
+        vals = [(e.name, e.environ(base).get(var)) for e in envs]
+        if len({v for _, v in vals}) > 1:
+            shown = ", ".join(f"env {n!r} {var}={v}" if v is not None else f"env {n!r} {var} unset"
+                              for n, v in vals)
+            return (f"{shown}: on the CPU an A/B's workers share one core and time torch on one thread, so the A/B "
+                    f"cannot see a thread-count change; time each value in its own sweep with --timing cpu-wall "
+                    f"and no --env, and compare the files with flyexplore compare (a CPU sweep times torch's own "
+                    f"ops on one thread too: only a library outside torch's thread pool shows the change there)")
+    return None
+
+
 # -- the driver's flyexplore, for the workers --------------------------------------------------------
 
 _CODE_DIR: list[str] = []
@@ -225,11 +281,17 @@ def driver_package() -> str:
 
 def worker_environ(e: Env, worker_code: str = "driver", extra_paths=(), pin: dict | None = None,
                    base: dict | None = None) -> dict:
-    """The environment variables a worker of ``e`` starts with: ``base`` (default
-    ``os.environ``) with ``e``'s changes, then ``PYTHONPATH`` led by :func:`code_dir` (with
-    ``worker_code="driver"``) and ``extra_paths`` (where an operator given as
-    ``module:attribute`` lives), then the GPU pinning ``pin`` (``None`` values removed)."""
-    env = e.environ(base)
+    """The environment variables a worker of ``e`` starts with (its probe's too, :func:`probe`):
+    ``base`` (default ``os.environ``) without :data:`IMPORT_VARS`, then ``e``'s changes (which may
+    set any of them), ``PYTHONSAFEPATH=1`` unless ``e`` sets or removes it (the working folder
+    stays off ``sys.path``, Python 3.11 and newer), then ``PYTHONPATH`` led by :func:`code_dir`
+    (with ``worker_code="driver"``) and ``extra_paths`` (where an operator given as
+    ``module:attribute`` lives), followed by ``e``'s own ``PYTHONPATH`` if it sets one, then the
+    GPU pinning ``pin`` (``None`` values removed)."""
+    own = {k for k, _ in e.changes}
+    env = e.environ({k: v for k, v in (os.environ if base is None else base).items() if k not in IMPORT_VARS})
+    if "PYTHONSAFEPATH" not in own:
+        env["PYTHONSAFEPATH"] = "1"
     lead = ([code_dir()] if worker_code == "driver" else []) + [str(p) for p in extra_paths]
     if lead:
         env["PYTHONPATH"] = os.pathsep.join(lead + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -267,9 +329,14 @@ def probe(e: Env, worker_code: str = "driver", extra_paths=(), timeout: float = 
     """Check that a worker of ``e`` can start, before anything runs or any file is opened: the
     interpreter exists and runs (Python >= :data:`MIN_PYTHON`), finds torch and numpy, and imports
     flyexplore -- the driver's (``worker_code="driver"``: checked to be the driver's package) or
-    its own (``"env"``: its version must be the driver's). Returns what the child reported
-    (``python``, ``executable``, ``flyexplore``, ``flyexplore_file``). Raises :class:`UsageError`,
-    one line naming the environment and what is missing."""
+    its own (``"env"``: its version must be the driver's). The child runs with the worker's
+    variables (:func:`worker_environ`), so it imports what the worker will. Returns what the child
+    reported (``python``, ``executable``, ``flyexplore``, ``flyexplore_file``). Raises
+    :class:`UsageError`, one line naming the environment and what is missing: for an interpreter
+    that does not print the check's JSON line, its exit code and the first lines it printed
+    (:data:`SAID_CHARS` characters), else its stderr's last line; where the driver's own
+    interpreter lacks torch or numpy while the driver has a ``PYTHONPATH``, how to pass that in the
+    environment's text."""
     if worker_code not in WORKER_CODE:
         raise UsageError(f"bad worker_code {worker_code!r} (valid: {', '.join(WORKER_CODE)})")
     py = e.interpreter
@@ -291,23 +358,24 @@ def probe(e: Env, worker_code: str = "driver", extra_paths=(), timeout: float = 
         raise UsageError(f"{who}: the interpreter did not answer within {timeout:g} s") from None
     except OSError as exc:
         raise UsageError(f"{who}: the interpreter cannot start ({exc.strerror or exc})") from None
+    lines = r.stdout.strip().splitlines()
     try:
-        got = json.loads(r.stdout.strip().splitlines()[-1])
+        got = json.loads(lines[-1])
+        if not isinstance(got, dict):
+            raise ValueError(got)
     except (ValueError, IndexError):
-        tail = (r.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        raise UsageError(f"{who}: the interpreter does not run flyexplore's check "
-                         f"(exit {r.returncode}: {tail})") from None
+        raise UsageError(f"{who}: the interpreter does not run flyexplore's check ({_said(r)})") from None
     if tuple(got.get("python", ())) < MIN_PYTHON:
         raise UsageError(f"{who}: Python {'.'.join(map(str, got.get('python', ())))}; flyexplore needs "
                          f"{'.'.join(map(str, MIN_PYTHON))} or newer")
     for m in ("torch", "numpy"):
         if not got.get(m):
-            raise UsageError(f"{who}: no {m} there (install it in that environment)")
+            raise UsageError(f"{who}: no {m} there (install it in that environment){_path_hint(e)}")
     if got.get("flyexplore") is None:
         why = got.get("flyexplore_error", "not importable")
         if worker_code == "env":
             raise UsageError(f"{who}: no flyexplore installed there ({why}); install flyexplore {__version__} in it, "
-                             "or use --worker-code driver to run the driver's source there")
+                             f"or use --worker-code driver to run the driver's source there{_path_hint(e)}")
         raise UsageError(f"{who}: the driver's flyexplore source does not import there ({why})")
     if worker_code == "driver" and got.get("flyexplore_file") != driver_package():
         raise UsageError(f"{who}: imports flyexplore from {got.get('flyexplore_file')}, not the driver's "
@@ -316,6 +384,38 @@ def probe(e: Env, worker_code: str = "driver", extra_paths=(), timeout: float = 
         raise UsageError(f"{who}: flyexplore {got['flyexplore']} at {got.get('flyexplore_file')}, the driver runs "
                          f"{__version__}: install the same version there, or use --worker-code driver")
     return got
+
+
+#: Characters of a probe's output quoted in its refusal (:func:`probe`).
+SAID_CHARS = 200
+
+
+def _said(r: subprocess.CompletedProcess) -> str:
+    """What a probe's child said, for its refusal: its exit code and the first lines it printed
+    (joined with `` | ``, cut to :data:`SAID_CHARS`), else its stderr's last line, else that it
+    printed nothing."""
+    out = [ln.strip() for ln in r.stdout.splitlines() if ln.strip()]
+    if out:
+        text = " | ".join(out)
+        cut = text if len(text) <= SAID_CHARS else text[:SAID_CHARS] + "..."
+        n = f"{len(out)} line{'s' if len(out) != 1 else ''}"
+        return f"exit {r.returncode}; it printed {n}, not the check's JSON: {cut!r}"
+    err = [ln.strip() for ln in r.stderr.splitlines() if ln.strip()]
+    if err:
+        return f"exit {r.returncode}; nothing on stdout, stderr ends: {err[-1][:SAID_CHARS]!r}"
+    return f"exit {r.returncode}; it printed nothing"
+
+
+def _path_hint(e: Env, base: dict | None = None) -> str:
+    """For a refusal of an environment that runs the driver's own interpreter without a
+    ``PYTHONPATH`` of its own, where the driver has one: that the driver's is not passed to the
+    workers (:data:`IMPORT_VARS`) and how to give it (``''`` otherwise)."""
+    pp = (os.environ if base is None else base).get("PYTHONPATH")
+    same = e.python is None or os.path.abspath(e.python) == os.path.abspath(sys.executable)
+    if not pp or not same or any(k == "PYTHONPATH" for k, _ in e.changes):
+        return ""
+    return (f"; the driver's PYTHONPATH ({pp}) is not passed to an environment's workers: give it in the "
+            f"environment, --env {e.name}{'=' + e.python if e.python else ''}:PYTHONPATH={pp}")
 
 
 def extra_paths_for(op_ref: str) -> tuple[str, ...]:

@@ -91,7 +91,8 @@ class Worker(CaseHost):
                 "flyexplore": {"version": __version__,
                                "file": os.path.realpath(os.path.dirname(flyexplore.__file__))},
                 "fingerprint": fp, "versions": dict(self.env.versions), "env_vars": dict(self.env.env_vars),
-                "device_id": sampler_for(self.device).device_id if self.gpu else None, "modules": loaded_modules()}
+                "device_id": sampler_for(self.device).device_id if self.gpu else None, "modules": loaded_modules(),
+                "ready_at": time.time()}   # wall clock: the driver times the start from its launch
 
 
 def main(argv=None) -> int:

@@ -26,9 +26,11 @@ Files beside a result file ``OUT`` (:func:`sidecar_files`):
   - ``sweeps``: :func:`flyexplore.run.sweep.sweep_record` of every run (the result frame's
     ``attrs["sweeps"]``).
   - ``meta``: the journal's format and the process that holds it (``owner``).
-- ``.OUT.lock`` (hidden, empty): the writer lock (:mod:`filelock`, ``flock`` on Linux). A second
-  sweep on the same ``OUT`` is refused with one line naming the process that holds it; the
-  kernel drops the lock of a process that died, so the next sweep takes it over.
+- ``.OUT.lock`` (hidden, empty): the writer lock (:class:`WriterLock`: :mod:`filelock`, ``flock(2)``), there only
+  while a sweep holds it: a sweep removes it when it lets go, on success and on every refusal or
+  failure alike (a full disk included). A second sweep on the same ``OUT`` is refused with one
+  line naming the process that holds it; the kernel drops the lock of a process that died, so
+  the next sweep takes it over (a killed sweep's lock file stays until then).
 
 When a sweep resumes ``OUT``, the rows of ``OUT`` (and of an old ``OUT.partial.jsonl`` journal of
 earlier flyexplore versions: complete lines kept, a torn last line dropped with a note) are
@@ -82,6 +84,11 @@ CREATE TABLE IF NOT EXISTS passes (seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEX
 """
 
 
+#: What a refused resume with another plan says to do, in ``sweep``'s flags; a command without
+#: ``--extend`` (``model --measure``) says its own (:func:`flyexplore.cli.model.run`).
+ANOTHER_PLAN_FIX = "add --extend to add this plan's cases to the file, or choose another --out"
+
+
 class JournalError(UsageError):
     """A journal write failed (a full disk, a folder made read-only): every row committed before
     is in the journal, and ``--resume`` goes on from it. One line on the command line, exit 2."""
@@ -104,6 +111,30 @@ def lock_path(out: str | os.PathLike) -> Path:
     return p.with_name(f".{p.name}.lock")
 
 
+class WriterLock(FileLock):
+    """The writer lock of a result file (:func:`lock_path`): :class:`filelock.FileLock` (an
+    exclusive ``flock(2)`` on a hidden empty file, taken without waiting), whose file
+    :meth:`release` removes while it still holds the lock, so that a finished, refused or failed
+    sweep leaves no ``.<name>.lock`` behind (filelock keeps its file on Unix).
+
+    Removing it is safe because filelock (>= 4) takes a lock only on a file that still has a name:
+    a sweep that opened the file just before it was removed finds it nameless once locked and
+    opens the path again. A process that dies holding the lock loses it (the kernel drops a flock
+    with its last descriptor); its file stays and the next sweep takes it."""
+
+    def __init__(self, path: str | os.PathLike):
+        super().__init__(str(path), timeout=0)
+
+    def release(self, force: bool = False) -> None:
+        """Remove the lock file (only when this object holds the last level of the lock), then let
+        go of the lock. A file that cannot be removed (a folder made read-only meanwhile) stays,
+        harmless: the next sweep locks it."""
+        if self.is_locked and (force or self.lock_counter <= 1):
+            with contextlib.suppress(OSError):
+                os.unlink(self.lock_file)
+        super().release(force)
+
+
 def sidecar_files(out: str | os.PathLike) -> tuple[str, ...]:
     """Names of the files a sweep may keep beside ``out`` while it runs (journal, SQLite's
     ``-wal``/``-shm``, the lock, the legacy journal), for folders that list what they hold."""
@@ -117,6 +148,21 @@ def leftovers(out: str | os.PathLike) -> list[Path]:
     p = Path(out)
     folder = p.parent if str(p.parent) else Path(".")
     return [Path(x) for x in glob.glob(os.path.join(glob.escape(str(folder)), f".{glob.escape(p.name)}.*.tmp"))]
+
+
+def check_new(out: str | os.PathLike, overwrite: bool = False) -> None:
+    """Refuse to start a sweep (not a resume) on ``out`` when ``out``, its journal or an old
+    ``.partial.jsonl`` journal is there, unless ``overwrite``: one :class:`UsageError` line saying
+    that ``--resume`` continues it and ``--overwrite`` replaces it (``sweep`` and ``model --measure``
+    both take them). Reads only; :meth:`Journal.open` calls it, and ``model --measure`` before its
+    capture, so that the refusal comes first."""
+    out = Path(out)
+    there = [p for p in (out, journal_path(out), legacy_journal_path(out)) if p.exists()]
+    if there and not overwrite:
+        what = (f"output file {str(out)!r} exists" if out in there else
+                f"output file {str(out)!r} has the journal of an unfinished sweep, {str(there[0])!r}")
+        raise UsageError(f"{what} (use --resume to continue it, --overwrite to replace it, "
+                         "or choose another path)")
 
 
 def frame_rows(df: pd.DataFrame) -> list[dict]:
@@ -138,16 +184,72 @@ def _short(v, n: int = 60) -> str:
     return t if len(t) <= n else t[: n - 3] + "..."
 
 
+def _text(v) -> str:
+    return json.dumps(v, sort_keys=True) if not isinstance(v, str) else repr(v)
+
+
+def _short_pair(a, b, n: int = 60) -> tuple[str, str]:
+    """Two values as text of at most ``n`` characters each, cut around their first difference (so
+    that two long texts that differ near their end do not read the same): ``...X": "1"}]`` and
+    ``...X": "2"}]``."""
+    ta, tb = _text(a), _text(b)
+    if len(ta) <= n and len(tb) <= n:
+        return ta, tb
+    i = next((k for k, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+    start = max(0, i - n // 3)
+
+    def cut(t: str) -> str:
+        head = "..." if start else ""
+        body = t[start:start + n - len(head)]
+        return head + (body if start + len(body) >= len(t) else body[:-3] + "...")
+    return cut(ta), cut(tb)
+
+
+_ABSENT = object()
+
+
+def _leaf_differences(a, b, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], object, object]]:
+    """``(path, old, new)`` of each differing leaf of two JSON values: mappings key by key, lists
+    of one length item by item (an item named by its ``name`` when both sides share it, an
+    environment's), anything else whole. A key on one side only is :data:`_ABSENT` on the other."""
+    if a == b:
+        return
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in dict.fromkeys([*a, *b]):
+            yield from _leaf_differences(a.get(k, _ABSENT), b.get(k, _ABSENT), (*path, str(k)))
+        return
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            name = x.get("name") if isinstance(x, dict) and isinstance(y, dict) else None
+            label = repr(name) if isinstance(name, str) and name and name == y.get("name") else str(i)
+            yield from _leaf_differences(x, y, (*path, f"[{label}]"))
+        return
+    yield path, a, b
+
+
+def _value_change(path: tuple[str, ...], a, b) -> str:
+    where = "".join(p if p.startswith("[") or not i else "." + p for i, p in enumerate(path))
+    if a is _ABSENT:
+        return f"{where} added: {_short(b)}"
+    if b is _ABSENT:
+        return f"{where} left out (was {_short(a)})"
+    ta, tb = _short_pair(a, b)
+    return f"{where} {ta} -> {tb}"
+
+
 def _listed(items: list[str], n: int = 3) -> str:
     return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
 def plan_difference(old: dict, new: dict) -> str:
     """What differs between two :meth:`~flyexplore.run.spec.SweepSpec.plan_dict` values, in words:
-    ``cases added: 16x16x16 fp32; timer {"rep": 3} -> {"rep": 5}`` (values shortened)."""
+    ``cases added: 16x16x16 fp32; timer {"rep": 3} -> {"rep": 5}``. A value whose text is too long
+    to show whole (over 60 characters) is named by the leaves that differ, each cut around its
+    first difference: ``envs['a'].changes.X '1' -> '2'`` for an ``--env a:...,X=1`` resumed as
+    ``--env a:...,X=2`` (issue 45: two cut texts read the same), at most 3 of them."""
     out = []
     for k in dict.fromkeys([*old, *new]):
-        a, b = old.get(k), new.get(k)
+        a, b = old.get(k, _ABSENT), new.get(k, _ABSENT)
         if a == b:
             continue
         if k == "cases" and isinstance(a, list) and isinstance(b, list):
@@ -155,8 +257,11 @@ def plan_difference(old: dict, new: dict) -> str:
             parts = ([f"cases added: {_listed(added)}"] if added else []) + (
                 [f"cases left out: {_listed(dropped)}"] if dropped else [])
             out.append("; ".join(parts) or "the cases in another order")
+        elif a is not _ABSENT and b is not _ABSENT and len(_text(a)) <= 60 and len(_text(b)) <= 60:
+            out.append(f"{k} {_text(a)} -> {_text(b)}")
         else:
-            out.append(f"{k} {_short(a)} -> {_short(b)}")
+            leaves = list(_leaf_differences(a, b, (k,)))
+            out.append(_listed([_value_change(*x) for x in leaves]))
     return "; ".join(out)
 
 
@@ -273,7 +378,7 @@ class Journal:
         Raises :class:`UsageError` (one line, nothing changed) when another process holds the
         lock (its pid and host named), when ``out`` or a journal is damaged or holds rows of
         another operator or plan, or when the journal cannot be created (the OS's reason)."""
-        lock = FileLock(str(lock_path(out)), timeout=0)
+        lock = WriterLock(lock_path(out))
         try:
             lock.acquire()
         except Timeout:
@@ -298,12 +403,7 @@ class Journal:
             with contextlib.suppress(OSError):
                 tmp.unlink()
         if not resume:
-            there = [p for p in (out, jp, legacy) if p.exists()]
-            if there and not overwrite:
-                what = (f"output file {str(out)!r} exists" if out in there else
-                        f"output file {str(out)!r} has the journal of an unfinished sweep, {str(there[0])!r}")
-                raise UsageError(f"{what} (use --resume to continue it, --overwrite to replace it, "
-                                 "or choose another path)")
+            check_new(out, overwrite)
             _remove(jp)
             with contextlib.suppress(FileNotFoundError):
                 legacy.unlink()
@@ -394,7 +494,7 @@ class Journal:
             self._add_plan(fingerprint, plan)
             return
         where = f"--resume of {str(self.out)!r} with another plan"
-        fix = "add --extend to add this plan's cases to the file, or choose another --out"
+        fix = ANOTHER_PLAN_FIX
         if dicts:
             raise UsageError(f"{where} ({plan_difference(dicts[-1][1], plan)}); {fix}")
         ops = sorted({o for (o,) in self.con.execute("SELECT DISTINCT op FROM rows")} - {op})

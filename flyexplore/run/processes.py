@@ -71,8 +71,10 @@ def intervals(per: Sequence[dict], platform: str | None, band: float = S.BAND, k
     (each pair's ratio is paired round by round, so what moves a whole run cancels in it); the
     time's stays a prediction interval of another run. ``confidence``: the speedup's (default 95%;
     ``--pairs auto`` reads its labels at :meth:`PairRule.confidence`, the error rate spread over its
-    looks). Needs two or more estimates for an interval (NaN bounds otherwise). Raises
-    ``ValueError`` for an unknown ``kind``."""
+    looks). Fewer than :data:`SPREAD_PAIRS` estimates have no spread between processes to read: the
+    speedup's interval is then widened by the device's per-process floor (:func:`floor_for`), and
+    one estimate gets that interval (issue 45). The time needs two or more estimates for an
+    interval (NaN bounds otherwise). Raises ``ValueError`` for an unknown ``kind``."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r} (valid: {', '.join(KINDS)})")
     kw = {"shift": R.run_shift(platform), "shift_per_sd": R.run_shift_per_sd(platform)}
@@ -81,9 +83,22 @@ def intervals(per: Sequence[dict], platform: str | None, band: float = S.BAND, k
     sps = [_num(p.get("speedup")) for p in per]
     if all(math.isfinite(s) for s in sps):
         skw = kw if kind == "processes" else {"prediction": False}
-        e, lo, hi = S.between_process(sps, [_num(p.get("speedup_se")) for p in per], confidence=confidence, **skw)
+        e, lo, hi = S.between_process(sps, [_num(p.get("speedup_se")) for p in per], confidence=confidence,
+                                      floor=floor_for(len(per), platform), **skw)
         out.update(speedup=e, speedup_lo=lo, speedup_hi=hi, verdict=S.verdict(lo, hi, band))
     return out
+
+
+#: How many pairs (or processes) a row needs to read the spread between them: below it, its
+#: speedup's interval is widened by the device's per-process floor (:func:`floor_for`).
+SPREAD_PAIRS = 3
+
+
+def floor_for(n: int, platform: str | None) -> float:
+    """The per-process floor (log space) that a row combined from ``n`` pairs or processes gets:
+    :func:`flyexplore.results.speedups.process_floor` of ``platform`` below :data:`SPREAD_PAIRS`,
+    else 0 (three or more read the spread between them; issue 45)."""
+    return R.process_floor(platform) if n < SPREAD_PAIRS else 0.0
 
 
 def _num(v) -> float:
@@ -125,8 +140,8 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
 
     ``confidence``: of the speedup's interval (:func:`intervals`).
 
-    With one ok row and ``wanted`` > 1 the row keeps its own interval, with ``processes`` = 1 and
-    a note. Raises ``ValueError`` for an empty ``rows``."""
+    With one ok row the row keeps its time's interval, its speedup's widened by the device's
+    per-process floor (:func:`floor_for`), with ``processes`` = 1 (and a note when ``wanted`` > 1). Raises ``ValueError`` for an empty ``rows``."""
     if not rows:
         raise ValueError("combine needs the rows of at least one process")
     ok = [r for r in rows if r.get("status") == "ok" and _num(r.get("time_ms")) > 0]
@@ -167,12 +182,24 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
         digests = list(dict.fromkeys(str(r.get("inputs_digest")) for r in ok if r.get("inputs_digest")))
         out["inputs_digest"] = digests[0] if len(digests) == 1 else ("differ: " + ", ".join(digests)) if digests else None
     if len(ok) < 2:
+        # one pair (or process): its own interval knows nothing of the spread between processes,
+        # so the speedup's is widened by the device's stated per-process floor (issue 45)
+        got = intervals(per, platform, band, kind, confidence)
+        if "speedup" in got and math.isfinite(got["speedup_lo"]):
+            out.update(speedup_lo=got["speedup_lo"], speedup_hi=got["speedup_hi"], verdict=got["verdict"])
+            out["ci_method"] = (f"one {unit} ({_pct(confidence)} interval of its own rounds, widened by the "
+                                f"{platform or 'cpu'} per-process floor of {R.process_floor(platform):.0%}: a label "
+                                f"needs a difference that one fresh {unit} cannot explain)")
         if wanted > 1:
-            _note(out, f"measured in 1 of {wanted} {units}: the interval is that {unit}'s own")
+            _note(out, f"measured in 1 of {wanted} {units}: the speedup's interval is that {unit}'s own, widened by "
+                       "the per-process floor")
         return out
     how = (f"between-pair ({len(ok)} pairs of workers; speedup: {_pct(confidence)} interval of the mean over the "
            "pairs, each paired round by round; time: prediction interval of another run)" if kind == "pairs" else
            f"between-process ({len(ok)} processes; prediction interval of another run)")
+    if floor_for(len(ok), platform):
+        how = (how[:-1] + f"; the speedup's never narrower than the {platform or 'cpu'} per-process floor of "
+               f"{R.process_floor(platform):.0%}: fewer than {SPREAD_PAIRS} cannot show their spread)")
     out.update(intervals(per, platform, band, kind, confidence), ci_method=how)
     rounds = [rr for r in ok for rr in R.json_list(r.get("samples_ms"))]
     if rounds:
@@ -317,8 +344,7 @@ class PassRule:
         for a in arms:
             rows = [got[k][a] for k in range(n) if a in got.get(k, {})]
             if rows:
-                out[a] = (combine(rows, n, self.band, self.platform, kind=self.kind, confidence=self.confidence_at(n))
-                          if len(rows) > 1 or n > 1 else dict(rows[0]))
+                out[a] = combine(rows, n, self.band, self.platform, kind=self.kind, confidence=self.confidence_at(n))
         return out
 
     def _undecided(self, row: dict) -> bool:
@@ -333,6 +359,8 @@ class PassRule:
     def _needed(self, row: dict, estimate: bool) -> int | float | None:
         per = R.process_estimates(row.get("process_estimates")) if row.get("process_estimates") else []
         sd = S.pair_spread([p.get("speedup") for p in per], [p.get("speedup_se") for p in per]) if per else math.nan
+        if per and len(per) < SPREAD_PAIRS:   # no spread between pairs to read yet: the device's floor stands for it
+            sd = max(sd, R.process_floor(self.platform)) if math.isfinite(sd) else R.process_floor(self.platform)
         est = _num(row.get("speedup")) if estimate else None
         return S.pairs_to_decide(sd, self.band, est, confidence=self.confidence)
 
@@ -377,7 +405,10 @@ class PassRule:
                 row["pairs_needed"] = float(need) if need is not None else None
                 n = int(row.get("processes") or 0)
                 if need is not None and math.isfinite(need):
-                    _note(row, f"AMBIGUOUS after {n} pair{'s' if n != 1 else ''} ({why}): the spread between pairs "
+                    whose = ("the spread between pairs" if n >= SPREAD_PAIRS else
+                             f"the device's per-process floor ({R.process_floor(self.platform):.0%}; fewer than "
+                             f"{SPREAD_PAIRS} pairs cannot show their spread)")
+                    _note(row, f"AMBIGUOUS after {n} pair{'s' if n != 1 else ''} ({why}): {whose} "
                                f"would need about {int(need)} pairs to decide a change of {self.band:.0%}")
                 elif need is not None:
                     _note(row, f"AMBIGUOUS after {n} pairs ({why}): no number of pairs decides it at this band")

@@ -37,7 +37,8 @@ from flyexplore.measure.interleaved import CASE_BUDGET_S
 from flyexplore.measure.stats import BAND
 from flyexplore.ops.base import Case, Operator
 from flyexplore.run.plan import Plan, _split, make_plan, op_ref, shapes_file_plan
-from flyexplore.run.envs import MAX_PAIRS, PAIRS, WORKER_CODE, Env, check_envs, extra_paths_for, probe
+from flyexplore.run.envs import (MAX_PAIRS, PAIRS, WORKER_CODE, Env, check_envs, extra_paths_for, probe,
+                                  thread_refusal)
 
 #: Engines of a sweep (``auto`` picks ``local`` on a GPU, ``in-process`` on the CPU; see
 #: :func:`choose_engine` and :mod:`flyexplore.run.engine`).
@@ -560,6 +561,9 @@ class SweepSpec:
         if timer.get("mode") == "kernel":
             raise UsageError("timing mode 'kernel' would open a profiler session in every turn of an environment A/B; "
                              "use auto (event-gated) or event")
+        why = thread_refusal(self.environments, dev.type)   # on the CPU the A/B cannot see a thread count
+        if why:
+            raise UsageError(why)
         extra = extra_paths_for(op_ref(self.plan.op)) if ":" in op_ref(self.plan.op) else ()
         for e in self.environments:
             probe(e, self.worker_code, extra)

@@ -227,10 +227,9 @@ class _ABStart:
         except BaseException:
             self.logs.cleanup()
             raise
-        warn = envab.thread_warnings(self.setup)
-        self.notes = warn + envab.check_hellos_differ(self.setup)
+        self.notes = envab.check_hellos_differ(self.setup)   # a thread-count A/B on the CPU: refused by the spec
         if say:
-            for line in envab.env_report(self.setup) + warn:
+            for line in envab.env_report(self.setup):
                 print(f"flyexplore: {line}", file=sys.stderr)
 
     def close(self) -> None:
@@ -316,10 +315,14 @@ def _run(spec, writer, record, device, kind, ray_gpus, refusals, progress, on_ro
             writer.notes.extend(ab.notes)
             if st.start_s:
                 first, rest = st.start_s[0], st.start_s[1:]
-                later = (f"; each later pass waited {min(rest):.1f}-{max(rest):.1f} s for its pair, launched while "
-                         "the pass before it measured" if rest else "")
+                later = (f"; each later pass waited {min(rest):.1f}-{max(rest):.1f} s for its pair (a spare, launched "
+                         "while the pass before it measured; a failed start's wait included)" if rest else "")
                 writer.notes.append(f"{len(st.start_s)} pair(s) of workers: the first started in {first:.1f} s"
                                     f"{later} (not counted in any case's time)")
+            if st.failed_starts:
+                n = len(st.failed_starts)
+                writer.notes.append(f"{n} pair start{'s' if n != 1 else ''} failed: " + "; ".join(
+                    f"{label}: {why[:300]}" for label, why in st.failed_starts[:3]) + ("; ..." if n > 3 else ""))
         elif kind == "in-process":
             inproc = {"worker": "in-process", "device_id": physical_device_id(device)}
             guarded, stopped = _guarded(spec, by_case, guards or {}, cases, writer.notes), False
@@ -423,8 +426,7 @@ def _finish(writer, spec: SweepSpec, platform: str | None) -> pd.DataFrame:
                 if (c, d, b) in final:
                     continue
                 rows = [per[k][b] for k in sorted(per) if b in per[k]]
-                row = combine(rows, wanted, spec.band, platform, kind=kind, confidence=conf) if len(rows) > 1 or wanted > 1 \
-                    else dict(rows[0])
+                row = combine(rows, wanted, spec.band, platform, kind=kind, confidence=conf)
                 writer.add(row)
     result = writer.frame()
     if not (isinstance(writer, Journal) and writer.pending()):

@@ -18,6 +18,7 @@ from flyexplore.errors import UsageError
 from flyexplore.ops.model.operator import describe
 from flyexplore.results import model_step as MS
 from flyexplore.run import model_step as RS
+from flyexplore.run.journal import check_new
 from flyexplore.run.sweep import run_sweep
 from flyexplore.views.model import model_coverage
 from flyexplore.views.plot_style import style_figure
@@ -299,7 +300,8 @@ def measure_model(hf=None, config=None, *, phase: str = "prefill", batch: int = 
                   layers: int | None = None, variants=None, dtype: str | None = None, device=None,
                   max_memory: int | None = None, timer=None, out=None, processes: int | None = None,
                   arch: str = "gfx950", routing: str = "uniform", project: str | None = "published",
-                  force: bool = False, progress: bool = True, say: bool = True):
+                  force: bool = False, progress: bool = True, say: bool = True, resume: bool = False,
+                  overwrite: bool = False):
     """Capture and measure one step of a model: the capture's answer
     (:func:`flyexplore.views.model.model_coverage` of the same config, its depth cut as ``layers``
     says) with ``.measured`` a :class:`MeasuredStep` of the ``model`` family's sweep
@@ -307,9 +309,14 @@ def measure_model(hf=None, config=None, *, phase: str = "prefill", batch: int = 
     an unknown variant, model or phase, a step past the model's positions, a model whose estimate
     is over the free memory or ``max_memory`` -- each a :class:`~flyexplore.errors.UsageError` in
     one line with nothing written; then the capture (fake tensors, no memory) runs, then the
-    measurement."""
+    measurement. ``out`` (a result file) is the sweep's: there already, it is refused unless
+    ``resume`` (measure only the variants it lacks, e.g. after an interruption or a full disk) or
+    ``overwrite`` (replace it); the two exclude each other (:class:`~flyexplore.run.spec.SweepSpec`)."""
     spec = RS.step_spec(hf, config, phase=phase, batch=batch, seq=seq, layers=layers, variants=variants, dtype=dtype,
-                        device=device, max_memory=max_memory, timer=timer, out=out, processes=processes)
+                        device=device, max_memory=max_memory, timer=timer, out=out, processes=processes,
+                        resume=resume, overwrite=overwrite)
+    if out is not None and not resume:
+        check_new(out, overwrite)   # a file there is refused before the capture, not after it
     case = spec.plan.pairs[0][0]
     flops = spec.plan.op.flops(case)
     if spec.device is not None and str(spec.device).startswith("cpu") or (spec.device is None and not _gpu()):

@@ -786,3 +786,18 @@ def _vllm_page(sd: Sides, title: str | None, with_published: bool) -> _Page:
         page.p("MXFP4 is public only as ranges (no per-case values):")
         page.table("published_ranges", rg[rg["what"].str.contains("vLLM")])
     return page
+
+
+def refuse_no_rows(df, paths, why: str = "nothing to report") -> None:
+    """Raise :class:`UsageError`, one line naming the files, when the rows read from ``paths``
+    (``df``) are none: a CSV file with its header only, an empty ``.jsonl``, a Parquet file of 0
+    rows (what a sweep stopped before its first row leaves) is a valid result file, but a report
+    of it would only say ``0 result rows`` (issue 45). ``paths``: one path or several. The command
+    line (``flyexplore report``) and :func:`flyexplore.report` both call it."""
+    if len(df):
+        return
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    names = ", ".join(repr(str(x)) for x in paths)
+    one = len(paths) == 1
+    raise UsageError(f"result file{'' if one else 's'} {names} hold{'s' if one else ''} no result rows "
+                     f"(a header only, or nothing): {why}")

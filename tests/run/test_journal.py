@@ -213,7 +213,7 @@ def test_odd_names_and_links(tmp_path):
     # the --overwrite journal left behind: a resume must not bring the replaced rows back
     df = _resume(out, shapes="4x4", extend=True)
     assert df["case"].tolist() == ["4x4"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".x#y?z%20.parquet.lock", "x#y?z%20.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x#y?z%20.parquet"]   # the lock is removed when let go
     # a link is written through, not replaced, and it is one output with its target
     real, link = tmp_path / "real.parquet", tmp_path / "link.parquet"
     run_sweep(SweepSpec(toy_op(), shapes="4x4", backends="good", out=real, timer=FAST), progress=False)
@@ -232,7 +232,7 @@ def test_a_foreign_database_at_the_journal_path_is_refused_untouched(tmp_path):
     with pytest.raises(UsageError, match=r"o.parquet.journal.sqlite' is not a flyexplore journal \(its tables: rows\)"):
         _resume(out)
     assert journal_path(out).read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".o.parquet.lock", "o.parquet.journal.sqlite"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.parquet.journal.sqlite"]   # no lock left
     with pytest.raises(UsageError, match="has the journal of an unfinished sweep"):
         run_sweep(SweepSpec(toy_op(), shapes="4x4", backends="good", out=out, timer=FAST), progress=False)
 
@@ -329,8 +329,8 @@ def test_a_journal_that_a_full_disk_keeps_from_being_created_leaves_nothing(tmp_
     assert err[0].endswith("; nothing was left behind") and "move it away" not in err[0], err
     if mode == "tmpfs":   # ENOSPC; under RLIMIT_FSIZE SQLite reads EFBIG as "disk I/O error"
         assert "database or disk is full" in err[0], err
-    # only the writer lock, the empty file kept beside every result file, is new
-    assert set(r["after"]) - set(r["before"]) <= {".r.parquet.lock"}, r["after"]
+    # nothing is new, the writer lock included (issue 45: it is removed when let go)
+    assert set(r["after"]) == set(r["before"]), r["after"]
 
 
 def test_a_final_write_that_fails_keeps_the_journal_whole_for_resume(tmp_path, monkeypatch):
