@@ -106,12 +106,13 @@ def pair_start_limit(first_s: float | None, start_timeout: float) -> float:
     pass needs it (:meth:`Pair.ready`): three times what the A/B's first pair took (``first_s``,
     launch to ready; it started cold, before anything was written), at least
     :data:`PAIR_START_MIN_S`, at most ``start_timeout`` (``--worker-start-timeout``, which the first
-    pair gets). Measured (issue 45): on the H100 a pair went from launch to ready in 7.6 s (median
-    of 26; largest 12.8 s, ``data/h100/aa_pairs/``, ``data/h100/stalled_start/``); on this
-    project's 2-core CPU with other jobs beside it in 7.8 s (median of 123; 95th percentile
-    15.4 s, largest 23.0 s, ``data/cpu/aa/``). So the limit is 30 s on both, and a worker stopped or
-    stuck at its start costs that, not ``--worker-start-timeout``'s 300 s
-    (``benchmarks/evidence/stalled_start.py``: 34 s on the H100)."""
+    pair gets). Measured (issue 45), from launch until its pass took it (for a spare an upper bound
+    of its start: its pass may still have been measuring): on the H100 7.6 s (median of 26;
+    largest 10.4 s, ``data/h100/aa_pairs/``); on this project's 2-core CPU with other jobs beside
+    it 7.5 s (median of 143; 95th percentile 17.7 s, largest 19.8 s, ``data/cpu/aa/``). So the limit is 30 s on both, and a worker stopped or stuck at its start
+    costs that and a fresh pair's start, not ``--worker-start-timeout``'s 300 s
+    (``benchmarks/evidence/stalled_start.py``: 34 s more than the same A/B without the stop on the
+    H100, 44 s on the CPU)."""
     if first_s is None or not math.isfinite(first_s):
         return start_timeout
     return min(start_timeout, max(PAIR_START_MIN_S, PAIR_START_FACTOR * first_s))

@@ -36,10 +36,10 @@ def _pass_rows(speedups, t_ms=1.0, se=0.002):
 
 
 def test_the_floor_is_the_devices_and_only_rows_of_fewer_than_three_pairs_get_it():
-    assert process_floor("cpu") == process_floor(None) == process_floor("mps") == PROCESS_FLOOR["cpu"] == 0.20
-    assert process_floor("cuda") == process_floor("rocm") == 0.06
+    assert process_floor("cpu") == process_floor(None) == process_floor("mps") == PROCESS_FLOOR["cpu"] == 0.25
+    assert process_floor("cuda") == process_floor("rocm") == 0.15
     assert R.process_floor is process_floor
-    assert floor_for(1, "cpu") == floor_for(2, "cpu") == 0.20 and floor_for(SPREAD_PAIRS, "cpu") == 0.0
+    assert floor_for(1, "cpu") == floor_for(2, "cpu") == 0.25 and floor_for(SPREAD_PAIRS, "cpu") == 0.0
 
 
 def test_one_process_gets_the_floors_interval():
@@ -63,7 +63,7 @@ def test_one_pair_never_labels_what_the_floor_explains():
     rule = PassRule(1, 1, 0.01, "cpu", auto=False)
     row = rule.final_rows(_pass_rows([1.218], se=0.005), ARMS)["w@B"]
     assert row["verdict"] == "AMBIGUOUS" and row["speedup_lo"] < 1 < row["speedup_hi"], row
-    assert "per-process floor of 20%" in row["ci_method"] and row["processes"] == 1
+    assert "per-process floor of 25%" in row["ci_method"] and row["processes"] == 1
     assert row["pairs_stop"] == "fixed"
     big = rule.final_rows(_pass_rows([0.5], se=0.005), ARMS)["w@B"]
     assert big["verdict"] == "SLOWER" and big["speedup_hi"] < 0.99
