@@ -81,8 +81,8 @@ MAX_PAIRS = 10
 AA_SUFFIX = "-aa"
 #: The driver's variables that change what a Python process imports or where it looks: a worker
 #: gets none of them unless its environment's text sets them (:func:`worker_environ`), or the
-#: driver's would choose its code (issue 45: with ``PYTHONPATH=/work/main`` an environment holding
-#: flyexplore 0.0.9 ran the driver's 0.1.0 under ``--worker-code env``). Why each (the Python
+#: driver's would choose its code (issue 45: with ``PYTHONPATH`` at a flyexplore checkout, an
+#: environment holding flyexplore 0.0.9 ran the driver's 0.1.0 under ``--worker-code env``). Why each (the Python
 #: docs' "Command line and environment" page; ``__PYVENV_LAUNCHER__``: CPython's ``getpath``):
 IMPORT_VARS = (
     "PYTHONPATH",          # folders put before the interpreter's own site-packages

@@ -74,7 +74,7 @@ def test_the_worker_gets_none_of_the_drivers_import_variables_unless_its_environ
 
 
 def test_worker_code_env_runs_the_environments_own_flyexplore_and_an_old_one_is_refused(tmp_path, monkeypatch):
-    """Issue 45, 1: with the driver's PYTHONPATH at the checkout (as with PYTHONPATH=/work/main),
+    """Issue 45, 1: with the driver's PYTHONPATH at the checkout (as with PYTHONPATH=<the checkout>),
     an environment holding flyexplore 0.0.9 ran as the driver's version. Now the probe runs with
     the worker's variables and names 0.0.9; the A/B is refused before anything runs."""
     py = _old_env(tmp_path / "old")
