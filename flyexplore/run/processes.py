@@ -141,7 +141,8 @@ def combine(rows: Sequence[dict], wanted: int, band: float = S.BAND, platform: s
     ``confidence``: of the speedup's interval (:func:`intervals`).
 
     With one ok row the row keeps its time's interval, its speedup's widened by the device's
-    per-process floor (:func:`floor_for`), with ``processes`` = 1 (and a note when ``wanted`` > 1). Raises ``ValueError`` for an empty ``rows``."""
+    per-process floor (:func:`floor_for`), with ``processes`` = 1 (and a note when ``wanted`` > 1).
+    Raises ``ValueError`` for an empty ``rows``."""
     if not rows:
         raise ValueError("combine needs the rows of at least one process")
     ok = [r for r in rows if r.get("status") == "ok" and _num(r.get("time_ms")) > 0]
