@@ -46,15 +46,17 @@ def quiet_cpu_noise() -> None:
     looks for a CUDA toolkit it does not need on the CPU) and the profiler's (Kineto)
     ``gpuGetDeviceCount failed with code 35`` (CUDA error 35, insufficient driver: there is no
     GPU driver to ask), with the profiler's ``USDT: ... profiler_start`` / ``profiler_stop`` lines
-    at each profiled call (Kineto logs them at its top severity, USDT = 5, above ERROR = 4, so only
-    the level past it, 6, silences them; issue 45). Neither affects a CPU result. Sets
-    ``KINETO_LOG_LEVEL=6`` unless the user set it (read when the profiler starts, so setting it
-    here is in time), and the ``torch.utils.cpp_extension`` logger to errors only."""
+    at each profiled call (issue 45). Neither affects a CPU result. Sets the profiler's quiet log
+    level unless the user set one (:func:`flyexplore.measure.timing.quiet_profiler_log`; read when
+    the profiler starts, so setting it here is in time), and the ``torch.utils.cpp_extension``
+    logger to errors only."""
     if gpu_visible():
         return
     import logging
 
-    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    from flyexplore.measure.timing import quiet_profiler_log
+
+    quiet_profiler_log()
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -199,7 +198,9 @@ def run(a: argparse.Namespace) -> int:
             raise UsageError(f"--{'resume' if a.resume else 'overwrite'} is for the result file: give --out FILE")
         ph, b, sq = phases[0]
         if (a.measure_device or "").startswith("cpu"):   # in this process: the profiler's USDT lines
-            os.environ.setdefault("KINETO_LOG_LEVEL", "6")   # (flyexplore.cli.quiet_cpu_noise)
+            from flyexplore.measure.timing import quiet_profiler_log
+
+            quiet_profiler_log()
         try:
             cov = measure_model(a.hf, a.config, phase=ph, batch=b, seq=sq, layers=a.layers, variants=a.variants,
                                 dtype=a.dtype, device=a.measure_device,

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -55,6 +56,20 @@ NOISY_IQR_FRACTION = 0.10
 HOST_BOUND_RATIO = 1.25
 #: Largest number of calls captured in one graph for ``graph`` mode.
 GRAPH_MAX_CALLS = 16
+#: The profiler's (Kineto's) log level that keeps its harmless lines off stderr: its start-up
+#: noise and the ``USDT: ... profiler_start`` / ``profiler_stop`` lines of each profiled call, which
+#: it logs at its top severity (USDT = 5, above ERROR = 4), so only the level past it silences
+#: them (issue 45). Read when the profiler first starts.
+KINETO_QUIET_LEVEL = "6"
+
+
+def quiet_profiler_log(environ=None) -> None:
+    """Set ``KINETO_LOG_LEVEL`` to :data:`KINETO_QUIET_LEVEL` in ``environ`` (default
+    ``os.environ``) unless it is set already: the command line (on a machine without a GPU, and for
+    ``model --measure`` on the CPU) and every environment A/B worker call it."""
+    (os.environ if environ is None else environ).setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
+
+
 #: Smallest cache flush on a GPU (``triton.testing.do_bench`` uses 256 MB).
 MIN_FLUSH_BYTES = 256 * 2**20
 #: Last-level caches that ``torch.cuda.get_device_properties`` does not report (bytes).

@@ -448,7 +448,8 @@ class Pair:
                     raise UsageError(self._why(w, f"died ({exc}){': ' + w.tail() if w.tail() else ''}")) from None
                 except WorkerHung:
                     what = ("--worker-start-timeout" if limit == self.st.start_timeout else
-                            "the pair-start limit (3x the first pair's start, at least 30 s)")
+                            f"the pair-start limit ({PAIR_START_FACTOR:g}x the first pair's start, at least "
+                            f"{PAIR_START_MIN_S:g} s)")
                     held = len(w.reader.buf) if w.reader is not None else 0
                     part = (f"; its pipe holds {held} byte(s) that are no message: {bytes(w.reader.buf[:60])!r}"
                             if held else "")

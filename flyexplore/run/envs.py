@@ -49,6 +49,7 @@ from pathlib import Path
 import flyexplore
 from flyexplore._version import __version__
 from flyexplore.errors import UsageError
+from flyexplore.measure.timing import quiet_profiler_log
 
 #: An environment's name: what the arms of an A/B are called after (``flash@NAME``).
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")
@@ -300,7 +301,7 @@ def worker_environ(e: Env, worker_code: str = "driver", extra_paths=(), pin: dic
             env.pop(k, None)
         else:
             env[k] = v
-    env.setdefault("KINETO_LOG_LEVEL", "5")   # the profiler's start-up noise, as the CLI silences it
+    quiet_profiler_log(env)   # the profiler's noise off the worker's log, whose last lines a crashed row quotes
     return env
 
 

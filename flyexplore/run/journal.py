@@ -179,16 +179,20 @@ def _key(row: dict) -> tuple[str, str, str, str]:
     return tuple(str(row.get(k) if row.get(k) is not None else "") for k in R.KEY)  # type: ignore[return-value]
 
 
-def _short(v, n: int = 60) -> str:
-    t = json.dumps(v, sort_keys=True) if not isinstance(v, str) else repr(v)
-    return t if len(t) <= n else t[: n - 3] + "..."
+#: The most characters of a value a plan difference shows whole (:func:`plan_difference`).
+SHOWN = 60
 
 
 def _text(v) -> str:
     return json.dumps(v, sort_keys=True) if not isinstance(v, str) else repr(v)
 
 
-def _short_pair(a, b, n: int = 60) -> tuple[str, str]:
+def _short(v, n: int = SHOWN) -> str:
+    t = _text(v)
+    return t if len(t) <= n else t[: n - 3] + "..."
+
+
+def _short_pair(a, b, n: int = SHOWN) -> tuple[str, str]:
     """Two values as text of at most ``n`` characters each, cut around their first difference (so
     that two long texts that differ near their end do not read the same): ``...X": "1"}]`` and
     ``...X": "2"}]``."""
@@ -257,7 +261,7 @@ def plan_difference(old: dict, new: dict) -> str:
             parts = ([f"cases added: {_listed(added)}"] if added else []) + (
                 [f"cases left out: {_listed(dropped)}"] if dropped else [])
             out.append("; ".join(parts) or "the cases in another order")
-        elif a is not _ABSENT and b is not _ABSENT and len(_text(a)) <= 60 and len(_text(b)) <= 60:
+        elif a is not _ABSENT and b is not _ABSENT and len(_text(a)) <= SHOWN and len(_text(b)) <= SHOWN:
             out.append(f"{k} {_text(a)} -> {_text(b)}")
         else:
             leaves = list(_leaf_differences(a, b, (k,)))

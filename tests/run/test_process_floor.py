@@ -173,6 +173,12 @@ def test_every_cpu_worker_starts_with_that_heap_unless_its_environment_sets_it(t
 
     w = EnvWorker(parse_env("A"), "cpu", {}, "driver", (), str(tmp_path), "t")
     assert {k: w.environ()[k] for k in E.CPU_MALLOC} == E.CPU_MALLOC
+    # and the profiler's quiet log level, as the command line's (its USDT lines stay out of the log a
+    # crashed row quotes), unless the driver's environment sets one
+    from flyexplore.measure.timing import KINETO_QUIET_LEVEL
+
+    level = __import__("os").environ.get("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
+    assert w.environ()["KINETO_LOG_LEVEL"] == level
     own = EnvWorker(parse_env("B:MALLOC_MMAP_MAX_=65536"), "cpu", {}, "driver", (), str(tmp_path), "t")
     assert own.environ()["MALLOC_MMAP_MAX_"] == "65536"
     gpu = EnvWorker(parse_env("A"), "cuda:0", {}, "driver", (), str(tmp_path), "t")
