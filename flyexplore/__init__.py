@@ -18,6 +18,8 @@ neither torch nor pandas nor plotly):
   :func:`mx_errors`; the switches :func:`switches`, :func:`flydsl`, :func:`set_flydsl`,
   :func:`sdpa`; the environment :func:`collect`;
 - views: :func:`figure`, :func:`export`, :func:`files`, :func:`summary`, :func:`report`;
+- results over time: :func:`history` (a store of runs: trends, steps where they happened, the CI
+  gate, BMF export, figure and report; a :class:`History`);
 - notebook widgets (need the ``notebook`` extra): :class:`SweepPanel`, :class:`SwitchPanel`,
   :class:`DispatchInspector`, :class:`ModelPanel`, :func:`environment_view`, :class:`EnvPicker`
   (the environments of an A/B);
@@ -65,6 +67,7 @@ _API = {
     "Explanation": "world.conditions", "TensorDesc": "world.conditions",
     "SweepPanel": "ui.panel", "SwitchPanel": "ui.widgets", "DispatchInspector": "ui.inspector",
     "ModelPanel": "ui.model", "environment_view": "ui.widgets", "EnvPicker": "ui.envs",
+    "history": "views.history", "History": "views.history",
 }
 
 __all__ = sorted(_API)

@@ -173,7 +173,7 @@ def _two_names(names) -> tuple[str, str]:
 def compare(a, b=None, *, names: Sequence[str] | str | None = None, a_backend: str | None = None,
             b_backend: str | None = None, out: str | os.PathLike | None = None, title: str | None = None,
             static: bool = True, formats: Sequence[str] | None = None, a_env: str | None = None,
-            b_env: str | None = None):
+            b_env: str | None = None, history=None):
     """A/B of two result sets paired by case, as ``flyexplore compare`` does.
 
     ``a`` / ``b``: result rows (DataFrames) or result file paths -- then the return value is a
@@ -190,7 +190,10 @@ def compare(a, b=None, *, names: Sequence[str] | str | None = None, a_backend: s
     A with one of B (e.g. ``aten`` vs ``flydsl`` of one sweep). ``b`` None: ``a`` is one
     environment A/B (``fx.sweep(..., envs=...)``), whose environments are the sides (``a_env`` /
     ``b_env`` pick them; names default to theirs), paired round by round with no cross-run
-    allowance (:func:`flyexplore.results.compare.env_sides`). ``out``: also write the A/B report there
+    allowance (:func:`flyexplore.results.compare.env_sides`). ``history``: the history store
+    whose identical runs of the two sets' one device give the cross-run allowance (a folder; None:
+    the default store when there is one; ``"off"``: the per-platform constant;
+    :func:`flyexplore.results.history.store_for_compare`). ``out``: also write the A/B report there
     (``report.html``, its tables and, with ``static``, figure images in ``formats``; an
     AOTriton section where attention rows pair; :func:`flyexplore.views.report.write_compare_report`
     / ``write_vllm_report``). Files and DataFrames are checked as ``flyexplore compare`` checks
@@ -208,7 +211,8 @@ def compare(a, b=None, *, names: Sequence[str] | str | None = None, a_backend: s
     for x in (a, b):
         if not (x is None or isinstance(x, (pd.DataFrame, *_PathLike))):
             raise UsageError(f"compare takes result rows (a DataFrame) or result file paths, got {type(x).__name__}")
-    sd = sides(a, b, _two_names(names) if names is not None else None, a_backend, b_backend, a_env, b_env)
+    sd = sides(a, b, _two_names(names) if names is not None else None, a_backend, b_backend, a_env, b_env,
+               history=history)
     if out is not None:
         write_ab_report(sd, out, **rep)
     return sd.ab

@@ -7,6 +7,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# no test reads the history store of the machine it runs on (flyexplore compare learns its
+# cross-run allowance from the default store when there is one): the default is a folder no one has
+os.environ["FLYEXPLORE_HISTORY"] = str(Path(os.environ.get("TMPDIR", "/tmp")) / f"flyexplore-no-history-{os.getpid()}")
+
 #: The committed data files that the per-file checks against frozen old implementations run on in
 #: the fast lane: one of each kind (a CPU sweep, a JSONL example, a GPU CSV, an environment A/B, a
 #: ``--processes`` run, attention rows, a published table that is no result file). The full suite

@@ -16,7 +16,8 @@ its top and its layer when it runs.
 
 Exit codes (:mod:`flyexplore.cli._shared`): 0 success (``explain``: FlyDSL YES / AOTriton
 eligible); 1 ``explain``: NO / not eligible (``xray``: the X-ray cannot run here; ``compare
---fail-on``: B is slower beyond the threshold); 2 usage error
+--fail-on``: B is slower beyond the threshold; ``history show --fail-on``: a newest step is slower beyond
+it); 2 usage error
 (also a damaged input file, an unwritable output, a full disk: one line naming the file);
 3 ``explain --op attention``: unverified (a condition cannot be evaluated away from the device);
 4 ``sweep``: workers could not start, so some cases got ``crashed`` rows without running;
@@ -29,15 +30,15 @@ import argparse
 import os
 import sys
 
-from flyexplore.cli import (compare, demo, env, explain, export, model, published, report, suites, sweep, switches,
-                            trace, xray)
+from flyexplore.cli import (compare, demo, env, explain, export, history, model, published, report, suites, sweep,
+                            switches, trace, xray)
 from flyexplore.cli._shared import EXIT_INTERRUPTED, EXIT_PIPE, EXIT_USAGE, dash_values, gpu_visible
 from flyexplore.errors import UsageError, WriteError
 
 #: The commands, in the order ``flyexplore --help`` lists them: name -> module.
 COMMANDS = {"env": env, "suites": suites, "sweep": sweep, "explain": explain, "trace": trace,
             "switches": switches, "demo": demo, "xray": xray, "model": model, "published": published,
-            "report": report, "compare": compare, "export": export}
+            "report": report, "compare": compare, "export": export, "history": history}
 
 
 def quiet_cpu_noise() -> None:

@@ -65,6 +65,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summary-md", metavar="FILE", help="append the summary as Markdown (counts table, "
                    "geometric mean, largest changes, warnings, the gate's outcome) to FILE, e.g. "
                    "\"$GITHUB_STEP_SUMMARY\" in GitHub Actions; the file is created if missing")
+    p.add_argument("--history", metavar="DIR|off", help="the history store whose identical runs of the files' "
+                   "one device give the cross-run allowance (flyexplore history; default: the default store, "
+                   "$FLYEXPLORE_HISTORY, when it exists); off: the per-platform constant. The summary says which "
+                   "applied")
     p.add_argument("--fail-on", metavar="RULE[,RULE...]", help="the CI gate, one or more comma-separated rules: "
                    "SLOWER[:THRESHOLD] exits 1 when any pair, or the geometric mean, is labelled SLOWER (B slower) "
                    "and its interval's upper end is below 1/(1+THRESHOLD): B slower by more than THRESHOLD even at "
@@ -95,7 +99,8 @@ def run(a: argparse.Namespace) -> int:
 
         check_report_dir(a.out)   # the output first: nothing is read or written for a folder that is refused
         check_writable(a.out, "report folder", folder=True)
-    sd = C.sides(a.a, a.b, names, a.a_backend, a.b_backend, a.a_env, a.b_env)   # files read with validation
+    sd = C.sides(a.a, a.b, names, a.a_backend, a.b_backend, a.a_env, a.b_env,
+                 history=a.history)   # files read with validation
     result = G.gate(sd, rule) if rule is not None else None   # a vllm A/B refused here, before writing
     # with --json -, stdout carries the JSON alone
     say = sys.stderr if a.json == "-" else sys.stdout

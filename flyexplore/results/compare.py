@@ -31,6 +31,7 @@ from flyexplore.measure import stats as S
 from flyexplore.results import table as R
 from flyexplore.results import vllm as V
 from flyexplore.results.gate import FailOn, GateResult, gate
+from flyexplore.results.history import compare_allowance, store_for_compare
 from flyexplore.results.pairtext import (TOP, _case_lines, _fmt, _geomean_label, _missing, _pair_records, _pct,
                                          _wrap, case_text, jsonable)
 
@@ -134,13 +135,18 @@ def _platform(a: pd.DataFrame, b: pd.DataFrame) -> str:
     return ",".join(vals) or "unknown"
 
 
-def _basis(hows: np.ndarray, allow: np.ndarray, platform: str) -> list:
-    """Why each pair's interval holds the cross-run allowance it does (text; NA where none)."""
+def _basis(hows: np.ndarray, allow: np.ndarray, platform: str, given=None) -> list:
+    """Why each pair's interval holds the cross-run allowance it does (text; NA where none);
+    ``given``: the :class:`flyexplore.results.history.Allowance` applied in place of the constant."""
     default = max((R.RUN_TO_RUN.get(p, R.RUN_TO_RUN["cpu"]) for p in platform.split(",")), default=math.nan)
+    if given is not None:
+        default = given.value
     out = []
     for h, a in zip(hows.tolist(), allow.tolist()):
         if h == "between-process" and math.isfinite(a):
             out.append("the runs' own between-process variation (sweep --processes)")
+        elif h == "unpaired+run" and math.isfinite(a) and given is not None and abs(a - default) < 1e-12:
+            out.append(f"{given.basis}, on each side")
         elif h == "unpaired+run" and math.isfinite(a):
             out.append(f"the {platform} default a side (flyexplore.results.table.RUN_TO_RUN, calibrated on "
                        f"{R.RUN_TO_RUN_SOURCE}); sweep --processes measures the runs' own"
@@ -191,7 +197,7 @@ def env_table(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "
 
 def pair(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B"),
          a_backend: str | None = None, b_backend: str | None = None,
-         key: Sequence[str] = ("op", "case", "dtype", "backend")) -> ABResult:
+         key: Sequence[str] = ("op", "case", "dtype", "backend"), allowance=None) -> ABResult:
     """Pair result sets ``a`` and ``b`` by ``key`` (default op, case, dtype, backend) and
     compute ``time_a / time_b`` per pair (median time when a key has several rows; only
     ``ok``/``published`` rows with a time count).
@@ -206,7 +212,10 @@ def pair(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B"),
     (an AMBIGUOUS A-vs-A pair still bounds the change by it); a pair whose interval came from an
     environment A/B's pairs of workers (``between-pair``) gets ``worker_pairs`` (how many) and
     ``pair_sd`` (the spread between them, in log space: what the gate's pairs-needed figure
-    reads; :func:`_pair_spreads`). Raises :class:`UsageError` when a given
+    reads; :func:`_pair_spreads`). ``allowance``: a
+    :class:`flyexplore.results.history.Allowance` (learned from a history store, or its constant
+    fallback with the reason) for the cross-run pairs in place of the per-platform constant, its
+    ``basis`` said beside them; None: the constant. Raises :class:`UsageError` when a given
     backend has no rows or no timed row, or when no key is in both sides."""
     key = list(key)
     if a_backend or b_backend:
@@ -248,12 +257,13 @@ def pair(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str] = ("A", "B"),
     pos_a = [ka[rows_a[g]] for g in p.pop("_order_a").astype(int)]
     pos_b = [kb[rows_b[g]] for g in p.pop("_order_b").astype(int)]
     ests, los, his, hows, allow = R.ratio_intervals(
-        a, pos_a, b, pos_b, (p["time_a_ms"] / p["time_b_ms"]).to_numpy(dtype=float), with_allowance=True)
+        a, pos_a, b, pos_b, (p["time_a_ms"] / p["time_b_ms"]).to_numpy(dtype=float), with_allowance=True,
+        run_to_run=None if allowance is None else allowance.value)
     p["ratio"] = ests
     p["ratio_lo"], p["ratio_hi"], p["interval"] = los, his, hows
     p["worker_pairs"], p["pair_sd"] = _pair_spreads(a, pos_a, b, pos_b, hows, los, his)
     p["allowance"] = allow
-    p["allowance_basis"] = _basis(hows, allow, _platform(a, b))
+    p["allowance_basis"] = _basis(hows, allow, _platform(a, b), allowance)
     p["verdict"] = [pd.NA if h == "none" else S.verdict(lo, hi) for h, lo, hi in zip(hows, los.tolist(), his.tolist())]
     with np.errstate(invalid="ignore"):
         p["same_within"] = np.maximum(1.0 - np.asarray(los, dtype=float), np.asarray(his, dtype=float) - 1.0)
@@ -417,7 +427,8 @@ def env_sides(df: pd.DataFrame, a_env: str | None = None, b_env: str | None = No
 
 
 def sides(a, b=None, names: tuple[str, str] | None = None, a_backend: str | None = None,
-          b_backend: str | None = None, a_env: str | None = None, b_env: str | None = None) -> Sides:
+          b_backend: str | None = None, a_env: str | None = None, b_env: str | None = None,
+          history=None) -> Sides:
     """Read the two sides of an A/B and pair them, once, whatever they are: both
     ``vllm bench serve`` result files or folders (paths; :func:`flyexplore.results.vllm.looks_like_vllm`),
     or result rows -- DataFrames or result file paths (files read by
@@ -430,7 +441,13 @@ def sides(a, b=None, names: tuple[str, str] | None = None, a_backend: str | None
     Raises :class:`UsageError` for a vllm side against a result side, backends given for a vllm
     A/B, a missing, damaged, foreign or invalid result file or DataFrame (one line naming it and
     the column, row and value), rows that are no environment A/B where ``b`` is None, or when
-    nothing pairs."""
+    nothing pairs.
+
+    ``history``: where the cross-run allowance of two result sets of one device is learned from
+    (:func:`flyexplore.results.history.store_for_compare`: None, the default store when there is
+    one; ``"off"``, the constant; a folder, that store, which must exist): with a store, the
+    allowance is :func:`flyexplore.results.history.compare_allowance`'s, learned from identical
+    runs of that device or, with too few, the constant with the reason, said beside the pairs."""
     if b is None:
         d = R.checked(a, "the DataFrame of the environment A/B") if isinstance(a, pd.DataFrame) \
             else R.load(a, validated=True)
@@ -451,9 +468,11 @@ def sides(a, b=None, names: tuple[str, str] | None = None, a_backend: str | None
             raise UsageError("a_backend / b_backend compare flyexplore result rows, not vllm bench results")
         ra, rb = V.load_runs(a), V.load_runs(b)
         return Sides("vllm", ra, rb, V.ab_table(ra, rb, names=names), names)
+    store = store_for_compare(history)   # a bad --history before any file is read
     da, db = (R.checked(x, f"the DataFrame of side {n}") if isinstance(x, pd.DataFrame) else R.load(x, validated=True)
               for x, n in zip((a, b), names))
-    return Sides("rows", da, db, pair(da, db, names, a_backend, b_backend), names)
+    allowance = compare_allowance(da, db, store) if store is not None else None
+    return Sides("rows", da, db, pair(da, db, names, a_backend, b_backend, allowance=allowance), names)
 
 
 # -- the summaries -----------------------------------------------------------------------------

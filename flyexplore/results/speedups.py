@@ -221,8 +221,8 @@ def ratio_interval(base_rows: pd.DataFrame, x_rows: pd.DataFrame) -> tuple[float
 
 
 def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray], x: pd.DataFrame | _Rows,
-                    x_groups: Sequence[np.ndarray], est: np.ndarray, with_allowance: bool = False
-                    ) -> tuple[np.ndarray, ...]:
+                    x_groups: Sequence[np.ndarray], est: np.ndarray, with_allowance: bool = False,
+                    run_to_run: float | None = None) -> tuple[np.ndarray, ...]:
     """The rules of :func:`ratio_interval` for many pairs at once: pair ``k`` is the rows at
     positions ``base_groups[k]`` of ``base`` (the baseline side) against ``x_groups[k]`` of ``x``
     (positions in row order, not index labels; ``base`` and ``x`` may be one frame), and
@@ -239,9 +239,21 @@ def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray
     ``with_allowance``: also return a fifth array, the relative cross-run allowance each pair's
     interval holds (NaN where none): for ``unpaired+run`` the fraction each side was widened by
     (:data:`RUN_TO_RUN` or a drift), for ``between-process`` the relative half-width of the
-    interval (:func:`flyexplore.measure.stats.between_runs`: ``exp(half) - 1``)."""
+    interval (:func:`flyexplore.measure.stats.between_runs`: ``exp(half) - 1``).
+
+    ``run_to_run``: the cross-run allowance of ``unpaired+run`` pairs in place of each row's
+    :data:`RUN_TO_RUN` (a fraction; the allowance learned from a history of identical runs of the
+    rows' one device, :func:`flyexplore.results.history.compare_allowance`); None: the constant."""
     b = base if isinstance(base, _Rows) else _Rows(base)
     x = x if isinstance(x, _Rows) else _Rows(x)
+    if run_to_run is None:
+        allow_b, allow_x = b.allowance, x.allowance
+    else:
+        def allow_b():
+            return np.full(b.n, float(run_to_run))
+
+        def allow_x():
+            return np.full(x.n, float(run_to_run))
     n = len(base_groups)
     est = np.array(est, dtype=float)
     lo, hi = np.full(n, np.nan), np.full(n, np.nan)
@@ -311,7 +323,7 @@ def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray
             k1 = kk[has]
             if k1.size:
                 _unpaired(k1, sb[has], sx[has], ~_same(b.obj("run_id")[i[k1]], x.obj("run_id")[j[k1]]),
-                          np.maximum(b.allowance()[i[k1]], x.allowance()[j[k1]]), est, lo, hi, how, allow)
+                          np.maximum(allow_b()[i[k1]], allow_x()[j[k1]]), est, lo, hi, how, allow)
             # notch: one row a side, a side without samples: the stored intervals of the medians
             k2 = kk[~has]
             if k2.size:
@@ -335,7 +347,7 @@ def ratio_intervals(base: pd.DataFrame | _Rows, base_groups: Sequence[np.ndarray
                 cross = np.zeros(k3.size, dtype=bool)
                 allow_ = np.zeros(k3.size)
                 run_b, run_x = b.obj("run_id"), x.obj("run_id")
-                al_b, al_x = b.allowance(), x.allowance()
+                al_b, al_x = allow_b(), allow_x()
                 for m, k in enumerate(k3.tolist()):
                     ib, ix = base_groups[k], x_groups[k]
                     runs_b = {v for v in run_b[ib] if not pd.isna(v)}

@@ -1,0 +1,555 @@
+"""Results over time, read from a history store (:mod:`flyexplore.results.history_store`):
+each case's trend and the geometric mean's across runs, the steps in them
+(:mod:`flyexplore.results.steps`), the build series of A/Bs of three or more environments, the
+cross-run allowance learned from identical runs, the CI gate on the newest step, and the
+exports for benchmark dashboards (Bencher's BMF, github-action-benchmark's JSON).
+``flyexplore history`` and ``fx.history`` are the faces; the figure and report section are
+:mod:`flyexplore.views.history`.
+
+Series. A time series is one case (``op, case, dtype, backend``; an A/B's arm ``aten@B`` is a
+backend of its own) on one device model (``device``, e.g. NVIDIA H100 80GB HBM3; lent GPUs of one
+model are one series), its runs in time order (each run's first row's ``timestamp``). Only
+``ok`` rows with a time count. Each point is the run's median time with its 95% interval
+(``time_ci_lo_ms`` / ``time_ci_hi_ms``). The geometric mean of a device's runs is, per run, the
+geometric mean over the cases that run has of ``time / the case's median over all runs``, with
+its interval from the cases' intervals (:func:`flyexplore.measure.stats.geomean_ci`'s rule).
+A build series is one A/B run of three or more environments: each case's arms in the run's
+environment order, points with their own intervals and no between-run part (the arms were timed
+round by round in one run).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from flyexplore.errors import UsageError, bad_choice
+from flyexplore.results import steps as ST
+from flyexplore.results.arms import split_arm
+from flyexplore.results.gate import parse_rules
+from flyexplore.results.history_store import Store, device_keys
+from flyexplore.results.speedups import RUN_TO_RUN, RUN_TO_RUN_SOURCE
+
+#: The series key of a time series (besides the device model).
+SERIES_KEY = ("op", "case", "dtype", "backend")
+#: The series name of the geometric mean in the steps table.
+GEOMEAN = "geomean"
+#: A learned allowance needs at least this many runs of one build and this many pairs of rows.
+MIN_ALLOWANCE_RUNS = 3
+MIN_ALLOWANCE_PAIRS = 20
+#: The allowance is this quantile of ``|t_p / t_q - 1|`` over pairs of identical runs, rounded up
+#: to :data:`ALLOWANCE_STEP` -- the rule :data:`flyexplore.results.speedups.RUN_TO_RUN` was
+#: calibrated by (``benchmarks/evidence/reproducible.py``: p95, rounded up).
+ALLOWANCE_QUANTILE = 0.95
+ALLOWANCE_STEP = 0.001
+#: What makes two runs identical for the allowance: the same device, and these run fields equal.
+IDENTICAL = ("run_env_id", "run_flyexplore_commit", "run_plan")
+#: The allowance reads the newest this many runs of one build (their pairs: 1,225 per row).
+ALLOWANCE_RUNS = 50
+
+
+def _identity(points: pd.DataFrame) -> np.ndarray:
+    """Each point's build identity (:data:`IDENTICAL` joined), as text."""
+    out = None
+    for c in IDENTICAL:
+        v = points[c].astype("string").fillna("") if c in points else pd.Series("", index=points.index, dtype="string")
+        out = v if out is None else out + "|" + v
+    return out.to_numpy(dtype=object)
+
+
+def _sigma(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = (np.log(hi) - np.log(lo)) / (2 * ST.Z95)
+    return np.where(np.isfinite(s) & (s >= 0), s, np.nan)
+
+
+def _timed(points: pd.DataFrame) -> pd.DataFrame:
+    t = pd.to_numeric(points["time_ms"], errors="coerce")
+    return points[(points["status"] == "ok") & (t > 0)].copy()
+
+
+def _group(points: pd.DataFrame) -> pd.Series:
+    dev = points["run_device"].fillna("unknown device").astype(str)
+    plat = points["run_platform"].fillna("?").astype(str)
+    return dev + " (" + plat + ")"
+
+
+@dataclass
+class Analysis:
+    """What ``flyexplore history show`` reads from a store; every table long, one row per point:
+
+    - ``runs``: ``group`` (device model and platform), ``position`` (0 = oldest run of the group),
+      ``run_id``, ``timestamp``, ``commit`` (``flyexplore_commit``), ``torch``, ``env_id``, ``cases``;
+    - ``trends``: ``group``, ``series`` (``op case dtype backend``), the key columns, ``position``,
+      ``run_id``, ``time_ms`` with ``lo_ms`` / ``hi_ms`` (95%), ``level_ms`` (the fitted level);
+    - ``geomean``: ``group``, ``position``, ``run_id``, ``geomean`` (time over each case's median,
+      geometric mean over the run's cases; > 1 slower) with ``lo`` / ``hi``, ``cases``, ``level``;
+    - ``steps``: ``group``, ``series`` (or ``geomean``), ``position`` and ``run_id`` (the first run
+      of the new level), ``prev_run_id``, ``timestamp``, ``commit``, ``change`` (relative change of
+      time, > 0 slower) with ``lo`` / ``hi`` (95%), ``direction`` (slower / faster), ``before_ms``
+      / ``after_ms`` (the levels; for the geomean, relative), ``newest`` (the series' newest step),
+      ``runs`` (points in the series);
+    - ``builds``: build-series steps: ``run_id``, ``series``, ``from_env``, ``to_env``, ``change``,
+      ``lo``, ``hi``, ``direction``;
+    - ``build_points``: the build series' points: ``run_id``, ``series``, ``env``, ``position``,
+      ``time_ms``, ``lo_ms``, ``hi_ms``;
+    - ``allowances``: per device: ``group``, ``device_id`` (the device key), ``value`` (fraction), ``runs``,
+      ``pairs``, ``basis``."""
+
+    runs: pd.DataFrame
+    trends: pd.DataFrame
+    geomean: pd.DataFrame
+    steps: pd.DataFrame
+    builds: pd.DataFrame
+    build_points: pd.DataFrame
+    allowances: pd.DataFrame
+    store: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+STEP_COLUMNS = ("group", "series", "op", "case", "dtype", "backend", "position", "run_id", "prev_run_id", "timestamp",
+                "commit", "change", "lo", "hi", "direction", "before_ms", "after_ms", "newest", "runs")
+
+
+def analyse(points: pd.DataFrame, store: str = "") -> Analysis:
+    """Trends, steps, build series and allowances of a store's points
+    (:meth:`flyexplore.results.history_store.Store.points`; module docstring). Raises
+    :class:`UsageError` when no point has a time."""
+    pts = _timed(points)
+    if pts.empty:
+        raise UsageError(f"history {store or ''}: no ok row with a time in the store".replace("  ", " "))
+    pts["group"] = _group(pts)
+    pts["series"] = pts["op"].astype(str) + " " + pts["case"].astype(str) + " " + pts["dtype"].astype(str) + " " + \
+        pts["backend"].astype(str)
+    runs, trends, gms, steps, allows = [], [], [], [], []
+    for g, d in pts.groupby("group", sort=True):
+        r, t, gm, st = _time_series(g, d)
+        runs.append(r), trends.append(t), gms.append(gm), steps.append(st)
+        allows.append(_allowances_of(g, d))
+    bsteps, bpoints = _build_series(pts)
+    return Analysis(pd.concat(runs, ignore_index=True), pd.concat(trends, ignore_index=True),
+                    pd.concat(gms, ignore_index=True), pd.concat(steps, ignore_index=True)
+                    if any(len(s) for s in steps) else pd.DataFrame(columns=list(STEP_COLUMNS)),
+                    bsteps, bpoints, pd.concat(allows, ignore_index=True), store)
+
+
+def _time_series(group: str, d: pd.DataFrame):
+    order = d[["run_id", "timestamp"]].drop_duplicates("run_id").sort_values(["timestamp", "run_id"], kind="stable")
+    run_ids = order["run_id"].tolist()
+    pos_of = {r: i for i, r in enumerate(run_ids)}
+    first = d.drop_duplicates("run_id").set_index("run_id")
+    runs = pd.DataFrame({"group": group, "position": range(len(run_ids)), "run_id": run_ids,
+                         "timestamp": order["timestamp"].tolist(),
+                         "commit": first.loc[run_ids, "run_flyexplore_commit"].tolist(),
+                         "torch": first.loc[run_ids, "run_torch"].tolist(),
+                         "env_id": first.loc[run_ids, "run_env_id"].tolist(),
+                         "cases": d.groupby("run_id").size().reindex(run_ids).tolist()})
+    codes, names = pd.factorize(d["series"], sort=True)
+    pos = d["run_id"].map(pos_of).to_numpy(dtype=np.int64)
+    S, N = len(names), len(run_ids)
+    t = pd.to_numeric(d["time_ms"], errors="coerce").to_numpy(dtype=float)
+    lo = pd.to_numeric(d["time_ci_lo_ms"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    hi = pd.to_numeric(d["time_ci_hi_ms"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    Y = np.full((S, N), np.nan)
+    SG = np.full((S, N), np.nan)
+    Y[codes, pos] = np.log(t)
+    SG[codes, pos] = _sigma(lo, hi)
+    fits = ST.fit(Y, SG)
+    level = np.full((S, N), np.nan)
+    for s, f in enumerate(fits):
+        bounds = [*f.starts[1:], N]
+        a = 0
+        for lv, b in zip(f.levels, bounds):
+            level[s, a:b] = lv
+            a = b
+    trends = d[["group", "series", *SERIES_KEY, "run_id", "time_ms"]].copy()
+    trends.insert(4 + len(SERIES_KEY) - 3, "position", pos)
+    trends["lo_ms"], trends["hi_ms"] = lo, hi
+    trends["level_ms"] = np.exp(level[codes, pos])
+    trends = trends.sort_values(["series", "position"], kind="stable").reset_index(drop=True)
+    # the geometric mean over each run's cases of time / the case's median over the runs
+    with np.errstate(invalid="ignore"):
+        rel = Y - np.nanmedian(Y, axis=1, keepdims=True)
+    have = np.isfinite(rel)
+    m = have.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gy = np.where(m > 0, np.nansum(np.where(have, rel, 0.0), axis=0) / np.maximum(m, 1), np.nan)
+        sg2 = np.where(have & np.isfinite(SG), SG ** 2, 0.0).sum(axis=0)
+        gs = np.where(m > 0, np.sqrt(sg2) / np.maximum(m, 1), np.nan)
+    gfit = ST.fit(gy, gs)
+    glevel = np.full(N, np.nan)
+    bounds = [*gfit.starts[1:], N]
+    a = 0
+    for lv, b in zip(gfit.levels, bounds):
+        glevel[a:b] = lv
+        a = b
+    gm = pd.DataFrame({"group": group, "position": range(N), "run_id": run_ids, "geomean": np.exp(gy),
+                       "lo": np.exp(gy - ST.Z95 * gs), "hi": np.exp(gy + ST.Z95 * gs), "cases": m,
+                       "level": np.exp(glevel)})
+    # the steps
+    key_of = d.drop_duplicates("series").set_index("series")
+    rows = []
+    for s, f in enumerate([*fits, gfit]):
+        steps = ST.steps_of(f)
+        for i, stp in enumerate(steps):
+            name = GEOMEAN if s == S else names[s]
+            k = key_of.loc[name] if s < S else None
+            prev = max(p for p in range(stp.at) if (s == S or np.isfinite(Y[s, p]))) if stp.at > 0 else None
+            rows.append({"group": group, "series": name,
+                         **{c: (k[c] if k is not None else GEOMEAN if c == "op" else "") for c in SERIES_KEY},
+                         "position": stp.at, "run_id": run_ids[stp.at],
+                         "prev_run_id": run_ids[prev] if prev is not None else None,
+                         "timestamp": runs.at[stp.at, "timestamp"], "commit": runs.at[stp.at, "commit"],
+                         "change": stp.change, "lo": stp.lo, "hi": stp.hi,
+                         "direction": "slower" if stp.change > 0 else "faster",
+                         "before_ms": math.exp(stp.before), "after_ms": math.exp(stp.after),
+                         "newest": i == len(steps) - 1,
+                         "runs": int(np.isfinite(Y[s]).sum()) if s < S else int((m > 0).sum())})
+    steps = pd.DataFrame(rows, columns=list(STEP_COLUMNS))
+    return runs, trends, gm, steps
+
+
+def _build_series(pts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The build series of every run of three or more environments (module docstring)."""
+    scols = ["run_id", "series", "op", "case", "dtype", "backend", "from_env", "to_env", "change", "lo", "hi",
+             "direction"]
+    pcols = ["run_id", "series", "env", "position", "time_ms", "lo_ms", "hi_ms"]
+    srows, prows = [], []
+    ab = pts[pts["envs"].notna() & (pts["env"].astype(str) != "")]
+    for run_id, d in ab.groupby("run_id", sort=False):
+        envs = [e for e in json.loads(d["envs"].iloc[0]) if e in set(d["env"].astype(str))]
+        if len(envs) < 3:
+            continue
+        d = d.assign(base=[split_arm(b)[0] for b in d["backend"].astype(str)],
+                     epos=d["env"].astype(str).map({e: i for i, e in enumerate(envs)}))
+        for key, g in d.groupby(["op", "case", "dtype", "base"], sort=True):
+            g = g.sort_values("epos")
+            name = " ".join(str(x) for x in key)
+            t = g["time_ms"].to_numpy(dtype=float)
+            lo = pd.to_numeric(g["time_ci_lo_ms"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+            hi = pd.to_numeric(g["time_ci_hi_ms"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+            y = np.full(len(envs), np.nan)
+            sg = np.full(len(envs), np.nan)
+            y[g["epos"].to_numpy(dtype=int)] = np.log(t)
+            sg[g["epos"].to_numpy(dtype=int)] = _sigma(lo, hi)
+            for e, tt, l_, h_ in zip(g["env"].astype(str), t, lo, hi):
+                prows.append((run_id, name, e, envs.index(e), tt, l_, h_))
+            f = ST.fit(y, sg, between_runs=False)
+            for stp in ST.steps_of(f):
+                prev = max(p for p in range(stp.at) if np.isfinite(y[p]))
+                srows.append((run_id, name, *key, envs[prev], envs[stp.at], stp.change, stp.lo, stp.hi,
+                              "slower" if stp.change > 0 else "faster"))
+    return pd.DataFrame(srows, columns=scols), pd.DataFrame(prows, columns=pcols)
+
+
+# -- the learned allowance ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Allowance:
+    """A cross-run allowance (a fraction: each side of a cross-run ratio's interval is widened by
+    it) and why: ``source`` ``learned`` (from ``runs`` identical runs of ``device``, ``pairs`` pairs
+    of rows) or ``constant`` (:data:`flyexplore.results.speedups.RUN_TO_RUN`); ``basis`` says it in
+    words, as ``flyexplore compare`` prints it."""
+
+    value: float
+    source: str
+    device: str
+    runs: int = 0
+    pairs: int = 0
+    basis: str = ""
+
+
+def pair_moves(points: pd.DataFrame) -> np.ndarray:
+    """``|t_p / t_q - 1|`` for every row in two identical runs ``p``, ``q`` (the same device,
+    :data:`IDENTICAL` equal; ``ok`` rows with a time; the newest :data:`ALLOWANCE_RUNS` runs of
+    each build) of ``points`` (a store's points, oldest first): how far identical runs moved.
+    Returns the fractions (float64, any order)."""
+    pts = _timed(points)
+    if pts.empty:
+        return np.empty(0)
+    out = []
+    for _, d in pts.groupby(_identity(pts), sort=False):
+        runs = d["run_id"].drop_duplicates()
+        if len(runs) < 2:
+            continue
+        if len(runs) > ALLOWANCE_RUNS:   # the newest (points come oldest first)
+            d = d[d["run_id"].isin(set(runs.iloc[-ALLOWANCE_RUNS:]))]
+        key = d["op"].astype(str) + "|" + d["case"].astype(str) + "|" + d["dtype"].astype(str) + "|" + \
+            d["backend"].astype(str) + "|" + d["env"].astype(str)
+        m = pd.DataFrame({"k": key.to_numpy(), "r": d["run_id"].to_numpy(), "t": d["time_ms"].astype(float).to_numpy()}
+                         ).pivot_table(index="k", columns="r", values="t", aggfunc="median").to_numpy(dtype=float)
+        for i in range(m.shape[1]):
+            r = m[:, i + 1:] / m[:, i:i + 1]
+            r = r[np.isfinite(r)]
+            out.append(np.abs(r - 1))
+    return np.concatenate(out) if out else np.empty(0)
+
+
+def learned_allowance(points: pd.DataFrame, device_id: str | None = None, device: str | None = None,
+                      platform: str | None = None) -> Allowance:
+    """The cross-run allowance for two runs of one device: learned from the store's ``points``
+    of that device (``device_id``: a device key, :func:`flyexplore.results.history_store.device_keys`;
+    else the device model ``device``) as the
+    :data:`ALLOWANCE_QUANTILE` of :func:`pair_moves`, rounded up to :data:`ALLOWANCE_STEP`, when
+    there are at least :data:`MIN_ALLOWANCE_RUNS` runs of one build and
+    :data:`MIN_ALLOWANCE_PAIRS` pairs; else the constant :data:`RUN_TO_RUN` of ``platform``
+    (the CPU's when unknown), with the reason in ``basis``."""
+    const = RUN_TO_RUN.get(str(platform), RUN_TO_RUN["cpu"])
+    sel = points.iloc[0:0]
+    what = device_id or device or "unknown device"
+    if device_id:
+        sel = points[points["device_key"].astype(str) == str(device_id)]
+    if sel.empty and device:
+        sel = points[points["run_device"].astype(str) == str(device)]
+        what = f"{device} (any device of that model)"
+    moves = pair_moves(sel) if not sel.empty else np.empty(0)
+    most = int(sel.groupby(_identity(sel))["run_id"].nunique().max()) if not sel.empty else 0
+    if most >= MIN_ALLOWANCE_RUNS and moves.size >= MIN_ALLOWANCE_PAIRS:
+        v = math.ceil(float(np.quantile(moves, ALLOWANCE_QUANTILE)) / ALLOWANCE_STEP - 1e-9) * ALLOWANCE_STEP
+        v = max(v, ALLOWANCE_STEP)
+        return Allowance(v, "learned", what, most, int(moves.size),
+                         f"from the history: learned, p95 of |t_p/t_q - 1| over {moves.size} pairs of rows of "
+                         f"identical runs of {what} (up to {most} runs of one build)")
+    why = (f"{moves.size} pairs of rows and at most {most} identical runs of {what} in the history, "
+           f"fewer than the {MIN_ALLOWANCE_PAIRS} pairs of {MIN_ALLOWANCE_RUNS} runs a learned allowance needs")
+    return Allowance(const, "constant", what, most, int(moves.size),
+                     f"the {platform or 'cpu'} constant (flyexplore.results.table.RUN_TO_RUN, calibrated on "
+                     f"{RUN_TO_RUN_SOURCE}): {why}")
+
+
+def _allowances_of(group: str, d: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    plat = str(d["run_platform"].dropna().iloc[0]) if d["run_platform"].notna().any() else None
+    for dev in sorted(str(v) for v in d["device_key"].dropna().unique() if str(v)) or [None]:
+        a = learned_allowance(d, dev, None if dev else str(d["run_device"].iloc[0]), plat)
+        rows.append({"group": group, "device_id": dev, "value": a.value, "source": a.source, "runs": a.runs,
+                     "pairs": a.pairs, "basis": a.basis})
+    return pd.DataFrame(rows)
+
+
+#: ``history`` values that turn the learned allowance off (``flyexplore compare --history off``).
+OFF = ("off", "none", "no", "false", "0")
+
+
+def store_for_compare(history):
+    """The store ``flyexplore compare`` reads its allowance from: ``history`` None -> the default
+    store when it exists (else None); False or one of :data:`OFF` -> None; a folder -> that store,
+    which must exist. Raises :class:`UsageError` for a folder that holds no store."""
+    if history is False or (isinstance(history, str) and history.strip().lower() in OFF):
+        return None
+    if history is None or history is True:
+        st = Store()
+        return st if st.exists() else None
+    st = Store(history)
+    if not st.exists():
+        raise UsageError(f"bad --history {str(history)!r}: no history store there (flyexplore history add makes "
+                         "one; --history off uses the constant allowance)")
+    return st
+
+
+def compare_allowance(a: pd.DataFrame, b: pd.DataFrame, store) -> Allowance | None:
+    """The allowance ``flyexplore compare`` uses for result sets ``a`` and ``b``: when the measured
+    rows of both come from one device (one device key,
+    :func:`flyexplore.results.history_store.device_keys`: a GPU's ``device_id``, a CPU's host) and ``store`` (a
+    :class:`~flyexplore.results.history_store.Store`) exists, :func:`learned_allowance` of that
+    device; None otherwise (the per-platform constant applies, as before)."""
+    ids: set[str] = set()
+    plats: set[str] = set()
+    for d in (a, b):
+        m = d[d["source"].astype("string").fillna("measured") != "published"] if "source" in d else d
+        if m.empty:
+            return None
+        ids |= set(device_keys(m))
+        if "platform" in m:
+            plats |= {str(v) for v in m["platform"].dropna()}
+    if len(ids) != 1 or store is None or not store.exists():
+        return None
+    dev = next(iter(ids))
+    pts = store.points(device=dev)
+    return learned_allowance(pts, dev, None, next(iter(plats)) if len(plats) == 1 else None)
+
+
+# -- the gate ------------------------------------------------------------------------------------
+
+def gate_steps(an: Analysis, fail_on, recent: int | None = None) -> tuple[bool, list[str]]:
+    """``flyexplore history show --fail-on``: each series' newest step (and the geometric mean's),
+    of the newest ``recent`` runs of its device when given, trips ``SLOWER:X`` when it made the
+    series slower by more than ``X`` even at its interval's favourable end (``lo > X``; the rule of
+    :class:`flyexplore.results.gate.FailOn`). Returns ``(failed, lines)``. Raises
+    :class:`UsageError` for a rule other than SLOWER (AMBIGUOUS has no meaning for a step) or a bad
+    ``recent``."""
+    rules = parse_rules(fail_on)
+    bad = [r.text for r in rules if r.label != "SLOWER"]
+    if bad:
+        raise UsageError(f"bad --fail-on {bad[0]!r}: the history gate takes SLOWER[:THRESHOLD] rules only "
+                         "(a step is slower or faster; AMBIGUOUS is compare's)")
+    if recent is not None and (not isinstance(recent, (int, np.integer)) or recent < 1):
+        raise UsageError(f"bad --recent {recent!r}: a number of runs, 1 or more")
+    st = an.steps[an.steps["newest"].astype(bool)] if len(an.steps) else an.steps
+    if recent is not None and len(st):
+        last = an.runs.groupby("group")["position"].max()
+        st = st[st["position"] > st["group"].map(last) - recent]
+    failed, lines = False, []
+    for r in rules:
+        trip = st[(st["direction"] == "slower") & (st["lo"] > r.threshold)] if len(st) else st
+        if r.warn:
+            word = "WARNING" if len(trip) else "ok"
+        else:
+            word = "FAILED" if len(trip) else "passed"
+            failed |= bool(len(trip))
+        lines.append(f"gate {r.text}: {word} ({len(trip)} newest step{'s' * (len(trip) != 1)} slower by more than "
+                     f"{r.threshold:.1%} at the interval's favourable end)")
+        for _, s in trip.head(10).iterrows():
+            lines.append("  " + step_text(s))
+    return failed, lines
+
+
+# -- text ----------------------------------------------------------------------------------------
+
+def _pct(x: float) -> str:
+    return f"{x:+.1%}" if math.isfinite(x) else "n/a"
+
+
+def step_text(s) -> str:
+    """One step as a line: series, run, size and interval."""
+    when = str(s["timestamp"] or "")[:16]
+    commit = f", commit {str(s['commit'])[:12]}" if s.get("commit") else ""
+    return (f"{s['series']}: {s['direction']} {_pct(s['change'])} [{_pct(s['lo'])}, {_pct(s['hi'])}] from run "
+            f"{s['run_id']} ({when}{commit}) on, run {s['position'] + 1} of {s['runs']}")
+
+
+def show_lines(an: Analysis, top: int = 10) -> list[str]:
+    """The terminal text of ``flyexplore history show``: per device model its runs, the geometric
+    mean's trend and steps, the largest case steps (``top``), the allowance; then the build series'
+    steps."""
+    out = [f"history {an.store}: {an.runs['run_id'].nunique()} runs, {len(an.runs['group'].unique())} "
+           f"device model{'s' * (len(an.runs['group'].unique()) != 1)}"]
+    for g, r in an.runs.groupby("group", sort=True):
+        gm = an.geomean[an.geomean["group"] == g]
+        st = an.steps[an.steps["group"] == g] if len(an.steps) else an.steps
+        ts = r["timestamp"].dropna().astype(str)
+        out.append(f"{g}: {len(r)} runs ({ts.min()[:10] if len(ts) else '?'} .. {ts.max()[:10] if len(ts) else '?'}), "
+                   f"{an.trends.loc[an.trends['group'] == g, 'series'].nunique()} series")
+        newest = gm.iloc[-1]
+        out.append(f"  geomean of time over each case's median: newest run {newest['geomean']:.3f}x "
+                   f"[{newest['lo']:.3f}, {newest['hi']:.3f}] over {int(newest['cases'])} cases")
+        gst = st[st["series"] == GEOMEAN] if len(st) else st
+        for _, s in gst.iterrows():
+            out.append("  step: " + step_text(s))
+        cst = st[st["series"] != GEOMEAN] if len(st) else st
+        n_series = cst["series"].nunique() if len(cst) else 0
+        if not len(cst):
+            out.append("  no step in any case")
+        else:
+            out.append(f"  {len(cst)} step{'s' * (len(cst) != 1)} in {n_series} of "
+                       f"{an.trends.loc[an.trends['group'] == g, 'series'].nunique()} cases; largest:")
+            big = cst.reindex(cst["change"].abs().sort_values(ascending=False).index).head(top)
+            for _, s in big.iterrows():
+                out.append("    " + step_text(s))
+        for _, a in an.allowances[an.allowances["group"] == g].iterrows():
+            dev = f" {a['device_id']}" if a["device_id"] else ""
+            out.append(f"  cross-run allowance{dev}: ±{a['value']:.1%} ({a['basis']})")
+    if len(an.build_points):
+        for run_id, d in an.build_points.groupby("run_id", sort=False):
+            envs = d.drop_duplicates("env").sort_values("position")["env"].tolist()
+            b = an.builds[an.builds["run_id"] == run_id]
+            out.append(f"build series {run_id} ({' -> '.join(envs)}): "
+                       f"{len(b)} step{'s' * (len(b) != 1)} in {d['series'].nunique()} cases")
+            for _, s in b.reindex(b["change"].abs().sort_values(ascending=False).index).head(top).iterrows():
+                out.append(f"    {s['series']}: between {s['from_env']} and {s['to_env']}: {s['direction']} "
+                           f"{_pct(s['change'])} [{_pct(s['lo'])}, {_pct(s['hi'])}]")
+    out.extend(an.notes)
+    return out
+
+
+def _json(v: Any):
+    if isinstance(v, (float, np.floating)):
+        return float(v) if math.isfinite(v) else None
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.bool_,)):
+        return bool(v)
+    if v is pd.NA or v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return v
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    return [{k: _json(v) for k, v in r.items()} for r in df.to_dict("records")]
+
+
+def show_dict(an: Analysis) -> dict:
+    """``flyexplore history show --json``: ``store``, ``runs``, ``steps``, ``builds``,
+    ``geomean``, ``allowances`` (lists of records, NaN as null; the tables of :class:`Analysis`)."""
+    return {"store": an.store, "runs": _records(an.runs), "steps": _records(an.steps),
+            "builds": _records(an.builds), "geomean": _records(an.geomean), "allowances": _records(an.allowances)}
+
+
+# -- exports -------------------------------------------------------------------------------------
+
+EXPORT_FORMATS = ("bmf", "github-action-benchmark")
+
+
+def _run_points(points: pd.DataFrame, run_id: str | None) -> tuple[str, pd.DataFrame]:
+    pts = _timed(points)
+    if pts.empty:
+        raise UsageError("history export: no ok row with a time in the store")
+    if run_id is None:
+        run_id = str(pts.sort_values(["timestamp", "run_id"], kind="stable")["run_id"].iloc[-1])
+    sel = pts[pts["run_id"] == run_id]
+    if sel.empty:
+        raise UsageError(f"bad --run {run_id!r}: no such run with timed rows in the store")
+    return run_id, sel
+
+
+def _bench_name(r) -> str:
+    return f"{r['op']}/{r['case']}/{r['dtype']}/{r['backend']}"
+
+
+def bmf(points: pd.DataFrame, run_id: str | None = None) -> dict:
+    """One run (default: the newest) in Bencher Metric Format:
+    ``{benchmark: {"latency": {"value", "lower_value", "upper_value"}}}``, the benchmark named
+    ``op/case/dtype/backend`` and ``latency`` in nanoseconds (Bencher's built-in latency measure
+    is in ns; https://bencher.dev/docs/reference/bencher-metric-format/), the bounds the row's
+    95% interval. Raises :class:`UsageError` for an unknown run or an empty store."""
+    _, sel = _run_points(points, run_id)
+    out = {}
+    for r in sel.to_dict("records"):
+        m = {"value": float(r["time_ms"]) * 1e6}
+        for k, c in (("lower_value", "time_ci_lo_ms"), ("upper_value", "time_ci_hi_ms")):
+            v = _json(r.get(c))
+            if v is not None:
+                m[k] = float(v) * 1e6
+        out[_bench_name(r)] = {"latency": m}
+    return out
+
+
+def github_benchmark(points: pd.DataFrame, run_id: str | None = None) -> list[dict]:
+    """One run (default: the newest) as github-action-benchmark's ``customSmallerIsBetter`` JSON:
+    a list of ``{"name", "unit": "ms", "value", "range", "extra"}`` (``range`` the 95% interval's
+    half-width, ``extra`` the run, device and interval). Raises as :func:`bmf`."""
+    rid, sel = _run_points(points, run_id)
+    out = []
+    for r in sel.to_dict("records"):
+        lo, hi = _json(r.get("time_ci_lo_ms")), _json(r.get("time_ci_hi_ms"))
+        item = {"name": _bench_name(r), "unit": "ms", "value": float(r["time_ms"])}
+        if lo is not None and hi is not None:
+            item["range"] = f"±{(hi - lo) / 2:.6g}"
+        item["extra"] = (f"run {rid}; {r.get('run_device') or 'unknown device'}; 95% interval "
+                         f"{lo if lo is not None else 'n/a'}..{hi if hi is not None else 'n/a'} ms")
+        out.append(item)
+    return out
+
+
+def export(points: pd.DataFrame, fmt: str, run_id: str | None = None):
+    """:func:`bmf` or :func:`github_benchmark` by ``fmt`` (:data:`EXPORT_FORMATS`). Raises
+    :class:`UsageError` for another format."""
+    if fmt == "bmf":
+        return bmf(points, run_id)
+    if fmt == "github-action-benchmark":
+        return github_benchmark(points, run_id)
+    raise bad_choice("--format", fmt, EXPORT_FORMATS)
