@@ -45,6 +45,8 @@ AT = 20
 TIME_COLS = ("time_ms", "time_iqr_ms", "time_p20_ms", "time_p80_ms", "time_min_ms", "time_mean_ms", "per_call_ms",
              "time_ci_lo_ms", "time_ci_hi_ms")
 RATE_COLS = ("tflops", "gbps")
+#: The ``--recent`` values whose gate the detection-lag part reads.
+RECENT = (1, 3, 5)
 
 
 def scaled(run: pd.DataFrame, f: float) -> pd.DataFrame:
@@ -74,11 +76,26 @@ def series(runs: list[pd.DataFrame], order: np.ndarray, step_at: int | None, tag
     return out
 
 
-def analyse(frames: list[pd.DataFrame]) -> H.Analysis:
+def analyse(frames: list[pd.DataFrame], lag: bool = False):
+    """The analysis of the runs ``frames`` in a fresh store; with ``lag``, also the detection lag:
+    for each count of runs from ``AT + 1`` to all, whether the geometric mean's step at ``AT`` +- 1
+    is found by then and whether ``history show --fail-on SLOWER:1% --recent R`` fails
+    (:data:`RECENT`), as a CI adding one run a day would see it."""
     with tempfile.TemporaryDirectory() as tmp:
         st = Store(Path(tmp) / "store")
         st.add(frames)
-        return H.analyse(st.points())
+        pts = st.points()
+        an = H.analyse(pts)
+        if not lag:
+            return an
+        order = list(dict.fromkeys(pts.sort_values("timestamp", kind="stable")["run_id"]))
+        seen = []
+        for k in range(AT + 1, len(order) + 1):
+            ak = H.analyse(pts[pts["run_id"].isin(set(order[:k]))])
+            g = ak.steps[ak.steps["series"] == H.GEOMEAN]
+            seen.append({"runs": k, "found": bool(((g["position"] - AT).abs() <= 1).any()),
+                         **{f"gate_recent_{r}": H.gate_steps(ak, "SLOWER:1%", recent=r)[0] for r in RECENT}})
+        return an, seen
 
 
 def run(out: Path, seeds: int) -> dict:
@@ -91,7 +108,7 @@ def run(out: Path, seeds: int) -> dict:
     for seed in range(seeds):
         rng = np.random.default_rng(seed)
         order = np.arange(len(runs)) if seed == 0 else rng.permutation(len(runs))
-        an = analyse(series(runs, order, AT, f"s{seed}"))
+        an, seen = analyse(series(runs, order, AT, f"s{seed}"), lag=True)
         st = an.steps
         g = st[st["series"] == H.GEOMEAN]
         cases = st[st["series"] != H.GEOMEAN]
@@ -103,7 +120,10 @@ def run(out: Path, seeds: int) -> dict:
             "geomean_hi": g["hi"].round(4).tolist(),
             "geomean_found": bool(((g["position"] - AT).abs() <= 1).any()),
             "cases_found": int(near["series"].nunique()), "cases": n_series,
-            "case_steps_elsewhere": int(len(cases) - len(near))})
+            "case_steps_elsewhere": int(len(cases) - len(near)),
+            "first_found_at_runs": next((x["runs"] for x in seen if x["found"]), None),
+            **{f"gate_recent_{r}_failed_at_runs": next((x["runs"] for x in seen if x[f"gate_recent_{r}"]), None)
+               for r in RECENT}})
         draw = np.random.default_rng(1000 + seed).choice(len(runs), 10, replace=False)
         aq = analyse(series(runs, draw, None, f"q{seed}"))
         quiet_rows.append({"seed": seed, "runs": draw.tolist(),
@@ -150,6 +170,16 @@ def summary(out: Path) -> None:
         f"- cases finding it themselves at {AT} +- 1: median {np.median(frac):.0%}, fewest {min(frac):.0%} "
         f"(of {res['series']}); case steps elsewhere: {sum(r['case_steps_elsewhere'] for r in st)} in "
         f"{len(st) * res['series']} series", "",
+        "", f"## When a CI adding one run at a time sees it (the runs up to {AT + 1}, {AT + 2}, ...)", "",
+        "| | found at 20 +- 1 (geomean) | gate SLOWER:1% --recent 1 | --recent 3 | --recent 5 |",
+        "| --- | --- | --- | --- | --- |",
+        "| orders where it happens by run 30 | " + " | ".join(
+            f"{sum(r[k] is not None for r in st)} of {len(st)}"
+            for k in ("first_found_at_runs", *(f"gate_recent_{x}_failed_at_runs" for x in RECENT))) + " |",
+        "| the run it first happens at (median, latest; run 21 brought the step) | " + " | ".join(
+            _when([r[k] for r in st]) for k in ("first_found_at_runs",
+                                                *(f"gate_recent_{x}_failed_at_runs" for x in RECENT))) + " |",
+        "",
         f"## No step: {len(q)} series of 10 runs drawn from the {res['runs']}", "",
         f"- geometric mean: **{sum(r['geomean_steps'] for r in q)} steps** in {len(q)} series",
         f"- cases: {sum(r['case_steps'] for r in q)} steps in {len(q) * res['series']} series",
@@ -161,6 +191,11 @@ def summary(out: Path) -> None:
               f"in {res['wall_s']} s."]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _when(ks: list) -> str:
+    got = [k for k in ks if k is not None]
+    return f"{int(np.median(got))}, {max(got)}" if got else "never"
 
 
 def main() -> None:

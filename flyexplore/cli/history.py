@@ -60,7 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e = sub.add_parser("export", help="one run as Bencher Metric Format or github-action-benchmark JSON")
     e.add_argument("--format", required=True, help="bmf | github-action-benchmark")
     e.add_argument("--out", required=True, metavar="FILE", help="the JSON file to write (- : stdout)")
-    e.add_argument("--run", dest="run_id", metavar="RUN_ID", help="the run to export (default: the newest)")
+    e.add_argument("--run", dest="run_id", metavar="RUN_ID", help="the run to export (default: the newest, of "
+                   "--device when given)")
+    e.add_argument("--device", help="the newest run of this device (a device name as rows give it, or a device key)")
     for q in (a, s, e):
         q.add_argument("--store", metavar="DIR", help="the history store (default: $FLYEXPLORE_HISTORY, else "
                        "$XDG_DATA_HOME/flyexplore/history)")
@@ -92,8 +94,12 @@ def _export(store, a, H) -> int:
     if a.format not in H.EXPORT_FORMATS:
         raise bad_choice("--format", a.format, H.EXPORT_FORMATS)
     if a.out != "-":
+        _outside(store, a.out, "--out")
         check_writable(a.out, "export file")
-    data = H.export(store.points(), a.format, a.run_id)
+    points = store.points(a.device)
+    if points.empty and a.device:
+        _no_device(store, a.device)
+    data = H.export(points, a.format, a.run_id)
     text = json.dumps(data, indent=2, allow_nan=False) + "\n"
     if a.out == "-":
         sys.stdout.write(text)
@@ -113,23 +119,23 @@ def _show(store, a, H) -> int:
     if a.recent is not None and a.recent < 1:
         raise UsageError(f"bad --recent {a.recent}: a number of runs, 1 or more")
     if a.fail_on is not None:
-        from flyexplore.results.gate import parse_rules
-
-        bad = [r.text for r in parse_rules(a.fail_on) if r.label != "SLOWER"]
-        if bad:
-            raise UsageError(f"bad --fail-on {bad[0]!r}: the history gate takes SLOWER[:THRESHOLD] rules only "
-                             "(a step is slower or faster; AMBIGUOUS is compare's)")
+        H.history_rules(a.fail_on)
+    elif a.recent is not None:
+        raise UsageError("--recent chooses the steps --fail-on gates on: give --fail-on SLOWER[:THRESHOLD] too")
     if a.json is not None and a.json != "-":
+        _outside(store, a.json, "--json")
         check_writable(a.json, "JSON file")
     if a.out is not None:
         from flyexplore.views.report import check_report_dir
 
+        _outside(store, a.out, "--out")
         check_report_dir(a.out)
         check_writable(a.out, "report folder", folder=True)
     points = store.points(a.device)
+    if points.empty and a.device:
+        _no_device(store, a.device)
     if points.empty:
-        raise UsageError(f"history store {str(store.path)!r} has no runs"
-                         + (f" of device {a.device!r}" if a.device else ""))
+        raise UsageError(f"history store {str(store.path)!r} has no runs")
     an = H.analyse(points, str(store.path))
     say = sys.stderr if a.json == "-" else sys.stdout
     failed, gate_lines = (H.gate_steps(an, a.fail_on, a.recent) if a.fail_on is not None else (False, []))
@@ -152,3 +158,18 @@ def _show(store, a, H) -> int:
 
             write_text(a.json, text)
     return EXIT_NO if failed else 0
+
+
+def _no_device(store, device: str) -> None:
+    devs = sorted(set(store.runs()["device"].dropna().astype(str)))
+    raise UsageError(f"bad --device {device!r}: no run of that device (or device key) in the store "
+                     f"(devices: {', '.join(devs) or 'none'})")
+
+
+def _outside(store, path: str, option: str) -> None:
+    """Refuse an output inside the store's folder (it would replace the index or a part)."""
+    from pathlib import Path
+
+    p, root = Path(path).resolve(), store.path.resolve()
+    if p == root or root in p.parents:
+        raise UsageError(f"bad {option} {path!r}: inside the history store {str(store.path)!r}; write it elsewhere")

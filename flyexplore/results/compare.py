@@ -148,7 +148,7 @@ def _basis(hows: np.ndarray, allow: np.ndarray, platform: str, given=None) -> li
         elif h == "unpaired+run" and math.isfinite(a) and given is not None and abs(a - default) < 1e-12:
             out.append(f"{given.basis}, on each side")
         elif h == "unpaired+run" and math.isfinite(a):
-            out.append(f"the {platform} default a side (flyexplore.results.table.RUN_TO_RUN, calibrated on "
+            out.append(f"the {platform} default on each side (flyexplore.results.table.RUN_TO_RUN, calibrated on "
                        f"{R.RUN_TO_RUN_SOURCE}); sweep --processes measures the runs' own"
                        if abs(a - default) < 1e-12 else "how far a side drifted within its own run")
         else:
@@ -448,6 +448,7 @@ def sides(a, b=None, names: tuple[str, str] | None = None, a_backend: str | None
     one; ``"off"``, the constant; a folder, that store, which must exist): with a store, the
     allowance is :func:`flyexplore.results.history.compare_allowance`'s, learned from identical
     runs of that device or, with too few, the constant with the reason, said beside the pairs."""
+    store = store_for_compare(history)   # a bad --history before any file is read, whatever the sides
     if b is None:
         d = R.checked(a, "the DataFrame of the environment A/B") if isinstance(a, pd.DataFrame) \
             else R.load(a, validated=True)
@@ -468,10 +469,16 @@ def sides(a, b=None, names: tuple[str, str] | None = None, a_backend: str | None
             raise UsageError("a_backend / b_backend compare flyexplore result rows, not vllm bench results")
         ra, rb = V.load_runs(a), V.load_runs(b)
         return Sides("vllm", ra, rb, V.ab_table(ra, rb, names=names), names)
-    store = store_for_compare(history)   # a bad --history before any file is read
     da, db = (R.checked(x, f"the DataFrame of side {n}") if isinstance(x, pd.DataFrame) else R.load(x, validated=True)
               for x, n in zip((a, b), names))
-    allowance = compare_allowance(da, db, store) if store is not None else None
+    allowance = None
+    if store is not None:
+        try:
+            allowance = compare_allowance(da, db, store)
+        except UsageError:
+            if history not in (None, True):   # the store named is damaged: said, as any bad input
+                raise
+            # the default store, not named: a damaged one leaves the constant, not a failed compare
     return Sides("rows", da, db, pair(da, db, names, a_backend, b_backend, allowance=allowance), names)
 
 

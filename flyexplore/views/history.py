@@ -162,8 +162,9 @@ def figure(an: H.Analysis, what: str = "geomean", cases: str | Sequence[str] | N
 
     ``an``: :func:`flyexplore.results.history.analyse`'s result. ``what``:
 
-    - ``geomean``: the geometric mean over each run's cases of time / the case's median over the
-      runs (> 1 slower), as :func:`~flyexplore.results.history.analyse` gives it;
+    - ``geomean``: each run's time against the cases' own levels (the run effect of a two-way fit
+      of cases and runs, :func:`flyexplore.results.history.run_effects`; the median run 1.0, > 1
+      slower), as :func:`~flyexplore.results.history.analyse` gives it;
     - ``cases``: per panel the ``top`` series (``op case dtype backend``) with the largest steps,
       or those named in ``cases`` (series names or case values), each as time / its first
       fitted level (1.0 = where it started);
@@ -186,9 +187,9 @@ def figure(an: H.Analysis, what: str = "geomean", cases: str | Sequence[str] | N
     rule = ("<br>whiskers: 95% interval; line: the fitted level (piecewise constant, each run weighted by its "
             "interval); dotted: a step, its size [95% interval]")
     if what == "geomean":
-        title = (f"History{store}: geometric mean over each run's cases<br><sup>time / the case's median over "
-                 f"the runs (> 1: slower){rule}</sup>")
-        fig = _panels(groups, title, "run (1 = oldest, time order)", "geomean of time / median (x)")
+        title = (f"History{store}: geometric mean over each run's cases<br><sup>each run's time against the "
+                 f"cases' own levels, the median run 1.0 (> 1: slower){rule}</sup>")
+        fig = _panels(groups, title, "run (1 = oldest, time order)", "geomean of time / the cases' levels (x)")
         for i, g in enumerate(groups, 1):
             gm = an.geomean[an.geomean["group"] == g].sort_values("position")
             d = pd.DataFrame({"position": gm["position"].to_numpy(), "y": gm["geomean"].to_numpy(float),
@@ -201,7 +202,7 @@ def figure(an: H.Analysis, what: str = "geomean", cases: str | Sequence[str] | N
                         {"group": g, "series": H.GEOMEAN})
             st = steps[(steps["group"] == g) & (steps["series"] == H.GEOMEAN)] if len(steps) else steps
             _run_axis(fig, i, len(gm))
-            _mark_steps(fig, i, [(int(s["position"]) + 1, float(s["after_ms"]),
+            _mark_steps(fig, i, [(int(s["position"]) + 1, float(s["after"]),
                                   step_label(s["change"], s["lo"], s["hi"]), GEOMEAN_COLOR)
                                  for _, s in st.iterrows()])
         return fig
@@ -238,7 +239,7 @@ def figure(an: H.Analysis, what: str = "geomean", cases: str | Sequence[str] | N
             custom, tmpl = _run_hover(d, runs, s)
             _add_series(fig, i, d["position"] + 1, d, s, color, custom, tmpl, True, {"group": g, "series": s})
             st = steps[(steps["group"] == g) & (steps["series"] == s)] if len(steps) else steps
-            marks += [(int(r["position"]) + 1, float(r["after_ms"]) / first, step_label(r["change"], r["lo"], r["hi"]),
+            marks += [(int(r["position"]) + 1, float(r["after"]) / first, step_label(r["change"], r["lo"], r["hi"]),
                        color) for _, r in st.iterrows()]
         _run_axis(fig, i, len(runs))
         _mark_steps(fig, i, marks)
@@ -295,17 +296,20 @@ def steps_table(an: H.Analysis) -> pd.DataFrame:
     """The steps as a report shows them: the geometric mean's first, then the cases' by size;
     ``run`` is the position (1 = oldest) of the first run of the new level, ``change_pct`` /
     ``lo_pct`` / ``hi_pct`` the relative change of time and its 95% interval in percent (> 0
-    slower), ``before`` / ``after`` the levels (ms; for the geomean, relative)."""
+    slower), ``before`` / ``after`` the levels in ``unit`` (ms; the geomean's: time over each
+    run effect, ``x median run``)."""
     st = an.steps
     if not len(st):
-        return pd.DataFrame(columns=["group", "series", "run", "run_id", "prev_run_id", "timestamp", "commit", "direction",
-                                     "change_pct", "lo_pct", "hi_pct", "before", "after", "newest", "runs"])
+        return pd.DataFrame(columns=["group", "series", "run", "run_id", "prev_run_id", "timestamp", "commit",
+                                     "direction",
+                                     "change_pct", "lo_pct", "hi_pct", "before", "after", "unit", "newest", "runs"])
     st = st.assign(g=(st["series"] != H.GEOMEAN).astype(int), a=-st["change"].abs()).sort_values(["group", "g", "a"])
     return pd.DataFrame({"group": st["group"], "series": st["series"], "run": st["position"] + 1,
                          "run_id": st["run_id"], "prev_run_id": st["prev_run_id"], "timestamp": st["timestamp"],
                          "commit": st["commit"], "direction": st["direction"], "change_pct": st["change"] * 100,
-                         "lo_pct": st["lo"] * 100, "hi_pct": st["hi"] * 100, "before": st["before_ms"],
-                         "after": st["after_ms"], "newest": st["newest"], "runs": st["runs"]}).reset_index(drop=True)
+                         "lo_pct": st["lo"] * 100, "hi_pct": st["hi"] * 100, "before": st["before"],
+                         "after": st["after"], "unit": st["unit"], "newest": st["newest"],
+                         "runs": st["runs"]}).reset_index(drop=True)
 
 
 def history_section(page, an: H.Analysis) -> None:
@@ -319,9 +323,10 @@ def history_section(page, an: H.Analysis) -> None:
     n_groups = an.runs["group"].nunique()
     page.h2(f"History: {n_runs} run{'s' * (n_runs != 1)} on {n_groups} device model{'s' * (n_groups != 1)}")
     page.p("Each case (op, case, dtype, backend) on each device model across its runs in time order: each run's "
-           "median time with its 95% interval, and the geometric mean over each run's cases of time / the case's "
-           "median over the runs. Steps are where the fitted level changes: a piecewise-constant fit with a "
-           "penalty per level, each run weighted by its interval and the series' own run-to-run spread (asv's "
+           "median time with its 95% interval, and the geometric mean of each run's time against the cases' own "
+           "levels (a two-way fit of cases and runs; the median run 1.0). Steps are where the fitted level "
+           "changes: a piecewise-constant fit with a penalty per level, each run weighted by its interval and the "
+           "series' own run-to-run spread (asv's "
            "approach; flyexplore.results.steps). Each step is given at the first run of the new level, with its "
            "size and 95% interval (> 0: slower).")
     page.pre("\n".join(H.show_lines(an)))
@@ -507,9 +512,10 @@ class History:
         Metric Format, latency in ns with the 95% interval as bounds) or
         ``github-action-benchmark`` (ms; :func:`flyexplore.results.history.export`). Returns the
         path. Raises :class:`UsageError`, with nothing written, for another format, an unknown
-        ``run``, an empty store or a ``path`` that is a folder."""
+        ``run``, an empty store or a ``path`` that is a folder or inside the store."""
         data = H.export(self._read()[0], format, run)
         p = Path(path)
+        self._outside(p, "export file")
         if p.is_dir():
             raise UsageError(f"history export: {str(p)!r} is a folder; give a file name (e.g. {str(p / 'bmf.json')!r})")
         return A.write_text(p, json.dumps(data, indent=1) + "\n")
@@ -521,8 +527,16 @@ class History:
     def report(self, out: str | os.PathLike, static: bool = True, formats: Sequence[str] | None = None,
                title: str | None = None) -> Path:
         """Write the history report into the folder ``out`` and return its ``report.html``
-        (:func:`write_history_report`)."""
+        (:func:`write_history_report`). Raises :class:`UsageError` for a folder inside the store."""
+        self._outside(out, "report folder")
         return write_history_report(self.analysis(), out, title, static, formats)
+
+    def _outside(self, path, what: str) -> None:
+        """Refuse an output inside the store's folder (it would replace the index or a part)."""
+        p, root = Path(path).resolve(), self.path.resolve()
+        if p == root or root in p.parents:
+            raise UsageError(f"bad {what} {str(path)!r}: inside the history store {str(self.path)!r}; "
+                             "write it elsewhere")
 
     def __repr__(self) -> str:
         if not self.store.exists():

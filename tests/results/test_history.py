@@ -110,7 +110,7 @@ def test_missing_runs_do_not_make_steps():
 def test_learned_allowance_needs_enough_identical_runs_and_compare_says_which_applied(tmp_path):
     base = R.load(CPU_ROWS)
     base = base[base["status"] == "ok"].reset_index(drop=True)
-    runs = scaled_runs(base, 4, None, 0.0, 0.05)
+    runs = scaled_runs(base, 6, None, 0.0, 0.05)
     files = []
     for i, df in enumerate(runs):
         p = tmp_path / f"r{i}.parquet"
@@ -119,7 +119,7 @@ def test_learned_allowance_needs_enough_identical_runs_and_compare_says_which_ap
     st = Store(tmp_path / "st")
     st.add(files[:2])   # 2 runs: too few, the constant with its reason
     a = H.compare_allowance(runs[0], runs[1], st)
-    assert a.source == "constant" and a.value == R.RUN_TO_RUN["cpu"] and "fewer than" in a.basis
+    assert a.source == "constant" and a.value == R.RUN_TO_RUN["cpu"] and "too few to learn one" in a.basis
     st.add(files[2:])
     a = H.compare_allowance(runs[0], runs[1], st)
     assert a.source == "learned" and 0 < a.value < 0.3 and a.pairs >= H.MIN_ALLOWANCE_PAIRS
@@ -179,7 +179,7 @@ def test_exports_bmf_and_github_action_benchmark(tmp_path, gpu_base):
     newest = pts[pts["run_id"] == "run001"]
     assert m["value"] == pytest.approx(newest["time_ms"].iloc[0] * 1e6)
     g = H.github_benchmark(pts, "run000")
-    assert g[0]["unit"] == "ms" and g[0]["range"].startswith("±") and "run000" in g[0]["extra"]
+    assert g[0]["unit"] == "ms" and g[0]["range"].startswith("95% interval ") and "run000" in g[0]["extra"]
     with pytest.raises(UsageError, match="--run"):
         H.bmf(pts, "nope")
     with pytest.raises(UsageError, match="--format"):
@@ -213,3 +213,116 @@ def test_cli_add_show_export_and_gate(tmp_path, gpu_base, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert what in err and len(err.splitlines()) == 1
+
+
+def test_a_slow_newest_run_of_a_short_history_is_a_step_and_leaves_the_allowance_alone(tmp_path, gpu_base):
+    # 6 steady runs and a seventh 30% slower: the fit alone reads the whole series' scatter,
+    # which that step inflates; the newest-runs test reads the noise of the runs before it
+    runs = scaled_runs(gpu_base.head(4), 6, None, 0.0, 0.01) + scaled_runs(gpu_base.head(4), 1, 0, 0.30, 0.01,
+                                                                            prefix="slow")
+    runs[-1]["timestamp"] = "2026-12-01T00:00:00+00:00"
+    st = Store(tmp_path / "s")
+    st.add(runs)
+    an = H.analyse(st.points())
+    g = an.steps[an.steps["series"] == H.GEOMEAN]
+    assert g["position"].tolist() == [6] and g["lo"].iloc[0] > 0.2
+    assert H.gate_steps(an, "SLOWER:5%", recent=1)[0]
+    a = H.learned_allowance(st.points(), device_id=str(st.points()["device_key"].iloc[0]))
+    assert a.source == "learned" and a.value < 0.06   # the pairs across the step left out (else ~30%)
+
+
+def test_history_gate_rules_are_read_with_the_history_wording(tmp_path, capsys):
+    with pytest.raises(UsageError, match="only SLOWER gates it"):
+        H.history_rules("SLOWR:5%")
+    with pytest.raises(UsageError, match="history gate takes SLOWER"):
+        H.history_rules("SLOWER:-5%")
+    assert [r.threshold for r in H.history_rules("SLOWER:5%,SLOWER:10%:warn")] == [0.05, 0.10]
+    assert main(["history", "show", "--store", str(tmp_path), "--recent", "1"]) == 2
+    assert "--fail-on" in capsys.readouterr().err
+
+
+def test_a_damaged_default_store_leaves_compare_the_constant_and_a_bad_history_is_refused_everywhere(
+        tmp_path, monkeypatch):
+    import flyexplore as fx
+
+    base = R.load(CPU_ROWS)
+    base = base[base["status"] == "ok"].reset_index(drop=True)
+    a, b = scaled_runs(base, 2, None, 0.0, 0.01)
+    bad = tmp_path / "default"
+    bad.mkdir()
+    (bad / "history.sqlite").write_bytes(b"not sqlite at all" * 100)
+    monkeypatch.setenv("FLYEXPLORE_HISTORY", str(bad))
+    pairs = fx.compare(a, b).pairs   # the default store, not named: the constant
+    assert (pairs["allowance"] == R.RUN_TO_RUN["cpu"]).all()
+    with pytest.raises(UsageError, match="damaged"):
+        fx.compare(a, b, history=str(bad))   # named: its damage is said
+    ab = R.load(ROOT / "data/h200/ab/aa.parquet")
+    with pytest.raises(UsageError, match="--history"):
+        fx.compare(ab, history=str(tmp_path / "nowhere"))   # one A/B file: --history still checked
+
+
+def test_a_case_that_joins_later_makes_no_geomean_step_and_a_dropped_case_no_lone_level(tmp_path, gpu_base):
+    runs = scaled_runs(gpu_base.head(6), 30, 20, 0.05, 0.003)
+    series = gpu_base["case"] + " " + gpu_base["backend"]
+    joined, dropped = series.iloc[0], series.iloc[5]
+    for i, d in enumerate(runs):
+        name = d["case"] + " " + d["backend"]
+        keep = ~((name == joined) & (i < 13))   # one series only from run 13 on
+        if i > 15:
+            keep &= name != dropped                # another left out after run 15 ...
+        if i == 15:
+            hit = name == dropped                  # ... its last point 8% off
+            d.loc[hit, ["time_ms", "time_ci_lo_ms", "time_ci_hi_ms"]] *= 1.08
+        runs[i] = d[keep].reset_index(drop=True)
+    st = Store(tmp_path / "s")
+    st.add(runs)
+    an = H.analyse(st.points())
+    g = an.steps[an.steps["series"] == H.GEOMEAN]
+    assert g["position"].tolist() == [20]     # the +5% only: no opposite step where the case joined
+    d_steps = an.steps[an.steps["case"] + " " + an.steps["backend"] == dropped]
+    assert not (d_steps["position"] == 15).any()   # a lone old point is no level of its own
+
+
+def test_geomean_without_intervals_has_none_and_build_points_without_one_are_left_out(tmp_path, gpu_base):
+    runs = scaled_runs(gpu_base.head(3), 6, None, 0.0, 0.005)
+    for d in runs:
+        d["time_ci_lo_ms"], d["time_ci_hi_ms"] = pd.NA, pd.NA
+    st = Store(tmp_path / "s")
+    st.add(runs)
+    gm = H.analyse(st.points()).geomean
+    assert gm["lo"].isna().all() and gm["hi"].isna().all()
+    rows = []
+    for k, e in enumerate(["a", "b", "c"]):
+        d = gpu_base.head(2).copy()
+        d["time_ms"] = d["time_ms"] * (1.001 if k == 2 else 1.0)
+        d["time_ci_lo_ms"], d["time_ci_hi_ms"] = pd.NA, pd.NA     # no interval: nothing to weigh
+        d["backend"] = d["backend"] + "@" + e
+        d["env"] = e
+        rows.append(d)
+    st2 = Store(tmp_path / "s2")
+    st2.add([pd.concat(rows, ignore_index=True).assign(run_id="ab")])
+    an = H.analyse(st2.points())
+    assert an.builds.empty and an.build_points.empty
+
+
+def test_one_wild_run_followed_by_a_normal_one_is_no_step():
+    rng = np.random.default_rng(7)
+    for tail in ([0.26, 0.0], [0.0, 0.26, 0.0]):
+        y = np.r_[rng.normal(0, 0.01, 12), tail]
+        assert ST.fit(y, np.full(y.size, 0.003)).starts == (0,), tail
+
+
+def test_run_effects_read_a_step_through_the_cases_runs_share():
+    rng = np.random.default_rng(2)
+    levels = rng.normal(0, 1, 82)
+    y = levels[:, None] + rng.normal(0, 0.002, (82, 30))
+    y[:, 20:] += np.log(1.03)
+    y[2:41, 15:] = np.nan     # a suite change at run 15: only 2 cases shared across it ...
+    y[41:, :15] = np.nan      # ... the others new
+    eff, sets = H.run_effects(y)
+    assert sets == 1
+    assert np.expm1(np.median(eff[20:]) - np.median(eff[15:20])) == pytest.approx(0.03, abs=0.003)
+    assert abs(np.median(eff[15:20]) - np.median(eff[:15])) < 0.003
+    y2 = y.copy()
+    y2[:2, 15:] = np.nan      # no case shared: two sets, each centred on its own
+    assert H.run_effects(y2)[1] == 2

@@ -29,6 +29,11 @@ RUNS = [ROOT / f"data/h200/reproducible/run{i}.parquet" for i in (1, 2, 3)]
 KEY = ["run_id", "op", "case", "dtype", "backend", "env"]
 
 
+def _timed_only(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` without samples (its ``time_ms`` then free to change: no samples to recompute it from)."""
+    return df.assign(processes=pd.NA, process_estimates=pd.NA, samples_ms=pd.NA)
+
+
 def _files(path: Path) -> dict[str, str]:
     """Every file under ``path`` (relative name -> digest of its bytes)."""
     return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -162,6 +167,189 @@ def test_a_folder_with_other_files_and_no_index_is_refused_and_untouched(tmp_pat
         assert "no history store" in _one_line(exc)
     assert _files(folder) == before
     assert sorted(p.name for p in folder.iterdir()) == ["notes.txt", "results.parquet"]
+
+
+def _index_with(path: Path, what: str) -> None:
+    """A ``history.sqlite`` at ``path`` that is no flyexplore store's, or one of a newer layout."""
+    if what == "newer layout":
+        Store(path).add([RUNS[0]])
+    else:
+        path.mkdir()
+    con = sqlite3.connect(str(path / HS.INDEX))
+    if what == "no meta table":
+        con.execute("CREATE TABLE notes (text TEXT)")
+        con.execute("INSERT INTO notes VALUES ('an app of its own')")
+    elif what != "newer layout":
+        con.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        fmt, version = ("other", "1") if what == "format other" else (HS.FORMAT, "x")
+        con.execute("INSERT INTO meta VALUES ('format', ?), ('version', ?)", (fmt, version))
+    else:
+        con.execute("UPDATE meta SET value = ? WHERE key = 'version'", (str(HS.VERSION + 1),))
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("what, said", [
+    ("no meta table", "not a flyexplore history index (no meta table"),
+    ("format other", "not a flyexplore history index (format 'other'"),
+    ("version x", "layout version 'x', not a whole number"),
+    ("newer layout", "newer than this flyexplore reads"),
+])
+def test_a_foreign_or_newer_index_is_refused_in_one_line_before_anything_is_written(tmp_path, what, said):
+    path = tmp_path / "store"
+    _index_with(path, what)
+    before = _files(path)
+    for call in (lambda s: s.add([RUNS[1]]), lambda s: s.points(), lambda s: s.runs(), lambda s: s.rows()):
+        with pytest.raises(UsageError) as exc:
+            call(Store(path))
+        assert said in _one_line(exc)
+        assert _files(path) == before   # the index's bytes as they were, no lock file, no part
+    if what != "newer layout":
+        assert sorted(p.name for p in path.iterdir()) == [HS.INDEX]
+
+
+def test_runs_whose_ids_make_one_file_name_keep_parts_of_their_own(tmp_path):
+    base = _timed_only(R.load(RUNS[0]).head(6))
+    long = "x" * 90
+    ids = ["r/1", "r_1", long + "a", long + "b"]   # '/' made '_'; names cut at 80 characters
+    frames = {rid: base.assign(run_id=rid, time_ms=base["time_ms"] * (1 + i)) for i, rid in enumerate(ids)}
+    path = tmp_path / "store"
+    Store(path).add([frames["r/1"], frames[long + "a"]])
+    later = Store(path).add([frames["r_1"], frames[long + "b"]])
+    assert (later.runs_added, later.rows_added) == (2, 12)
+    got = Store(path).rows()
+    assert len(got) == 24
+    for rid, df in frames.items():
+        mine = got[got["run_id"] == rid].set_index(KEY[1:5]).sort_index()
+        assert (mine["time_ms"].to_numpy() == df.set_index(KEY[1:5]).sort_index()["time_ms"].to_numpy()).all()
+    named = {p[0] for p in _tables(path)["parts"]}
+    assert len(named) == 4 and named == {p.name for p in (path / HS.PARTS).glob("*.parquet")}
+
+
+@pytest.mark.parametrize("column, value, said", [
+    ("device_id", "GPU-another-one", "device GPU-another-one, the store's GPU-7f6f2386"),
+    ("env_id", "0123456789ab", "env_id 0123456789ab, the store's 9571ed3da63d"),
+    ("plan", "another-plan", "plan another-plan, the store's fe72f1367bcc"),
+])
+def test_a_stored_run_from_another_device_build_or_plan_is_refused_whole(tmp_path, column, value, said):
+    path = tmp_path / "store"
+    Store(path).add([RUNS[0]])
+    before = _files(path)
+    run = R.load(RUNS[0])
+    other = R.save(run.head(10).assign(**{column: value}), tmp_path / "other.parquet")
+    with pytest.raises(UsageError) as exc:
+        Store(path).add([RUNS[1], other])   # the good file beside it is not added either
+    line = _one_line(exc)
+    assert str(other) in line and f"run {run['run_id'].iloc[0]} " in line and said in line
+    assert str(path) in line and "nothing added" in line
+    assert _files(path) == before
+    fresh = tmp_path / "fresh"   # the same within one add: refused before a store is made
+    with pytest.raises(UsageError) as exc:
+        Store(fresh).add([RUNS[0], other])
+    assert said in _one_line(exc) and f"{RUNS[0]}, added before it" in str(exc.value)
+    assert not fresh.exists()
+
+
+def test_known_rows_with_other_times_are_kept_as_stored_and_said(tmp_path):
+    run = _timed_only(R.load(RUNS[0]))
+    first = R.save(run.head(10), tmp_path / "first.parquet")
+    changed = run.copy()
+    changed.loc[:2, "time_ms"] = changed.loc[:2, "time_ms"] * 1.5
+    second = R.save(changed, tmp_path / "second.parquet")
+    path = tmp_path / "store"
+    Store(path).add([first])
+    a = Store(path).add([second])
+    assert (a.rows_added, a.rows_known, a.rows_other) == (14, 10, 3)
+    assert a.lines[0].endswith("; 10 rows it had already, 3 of them with other values, kept as stored")
+    again = Store(path).add([second])
+    assert again.lines[0] == (f"{second}: already in the store (24 rows of 1 run, 3 of them with other values, "
+                              "kept as stored)")
+    _check_whole(path, [R.save(run, tmp_path / "stored.parquet")])   # the first file's times, as stored
+
+
+def test_every_run_has_a_timestamp_and_sql_and_pandas_order_runs_alike(tmp_path):
+    base = R.load(RUNS[0]).head(4)
+    old = base.assign(run_id="z-old", timestamp=["2020-01-01T00:00:03+00:00", "2020-01-01T00:00:01+00:00",
+                                                 "2020-01-01T00:00:02+00:00", None])
+    untimed = base.assign(run_id="a-untimed", timestamp=None)
+    path = tmp_path / "store"
+    Store(path).add([untimed, old])
+    runs = Store(path).runs()
+    assert runs["timestamp"].notna().all()
+    by_id = runs.set_index("run_id")
+    assert by_id.at["z-old", "timestamp"] == "2020-01-01T00:00:01+00:00"   # its rows' earliest
+    assert by_id.at["a-untimed", "timestamp"] == by_id.at["a-untimed", "added_at"]   # the add's time
+    assert runs["run_id"].tolist() == ["z-old", "a-untimed"]
+    assert runs.sort_values(["timestamp", "run_id"])["run_id"].tolist() == runs["run_id"].tolist()
+    pts = Store(path).points()
+    assert list(dict.fromkeys(pts["run_id"])) == runs["run_id"].tolist()
+
+
+def test_a_stores_own_names_are_no_other_files_but_others_are_refused_under_the_lock(tmp_path, monkeypatch):
+    path = tmp_path / "store"   # what another add, making this store now, may have left there so far
+    (path / HS.PARTS).mkdir(parents=True)
+    for name in (HS.LOCK, HS.INDEX + "-journal", f".{HS.INDEX}.abc123.tmp"):
+        (path / name).write_bytes(b"")
+    Store(path).add([RUNS[0]])
+    _check_whole(path, [RUNS[0]])
+    import filelock
+
+    class Late(filelock.FileLock):   # another program writes into the folder while the add waits
+        def acquire(self, *a, **k):
+            (Path(self.lock_file).parent / "notes.txt").write_text("mine\n")
+            return super().acquire(*a, **k)
+
+    monkeypatch.setattr(filelock, "FileLock", Late)
+    fresh = tmp_path / "fresh"
+    with pytest.raises(UsageError) as exc:
+        Store(fresh).add([RUNS[0]])
+    assert "not a flyexplore history store" in _one_line(exc) and "'notes.txt'" in str(exc.value)
+    assert sorted(p.name for p in fresh.iterdir()) == [HS.LOCK, "notes.txt"]   # no index, no part
+
+
+def test_the_index_has_sql_indexes_on_device_build_commit_plan_and_device_key(tmp_path):
+    path = tmp_path / "store"
+    Store(path).add([RUNS[0]])
+    con = sqlite3.connect(str(path / HS.INDEX))
+    try:
+        have = {(t, con.execute(f"PRAGMA index_info({i!r})").fetchone()[2])
+                for t in ("runs", "points") for _, i, *_ in con.execute(f"PRAGMA index_list({t})")}
+        plan = " ".join(str(r) for r in con.execute("EXPLAIN QUERY PLAN SELECT run_id FROM runs WHERE plan = 'p'"))
+    finally:
+        con.close()
+    assert {("runs", "device"), ("runs", "env_id"), ("runs", "flyexplore_commit"), ("runs", "plan"),
+            ("points", "device_key")} <= have
+    assert "USING INDEX runs_plan" in plan
+
+
+def test_a_failed_adds_part_is_ignored_and_written_again_only_for_the_same_keys(tmp_path, monkeypatch):
+    run = R.load(RUNS[0])
+    partial = R.save(run.head(10), tmp_path / "partial.parquet")
+    path = tmp_path / "store"
+    real_save = R.save
+
+    def save_then_die(df, p):   # the add stops after its part is written, before the index names it
+        real_save(df, p)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(R, "save", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        Store(path).add([partial])
+    monkeypatch.setattr(R, "save", real_save)
+    (orphan,) = (path / HS.PARTS).glob("*.parquet")
+    assert Store(path).points().empty and Store(path).rows().empty   # readers ignore it
+    Store(path).add([partial])   # the same run and keys: the same name, written again
+    assert [p.name for p in (path / HS.PARTS).glob("*.parquet")] == [orphan.name]
+    _check_whole(path, [partial])
+    monkeypatch.setattr(R, "save", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        Store(path).add([RUNS[0]])   # killed with the other 14 rows' part on disk
+    monkeypatch.setattr(R, "save", real_save)
+    stray = {p.name for p in (path / HS.PARTS).glob("*.parquet")} - {orphan.name}
+    Store(path).add([run.iloc[10:].assign(run_id=run["run_id"].iloc[0]).iloc[:7]])   # other keys
+    kept = {p.name for p in (path / HS.PARTS).glob("*.parquet")}
+    assert stray <= kept and not stray & {p[0] for p in _tables(path)["parts"]}   # an orphan the index never names
+    assert len(Store(path).rows()) == 17
 
 
 # -- other processes ----------------------------------------------------------------------------

@@ -380,14 +380,14 @@ def _check_export_report(executed):
     assert ("skipped" in text) != static
     assert "| op " in text and "\\begin{tabular}" in text  # the Markdown and LaTeX tables printed
     assert "report/report.html" in text  # the list of files written
-    # the history of the three committed H200 runs: no step, the allowance learned from them,
+    # the history of the 30 committed H100 runs: no step, the allowance learned from them,
     # its figures, report and Bencher export
-    assert "history " in text and "3 runs, 1 device model" in text and "no step in any case" in text
-    assert "over 72 pairs of rows of identical runs" in text and "source='learned'" in text
+    assert "history " in text and "30 runs, 1 device model" in text and "no step in any case" in text
+    assert "pairs of one-process rows of identical runs" in text and "source='learned'" in text
     assert (out / "history_report" / "report.html").stat().st_size > 0
     assert (out / "history_report" / "figures").exists() == static
     bmf = json.loads((out / "bmf.json").read_text())
-    assert len(bmf) == 24 and all(set(m) == {"latency"} for m in bmf.values())
+    assert len(bmf) == 6 and all(set(m) == {"latency"} for m in bmf.values())
     hist = [t for t in _titles(nb) if t.startswith("History of ")]
     assert len(hist) == 2 and "geometric mean" in hist[0] and "the cases named" in hist[1]
 

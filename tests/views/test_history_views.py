@@ -27,7 +27,7 @@ TIME_COLS = ("time_ms", "time_ci_lo_ms", "time_ci_hi_ms", "time_p20_ms", "time_p
 
 def synthetic_runs(runs=RUNS, step_at=STEP_AT, step=1.03, noise=0.004, seed=3):
     """``runs`` result sets of one H200 build: the reproducible run's rows of :data:`CASES` (3
-    cases x 3 backends), every time column scaled by log-normal run-to-run noise and by ``step``
+    cases x 3 backends) as one-process rows, every time column scaled by log-normal run-to-run noise and by ``step``
     from run ``step_at`` on; run ids ``run00``.. and timestamps an hour apart."""
     base = R.load(data_dir() / "h200" / "reproducible" / "run1.parquet")
     base = base[base["case"].isin(CASES)].reset_index(drop=True)
@@ -40,6 +40,8 @@ def synthetic_runs(runs=RUNS, step_at=STEP_AT, step=1.03, noise=0.004, seed=3):
         for c in TIME_COLS:
             df[c] = df[c] * f
         df["samples_ms"] = pd.NA          # the samples would contradict the scaled times
+        df["processes"] = pd.NA           # one process a row (the rows a learned allowance reads)
+        df["process_estimates"] = pd.NA
         df["run_id"] = f"run{i:02d}"
         df["timestamp"] = f"2026-12-01T{i:02d}:00:00+00:00"
         out.append(df)
@@ -231,7 +233,8 @@ def test_gate_and_allowance(hist):
     with pytest.raises(UsageError, match="AMBIGUOUS"):
         hist.gate("AMBIGUOUS:5%")
     a = hist.allowance()
-    assert a.source == "learned" and a.runs == RUNS and 0.02 < a.value < 0.08
+    # the pairs across the 3% step are a change, not how far identical runs move: left out
+    assert a.source == "learned" and a.runs == RUNS and 0.002 < a.value < 0.03
     assert hist.allowance(device="NVIDIA H200").source == "learned"
     assert hist.allowance(device_id="GPU-nothing", platform="cuda").source == "constant"
 
