@@ -39,28 +39,14 @@ from flyexplore.results import history as H  # noqa: E402
 from flyexplore.results import table as R  # noqa: E402
 from flyexplore.results.history_store import Store  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from history_steps import scale_rows  # noqa: E402  (one way to make a run slower, samples and all)
+
 SCRIPT = "benchmarks/evidence/history_gpu_runs.py"
 STEP = 0.03
 AT = 20
-TIME_COLS = ("time_ms", "time_iqr_ms", "time_p20_ms", "time_p80_ms", "time_min_ms", "time_mean_ms", "per_call_ms",
-             "time_ci_lo_ms", "time_ci_hi_ms")
-RATE_COLS = ("tflops", "gbps")
 #: The ``--recent`` values whose gate the detection-lag part reads.
 RECENT = (1, 3, 5)
-
-
-def scaled(run: pd.DataFrame, f: float) -> pd.DataFrame:
-    """``run``'s rows ``f`` times slower: times and samples times ``f``, rates over ``f``."""
-    d = run.copy()
-    for c in TIME_COLS:
-        if c in d:
-            d[c] = d[c] * f
-    for c in RATE_COLS:
-        if c in d:
-            d[c] = d[c] / f
-    d["samples_ms"] = [None if pd.isna(t) else json.dumps([[v * f for v in r] for r in json.loads(t)])
-                       for t in d["samples_ms"]]
-    return d
 
 
 def series(runs: list[pd.DataFrame], order: np.ndarray, step_at: int | None, tag: str) -> list[pd.DataFrame]:
@@ -68,7 +54,7 @@ def series(runs: list[pd.DataFrame], order: np.ndarray, step_at: int | None, tag
     apart), 3% slower from position ``step_at`` on (None: no step)."""
     out = []
     for pos, j in enumerate(order.tolist()):
-        d = scaled(runs[j], 1 + STEP) if step_at is not None and pos >= step_at else runs[j].copy()
+        d = scale_rows(runs[j], 1 + STEP) if step_at is not None and pos >= step_at else runs[j].copy()
         d["run_id"] = f"{tag}-{pos:02d}"
         d["timestamp"] = pd.Timestamp("2026-11-01T00:00:00+00:00") + pd.Timedelta(hours=pos)
         d["timestamp"] = d["timestamp"].dt.strftime("%Y-%m-%dT%H:%M:%S+00:00")

@@ -127,15 +127,29 @@ def _samples_text(rounds: list[np.ndarray], f: float) -> str:
 
 def _scaled_run(noise: Noise, k: int, f: np.ndarray, i: int, tag: str) -> pd.DataFrame:
     """Template ``k``'s rows as run ``i`` of a series: row j's times x ``f[j] / exp(dev[j, k])``."""
-    t = noise.templates[k].copy()
-    g = f / np.exp(noise.dev[:, k])
+    t = scale_rows(noise.templates[k], f / np.exp(noise.dev[:, k]), noise.samples[k])
+    ts = pd.to_datetime(t["timestamp"].astype(str), utc=True) + pd.Timedelta(days=i)
+    t["timestamp"] = ts.dt.strftime("%Y-%m-%dT%H:%M:%S+00:00")
+    t["run_id"] = f"{tag}-r{i:03d}"
+    return t
+
+
+def scale_rows(rows: pd.DataFrame, g: np.ndarray, samples: list | None = None) -> pd.DataFrame:
+    """A copy of result ``rows`` with row j ``g[j]`` times slower, as a measurement of it would
+    read: every time column and every sample (``samples``: the rows' parsed ``samples_ms``, else
+    parsed here) times ``g[j]``, the rates over it, the speedups over a baseline of the same case
+    and the per-process estimates moved alike, so that the rows still pass validation. (Also
+    used by ``history_gpu_runs.py``.)"""
+    t = rows.copy()
+    g = np.broadcast_to(np.asarray(g, dtype=float), (len(t),))
+    samples = [_parse(s) for s in t["samples_ms"]] if samples is None else samples
     for c in TIME_COLS:
         if c in t:
             t[c] = t[c] * g
     for c in RATE_COLS:
         if c in t:
             t[c] = t[c] / g
-    t["samples_ms"] = [None if s is None else _samples_text(s, gj) for s, gj in zip(noise.samples[k], g)]
+    t["samples_ms"] = [None if s is None else _samples_text(s, gj) for s, gj in zip(samples, g)]
     # speedups over the baseline of the same (op, case, dtype): time_base / time_row
     base = {}
     for j, r in enumerate(t[["op", "case", "dtype", "backend"]].astype(str).itertuples(index=False)):
@@ -150,9 +164,6 @@ def _scaled_run(noise: Noise, k: int, f: np.ndarray, i: int, tag: str) -> pd.Dat
             t[c] = t[c] * ratio
     if "process_estimates" in t:
         t["process_estimates"] = [_estimates(p, gj, rj) for p, gj, rj in zip(t["process_estimates"], g, ratio)]
-    ts = pd.to_datetime(t["timestamp"].astype(str), utc=True) + pd.Timedelta(days=i)
-    t["timestamp"] = ts.dt.strftime("%Y-%m-%dT%H:%M:%S+00:00")
-    t["run_id"] = f"{tag}-r{i:03d}"
     return t
 
 

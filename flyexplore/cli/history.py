@@ -94,7 +94,7 @@ def _export(store, a, H) -> int:
     if a.format not in H.EXPORT_FORMATS:
         raise bad_choice("--format", a.format, H.EXPORT_FORMATS)
     if a.out != "-":
-        _outside(store, a.out, "--out")
+        store.check_outside(a.out, "--out")
         check_writable(a.out, "export file")
     points = store.points(a.device)
     if points.empty and a.device:
@@ -123,12 +123,12 @@ def _show(store, a, H) -> int:
     elif a.recent is not None:
         raise UsageError("--recent chooses the steps --fail-on gates on: give --fail-on SLOWER[:THRESHOLD] too")
     if a.json is not None and a.json != "-":
-        _outside(store, a.json, "--json")
+        store.check_outside(a.json, "--json")
         check_writable(a.json, "JSON file")
     if a.out is not None:
         from flyexplore.views.report import check_report_dir
 
-        _outside(store, a.out, "--out")
+        store.check_outside(a.out, "--out")
         check_report_dir(a.out)
         check_writable(a.out, "report folder", folder=True)
     points = store.points(a.device)
@@ -164,12 +164,3 @@ def _no_device(store, device: str) -> None:
     devs = sorted(set(store.runs()["device"].dropna().astype(str)))
     raise UsageError(f"bad --device {device!r}: no run of that device (or device key) in the store "
                      f"(devices: {', '.join(devs) or 'none'})")
-
-
-def _outside(store, path: str, option: str) -> None:
-    """Refuse an output inside the store's folder (it would replace the index or a part)."""
-    from pathlib import Path
-
-    p, root = Path(path).resolve(), store.path.resolve()
-    if p == root or root in p.parents:
-        raise UsageError(f"bad {option} {path!r}: inside the history store {str(store.path)!r}; write it elsewhere")

@@ -23,16 +23,17 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from flyexplore.errors import UsageError, bad_choice
+from flyexplore.measure.stats import log_se
 from flyexplore.results import steps as ST
 from flyexplore.results.arms import split_arm
 from flyexplore.results.gate import parse_rules
 from flyexplore.results.history_store import Store, device_keys
+from flyexplore.results.pairtext import jsonable
 from flyexplore.results.speedups import RUN_TO_RUN, RUN_TO_RUN_SOURCE
 
 #: The series key of a time series (besides the device model).
@@ -61,12 +62,6 @@ def _identity(points: pd.DataFrame) -> np.ndarray:
         v = points[c].astype("string").fillna("") if c in points else pd.Series("", index=points.index, dtype="string")
         out = v if out is None else out + "|" + v
     return out.to_numpy(dtype=object)
-
-
-def _sigma(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        s = (np.log(hi) - np.log(lo)) / (2 * ST.Z95)
-    return np.where(np.isfinite(s) & (s >= 0), s, np.nan)
 
 
 def _timed(points: pd.DataFrame) -> pd.DataFrame:
@@ -206,7 +201,7 @@ def _time_series(group: str, d: pd.DataFrame):
     Y = np.full((S, N), np.nan)
     SG = np.full((S, N), np.nan)
     Y[codes, pos] = np.log(t)
-    SG[codes, pos] = _sigma(lo, hi)
+    SG[codes, pos] = log_se(lo, hi)
     fits = ST.fit(Y, SG)
     level = np.full((S, N), np.nan)
     label = np.zeros((S, N), dtype=np.int64)
@@ -308,11 +303,11 @@ def _build_series(pts: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                     bt = t[i]
                     lo_i = hi_i = t[i]
                 elif use_pairs and paired[i]:
-                    y[p], sg[p], how = -np.log(sp[i]), _sigma(np.array([sp_lo[i]]), np.array([sp_hi[i]]))[0], "paired"
+                    y[p], sg[p], how = -np.log(sp[i]), log_se(sp_lo[i], sp_hi[i]), "paired"
                     bt = float(base["time_ms"].iloc[0])
                     lo_i, hi_i = bt / sp_hi[i], bt / sp_lo[i]
-                elif not use_pairs and np.isfinite(_sigma(lo[i:i + 1], hi[i:i + 1])[0]):
-                    y[p], sg[p], how = np.log(t[i]), _sigma(lo[i:i + 1], hi[i:i + 1])[0], "time"
+                elif not use_pairs and np.isfinite(log_se(lo[i], hi[i])):
+                    y[p], sg[p], how = np.log(t[i]), log_se(lo[i], hi[i]), "time"
                     lo_i, hi_i = lo[i], hi[i]
                 else:
                     continue   # no interval: left out
@@ -615,20 +610,8 @@ def show_lines(an: Analysis, top: int = 10) -> list[str]:
     return out
 
 
-def _json(v: Any):
-    if isinstance(v, (float, np.floating)):
-        return float(v) if math.isfinite(v) else None
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.bool_,)):
-        return bool(v)
-    if v is pd.NA or v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
-    return v
-
-
 def _records(df: pd.DataFrame) -> list[dict]:
-    return [{k: _json(v) for k, v in r.items()} for r in df.to_dict("records")]
+    return [{k: jsonable(v) for k, v in r.items()} for r in df.to_dict("records")]
 
 
 def show_dict(an: Analysis) -> dict:
@@ -677,7 +660,7 @@ def bmf(points: pd.DataFrame, run_id: str | None = None) -> dict:
     for r in sel.to_dict("records"):
         m = {"value": _sig(float(r["time_ms"]) * 1e6)}
         for k, c in (("lower_value", "time_ci_lo_ms"), ("upper_value", "time_ci_hi_ms")):
-            v = _json(r.get(c))
+            v = jsonable(r.get(c))
             if v is not None:
                 m[k] = _sig(float(v) * 1e6)
         out[_bench_name(r)] = {"latency": m}
@@ -691,7 +674,7 @@ def github_benchmark(points: pd.DataFrame, run_id: str | None = None) -> list[di
     rid, sel = _run_points(points, run_id)
     out = []
     for r in sel.to_dict("records"):
-        lo, hi = _json(r.get("time_ci_lo_ms")), _json(r.get("time_ci_hi_ms"))
+        lo, hi = jsonable(r.get("time_ci_lo_ms")), jsonable(r.get("time_ci_hi_ms"))
         item = {"name": _bench_name(r), "unit": "ms", "value": _sig(float(r["time_ms"]))}
         if lo is not None and hi is not None:
             item["range"] = f"95% interval {lo:.6g}..{hi:.6g}"

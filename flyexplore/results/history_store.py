@@ -401,6 +401,14 @@ class Store:
         tail = f"; {known} rows it had already{kept}" if known else ""
         return f"{name}: {added} rows of {n_runs} added ({new_runs} new run{'s' * (new_runs != 1)}){tail}"
 
+    def check_outside(self, path: str | os.PathLike, what: str) -> None:
+        """Refuse an output ``path`` inside the store's folder (it would replace the index or a
+        part): :class:`UsageError` naming ``what`` (``--out``, ``export file``, ...) and the path."""
+        p, root = Path(path).resolve(), self.path.resolve()
+        if p == root or root in p.parents:
+            raise UsageError(f"bad {what} {str(path)!r}: inside the history store {str(self.path)!r}; "
+                             "write it elsewhere")
+
     # -- reading -------------------------------------------------------------------------------
     def runs(self) -> pd.DataFrame:
         """The store's runs (the index's ``runs`` table), oldest first (by ``timestamp``, which

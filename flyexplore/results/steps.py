@@ -61,13 +61,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flyexplore.measure import stats as MS
+
 #: Penalty per level, ``beta = (PENALTY_LOG x ln n + PENALTY_BASE) x kappa`` (module docstring).
 PENALTY_LOG = 3.0
 PENALTY_BASE = 3.0
 #: Tail probability of the F / chi-square quantiles in ``kappa``.
 ALPHA = 0.001
-#: z of the 95% interval of a run's median (its ``time_ci_lo_ms`` / ``time_ci_hi_ms``) and of a step.
-Z95 = 1.959963984540054
+#: z of the 95% interval of a run's median (its ``time_ci_lo_ms`` / ``time_ci_hi_ms``) and of a step
+#: (:data:`flyexplore.measure.stats.Z95`).
+Z95 = MS.Z95
 #: Points a level needs, except the newest: one wild run in the middle of a series is no level
 #: of its own (it would read as two steps, out and back); the newest run alone can be one, so a
 #: step in the run just added is seen at once (``history show --fail-on ... --recent 1``).

@@ -515,7 +515,7 @@ class History:
         ``run``, an empty store or a ``path`` that is a folder or inside the store."""
         data = H.export(self._read()[0], format, run)
         p = Path(path)
-        self._outside(p, "export file")
+        self.store.check_outside(p, "export file")
         if p.is_dir():
             raise UsageError(f"history export: {str(p)!r} is a folder; give a file name (e.g. {str(p / 'bmf.json')!r})")
         return A.write_text(p, json.dumps(data, indent=1) + "\n")
@@ -528,15 +528,8 @@ class History:
                title: str | None = None) -> Path:
         """Write the history report into the folder ``out`` and return its ``report.html``
         (:func:`write_history_report`). Raises :class:`UsageError` for a folder inside the store."""
-        self._outside(out, "report folder")
+        self.store.check_outside(out, "report folder")
         return write_history_report(self.analysis(), out, title, static, formats)
-
-    def _outside(self, path, what: str) -> None:
-        """Refuse an output inside the store's folder (it would replace the index or a part)."""
-        p, root = Path(path).resolve(), self.path.resolve()
-        if p == root or root in p.parents:
-            raise UsageError(f"bad {what} {str(path)!r}: inside the history store {str(self.path)!r}; "
-                             "write it elsewhere")
 
     def __repr__(self) -> str:
         if not self.store.exists():
