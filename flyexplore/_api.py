@@ -134,8 +134,10 @@ def _rows(data, what: str):
     """``data`` as result rows, checked as the command line checks files: a path (or a list of
     paths) read by :func:`load`; a DataFrame checked by :func:`flyexplore.results.table.checked`
     (one :class:`~flyexplore.errors.UsageError` line ``the DataFrame given to fx.<what> is not a
-    valid result set: ...``) and returned as it is."""
+    valid result set: ...``) and returned as it is, without its ``attrs``
+    (:func:`flyexplore.results.table.without_attrs`)."""
     if isinstance(data, pd.DataFrame):
+        data = R.without_attrs(data)   # the rules read rows: no deep copy of attrs per operation
         R.checked(data, f"the DataFrame given to fx.{what}")
         return data
     if _is_paths(data):
@@ -275,7 +277,8 @@ def _walkthrough_steps() -> dict[str, Any]:
 
 def walkthrough(name: str, size: str = "cpu") -> dict[str, Any]:
     """The keyword arguments a walkthrough notebook (``notebooks/``) passes for step ``name`` at
-    ``size`` (``"cpu"``: seconds on a 2-core CPU; ``"gpu"``: one GPU, minutes), decided in
+    ``size`` (``"cpu"``: seconds on a 2-core CPU; ``"gpu"``: one GPU, minutes; ``"test"``: what the
+    test suite runs, the cpu size's cases with fewer timed calls and A/B pairs), decided in
     :mod:`flyexplore.ui.notebooks`, not in the notebooks:
 
     - a sweep (``gemm``, ``gemm:m-sweep``, ``gemm:published``, ``grouped_gemm``, ``scaled_gemm``,

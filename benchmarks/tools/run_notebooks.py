@@ -1,6 +1,6 @@
 """Execute every walkthrough notebook headless and keep the executed copies.
 
-    python benchmarks/tools/run_notebooks.py OUT_DIR [--size cpu|gpu] [--timeout S] [--only NAME]
+    python benchmarks/tools/run_notebooks.py OUT_DIR [--size cpu|gpu|test] [--timeout S] [--only NAME]
 
 For each ``notebooks/*.ipynb``: runs it top to bottom in a fresh kernel with
 ``SIZE`` and ``OUT=OUT_DIR/<name>-out`` injected below its ``parameters`` cell
@@ -60,7 +60,7 @@ def _earlier_runs(path: Path) -> list:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir", type=Path)
-    ap.add_argument("--size", default="cpu", choices=("cpu", "gpu"))
+    ap.add_argument("--size", default="cpu", choices=("cpu", "gpu", "test"))  # flyexplore.ui.notebooks.SIZES
     ap.add_argument("--timeout", type=float, default=900, help="seconds per cell")
     ap.add_argument("--only", default=None, help="run only the notebook with this file name stem")
     ap.add_argument("--keep-widget-js", action="store_true",

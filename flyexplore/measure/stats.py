@@ -208,6 +208,22 @@ def verdict(lo: float, hi: float, band: float = BAND) -> str:
     return "AMBIGUOUS"
 
 
+def verdicts(lo, hi, band=BAND) -> np.ndarray:
+    """:func:`verdict` of many intervals at once: ``lo``, ``hi`` (float arrays of one length;
+    NaN or inf: a missing bound) and ``band`` (a float or an array of that length). Returns an
+    object array of the labels, each the one :func:`verdict` gives for its row."""
+    lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    band = np.broadcast_to(np.asarray(band, dtype=float), lo.shape)
+    out = np.full(lo.shape, "AMBIGUOUS", dtype=object)
+    fin = np.isfinite(lo) & np.isfinite(hi)
+    with np.errstate(invalid="ignore"):
+        same = fin & (lo >= 1 - band) & (hi <= 1 + band)
+        faster = fin & ~same & (lo > 1 + band)
+        slower = fin & ~same & ~faster & (hi < 1 - band)
+    out[same], out[faster], out[slower] = "SAME", "FASTER", "SLOWER"
+    return out
+
+
 def within(est: float, lo: float, hi: float, target: float) -> bool:
     """True when ``[lo, hi]`` lies within ``est * (1 +- target)``: the stopping rule."""
     if not all(v is not None and math.isfinite(v) for v in (est, lo, hi)) or est <= 0:

@@ -18,6 +18,14 @@ This module gives them as :class:`Parsed` records:
   panel calling the speedup rules again on the rows of one file parse nothing again. Parsing a
   10,000-row CPU sweep (about 80 MB of samples) takes about half a second on 2 cores; a cache
   hit costs a dictionary look-up.
+* **once per arrow array**: the look-up itself takes each text out of the column as Python text
+  and hashes it (about 50 ms for those 80 MB), so :func:`parse_column` also keeps, per arrow
+  chunk of an arrow-backed column, the records of the rows it parsed there, keyed by the chunk's
+  buffers. Arrow arrays are immutable (pandas replaces a column's array on every assignment,
+  never writes into it) and the memo holds the chunk, so its buffers cannot be freed and their
+  addresses given to other text while it is remembered: a key names one text per row for as
+  long as it is kept. Bounded by :data:`ARRAY_MEMO_BYTES` of chunks; a second call of the rules on
+  one frame (``fx.speedup`` then ``fx.geomean``, or validation then the intervals) reads numpy.
 """
 from __future__ import annotations
 
@@ -70,17 +78,55 @@ def summarize(rounds: int, values: np.ndarray) -> Parsed:
 
 EMPTY = summarize(0, np.asarray([], dtype=float))
 
+#: Upper bound of the per-array memo of :func:`parse_column`: the bytes of the arrow chunks it
+#: holds (their text; the records are the text cache's). Past it the oldest chunks are dropped.
+ARRAY_MEMO_BYTES = 256 * 2**20
+
 _cache: dict[str, Parsed] = {}
 _cache_bytes = [0]
+#: chunk key -> (the chunk, its rows' records: an object array, None where not parsed yet)
+_memo: dict[tuple, tuple] = {}
+_memo_bytes = [0]
 #: The live sweep panel's UI thread and the caller's thread may both fill the cache.
 _lock = threading.Lock()
 
 
 def clear_cache() -> None:
-    """Forget every parsed text (tests; memory)."""
+    """Forget every parsed text and every remembered arrow chunk (tests; memory)."""
     with _lock:
         _cache.clear()
         _cache_bytes[0] = 0
+        _memo.clear()
+        _memo_bytes[0] = 0
+
+
+def _chunk_key(chunk) -> tuple:
+    """What names an arrow chunk's rows while the memo holds the chunk: its type, offset, length
+    and each buffer's address and size (a buffer alive cannot share its address with another)."""
+    return (str(chunk.type), chunk.offset, len(chunk),
+            *((b.address, b.size) if b is not None else None for b in chunk.buffers()))
+
+
+def _memo_rows(chunk) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The memo's arrays of ``chunk``: each row's record (object), its median (float64, ms) and
+    whether it was parsed (bool); made, empty, when the chunk is new and fits the bound; None
+    when it does not fit."""
+    key = _chunk_key(chunk)
+    with _lock:
+        hit = _memo.get(key)
+        if hit is not None:
+            return hit[1:]
+        size = chunk.nbytes
+        if size > ARRAY_MEMO_BYTES:
+            return None
+        rows, med = np.full(len(chunk), None, dtype=object), np.full(len(chunk), np.nan)
+        have = np.zeros(len(chunk), dtype=bool)
+        _memo[key] = (chunk, rows, med, have)
+        _memo_bytes[0] += size
+        while _memo_bytes[0] > ARRAY_MEMO_BYTES and len(_memo) > 1:
+            old = next(iter(_memo))
+            _memo_bytes[0] -= _memo.pop(old)[0].nbytes
+        return rows, med, have
 
 
 def _remember(text: str, p: Parsed) -> None:
@@ -141,29 +187,70 @@ def parse_column(column, positions: np.ndarray) -> list[Parsed]:
     ``column`` (a pandas Series), in that order, taken out :data:`COLUMN_ROWS` rows at a time.
     An arrow-backed text column is read chunk by chunk, each touched chunk sliced where the rows
     are: pyarrow's ``take`` on a column of many chunks (one per concatenated frame) copies them
-    all first, and the whole column as Python text is its size several times over. Raises
+    all first, and the whole column as Python text is its size several times over; the rows of
+    a chunk parsed before are read from the memo of arrow chunks (module text). Raises
     :class:`BadSamples` naming the first row whose text does not parse."""
+    return _column(column, positions, medians=False).tolist()
+
+
+def column_medians(column, positions: np.ndarray) -> np.ndarray:
+    """The ``median`` of :func:`parse_column`'s records, as float64 (ms; NaN: no samples), read
+    straight from the memo of arrow chunks where the rows were parsed before (what validation
+    compares each row's ``time_ms`` with). Raises :class:`BadSamples` as :func:`parse_column`."""
+    return _column(column, positions, medians=True)
+
+
+def _column(column, positions: np.ndarray, medians: bool) -> np.ndarray:
+    """:func:`parse_column`'s records (object array), or their medians (float64)."""
     import pyarrow as pa
 
     positions = np.asarray(positions, dtype=np.int64)
     arrow = getattr(column.array, "__arrow_array__", None)
-    chunks = None
-    if arrow is not None:
-        data = arrow()
-        chunks = data.chunks if isinstance(data, pa.ChunkedArray) else [data]
-        ends = np.cumsum([len(c) for c in chunks])
+    if arrow is None:
+        got = _parse_positions(lambda at: column.iloc[at].to_numpy(dtype=object), positions)
+        return np.fromiter((p.median for p in got), dtype=float, count=len(got)) if medians else _objects(got)
+    data = arrow()
+    chunks = data.chunks if isinstance(data, pa.ChunkedArray) else [data]
+    ends = np.cumsum([len(c) for c in chunks])
+    out = np.full(positions.size, np.nan) if medians else np.empty(positions.size, dtype=object)
+    which = np.searchsorted(ends, positions, side="right")
+    for c in np.unique(which).tolist():
+        sel = np.flatnonzero(which == c)
+        local = positions[sel] - (ends[c - 1] if c else 0)
+        chunk = chunks[c]
+        memo = _memo_rows(chunk)
+        # the rows of this chunk parsed before are read from the memo
+        got = local if memo is None else local[~memo[2][local]]
+        if got.size:
+            try:
+                parsed = _parse_positions(lambda at: chunk.take(pa.array(at)).to_pylist(), got)
+            except BadSamples as exc:   # the row's position in the column, not in the chunk
+                raise BadSamples(exc.position + (int(ends[c - 1]) if c else 0), exc.reason) from None
+            if memo is None:
+                out[sel] = [p.median for p in parsed] if medians else _objects(parsed)
+                continue
+            memo[0][got] = _objects(parsed)
+            memo[1][got] = [p.median for p in parsed]
+            memo[2][got] = True
+        out[sel] = memo[1][local] if medians else memo[0][local]
+    return out
+
+
+def _objects(items: list) -> np.ndarray:
+    """``items`` as a 1-d object array (numpy never looks inside a record)."""
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
+
+
+def _parse_positions(texts_at, positions: np.ndarray) -> list[Parsed]:
+    """:func:`parse` of the texts ``texts_at(at)`` gives for ``at``, a slice of ``positions`` of
+    at most :data:`COLUMN_ROWS` rows at a time; :class:`BadSamples` names the first position whose
+    text does not parse."""
     out: list = []
     for s in range(0, positions.size, COLUMN_ROWS):
         at = positions[s:s + COLUMN_ROWS]
-        if chunks is None:
-            texts = column.iloc[at].to_numpy(dtype=object)
-        else:
-            texts = np.empty(at.size, dtype=object)
-            which = np.searchsorted(ends, at, side="right")
-            for c in np.unique(which).tolist():
-                sel = np.flatnonzero(which == c)
-                local = at[sel] - (ends[c - 1] if c else 0)
-                texts[sel] = chunks[c].take(pa.array(local)).to_pylist()
+        texts = texts_at(at)
         try:   # parse() reads a missing cell (None, NA, NaN) as no samples
             out += parse(texts)
         except (ValueError, TypeError) as exc:   # which row: the first text that does not parse

@@ -90,8 +90,15 @@ class _Rows:
         """Column ``c`` as float64 (NaN where missing or not a number)."""
         a = self._num.get(c)
         if a is None:
-            a = self._num[c] = (pd.to_numeric(self._col(c), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-                                if c in self.df else np.full(self.n, np.nan))
+            if c not in self.df:
+                a = np.full(self.n, np.nan)
+            elif pd.api.types.is_numeric_dtype(self.df[c].dtype) and not pd.api.types.is_bool_dtype(self.df[c].dtype):
+                # a number column (float64, Float64, Int64): converted whole, then the rows taken
+                a = self.df[c].to_numpy(dtype=float, na_value=np.nan)
+                a = np.array(a) if self.keep is None else a[self.keep]   # never a view of the frame
+            else:
+                a = pd.to_numeric(self._col(c), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+            self._num[c] = a
         return a
 
     def allowance(self) -> np.ndarray:
@@ -518,91 +525,100 @@ def speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
     non-baseline backend, cases in the order they first appear in ``df``, backends in the order
     they first appear within their case. Raises :class:`UsageError` when no counted row is of
     the baseline."""
-
-    bases = [baseline] if isinstance(baseline, str) else list(baseline)
     cols = [*by, *SPEEDUP_COLUMNS]
+    out = _speedup_columns(df, baseline, by, band)
+    if out is None:
+        return pd.DataFrame(columns=cols)
+    res = pd.DataFrame(out or [], columns=cols)
+    for c in ("speedup", "speedup_lo", "speedup_hi", "time_ms", "baseline_ms"):
+        res[c] = res[c].astype(float)
+    res["tie"] = res["tie"].astype(bool)
+    return res
+
+
+def _speedup_columns(df: pd.DataFrame, baseline: str | Sequence[str], by: Sequence[str],
+                     band: float | None) -> dict | None:
+    """:func:`speedup`'s columns (``*by`` and :data:`SPEEDUP_COLUMNS`) as arrays of one length;
+    None when no row counts, an empty dict when no counted row pairs with a baseline (a frame is
+    built only for the callers that show it: :func:`geomean_speedup` reads the arrays)."""
+    df = without_attrs(df)   # no deep copy of a sweep's attrs in every operation below
+    bases = [baseline] if isinstance(baseline, str) else list(baseline)
     counted = df["status"].isin(["ok", "published"]) & df["time_ms"].notna()
     if "flydsl_taken" in df:  # a FlyDSL request that ran something else is not a FlyDSL time
         counted &= ~(df["flydsl_taken"].astype("boolean") == False).fillna(False)  # noqa: E712
     keep = np.flatnonzero(counted.to_numpy(dtype=bool))
     if not keep.size:
-        return pd.DataFrame(columns=cols)
+        return None
     # the rows counted, without copying what only the sample-based intervals read (_Rows does)
     d = df[[c for c in dict.fromkeys([*by, "backend", "source"]) if c in df]].iloc[keep].reset_index(drop=True)
     if not d["backend"].isin(bases).any():
         raise UsageError(f"no rows for baseline {', '.join(bases)} "
                          f"(backends present: {', '.join(sorted(d['backend'].dropna().unique()))})")
     rows = _Rows(df, keep)
-    gb = d.groupby(list(by), dropna=False, sort=False, observed=True)
-    keys = [k if isinstance(k, tuple) else (k,) for k in gb.size().index]  # in first-appearance order
-    case = gb.ngroup().to_numpy()
+    # the cases (values of ``by``; NA a value), numbered in order of first appearance, and each
+    # case's values of ``by`` (from its first row)
+    case = group_codes([d[c] for c in by])
+    at_first = np.unique(case, return_index=True)[1]
+    levels = [d[c].to_numpy(dtype=object)[at_first] for c in by]
     # "combos": the (case, backend) groups, numbered in order of first appearance (rows without
     # a backend belong to none); their median times, row counts and rows
     backend = rows.obj("backend")
     pos = np.flatnonzero(~pd.isna(backend))
-    g2 = pd.DataFrame({"case": case[pos], "backend": backend[pos], "t": rows.num("time_ms")[pos]}).groupby(
-        ["case", "backend"], sort=False)
-    cid = g2.ngroup().to_numpy()
-    med = g2["t"].median().to_numpy(dtype=float)
+    cid = group_codes([case[pos], backend[pos]])
+    med = pd.Series(rows.num("time_ms")[pos]).groupby(cid).median().to_numpy(dtype=float)
     cnt = np.bincount(cid, minlength=med.size)
     in_order = np.argsort(cid, kind="stable")  # rows grouped by combo, each combo's in row order
     start = np.concatenate([[0], np.cumsum(cnt)[:-1]])
     first = pos[in_order[start]]  # each combo's first row
     c_case, c_backend = case[first], backend[first]
-    rank_of: dict = {}
-    for i, b in enumerate(bases):
-        rank_of.setdefault(b, i)
-    rank = np.fromiter((rank_of.get(b, -1) for b in c_backend), dtype=np.int64, count=med.size)
+    rank = np.full(med.size, -1, dtype=np.int64)   # each combo's place in bases (-1: not a baseline)
+    for i, b in reversed(list(enumerate(bases))):   # a name given twice keeps its first place
+        rank[c_backend == b] = i
 
     # the baseline of each case: its fastest baseline combo (the first named on a tie)
     bi = np.flatnonzero(rank >= 0)
     bi = bi[np.lexsort((rank[bi], med[bi], c_case[bi]))]
     with_base, at = np.unique(c_case[bi], return_index=True)
-    base_of = np.full(len(keys), -1)
+    base_of = np.full(at_first.size, -1)
     base_of[with_base] = bi[at]
     xi = np.flatnonzero((rank < 0) & (base_of[c_case] >= 0))
     xi = xi[np.lexsort((xi, c_case[xi]))]  # by case, then backend by first appearance
     bc = base_of[c_case[xi]]
     n = xi.size
     if not n:
-        res = pd.DataFrame([], columns=cols)
-    else:
-        x0, b0 = first[xi], first[bc]
-        bname = [bases[r] for r in rank[bc]]
-        sp = rows.num("speedup")
-        fast = ((cnt[xi] == 1) & (cnt[bc] == 1) & _same(rows.obj("baseline")[x0], np.asarray(bname, dtype=object))
-                & ~np.isnan(sp[x0]) & _same(rows.obj("run_id")[b0], rows.obj("run_id")[x0]))
-        est, lo, hi = sp[x0], rows.num("speedup_lo")[x0], rows.num("speedup_hi")[x0]
-        how = np.full(n, "paired", dtype=object)
+        return {}
+    x0, b0 = first[xi], first[bc]
+    bname = [bases[r] for r in rank[bc]]
+    sp = rows.num("speedup")
+    fast = ((cnt[xi] == 1) & (cnt[bc] == 1) & _same(rows.obj("baseline")[x0], np.asarray(bname, dtype=object))
+            & ~np.isnan(sp[x0]) & _same(rows.obj("run_id")[b0], rows.obj("run_id")[x0]))
+    est, lo, hi = sp[x0], rows.num("speedup_lo")[x0], rows.num("speedup_hi")[x0]
+    how = np.full(n, "paired", dtype=object)
 
-        slow = np.flatnonzero(~fast)  # the pairs whose interval comes from the samples
-        if slow.size:
-            members = np.split(pos[in_order], start[1:])   # each combo's rows, in row order
-            est[slow], lo[slow], hi[slow], how[slow] = ratio_intervals(
-                rows, [members[c] for c in bc[slow]], rows, [members[c] for c in xi[slow]],
-                med[bc[slow]] / med[xi[slow]])
-        src = rows.obj("source")
-        pub = np.zeros(len(d), dtype=bool)
-        if "source" in d:
-            pub = d["source"].eq("published").fillna(False).to_numpy(dtype=bool)
-        c_pub = np.bincount(cid, weights=pub[pos], minlength=med.size) > 0
-        published = c_pub[xi] | c_pub[bc]
-        if band is not None:
-            bd = [band] * n
-        else:
-            own = rows.num("band")[x0]
-            bd = np.where(np.isnan(own), S.BAND, own).tolist()
-        verdict = [pd.NA if p and h == "none" else S.verdict(l_, h_, b_)
-                   for p, h, l_, h_, b_ in zip(published.tolist(), how.tolist(), lo.tolist(), hi.tolist(), bd)]
-        out = {c: [keys[k][j] for k in c_case[xi]] for j, c in enumerate(by)}
-        out.update(backend=c_backend[xi].tolist(), time_ms=med[xi], baseline=bname, baseline_ms=med[bc],
-                   speedup=est, speedup_lo=lo, speedup_hi=hi, verdict=verdict, interval=how.tolist(),
-                   tie=np.abs(est - 1.0) <= TIE_BAND, source=src[x0].tolist())
-        res = pd.DataFrame(out, columns=cols)
-    for c in ("speedup", "speedup_lo", "speedup_hi", "time_ms", "baseline_ms"):
-        res[c] = res[c].astype(float)
-    res["tie"] = res["tie"].astype(bool)
-    return res
+    slow = np.flatnonzero(~fast)  # the pairs whose interval comes from the samples
+    if slow.size:
+        members = np.split(pos[in_order], start[1:])   # each combo's rows, in row order
+        est[slow], lo[slow], hi[slow], how[slow] = ratio_intervals(
+            rows, [members[c] for c in bc[slow]], rows, [members[c] for c in xi[slow]],
+            med[bc[slow]] / med[xi[slow]])
+    src = rows.obj("source")
+    pub = np.zeros(len(d), dtype=bool)
+    if "source" in d:
+        pub = d["source"].eq("published").fillna(False).to_numpy(dtype=bool)
+    c_pub = np.bincount(cid, weights=pub[pos], minlength=med.size) > 0
+    published = c_pub[xi] | c_pub[bc]
+    if band is not None:
+        bd = band
+    else:
+        own = rows.num("band")[x0]
+        bd = np.where(np.isnan(own), S.BAND, own)
+    verdict = S.verdicts(lo, hi, bd)
+    verdict[published & (how == "none")] = pd.NA
+    out = {c: levels[j][c_case[xi]] for j, c in enumerate(by)}
+    out.update(backend=c_backend[xi].tolist(), time_ms=med[xi], baseline=bname, baseline_ms=med[bc],
+               speedup=est, speedup_lo=lo, speedup_hi=hi, verdict=verdict, interval=how.tolist(),
+               tie=np.abs(est - 1.0) <= TIE_BAND, source=src[x0].tolist())
+    return out
 
 
 def geomean_speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
@@ -618,19 +634,33 @@ def geomean_speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
     row is of the baseline."""
 
     cols = ["op", "dtype", "backend", "cases", "geomean", "geomean_lo", "geomean_hi", "verdict", *S.LABELS]
-    s = speedup(df, baseline, by)
-    if s.empty:
+    s = _speedup_columns(df, baseline, by, None)
+    if not s:
         return pd.DataFrame(columns=cols)
+    # the (op, dtype, backend) groups in order of first appearance; a pair with a missing op or
+    # dtype belongs to none (as pandas' groupby leaves NA keys out)
+    keys = [np.asarray(s[c], dtype=object) for c in ("op", "dtype", "backend")]
+    whole = np.flatnonzero(~(pd.isna(keys[0]) | pd.isna(keys[1]) | pd.isna(keys[2])))
+    gid = np.full(keys[0].size, -1, dtype=np.int64)
+    gid[whole] = group_codes([k[whole] for k in keys])
+    at = whole[np.unique(gid[whole], return_index=True)[1]] if whole.size else whole   # each group's first pair
+    group = {tuple(k[i] for k in keys): g for g, i in enumerate(at.tolist())}
+    est_all = np.asarray(s["speedup"], dtype=float)
+    lo_all, hi_all = np.asarray(s["speedup_lo"], dtype=float), np.asarray(s["speedup_hi"], dtype=float)
+    verdict = np.asarray(s["verdict"], dtype=object)
     rows = []
-    for (op, dt, be), g in s.groupby(["op", "dtype", "backend"], sort=False):
-        est, lo, hi = S.geomean_ci(g["speedup"], g["speedup_lo"], g["speedup_hi"])
-        lab = S.verdict(lo, hi) if g["verdict"].notna().all() else pd.NA
-        counts = {k: int((g["verdict"] == k).sum()) for k in S.LABELS}
-        rows.append({"op": op, "dtype": dt, "backend": be, "cases": len(g), "geomean": est,
+    for (op, dt, be), g in group.items():
+        ix = np.flatnonzero(gid == g)
+        est, lo, hi = S.geomean_ci(est_all[ix], lo_all[ix], hi_all[ix])
+        v = verdict[ix]
+        lab = S.verdict(lo, hi) if not pd.isna(v).any() else pd.NA
+        known = v[~pd.isna(v)]
+        counts = {lb: int((known == lb).sum()) for lb in S.LABELS}
+        rows.append({"op": op, "dtype": dt, "backend": be, "cases": int(ix.size), "geomean": est,
                      "geomean_lo": lo, "geomean_hi": hi, "verdict": lab, **counts})
     return pd.DataFrame(rows, columns=cols)
 
 
 # Last, not at the top: flyexplore.results.table re-exports this module's names at its own end, so
 # whichever of the two is imported first finds the names it asks for defined.
-from flyexplore.results.table import KEY, process_estimates, release_arrow_memory  # noqa: E402
+from flyexplore.results.table import KEY, group_codes, process_estimates, release_arrow_memory, without_attrs  # noqa: E402

@@ -260,15 +260,58 @@ def _upgrade(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+#: Whether this pandas copies on write (pandas >= 3): a shallow copy is then a copy.
+_COPY_ON_WRITE = int(pd.__version__.split(".")[0]) >= 3
+#: Each core column's pandas dtype (:data:`COLUMNS`), made once.
+_DTYPES = {c: pd.api.types.pandas_dtype(t) for c, (t, _) in COLUMNS.items()}
+
+
+def group_codes(columns: Sequence) -> np.ndarray:
+    """The group of each row by the values of ``columns`` (Series or arrays of one length; a
+    missing value is a value of its own), numbered 0, 1, ... in order of first appearance (int64):
+    what ``groupby(columns, sort=False, dropna=False).ngroup()`` gives, from one factorize a
+    column and one of the combined codes (no groupby, no tuples). The speedup rules' cases and
+    validation's duplicate keys."""
+    key = np.zeros(len(columns[0]), dtype=np.int64)
+    span = 1
+    for col in columns:
+        codes, uniques = pd.factorize(col, use_na_sentinel=False)
+        n = max(len(uniques), 1)
+        if span * n >= 2 ** 62:   # too many distinct combinations for one int64: renumber first
+            key = pd.factorize(key)[0].astype(np.int64)
+            span = int(key.max()) + 1 if key.size else 1
+        key = key * n + codes
+        span *= n
+    return pd.factorize(key)[0]
+
+
+def without_attrs(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` as a frame of the same columns without ``attrs`` (a shallow copy, which the rules
+    only read): pandas deep-copies
+    a frame's ``attrs`` into the result of every operation (``__finalize__``), and a sweep's
+    ``attrs["sweeps"]`` lists its plan's every case -- 10,000 rows of a 3,400-case sweep spent
+    3 s of a 3.3 s ``fx.speedup`` copying it. The rules read rows, never ``attrs``."""
+    # pandas >= 3: the constructor makes a shallow copy without attrs (0.6 ms at 10,000 rows);
+    # before it, the constructor shares the manager, so a shallow copy (and one copy of attrs)
+    out = pd.DataFrame(df) if _COPY_ON_WRITE else df.copy(deep=False)
+    if out.attrs:
+        out.attrs = {}
+    return out
+
+
 def normalize(df: pd.DataFrame) -> pd.DataFrame:
     """Add missing core columns (as NA), order core columns first, and cast them to their
     documented dtypes. Extra columns (operator parameters) are kept after the core ones.
     A text core column that is a pandas ``Categorical`` stays categorical, with its categories
     in their order (as text) and its ``ordered`` flag."""
-    df = _upgrade(df.copy())
+    # pandas >= 3 copies on write, so a shallow copy is a copy; before it, a deep one
+    df = _upgrade(df.copy(deep=not _COPY_ON_WRITE))
+    had = df.dtypes.to_dict() if df.columns.is_unique else {}   # one look-up, not a column each
     for c, (t, _) in COLUMNS.items():
         if c not in df:
             df[c] = pd.Series([pd.NA] * len(df), dtype=t, index=df.index)
+        elif had.get(c) == _DTYPES[c]:
+            continue   # already its type (a frame normalized before): no cast, no copy
         elif t == "string" and isinstance(df[c].dtype, pd.CategoricalDtype):
             # a categorical text column keeps its categories and their order (a plot's order)
             cat = df[c].dtype
@@ -283,6 +326,9 @@ def normalize(df: pd.DataFrame) -> pd.DataFrame:
             except (TypeError, ValueError):
                 df[c] = pd.to_numeric(df[c], errors="coerce").astype(t) if t in ("Float64", "Int64") else df[c]
     extra = [c for c in df.columns if c not in COLUMNS]
+    if list(df.columns) == [*COLUMNS, *extra] and isinstance(df.index, pd.RangeIndex) and df.index.start == 0 \
+            and df.index.step == 1:
+        return df   # the columns in order and the index 0..n-1 already (a copy, made above)
     return df[list(COLUMNS) + extra].reset_index(drop=True)
 
 
@@ -351,12 +397,13 @@ def sample_times(df: pd.DataFrame, positions: np.ndarray) -> np.ndarray:
     out = np.full(positions.size, np.nan)
     if "samples_ms" not in df or not positions.size:
         return out
-    parsed = SP.parse_column(df["samples_ms"], positions)
-    out[:] = [p.median for p in parsed]
+    out[:] = SP.column_medians(df["samples_ms"], positions)
     procs = (pd.to_numeric(df["processes"].iloc[positions], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
              if "processes" in df else np.full(positions.size, np.nan))
     texts = df["process_estimates"] if "process_estimates" in df else None
-    for k in np.flatnonzero(procs >= 2).tolist():
+    multi = np.flatnonzero(procs >= 2)
+    parsed = dict(zip(multi.tolist(), SP.parse_column(df["samples_ms"], positions[multi]))) if multi.size else {}
+    for k in multi.tolist():
         out[k] = np.nan
         p = parsed[k]
         counts = [e.get("rounds") for e in process_estimates(texts.iloc[positions[k]])] if texts is not None else []
@@ -440,9 +487,9 @@ def validate(df: pd.DataFrame, raw: pd.DataFrame | None = None) -> None:
         raise ValueError(f"column time_ms, {_row_name(df, i)}: an ok row needs a positive time in ms, got {got}"
                          f"{_and_more(bad.size, 'ok rows like it')}")
     cols = ["run_id", *KEY]
-    dup = df.duplicated(subset=cols, keep=False).to_numpy(dtype=bool)
+    group = group_codes([df[c] for c in cols])
+    dup = np.bincount(group)[group] > 1   # a key held by two rows or more
     if dup.any():
-        group = df.groupby(cols, dropna=False, sort=False, observed=True).ngroup().to_numpy()
         first = int(np.flatnonzero(dup)[0])
         same = np.flatnonzero(group == group[first]).tolist()
         r = df.iloc[first]

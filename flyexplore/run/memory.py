@@ -423,6 +423,21 @@ class ProbeError(RuntimeError):
     """No measurement: the probe child could not start or run (its reason in the message)."""
 
 
+def _exec_probe_child(env_vars: dict) -> subprocess.Popen:
+    """``python -m flyexplore.run.memprobe`` started with ``env_vars``: stdin, stdout and stderr text
+    pipes, in a session of its own (a kill of its group takes its compile workers too)."""
+    return subprocess.Popen([sys.executable, "-m", "flyexplore.run.memprobe"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_vars,
+                            start_new_session=True)
+
+
+#: How :func:`measure_cases` starts each probe child: ``f(env_vars) -> Popen`` (``pid``,
+#: ``returncode``, ``communicate(input, timeout)``, ``wait()``). The default execs a new interpreter;
+#: ``tests/run/memory_table.py`` puts a fork of its own process there (torch imported once for
+#: many children: each child is still a fresh process that has run no case).
+start_probe_child: Callable[[dict], Any] = _exec_probe_child
+
+
 def measure_cases(op: Operator, jobs, device, *, timer: Mapping | None = None, tidy_malloc: bool = True,
                   fresh: bool = False, timeout_s: float = PROBE_CASE_TIMEOUT_S,
                   attempts: int = PROBE_ATTEMPTS) -> list[dict]:
@@ -459,9 +474,7 @@ def measure_cases(op: Operator, jobs, device, *, timer: Mapping | None = None, t
     while todo:
         req = {"op": ref, "device": str(device), "timer": dict(timer if timer is not None else PROBE_TIMER),
                "jobs": [[jobs[i][0].label, jobs[i][1], list(jobs[i][2])] for i in todo]}
-        proc = subprocess.Popen([sys.executable, "-m", "flyexplore.run.memprobe"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_vars,
-                                start_new_session=True)
+        proc = start_probe_child(env_vars)
         why = None
         try:
             stdout, stderr = proc.communicate(json.dumps(req), timeout=60 + timeout_s * len(todo))

@@ -2,10 +2,12 @@
 
 The notebooks in ``notebooks/`` only call the library. Their first code cell is a
 papermill-style ``parameters`` cell (a cell tagged ``parameters``) with ``SIZE`` (``"cpu"``:
-shapes that finish in seconds on a 2-core CPU; ``"gpu"``: LLM-sized shapes for one GPU) and
-``OUT`` (a folder for the files a notebook writes). :func:`execute` runs a notebook top to
-bottom with nbclient after inserting a cell tagged ``injected-parameters`` below the
-``parameters`` cell, as papermill does, so the same notebook runs on a CPU in CI and on a GPU.
+shapes that finish in seconds on a 2-core CPU; ``"gpu"``: LLM-sized shapes for one GPU;
+``"test"``: the least work that still shows everything the notebook shows at ``"cpu"``, what
+``tests/ui/test_notebooks.py`` and the browser tests run) and ``OUT`` (a folder for the files a
+notebook writes). :func:`execute` runs a notebook top to bottom with nbclient after inserting a
+cell tagged ``injected-parameters`` below the ``parameters`` cell, as papermill does, so the
+same notebook runs on a CPU in CI and on a GPU.
 
 What each size sweeps is decided here (:func:`sweep_args`), not in the notebooks; so are the
 RMSNorm/TopK walkthrough's eligibility grids (:data:`ELIGIBILITY_GRIDS`) and X-ray cases
@@ -24,17 +26,27 @@ from flyexplore.insight import xray as XR
 from flyexplore.paths import repo_dir
 from flyexplore.views.xray import resources_figure
 
-#: Walkthrough sizes: ``cpu`` (seconds on a 2-core CPU) and ``gpu`` (one GPU, a few minutes).
-SIZES = ("cpu", "gpu")
+#: Walkthrough sizes: ``cpu`` (seconds on a 2-core CPU), ``gpu`` (one GPU, a few minutes) and
+#: ``test`` (the notebook tests: the ``cpu`` walkthrough's rows, figures and texts at the least work).
+SIZES = ("cpu", "gpu", "test")
 
 #: Timer options of the CPU walkthrough sweeps (few repetitions: seconds on 2 cores).
 CPU_TIMER = {"warmup": 2, "rep": 10}
+#: Timer options of the test size: one warm-up call and three timed ones, the fewest that still
+#: give every ``ok`` row a median of samples (its number is not one to read).
+TEST_TIMER = {"warmup": 1, "rep": 3}
 
 #: What a walkthrough sweeps per (name, size): keyword arguments of
 #: ``fx.sweep`` (:class:`flyexplore.run.spec.SweepSpec`) and :class:`flyexplore.ui.panel.SweepPanel` (``suite`` or
-#: ``shapes``, ``dtypes``, and where set ``backends`` and ``timer``). A name is an operator
+#: ``shapes``, ``dtypes``, and where set ``backends``, ``timer`` and ``pairs``). A name is an operator
 #: (``gemm``) or ``operator:purpose`` (``gemm:m-sweep``) when a walkthrough needs a second set.
 #: CPU: each operator's ``cpu-small`` suite or a few small shapes, with :data:`CPU_TIMER`.
+#: Test: the CPU walkthrough's rows at the least work -- what a notebook's checks count (cases,
+#: backends, the two published dense shapes) kept, :data:`TEST_TIMER`, the SDPA sweep at two
+#: small cases (forward and backward: every backend's row and reason is there) instead of five,
+#: and the environment A/B at 2 fresh pairs of workers (4 worker starts, each a torch import;
+#: about 17 CPU-s on 2 cores) instead of ``auto`` (3 pairs and a spare launched for a fourth: 8
+#: starts, about 34 CPU-s).
 #: GPU: shapes sized for one GPU that keep all walkthroughs together within a few minutes on an
 #: H200, preferring backends that do not autotune (Triton's max-autotune costs 5-10 s per GEMM
 #: shape there): three Llama-3.1-8B GEMMs for the quickstart (shapes from the ``llama3.1-8b``
@@ -72,6 +84,20 @@ WALKTHROUGH_SWEEPS: dict[tuple[str, str], dict[str, Any]] = {
     ("rmsnorm", "gpu"): {"suite": "llm"},
     ("topk", "cpu"): {"suite": "cpu-small"},
     ("topk", "gpu"): {"suite": "llm"},
+    # test: the CPU rows at the least work (see above)
+    ("gemm", "test"): {"suite": "cpu-small", "timer": TEST_TIMER},
+    ("gemm:m-sweep", "test"): {"shapes": "32x256x256;128x256x256;512x256x256;1024x256x256", "dtypes": ["fp32"],
+                               "backends": ["aten", "inductor", "flydsl"], "timer": TEST_TIMER},
+    ("gemm:published", "test"): {"shapes": "8x4096x4096;16x4096x4096", "dtypes": ["bf16"],
+                                 "backends": ["aten", "flydsl"], "timer": TEST_TIMER},
+    ("grouped_gemm", "test"): {"suite": "cpu-small", "timer": TEST_TIMER},
+    ("scaled_gemm", "test"): {"suite": "cpu-small", "timer": TEST_TIMER},
+    ("attention", "test"): {"shapes": "1x2x64x64x32:causal=1;1x2x64x64x32:causal=1,bwd", "dtypes": ["fp32"],
+                            "timer": TEST_TIMER},
+    ("attention:env-ab", "test"): {"shapes": "1x2x64x64x32", "dtypes": ["fp32"], "backends": ["flash"],
+                                   "pairs": 2, "timer": TEST_TIMER},
+    ("rmsnorm", "test"): {"suite": "cpu-small", "timer": TEST_TIMER},
+    ("topk", "test"): {"suite": "cpu-small", "timer": TEST_TIMER},
 }
 
 #: Eligibility grids of the RMSNorm/TopK walkthrough (pure rules, the same at every size):
@@ -129,7 +155,7 @@ INJECTED_TAG = "injected-parameters"
 
 
 def check_size(size: str) -> str:
-    """Return ``size`` if it is one of :data:`SIZES`; else :class:`UsageError`."""
+    """Return ``size`` if it is one of :data:`SIZES` (``cpu``, ``gpu``, ``test``); else :class:`UsageError`."""
     if size not in SIZES:
         raise bad_choice("walkthrough size", size, SIZES)
     return size
@@ -138,10 +164,10 @@ def check_size(size: str) -> str:
 def sweep_args(size: str, op: str = "gemm") -> dict[str, Any]:
     """Keyword arguments for ``fx.sweep`` (:class:`flyexplore.run.spec.SweepSpec`) and
     :class:`flyexplore.ui.panel.SweepPanel` that a walkthrough uses for ``op`` (an operator or
-    ``operator:purpose``) at ``size``: ``{"op": ..., "suite": ...}`` or ``{"op": ...,
-    "shapes": ..., "dtypes": [...]}``, with ``backends`` and ``timer`` where set (see
-    :data:`WALKTHROUGH_SWEEPS`; the returned ``op`` is the operator name). Copies: changing
-    the result does not change the table. Raises :class:`UsageError` for an unknown size or
+    ``operator:purpose``) at ``size`` (:data:`SIZES`): ``{"op": ..., "suite": ...}`` or
+    ``{"op": ..., "shapes": ..., "dtypes": [...]}``, with ``backends``, ``timer`` and (an
+    environment A/B) ``pairs`` where set (see :data:`WALKTHROUGH_SWEEPS`; the returned ``op`` is
+    the operator name). Copies: changing the result does not change the table. Raises :class:`UsageError` for an unknown size or
     operator."""
     check_size(size)
     ops = sorted({o for o, _ in WALKTHROUGH_SWEEPS})

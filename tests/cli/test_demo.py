@@ -1,12 +1,18 @@
+"""``flyexplore demo``, the whole main job on this machine, in-process (:mod:`tests.cli.inproc`):
+the sweeps, the X-ray and the static figures run as they do for a user, once in the suite
+(tests/views/test_export_report.py checks the demo's glue with the sweeps and the X-ray stubbed)."""
 import pytest
 
 from flyexplore.results import table as R
+from tests.cli.inproc import run_main
 
 
 @pytest.mark.slow
-def test_demo_writes_results_env_and_report(cli, tmp_path):
+def test_demo_writes_results_env_and_report(tmp_path, capfd):
     out = tmp_path / "demo"
-    p = cli("demo", "--out", str(out), "--quiet")
+    # capfd: torch's C++ messages and the browser's go to the stderr fd. Kineto prints gpuGetDeviceCount
+    # once per process: a fresh one's silencing is checked by test_newcomer.py::test_harmless_cpu_messages_are_silenced
+    p = run_main(capfd, "demo", "--out", str(out), "--quiet")
     assert p.returncode == 0, p.stderr
     assert "report:" in p.stdout
     # issue 36: the verdicts on the terminal, one line per comparison, before the report's path

@@ -2,7 +2,8 @@
 usage errors without torch; explain's exit codes; no traceback on a closed pipe; the harmless
 CPU messages silenced; `flyexplore export`; kaleido's persistent session with a per-image
 timeout and its HTML fallback; tables a reader can scan; fp32 and bf16 bars in two colours;
-the demo's FlyDSL section."""
+the demo's FlyDSL section. Messages and exit codes in-process (:mod:`tests.cli.inproc`); a fresh
+process where it is the point: what --help imports, a closed pipe, Kineto's messages."""
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from flyexplore.views.report import env_summary, summary_table
 from flyexplore.views.tables import fmt_num, scan_table
 
 from conftest import ROOT
+from tests.cli.inproc import run_main
 from tests.views.test_export_report import _check_png, need_static
 from tests.views.test_plots import rows
 
@@ -69,11 +71,11 @@ def test_help_and_usage_errors_need_no_torch():
                  "    with contextlib.redirect_stdout(io.StringIO()):\n"
                  "        try: main(args)\n"
                  "        except SystemExit as e: assert e.code == 0\n"
-                 "print([m for m in ('torch', 'pandas') if m in sys.modules])\n")
-    assert _py(help_only, cwd="/tmp").stdout.split() == ["[]"]  # help imports neither
+                 "print('HELP', [m for m in ('torch', 'pandas') if m in sys.modules])\n")
     t = time.time()
-    p = _py(code, cwd="/tmp")
+    p = _py(help_only + code, cwd="/tmp")   # one fresh process: every help first, then the usage errors
     assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("HELP []\n"), p.stdout[:300]   # help imports neither
     assert "RC 2 2 2 False" in p.stdout            # torch never imported
     assert time.time() - t < 20    # about 1.5 s idle; 8 s seen on a loaded 2-core machine (torch alone takes ~4 s)
     h = p.stdout
@@ -99,12 +101,13 @@ def test_shapes_default_to_fp32_on_the_cpu():
 
 
 @pytest.mark.slow
-def test_explain_exit_codes_for_scripts(cli):
-    yes = cli("explain", "--op", "rmsnorm", "--shape", "8192x4096", "--dtype", "bf16", "--assume-rocm", "--arch", "gfx950")
+def test_explain_exit_codes_for_scripts(capsys):
+    yes = run_main(capsys, "explain", "--op", "rmsnorm", "--shape", "8192x4096", "--dtype", "bf16", "--assume-rocm",
+                     "--arch", "gfx950")
     assert yes.returncode == CS.EXIT_YES == 0 and "FlyDSL YES" in yes.stdout, yes.stderr
-    no = cli("explain", "--op", "rmsnorm", "--shape", "8192x4096", "--dtype", "bf16")  # this CPU machine
+    no = run_main(capsys, "explain", "--op", "rmsnorm", "--shape", "8192x4096", "--dtype", "bf16")  # this CPU machine
     assert no.returncode == CS.EXIT_NO == 1 and "FlyDSL NO" in no.stdout, no.stderr
-    bad = cli("explain", "--op", "rmsnorm", "--shape", "8192x0")
+    bad = run_main(capsys, "explain", "--op", "rmsnorm", "--shape", "8192x0")
     assert bad.returncode == 2 and bad.stderr.startswith("flyexplore: error:")
 
 
@@ -123,12 +126,18 @@ def test_closed_pipe_ends_quietly():
 
 @pytest.mark.slow
 def test_harmless_cpu_messages_are_silenced(cli):
-    p = cli("trace", "--op", "rmsnorm", "--shape", "64x256", "--backend", "inductor", "--dtype", "fp32", "--reps", "1")
+    """Fresh processes: Kineto reads its log level once, when the profiler first starts. The quiet
+    run gets no ``KINETO_LOG_LEVEL`` from this process (an in-process command sets it here, see
+    tests/cli/inproc.py): the command line itself must silence the messages."""
+    args = ("trace", "--op", "rmsnorm", "--shape", "64x256", "--backend", "inductor", "--dtype", "fp32", "--reps", "1")
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, "-m", "flyexplore", *args], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     assert "gpuGetDeviceCount" not in p.stderr and "No CUDA runtime is found" not in p.stderr, p.stderr
     # the same command with the silencing undone shows them: the test can fail
-    loud = cli("trace", "--op", "rmsnorm", "--shape", "64x256", "--backend", "inductor", "--dtype", "fp32",
-               "--reps", "1", env={"KINETO_LOG_LEVEL": "2"})
+    loud = cli(*args, env={"KINETO_LOG_LEVEL": "2"})
     assert "gpuGetDeviceCount failed with code 35" in loud.stderr
 
 
@@ -172,7 +181,12 @@ def test_fp32_and_bf16_bars_differ():
 
 
 @pytest.mark.slow
-def test_kaleido_session_persists_and_times_out(tmp_path):
+def test_kaleido_session_persists_and_times_out(tmp_path, monkeypatch):
+    """One browser for every export of the process; an image past its time limit is named as
+    such. Under load kaleido's timeout often arrives as choreographer's ``ChannelClosedError:
+    Executor is closed.`` (raised from the timeout's cancellation), which
+    flyexplore.views.export reads as the timeout too (test_a_timeout_seen_as_a_closed_channel_is_a_timeout
+    in tests/views/test_export_report.py checks that without a browser)."""
     need_static()
     import kaleido
     import plotly.graph_objects as go
@@ -182,10 +196,11 @@ def test_kaleido_session_persists_and_times_out(tmp_path):
     figs = {f"f{i}": go.Figure(go.Bar(x=["a", "b"], y=[i, 1])) for i in range(3)}
     E.save_figures(figs, tmp_path / "a", ["png"])
     thread = kaleido._global_server._thread
-    t = time.time()
+    starts, start = [], kaleido.start_sync_server
+    monkeypatch.setattr(kaleido, "start_sync_server", lambda *a, **k: (starts.append(k), start(*a, **k))[1])
     E.save_figures(figs, tmp_path / "b", ["png"])
-    assert kaleido._global_server._thread is thread  # the same browser, not a new one per call
-    assert time.time() - t < 3 * 3.0
+    # the same browser, not a new one per call (counted, not timed: a loaded machine is slow either way)
+    assert kaleido._global_server._thread is thread and starts == []
     for n in figs:
         _check_png(tmp_path / "b" / f"{n}.png", 2200)
     with pytest.raises(RuntimeError, match="no image within 0.001 s"):
@@ -193,17 +208,18 @@ def test_kaleido_session_persists_and_times_out(tmp_path):
     path, note = E.export_figure(figs["f0"], tmp_path / "d" / "f.png", timeout=0.001)
     assert path.name == "f.html" and "f.png not written" in note and not (tmp_path / "d" / "f.png").exists()
     assert "plotly" in path.read_text()[:5000].lower()
+    assert len(starts) == 2   # a new time limit is a new session; the timed-out one is not reused
     E.close_kaleido_session()
     assert not kaleido._global_server.is_running()
 
 
 @pytest.mark.slow
-def test_export_command(cli, tmp_path):
+def test_export_command(capsys, tmp_path):
     f = tmp_path / "r.parquet"
     R.save(rows({("8x4096x4096", "aten"): 0.02, ("8x4096x4096", "triton"): 0.01,
                  ("64x4096x4096", "aten"): 0.03, ("64x4096x4096", "triton"): 0.02}), f)
     out = tmp_path / "s.png"
-    p = cli("export", str(f), "--figure", "speedup", "--out", str(out))
+    p = run_main(capsys, "export", str(f), "--figure", "speedup", "--out", str(out))
     assert p.returncode == 0, p.stderr
     from flyexplore.views.export import static_export_problem
 
@@ -212,14 +228,14 @@ def test_export_command(cli, tmp_path):
     else:
         assert (tmp_path / "s.html").exists() and "not written" in p.stderr
     # no image within the time limit (kaleido's own timeout): the figure comes as HTML, with a note, exit 0
-    p = cli("export", str(f), "--out", str(tmp_path / "n.png"), "--timeout", "0.001")
+    p = run_main(capsys, "export", str(f), "--out", str(tmp_path / "n.png"), "--timeout", "0.001")
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "n.html").exists() and not (tmp_path / "n.png").exists()
     assert "n.png not written" in p.stderr and "n.html" in p.stdout
     for args, msg in ((["--out", str(tmp_path / "x.gif")], "unknown figure file extension '.gif'"),
                       (["--out", str(tmp_path / "x.svg"), "--op", "conv"], "unknown op in"),
                       (["--out", str(tmp_path / "x.svg"), "--figure", "pie"], "invalid choice: 'pie'")):
-        p = cli("export", str(f), *args)
+        p = run_main(capsys, "export", str(f), *args)
         assert p.returncode == 2 and msg in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 

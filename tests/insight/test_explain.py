@@ -10,6 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from hypothesis import given, settings  # noqa: E402
+from conftest import examples  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from flyexplore.insight import explain as E  # noqa: E402
@@ -106,7 +107,7 @@ def test_explanation_from_real_tensors():
     assert E.TensorDesc.of(x.t()).stride == (1, 4096)
 
 
-@settings(max_examples=200, deadline=None, derandomize=True)
+@settings(max_examples=examples(200, quick=30), deadline=None, derandomize=True)
 @given(st.lists(st.integers(0, 5), min_size=0, max_size=4), st.data())
 def test_tensor_desc_contiguity_matches_torch(shape, data):
     stride = data.draw(st.lists(st.integers(0, 40), min_size=len(shape), max_size=len(shape)))

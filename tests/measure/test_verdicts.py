@@ -63,6 +63,21 @@ def test_verdict_band_is_a_parameter():
     assert S.verdict(1.02, 1.04, band=0.01) == "FASTER"
 
 
+def test_verdicts_of_many_intervals_are_each_the_verdict_of_one():
+    """The array form (what the speedup rules label thousands of pairs with) gives, row by row,
+    what :func:`verdict` gives: at the band's edges, inside, outside, with missing bounds and
+    per-row bands."""
+    rng = np.random.default_rng(0)
+    edge = [0.99, 1.01, 0.95, 1.05, 1.0]
+    lo = np.concatenate([rng.uniform(0.8, 1.2, 400), edge, [np.nan, 1.0, -np.inf, 0.9]])
+    hi = np.concatenate([lo[:400] * rng.uniform(1.0, 1.1, 400), edge, [1.0, np.nan, 1.0, np.inf]])
+    band = np.concatenate([rng.choice([0.01, 0.05], 400), [0.01, 0.01, 0.05, 0.05, 0.0], [0.01] * 4])
+    want = [S.verdict(a, b, c) for a, b, c in zip(lo.tolist(), hi.tolist(), band.tolist())]
+    assert S.verdicts(lo, hi, band).tolist() == want
+    assert S.verdicts(lo, hi).tolist() == [S.verdict(a, b) for a, b in zip(lo.tolist(), hi.tolist())]
+    assert set(want) == {"SAME", "FASTER", "SLOWER", "AMBIGUOUS"}
+
+
 def test_paired_ratio_cancels_a_shared_drift_unpaired_does_not():
     drift = np.linspace(1.0, 1.5, 30)
     base = [[1.1 * d] for d in drift]

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
+from conftest import examples  # noqa: E402
 from hypothesis import strategies as st
 
 from flyexplore.ops.scaled_gemm import mx
@@ -19,7 +20,7 @@ import flyexplore as fx
 CPU = torch.device("cpu")
 TOPK, RMS, GEMM = get_op("topk"), get_op("rmsnorm"), get_op("gemm")
 GG, SG, ATT = get_op("grouped_gemm"), get_op("scaled_gemm"), get_op("attention")
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _aten(op, case, dtype, inputs):

@@ -29,6 +29,7 @@ if importlib.util.find_spec("torch._native.ops.norm.flydsl_rmsnorm_impl") is Non
     pytest.fail("these tests need torch >= 2.15 (the FlyDSL integration); requirements.txt pins it")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
+from conftest import examples  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from flyexplore.insight import explain as E  # noqa: E402
@@ -39,7 +40,7 @@ from flyexplore.ops.rmsnorm import flydsl as RF  # noqa: E402
 from flyexplore.ops.scaled_gemm import flydsl as SF  # noqa: E402
 from flyexplore.ops.topk import flydsl as TF  # noqa: E402
 
-SETTINGS = settings(max_examples=300, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=examples(300, quick=50), deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 

@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT
+from conftest import examples, ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -329,7 +329,7 @@ def _source(tmp_path_factory, ext):
 
 
 @pytest.mark.parametrize("ext", R.FORMATS)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(frac=st.floats(0, 1), at_line_end=st.booleans())
 def test_a_file_cut_anywhere_loads_whole_or_is_refused(tmp_path_factory, ext, frac, at_line_end):
     """Truncated at a random byte (or just after the next newline, where a cut leaves whole
@@ -357,7 +357,7 @@ def test_every_cut_of_a_csv_near_its_end_is_caught(tmp_path):
     assert all(data[:at].endswith(b"\n") for at in ends) and len(data) in kept
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(line=st.integers(0, 5), junk=st.sampled_from(["{", "not json", "[1, 2]", '{"op": ', "null", '"x"']))
 def test_a_bad_jsonl_line_is_named(tmp_path_factory, line, junk):
     tmp, _, data = _source(tmp_path_factory, ".jsonl")

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from conftest import examples  # noqa: E402
 from hypothesis import strategies as st
 
 from flyexplore.measure import stats as S
@@ -30,7 +31,7 @@ _value = st.one_of(st.floats(1e-4, 1e3), st.sampled_from([0.0, 1.0, 2.5]))
 _round = st.lists(_value, min_size=0, max_size=6)
 
 
-@settings(max_examples=60, deadline=None, database=None)
+@settings(max_examples=examples(60), deadline=None, database=None)
 @given(rows=st.lists(st.lists(_round, min_size=0, max_size=40), min_size=1, max_size=30))
 def test_the_batch_gives_what_the_scalar_functions_give(rows):
     texts = [timing.samples_json(r) for r in rows]
@@ -124,3 +125,33 @@ def test_parse_column_reads_rows_in_any_order_from_any_column(dtype, monkeypatch
     assert [g.rounds for g in got] == [0 if texts[k] is None else 2 for k in at]
     for g, k in zip(got, at):
         assert _equal(g, _want(texts[k]) if texts[k] is not None else SP.EMPTY)
+
+
+def test_a_column_changed_after_a_parse_is_parsed_anew_not_read_from_the_memo():
+    """The memo of arrow chunks never answers for text it did not parse: a cell assigned, a row
+    dropped, a frame concatenated or a column rebuilt from the same texts each give the records of
+    the text now there (a second call on an unchanged column reads the memo: nothing parsed)."""
+    import pandas as pd
+
+    texts = [timing.samples_json([[float(i), float(i) + 0.5]]) for i in range(1, 21)]
+    df = pd.DataFrame({"samples_ms": pd.Series(texts, dtype="string[pyarrow]")})
+    SP.clear_cache()
+    at = np.arange(20)
+    first = SP.parse_column(df["samples_ms"], at)
+    assert [p.median for p in first] == [i + 0.25 for i in range(1, 21)]
+    calls = []
+    real = SP._parse_many
+    SP._parse_many = lambda t: calls.append(len(t)) or real(t)
+    try:
+        again = SP.parse_column(df["samples_ms"], at)
+        assert calls == [] and all(a is b for a, b in zip(again, first))
+        df.loc[3, "samples_ms"] = timing.samples_json([[100.0, 102.0]])
+        assert SP.parse_column(df["samples_ms"], at)[3].median == 101.0
+        assert SP.parse_column(df["samples_ms"].iloc[1:].reset_index(drop=True), np.asarray([2]))[0].median == 101.0
+        both = pd.concat([df, df], ignore_index=True)["samples_ms"]
+        assert [p.median for p in SP.parse_column(both, np.asarray([3, 23, 0]))] == [101.0, 101.0, 1.25]
+        fresh = pd.Series(list(df["samples_ms"]), dtype="string[pyarrow]")
+        assert SP.parse_column(fresh, np.asarray([3]))[0].median == 101.0
+    finally:
+        SP._parse_many = real
+    assert calls == [1]   # the new text, once (the text cache answers for it after)

@@ -26,7 +26,7 @@ from flyexplore.measure import stats as S
 from flyexplore.measure import timing
 from flyexplore.errors import UsageError
 
-from conftest import ROOT, data_file_params
+from conftest import data_file_params, examples, result_file_facts, ROOT
 
 
 # ---- the OLD implementation, frozen --------------------------------------------------------------
@@ -357,31 +357,45 @@ def _result_files():
 FILES = _result_files()
 
 
+FACTS = {f: result_file_facts(f) for f in FILES}
+#: The committed result files with a timed row (not of ``sweep --processes``): the per-file
+#: checks run on these only, so that no parameter always skips (the tables made from results --
+#: coverage, published figures, summaries -- are no result files: load refuses them in one line,
+#: tests/results/test_damaged_inputs.py checks that).
+RESULT_FILES = [f for f in FILES if FACTS[f]["timed"]]
+#: Of those, the ones whose every row pairs by the per-process rules (no ``--processes`` row):
+#: rows of ``sweep --processes`` pair by the between-process rule (tests/run/test_processes.py).
+PAIRED_FILES = [f for f in RESULT_FILES if not FACTS[f]["processes"]]
+
+
 # ---- every committed result file -------------------------------------------------------------------
 
 def test_the_data_folder_has_result_files():
     assert len(FILES) >= 20 and any(f.endswith(".parquet") for f in FILES)
+    assert len(RESULT_FILES) >= 40 and len(PAIRED_FILES) >= 30, (len(RESULT_FILES), len(PAIRED_FILES))
 
 
-@pytest.mark.parametrize("path", data_file_params(FILES))
+def test_every_file_left_out_of_the_per_file_checks_is_refused_by_load_or_has_no_timed_row():
+    """The files the per-file checks leave out are tables made from results (load refuses them in
+    one line) or result files without a row those checks could compare."""
+    for f in FILES:
+        if FACTS[f]["result"]:
+            continue
+        with warnings.catch_warnings(), pytest.raises(UsageError, match="is not a flyexplore result file"):
+            warnings.simplefilter("ignore")
+            R.load(ROOT / f)
+
+
+@pytest.mark.parametrize("path", data_file_params(RESULT_FILES))
 def test_committed_result_files_give_the_old_frames(path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try:
-            df = R.load(ROOT / path)
-        except UsageError as exc:  # a coverage, published or report table: load refuses it in one line
-            assert "is not a flyexplore result file" in str(exc), exc
-            pytest.skip(f"not a result file: {exc}")
-    if df.empty or df["status"].isna().all() or df["backend"].isna().all():
-        pytest.skip("not a result file (no row has a status and a backend): a table made from results")
-    if "processes" in df and (pd.to_numeric(df["processes"], errors="coerce") >= 2).any():
+        df = R.load(ROOT / path)
+    if "processes" in df:
         # rows of sweep --processes take the between-process rule, new with issue 24 (tests/run/test_processes.py)
         df = df[~(pd.to_numeric(df["processes"], errors="coerce") >= 2).fillna(False)]
-        if df.empty:
-            pytest.skip("every row was measured with --processes: the between-process rule, not the frozen one")
-    backends = list(df.loc[df["status"].isin(["ok", "published"]), "backend"].dropna().unique())
-    if not backends:
-        pytest.skip("a result file without a timed row")
+    backends = list(df.loc[df["status"].isin(["ok", "published"]) & df["time_ms"].notna(), "backend"].dropna().unique())
+    assert backends, "collected as a file with a timed row"
     bases = ["aten"]
     if {"aten", "triton"} <= set(backends):
         bases.append(["aten", "triton"])
@@ -612,7 +626,7 @@ def _random_rows(seed: int) -> list[dict]:
     return rows
 
 
-@settings(max_examples=25, deadline=None, database=None)
+@settings(max_examples=examples(25), deadline=None, database=None)
 @given(seed=st.integers(0, 2**32 - 1), pick=st.integers(0, 5))
 def test_random_frames_give_the_old_frames(seed, pick):
     df = R.frame(_random_rows(seed))
@@ -896,23 +910,15 @@ def _check_pair(a, b, **kw):
     return new
 
 
-@pytest.mark.parametrize("path", data_file_params(FILES))
+@pytest.mark.parametrize("path", data_file_params(PAIRED_FILES))
 def test_committed_result_files_pair_as_before(path):
     """Every committed result file against itself (one run: paired), each run of it against the
     next (cross-run: unpaired+run) and one backend against another (paired from the samples)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try:
-            df = R.load(ROOT / path)
-        except UsageError as exc:
-            pytest.skip(f"not a result file: {exc}")
-    if df.empty or df["status"].isna().all() or df["backend"].isna().all():
-        pytest.skip("not a result file (no row has a status and a backend)")
-    if "processes" in df and (pd.to_numeric(df["processes"], errors="coerce") >= 2).any():
-        pytest.skip("rows of sweep --processes pair by the between-process rule (tests/run/test_processes.py)")
+        df = R.load(ROOT / path)
     timed = df[df["status"].isin(["ok", "published"]) & df["time_ms"].notna()]
-    if timed.empty:
-        pytest.skip("a result file without a timed row")
+    assert not timed.empty, "collected as a file with a timed row"
     _check_pair(df, df)
     runs = list(df["run_id"].dropna().unique())
     for r1, r2 in zip(runs, runs[1:]):
@@ -922,7 +928,7 @@ def test_committed_result_files_pair_as_before(path):
         _check_pair(df, df, a_backend=backends[0], b_backend=other)
 
 
-@settings(max_examples=25, deadline=None, database=None)
+@settings(max_examples=examples(25), deadline=None, database=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_random_frames_pair_as_before(seed):
     full = R.frame(_random_rows(seed))

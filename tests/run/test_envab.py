@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT
 from flyexplore.errors import UsageError
 from flyexplore.measure import stats as S
 from flyexplore.measure.interleaved import RoundRunner
@@ -313,14 +312,6 @@ def test_pass_rows_are_journaled_by_case_and_wait_for_their_last_pass(tmp_path):
 
 # -- in worker processes (slow) --------------------------------------------------------------------------
 
-def _cli(*args, env=None, timeout=900):
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(ROOT), TESTS, e.get("PYTHONPATH", "")])
-    e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "flyexplore", *args], cwd=ROOT, env=e, capture_output=True,
-                          text=True, timeout=timeout)
-
-
 def _venv(where: Path, see_parent: bool = True) -> str:
     """A venv made here; with ``see_parent`` it sees this interpreter's packages through a ``.pth``
     calling ``site.addsitedir`` (a venv made from inside a venv does not see them otherwise)."""
@@ -336,8 +327,19 @@ def _venv(where: Path, see_parent: bool = True) -> str:
     return str(py)
 
 
+def _main(capsys, *args):
+    """``flyexplore ARGS`` run in this process (:func:`flyexplore.cli.main`, what ``python -m
+    flyexplore`` runs, without starting an interpreter): ``(exit code, stdout, stderr)``."""
+    from flyexplore.cli import main
+
+    capsys.readouterr()
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
 @pytest.mark.slow
-def test_a_40_percent_regression_between_envs_trips_the_gate_where_a_cross_run_gate_misses_it(tmp_path):
+def test_a_40_percent_regression_between_envs_trips_the_gate_where_a_cross_run_gate_misses_it(tmp_path, capsys):
     """Same interpreter, another variable: env B does 40% more work (0.71x). One A/B run (5 pairs of
     workers; their own spread sets the interval: a 20% change, which this test used before, read
     0.83x with a 5-pair interval reaching 0.95 on a loaded run, too near the gate) reads it SLOWER and
@@ -345,12 +347,13 @@ def test_a_40_percent_regression_between_envs_trips_the_gate_where_a_cross_run_g
     single-process runs (what a cross-run compare of two sweeps gets) carry this CPU's cross-run
     allowance of +-50% and read AMBIGUOUS: that gate passes. (Two real separate sweeps are left
     out: on this shared 2-core machine their ratio itself moves by tens of percent with the load
-    -- one CI run read 0.55x for the 0.83x change -- so what they read is luck either way.)"""
+    -- one CI run read 0.55x for the 0.83x change -- so what they read is luck either way.) The
+    commands run in this process (the CLI's ``main``), the workers in their own."""
     ab = tmp_path / "ab.parquet"
-    r = _cli("sweep", "--op", "ab_ops:SLOW", "--shapes", "4096", "--backends", "work", "--env", "A", "--env",
-             "B:AB_SLOWDOWN=0.4", "--pairs", "5", "--out", str(ab), "--quiet")
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "flyexplore: env A: python" in r.stderr and "changes: AB_SLOWDOWN=0.4" in r.stderr
+    rc, _, err = _main(capsys, "sweep", "--op", "ab_ops:SLOW", "--shapes", "4096", "--backends", "work", "--env", "A",
+                       "--env", "B:AB_SLOWDOWN=0.4", "--pairs", "5", "--out", ab, "--quiet")
+    assert rc == 0, err[-2000:]
+    assert "flyexplore: env A: python" in err and "changes: AB_SLOWDOWN=0.4" in err
     df = R.load(ab)
     b = df[df["backend"] == "work@B"].iloc[0]
     assert b["env"] == "B" and json.loads(b["env_changes"]) == {"AB_SLOWDOWN": "0.4"}
@@ -358,9 +361,9 @@ def test_a_40_percent_regression_between_envs_trips_the_gate_where_a_cross_run_g
     assert b["verdict"] == "SLOWER" and 0.55 < b["speedup"] < 0.85 and b["speedup_hi"] < 0.95, per
     assert b["processes"] == 5 and b["cross_env_ok"] and b["inputs_digest"] == df.iloc[0]["inputs_digest"]
     assert b["ci_method"].startswith("between-pair (5 pairs")
-    g = _cli("compare", str(ab), "--fail-on", "SLOWER:5%", "--json", str(tmp_path / "ab.json"))
-    assert g.returncode == 1, g.stdout + g.stderr
-    assert "B vs A" in g.stdout and "FAILED" in g.stdout and "environment A/B, its arms timed" in g.stdout
+    rc, out, err = _main(capsys, "compare", ab, "--fail-on", "SLOWER:5%", "--json", tmp_path / "ab.json")
+    assert rc == 1, out + err
+    assert "B vs A" in out and "FAILED" in out and "environment A/B, its arms timed" in out
     assert json.loads((tmp_path / "ab.json").read_text())["pairs"][0]["interval"] == "between-pair"
     # the same times as two separate single-process runs: the cross-run gate cannot see the change
     for env, name in (("A", "a"), ("B", "b")):
@@ -370,15 +373,15 @@ def test_a_40_percent_regression_between_envs_trips_the_gate_where_a_cross_run_g
         # a single-process run's time is the median of its samples (compare checks it): the pairs' pooled rounds
         side["time_ms"] = R.sample_times(side, np.arange(len(side)))
         R.save(side, tmp_path / f"{name}.parquet")
-    x = _cli("compare", str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet"), "--fail-on", "SLOWER:5%")
-    assert x.returncode == 0 and "passed" in x.stdout and "AMBIGUOUS 1" in x.stdout, x.stdout
+    rc, out, _ = _main(capsys, "compare", tmp_path / "a.parquet", tmp_path / "b.parquet", "--fail-on", "SLOWER:5%")
+    assert rc == 0 and "passed" in out and "AMBIGUOUS 1" in out, out
     # the CPU's cross-run allowance (RUN_TO_RUN: +-50%), or the runs' own drift where that is more
     # (results.table.ratio_interval): on a loaded machine the drift can pass 50%
-    got = re.search(r"cross-run allowance ±(\d+(?:\.\d+)?)%", x.stdout)
-    assert got and float(got.group(1)) >= 50, x.stdout
+    got = re.search(r"cross-run allowance ±(\d+(?:\.\d+)?)%", out)
+    assert got and float(got.group(1)) >= 50, out
     # the report of the A/B file takes its baseline arm by default
-    rep = _cli("report", str(ab), "--out", str(tmp_path / "rep"), "--no-images")
-    assert rep.returncode == 0, rep.stderr[-1500:]
+    rc, _, err = _main(capsys, "report", ab, "--out", tmp_path / "rep", "--no-images")
+    assert rc == 0, err[-1500:]
     html = (tmp_path / "rep" / "report.html").read_text()
     assert "work@B" in html and "speedup over work@A" in html
 
@@ -415,20 +418,23 @@ def test_a_second_venv_against_this_interpreter_reads_the_same_and_its_worker_lo
 
 
 @pytest.mark.slow
-def test_a_bad_environment_is_one_line_exit_2_and_nothing_is_written(tmp_path):
+def test_a_bad_environment_is_one_line_exit_2_and_nothing_is_written(tmp_path, capsys):
+    """Each refused before any worker starts (the CLI's ``main`` in this process); a worker that
+    dies at its first case is a crashed row (one pair: ``--pairs 1``)."""
     bare = _venv(tmp_path / "bare", see_parent=False)
     out = tmp_path / "r.parquet"
     for env_b, words in ((f"B={tmp_path / 'no' / 'python'}", "the interpreter does not exist"),
                          (f"B={bare}", "no torch there"), ("B@x", "must be 1 to 40 letters"),
                          ("B:AB_CRASH=1", None)):
-        r = _cli("sweep", "--op", "ab_ops:SLOW", "--shapes", "4096", "--env", "A", "--env", env_b, "--out", str(out))
+        rc, stdout, err = _main(capsys, "sweep", "--op", "ab_ops:SLOW", "--shapes", "4096", "--env", "A", "--env", env_b,
+                                "--pairs", "1", "--out", out)
         if words is None:   # a worker that dies at its first case is a crashed row, not a refusal
-            assert r.returncode == 0 and "crashed" in r.stdout
+            assert rc == 0 and "crashed" in stdout, stdout + err
             out.unlink()
             continue
-        assert r.returncode == 2, r.stderr
-        lines = [ln for ln in r.stderr.splitlines() if ln.startswith("flyexplore:")]
-        assert len(lines) == 1 and words in lines[0] and "Traceback" not in r.stderr
+        assert rc == 2, err
+        lines = [ln for ln in err.splitlines() if ln.startswith("flyexplore:")]
+        assert len(lines) == 1 and words in lines[0] and "Traceback" not in err, err
         assert list(tmp_path.glob("r.parquet*")) == []
 
 

@@ -1,6 +1,6 @@
 """Issue 35 on the CPU: a real model step measured per variant (the ``model`` family), beside the
-capture's modelled answer; bad input is one line, exit 2, nothing written; an A-vs-A of the same
-variant never reads FASTER or SLOWER; the family's sizes are the published ones."""
+capture's modelled answer; bad input is one line, exit 2, nothing written; the family's sizes are
+the published ones (an A-vs-A of the same variant: ``test_one_driver.py``)."""
 from __future__ import annotations
 
 import json
@@ -167,15 +167,9 @@ def test_decode_repeats_exactly_and_layers_cut_the_depth(tmp_path):
     assert op.error(step(), ref, case, "fp32")["accuracy_ok"]
 
 
-@pytest.mark.slow
-def test_a_vs_a_of_one_variant_never_reads_faster_or_slower(tmp_path):
-    """The same variant in two worker processes taking turns (the environment A/B's A/A): SAME or
-    AMBIGUOUS, never FASTER/SLOWER -- and a whole step takes the A/B as any case does."""
-    df = fx.sweep("model", shapes=f"2x32:model={_cfg(tmp_path)}", dtypes="fp32", backends="eager", aa=True,
-                  device="cpu", pairs=1, timer=FAST_TIMER, progress=False)
-    ok = df[df["status"] == "ok"]
-    assert len(ok) == 2, df[["backend", "status", "message"]]
-    assert set(ok["verdict"].dropna()) <= {"SAME", "AMBIGUOUS"}, ok[["backend", "verdict", "speedup_lo", "speedup_hi"]]
+# An A-vs-A of one variant (two worker processes taking turns) never reads FASTER or SLOWER:
+# tests/run/test_one_driver.py::test_a_vs_a_of_one_model_step_never_reads_faster_or_slower, on the
+# A/A of a prefill and a decode step that the tests there run anyway.
 
 
 @pytest.mark.slow

@@ -30,17 +30,31 @@ def _filled(row) -> set:
     return {k for k, v in row.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
 
 
+#: What every model-step sweep here shares (its cases: :func:`model_aa`).
+MODEL_KW = dict(dtypes="fp32", backends="eager", timer=FAST_TIMER, progress=False, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def model_aa(tmp_path_factory):
+    """One A/A (one pair of workers) of a model step's prefill and decode cases, shared by the tests
+    that read it: ``(prefill label, decode label, rows)``; the other places run the same prefill."""
+    cfg = _cfg(tmp_path_factory.mktemp("model"))
+    prefill, decode = f"2x16:model={cfg},layers=1", f"2x16:model={cfg},decode,layers=1"
+    df = fx.sweep("model", shapes=f"{prefill};{decode}", aa=True, pairs=1, **MODEL_KW)
+    return prefill, decode, df
+
+
 @pytest.mark.slow
-def test_the_same_case_gives_the_same_columns_and_timing_mode_wherever_it_runs(tmp_path):
+def test_the_same_case_gives_the_same_columns_and_timing_mode_wherever_it_runs(model_aa):
     """A model step (the family with a breakdown, a timing mode and no fresh recheck) run in this
     process, in a sweep worker, in two fresh processes and under an A/A: one driver, so the same
     columns are filled and the same timing mode is used everywhere."""
-    kw = dict(shapes=f"2x16:model={_cfg(tmp_path)},layers=1", dtypes="fp32", backends="eager", timer=FAST_TIMER,
-              progress=False, device="cpu")
+    prefill, _, aa = model_aa
+    kw = dict(shapes=prefill, **MODEL_KW)
     got = {"in-process": fx.sweep("model", engine="in-process", **kw).iloc[0].to_dict(),
            "worker": fx.sweep("model", workers=1, **kw).iloc[0].to_dict(),
            "processes": fx.sweep("model", processes=2, **kw).iloc[0].to_dict()}
-    aa = fx.sweep("model", aa=True, pairs=1, **kw)
+    aa = aa[aa["case"] == prefill]
     got["aa"] = aa[aa["backend"] == aa["baseline"].iloc[0]].iloc[0].to_dict()
     ref = _filled(got["in-process"]) - {"worker"}
     assert {"breakdown", "timing_mode", "samples_ms", "stop_reason", "first_call_ms"} <= ref
@@ -53,6 +67,19 @@ def test_the_same_case_gives_the_same_columns_and_timing_mode_wherever_it_runs(t
         assert not missing, (where, missing)
         extra = _filled(row) - ref - AB_ONLY - PASS_ONLY - {"worker", "peak_mem_bytes"}
         assert not extra, (where, extra)
+
+
+@pytest.mark.slow
+def test_a_vs_a_of_one_model_step_never_reads_faster_or_slower(model_aa):
+    """The same variant in two worker processes taking turns (the environment A/B's A/A): SAME or
+    AMBIGUOUS, never FASTER/SLOWER -- and a whole step, prefill or decode, takes the A/B as any case
+    does (moved here from ``test_model_step.py``: the A/A the tests here run anyway)."""
+    prefill, decode, df = model_aa
+    for case in (prefill, decode):
+        ok = df[(df["case"] == case) & (df["status"] == "ok")]
+        assert len(ok) == 2, df[["case", "backend", "status", "message"]]
+        assert set(ok["verdict"].dropna()) <= {"SAME", "AMBIGUOUS"}, ok[["backend", "verdict", "speedup_lo",
+                                                                         "speedup_hi"]]
 
 
 def test_a_gpu_case_takes_the_familys_timing_mode_in_process_and_under_an_ab(tmp_path):
@@ -72,12 +99,13 @@ def test_a_gpu_case_takes_the_familys_timing_mode_in_process_and_under_an_ab(tmp
 
 
 @pytest.mark.slow
-def test_a_decode_step_runs_under_aa_with_its_breakdown_and_its_logits_compared(tmp_path):
+def test_a_decode_step_runs_under_aa_with_its_breakdown_and_its_logits_compared(model_aa):
     """A decode step's output holds its KV cache: what crosses to the other environment is the
     logits (the family's ``check_output``), so the A/A runs, checks its logits across environments,
     and keeps the family's breakdown (before: ``UnpicklingError: Weights only load failed``)."""
-    df = fx.sweep("model", shapes=f"2x16:model={_cfg(tmp_path)},decode,layers=1", dtypes="fp32", backends="eager",
-                  aa=True, pairs=1, timer=FAST_TIMER, progress=False, device="cpu")
+    _, decode, df = model_aa
+    df = df[df["case"] == decode]
+    assert len(df) == 2
     assert (df["status"] == "ok").all(), df[["backend", "status", "message"]]
     other = df[df["env"].str.endswith("-aa")].iloc[0]
     assert other["cross_env_ok"] and other["cross_env_err_rel"] == 0.0
@@ -177,18 +205,23 @@ def test_a_simulated_aa_never_reads_faster_or_slower_over_many_sequential_runs()
 
 @pytest.mark.slow
 def test_on_the_cpu_a_2x_slowdown_fails_the_gate_and_an_aa_never_reads_faster_or_slower(tmp_path):
+    """``--pairs auto`` on real workers, capped (``--max-pairs``: on a loaded machine it would
+    otherwise start up to 10 pairs): the 2x slowdown with its one look at 3 pairs (the gate fails
+    on SLOWER or on AMBIGUOUS); the A/A with a second look at 4 pairs, each look at the confidence
+    corrected for looking again."""
     ab = tmp_path / "ab.parquet"
     r = fx.sweep("ab_ops:SLOW", shapes="4096", dtypes="fp32", backends="work", envs=["A", "B:AB_SLOWDOWN=1.0"],
-                 out=ab, progress=False)
+                 max_pairs=3, out=ab, progress=False)
     b = r[r["backend"] == "work@B"].iloc[0]
     assert b["processes"] >= 3 and b["pairs_stop"] in ("decided", "max_pairs", "unreachable")
     from flyexplore.cli import main
 
     rc = main(["compare", str(ab), "--fail-on", "SLOWER:5%,AMBIGUOUS:5%"])
     assert rc == 1, b[["speedup", "speedup_lo", "speedup_hi", "verdict", "processes"]].to_dict()
-    aa = fx.sweep("ab_ops:SLOW", shapes="4096;16384", dtypes="fp32", backends="work", aa=True, progress=False)
+    aa = fx.sweep("ab_ops:SLOW", shapes="4096;16384", dtypes="fp32", backends="work", aa=True, max_pairs=4,
+                  progress=False)
     assert not aa["verdict"].isin(["FASTER", "SLOWER"]).any(), aa[["case", "speedup", "speedup_lo", "speedup_hi"]]
-    assert aa["pairs_stop"].notna().all()
+    assert aa["pairs_stop"].notna().all() and aa["processes"].between(3, 4).all()
 
 
 # -- input digests that differ: the real cause named ------------------------------------------------------

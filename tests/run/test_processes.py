@@ -205,7 +205,8 @@ def test_sweep_with_processes_on_cpu(tmp_path):
     resource tracker reported as "leaked" at the end of every such run)."""
     r = subprocess.run([sys.executable, "-m", "flyexplore", "sweep", "--op", "gemm", "--shapes", "64x64x64",
                         "--dtypes", "fp32", "--backends", "aten,inductor", "--device", "cpu", "--processes", "2",
-                        "--out", str(tmp_path / "p.parquet"), "--quiet"], capture_output=True, text=True, timeout=900)
+                        "--rep", "5", "--out", str(tmp_path / "p.parquet"), "--quiet"],
+                       capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "leaked" not in r.stderr and "Warning" not in r.stderr, r.stderr[-3000:]
     df = R.load(tmp_path / "p.parquet")
@@ -342,13 +343,13 @@ def test_processes_journal_each_pass_row_as_it_comes_and_a_resume_runs_only_what
 @pytest.mark.slow
 def test_a_processes_sweep_killed_after_its_first_pass_keeps_that_pass_and_resume_goes_on(tmp_path):
     """Issue 33: ten kills of a ``--processes`` run each found 0 rows journaled, and every resume
-    started from zero. A real CPU sweep with ``--processes 3`` is SIGKILLed once pass 1's rows are
-    committed (nothing combined yet, no result file); the resume runs passes 2 and 3 only: each
-    final row combines the killed run's pass-1 measurement (same worker, same time) with two new
-    ones, and no pass row is left behind."""
+    started from zero. A real CPU sweep with ``--processes 2`` is SIGKILLed once pass 1's rows are
+    committed (nothing combined yet, no result file); the resume runs pass 2 only: each final row
+    combines the killed run's pass-1 measurement (same worker, same time) with a new one from
+    another worker, and no pass row is left behind."""
     out = tmp_path / "p.parquet"
     cmd = [sys.executable, "-m", "flyexplore", "sweep", "--op", "gemm", "--shapes", "16x16x16;32x32x32",
-           "--dtypes", "fp32", "--backends", "aten", "--processes", "3", "--rep", "5", "--out", str(out), "--quiet"]
+           "--dtypes", "fp32", "--backends", "aten", "--processes", "2", "--rep", "5", "--out", str(out), "--quiet"]
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         end = time.monotonic() + 600
@@ -363,14 +364,15 @@ def test_a_processes_sweep_killed_after_its_first_pass_keeps_that_pass_and_resum
         p.kill()
     first = committed_rows(out, passes=True)
     assert not out.exists() and len(committed_rows(out)) == 0
-    assert len(first) >= 2 and set(first["pass"]) <= {0, 1}
+    # pass 1 only: pass 2 needs a new worker (an import of torch, seconds), the poll is 0.05 s
+    assert len(first) == 2 and set(first["pass"]) == {0}
     r = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     df = R.load(out)
-    assert len(df) == 2 and (df["processes"] == 3).all() and not journal_path(out).exists()
+    assert len(df) == 2 and (df["processes"] == 2).all() and not journal_path(out).exists()
     for _, row in first.iterrows():
         fin = df[df["case"] == row["case"]].iloc[0]
         per = R.process_estimates(fin["process_estimates"])
         k = int(row["pass"])
         assert per[k]["worker"] == row["worker"] and per[k]["time_ms"] == pytest.approx(row["time_ms"])
-        assert len({p["worker"] for p in per}) == 3
+        assert len({p["worker"] for p in per}) == 2

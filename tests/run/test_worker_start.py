@@ -33,7 +33,6 @@ from flyexplore.run.engine import (
 from flyexplore.run.plan import resolve_op
 from flyexplore.run.spec import SweepSpec
 from flyexplore.world import env as ENV
-from tests.run.test_engine import start_local_ray
 
 OP = "fault_ops:FAULTS"
 FAST = {"rep": 5, "warmup": 1}
@@ -41,6 +40,19 @@ BACKENDS = ("good", "faulty")
 #: Wall-clock bound of one run_tasks call here, s: >= 10x what its healthy starts and cases
 #: take on an idle 2-core machine (at most four ~8 s starts in a row).
 BOUND_S = 330.0
+#: Start attempts of a place in the tests that start workers: the engine's START_ATTEMPTS (3) is
+#: set to 2 there (:func:`attempts`), one worker start (~3 CPU-s: torch's import) less per place
+#: given up. The engine reads it at each failed start; test_start_limit_and_problem_texts checks
+#: the count at its real value.
+ATTEMPTS = 2
+
+
+@pytest.fixture
+def attempts(monkeypatch):
+    """:data:`flyexplore.run.engine.START_ATTEMPTS` set to :data:`ATTEMPTS` for this test."""
+    assert ATTEMPTS < START_ATTEMPTS  # a count that the engine's own constant would not give
+    monkeypatch.setattr(E, "START_ATTEMPTS", ATTEMPTS)
+    return ATTEMPTS
 
 
 @pytest.fixture(scope="module")
@@ -186,22 +198,23 @@ def test_start_limit_and_problem_texts():
 
 
 @pytest.mark.slow
-def test_a_worker_stopped_at_every_start_gives_crashed_rows_and_a_problem(fault_dir, env, monkeypatch):
+def test_a_worker_stopped_at_every_start_gives_crashed_rows_and_a_problem(fault_dir, env, monkeypatch,
+                                                                           attempts):
     """The issue's SIGSTOP right after spawn, at every attempt: each is killed at the start
     limit (the default, reached through the clock), the place is given up after
-    START_ATTEMPTS, the cases get crashed rows saying why, and run_tasks returns."""
-    (fault_dir / "start").write_text("stop " * (START_ATTEMPTS + 2))
+    ATTEMPTS, the cases get crashed rows saying why, and run_tasks returns."""
+    (fault_dir / "start").write_text("stop " * (ATTEMPTS + 2))
     monkeypatch.setattr(E, "_clock", _StopClock(fault_dir))
     rows, problems = _run(_tasks(["1x8", "2x8"]), env, workers=1, case_timeout=20)
     why = f"hung past --worker-start-timeout {WORKER_START_TIMEOUT_S:g} s"
-    assert problems == [(f"worker cpu0 could not start after {START_ATTEMPTS} attempts (last: {why}); "
+    assert problems == [(f"worker cpu0 could not start after {ATTEMPTS} attempts (last: {why}); "
                         "2 cases got crashed rows")]
     assert sorted((r["case"], r["backend"]) for r in rows) == sorted((c, b) for c in ("1x8", "2x8") for b in BACKENDS)
     for r in rows:
         assert r["status"] == "crashed" and r["worker"] is None
-        assert r["message"] == f"not run: worker cpu0 could not start ({START_ATTEMPTS} attempts; last: {why})"
+        assert r["message"] == f"not run: worker cpu0 could not start ({ATTEMPTS} attempts; last: {why})"
     stopped = _fault_pids(fault_dir, "start-stop")
-    assert len(stopped) == START_ATTEMPTS  # exactly that many starts, each one stopped ...
+    assert len(stopped) == ATTEMPTS  # exactly that many starts, each one stopped ...
     assert (fault_dir / "start").read_text().split() == ["stop", "stop"]
     assert all(_gone(p) for p in stopped)  # ... and killed
 
@@ -224,34 +237,34 @@ def test_a_replacement_that_dies_while_starting_is_retried_and_every_case_runs(f
 
 
 @pytest.mark.slow
-def test_a_worker_that_cannot_import_the_operator_gives_crashed_rows_not_an_exception(fault_dir, env):
+def test_a_worker_that_cannot_import_the_operator_gives_crashed_rows_not_an_exception(fault_dir, env, attempts):
     """The worker's ``fatal`` message (its CaseRunner raised: the operator cannot be imported
     there) used to raise RuntimeError; now each start is retried, then the cases get crashed rows."""
-    (fault_dir / "start").write_text("raise " * START_ATTEMPTS)
+    (fault_dir / "start").write_text("raise " * ATTEMPTS)
     rows, problems = _run(_tasks(["1x8", "2x8"]), env, workers=1)
     why = ("raised UsageError: cannot import operator 'fault_ops:FAULTS' (ImportError: injected start fault: "
            "this worker cannot import fault_ops)")
-    assert problems == [(f"worker cpu0 could not start after {START_ATTEMPTS} attempts (last: {why}); "
+    assert problems == [(f"worker cpu0 could not start after {ATTEMPTS} attempts (last: {why}); "
                         "2 cases got crashed rows")]
     assert len(rows) == 4
     for r in rows:
         assert r["status"] == "crashed"
-        assert r["message"] == f"not run: worker cpu0 could not start ({START_ATTEMPTS} attempts; last: {why})"
-    assert len(_fault_pids(fault_dir, "start-raise")) == START_ATTEMPTS
+        assert r["message"] == f"not run: worker cpu0 could not start ({ATTEMPTS} attempts; last: {why})"
+    assert len(_fault_pids(fault_dir, "start-raise")) == ATTEMPTS
 
 
 @pytest.mark.slow
-def test_a_place_given_up_leaves_its_cases_to_the_other_worker(fault_dir, env):
+def test_a_place_given_up_leaves_its_cases_to_the_other_worker(fault_dir, env, attempts):
     """Two CPU places; every worker of cpu1 exits at its import. cpu0 holds its first case
-    (``fault=wait``) until cpu1 has failed START_ATTEMPTS times, so cpu1 is given up while
+    (``fault=wait``) until cpu1 has failed ATTEMPTS times, so cpu1 is given up while
     cases are left; cpu0 runs them all."""
-    (fault_dir / "start.cpu1").write_text("exit " * (START_ATTEMPTS + 2))
+    (fault_dir / "start.cpu1").write_text("exit " * (ATTEMPTS + 2))
 
     def release():  # the wait case ends once cpu1's last attempt is dead
         deadline = time.monotonic() + BOUND_S
         while time.monotonic() < deadline:
             died = _fault_pids(fault_dir, "start-exit")
-            if len(died) >= START_ATTEMPTS and all(_gone(p) for p in died):
+            if len(died) >= ATTEMPTS and all(_gone(p) for p in died):
                 break
             time.sleep(0.1)
         (fault_dir / "go").write_text("")
@@ -259,49 +272,45 @@ def test_a_place_given_up_leaves_its_cases_to_the_other_worker(fault_dir, env):
     threading.Thread(target=release, daemon=True).start()
     rows, problems = _run(_tasks(["64x64:fault=wait", "2x8", "3x8"]), env, workers=2)
     assert len(problems) == 1, problems
-    assert problems[0].startswith(f"worker cpu1 could not start after {START_ATTEMPTS} attempts (last: exit code 1: ")
+    assert problems[0].startswith(f"worker cpu1 could not start after {ATTEMPTS} attempts (last: exit code 1: ")
     assert "injected start fault: exit at import" in problems[0]
     assert problems[0].endswith("; the other workers took its cases")
     assert len(rows) == 6 and all(r["status"] == "ok" for r in rows), rows
     assert all(r["worker"].startswith("cpu0/") for r in rows)
-    assert len(_fault_pids(fault_dir, "start-exit")) == START_ATTEMPTS
+    assert len(_fault_pids(fault_dir, "start-exit")) == ATTEMPTS
     assert (fault_dir / "start.cpu1").read_text().split() == ["exit", "exit"]
 
 
 @pytest.mark.slow
-def test_ray_actors_that_cannot_start_give_crashed_rows_and_problems(tmp_path, monkeypatch):
+def test_ray_actors_that_cannot_start_give_crashed_rows_and_problems(ray_session, attempts):
     """run_ray, the same rules: an actor whose start raises (the operator cannot be imported
     there) and an actor Ray can never place (a GPU asked of a CPU-only instance: hung, whatever
-    the machine's load) are each tried START_ATTEMPTS times; the cases get crashed rows."""
-    ray = pytest.importorskip("ray")
+    the machine's load) are each tried ATTEMPTS times; the cases get crashed rows. On the
+    session's local Ray instance (tests/run/conftest.py)."""
     from flyexplore.run._ray import run_ray
 
-    start_local_ray(monkeypatch, num_cpus=1)
-    try:
-        settings = CaseSettings.of(SweepSpec(OP, shapes="1x8", workers=1, timer=FAST))
-        rows = []
+    settings = CaseSettings.of(SweepSpec(OP, shapes="1x8", workers=1, timer=FAST))
+    rows = []
 
-        def emit(t, b, cols, info):
-            rows.append((t.case.label, b, cols, info))
+    def emit(t, b, cols, info):
+        rows.append((t.case.label, b, cols, info))
 
-        missing = dataclasses.replace(settings, op="no_such_module_here:OP")
-        problems = run_ray(_tasks(["1x8", "2x8"]), missing, device=torch.device("cpu"), workers=1,
-                           case_timeout=0, max_cases=50, address=None, emit=emit)
-        why = ("raised UsageError: cannot import operator 'no_such_module_here:OP' (ModuleNotFoundError: "
-               "No module named 'no_such_module_here')")
-        assert problems == [(f"Ray worker w0 could not start after {START_ATTEMPTS} attempts (last: {why}); "
-                            "2 cases got crashed rows")]
-        assert len(rows) == 4 and all(c["status"] == "crashed" for _, _, c, _ in rows)
-        assert {c["message"] for _, _, c, _ in rows} == {
-            f"not run: Ray worker w0 could not start ({START_ATTEMPTS} attempts; last: {why})"}
-        rows.clear()
-        problems = run_ray(_tasks(["1x8"]), settings, device=torch.device("cpu"), workers=1, case_timeout=0,
-                           max_cases=50, address=None, emit=emit, use_gpus=True, start_timeout=1)
-        why = "hung past --worker-start-timeout 1 s"
-        assert problems == [(f"Ray worker w0 could not start after {START_ATTEMPTS} attempts (last: {why}); "
-                            "1 case got crashed rows")]
-        assert [(c, b) for c, b, _, _ in rows] == [("1x8", "good"), ("1x8", "faulty")]
-        assert {cols["message"] for _, _, cols, _ in rows} == {
-            f"not run: Ray worker w0 could not start ({START_ATTEMPTS} attempts; last: {why})"}
-    finally:
-        ray.shutdown()
+    missing = dataclasses.replace(settings, op="no_such_module_here:OP")
+    problems = run_ray(_tasks(["1x8", "2x8"]), missing, device=torch.device("cpu"), workers=1,
+                       case_timeout=0, max_cases=50, address=None, emit=emit)
+    why = ("raised UsageError: cannot import operator 'no_such_module_here:OP' (ModuleNotFoundError: "
+           "No module named 'no_such_module_here')")
+    assert problems == [(f"Ray worker w0 could not start after {ATTEMPTS} attempts (last: {why}); "
+                        "2 cases got crashed rows")]
+    assert len(rows) == 4 and all(c["status"] == "crashed" for _, _, c, _ in rows)
+    assert {c["message"] for _, _, c, _ in rows} == {
+        f"not run: Ray worker w0 could not start ({ATTEMPTS} attempts; last: {why})"}
+    rows.clear()
+    problems = run_ray(_tasks(["1x8"]), settings, device=torch.device("cpu"), workers=1, case_timeout=0,
+                       max_cases=50, address=None, emit=emit, use_gpus=True, start_timeout=1)
+    why = "hung past --worker-start-timeout 1 s"
+    assert problems == [(f"Ray worker w0 could not start after {ATTEMPTS} attempts (last: {why}); "
+                        "1 case got crashed rows")]
+    assert [(c, b) for c, b, _, _ in rows] == [("1x8", "good"), ("1x8", "faulty")]
+    assert {cols["message"] for _, _, cols, _ in rows} == {
+        f"not run: Ray worker w0 could not start ({ATTEMPTS} attempts; last: {why})"}

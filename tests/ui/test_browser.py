@@ -1,18 +1,21 @@
 """A real browser: JupyterLab (token-less, 127.0.0.1, a free port, a temporary folder with a
-copy of the quickstart and the dispatch walkthrough) driven by headless Chromium through
-Playwright. Runs all cells from the Run menu and checks that the sweep panel renders, fills in
-from its worker thread, and that plotly figures appear; and that the switch panel and the
-dispatch inspector render and answer a click. Keeps screenshots under ``$FLYEXPLORE_ARTIFACTS`` (else pytest's tmp)
-and copies them to ``test-artifacts/`` (ignored by git).
+copy of the quickstart and the dispatch walkthrough, each with ``SIZE="test"`` injected below its
+parameters cell as the headless runner does) driven by headless Chromium through Playwright. Runs
+all cells from the Run menu and checks that the sweep panel renders, fills in from its worker
+thread, and that plotly figures appear; and that the switch panel and the dispatch inspector
+render and answer a click. One JupyterLab server and one Chromium serve the module's tests (each
+test opens its own page and notebook, so its own kernel; the kernels a test started are shut
+down after it). Keeps screenshots under ``$FLYEXPLORE_ARTIFACTS`` (else pytest's tmp) and copies
+them to ``test-artifacts/`` (ignored by git).
 
 Needs Debian's ``/usr/bin/chromium`` (installed by ``.ci/run``) and the ``playwright`` Python
 package (the ``test`` extra; its own browser download is not used). Outside CI a missing
 Chromium skips; in CI (``CI`` set) it fails.
 """
+import http.cookiejar
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -23,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from flyexplore.ui.notebooks import kernel_env
+from flyexplore.ui.notebooks import inject_parameters, kernel_env
 
 from conftest import ROOT
 
@@ -33,6 +36,8 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 SERVER_START_S = 90
+#: The walkthrough size of the notebook copies (:data:`flyexplore.ui.notebooks.SIZES`).
+TEST_SIZE = "test"
 PAGE_LOAD_S = 90
 RUN_ALL_S = 240
 
@@ -71,14 +76,39 @@ def _stop(proc: subprocess.Popen) -> None:
             pass
 
 
-@pytest.fixture
-def lab(tmp_path):
-    """A JupyterLab server on 127.0.0.1; yields (base URL, working folder, log path)."""
+def _kernels(url) -> list[str]:
+    """The ids of the server's running kernels."""
+    with urllib.request.urlopen(f"{url}/api/kernels", timeout=10) as r:
+        return [k["id"] for k in json.loads(r.read())]
+
+
+def _shut_down_kernels(url, keep=()) -> None:
+    """Shut down the server's kernels but ``keep`` (ids), as the Kernel menu would: a DELETE with
+    the ``_xsrf`` cookie the server sets and its value in ``X-XSRFToken``, as the page sends it."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    opener.open(f"{url}/lab", timeout=30).close()
+    xsrf = {c.name: c.value for c in jar}.get("_xsrf", "")
+    for kid in _kernels(url):
+        if kid not in keep:
+            req = urllib.request.Request(f"{url}/api/kernels/{kid}", method="DELETE",
+                                         headers={"X-XSRFToken": xsrf})
+            opener.open(req, timeout=30).close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A JupyterLab server on 127.0.0.1 for the module's tests; yields (base URL, working folder,
+    log path)."""
     _need(Path(CHROMIUM).exists(), f"{CHROMIUM} not installed (apt-get install chromium)")
+    tmp_path = tmp_path_factory.mktemp("jupyterlab")
     work = tmp_path / "work"
     work.mkdir()
+    import nbformat
+
     for name in ("quickstart.ipynb", "dispatch_switches.ipynb"):
-        shutil.copy(ROOT / "notebooks" / name, work)
+        nb = inject_parameters(nbformat.read(ROOT / "notebooks" / name, as_version=4), {"SIZE": TEST_SIZE})
+        nbformat.write(nb, work / name)
     for name, values in LAB_SETTINGS.items():
         f = tmp_path / "settings" / "@jupyterlab" / f"{name}.jupyterlab-settings"
         f.parent.mkdir(parents=True, exist_ok=True)
@@ -120,6 +150,34 @@ def lab(tmp_path):
         _stop(proc)
 
 
+@pytest.fixture
+def lab(server):
+    """The module's JupyterLab server (URL, working folder, log path); the kernels this test
+    started are shut down after it, so that none runs on beside the next test."""
+    before = set(_kernels(server[0]))
+    yield server
+    _shut_down_kernels(server[0], keep=before)
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """One headless Chromium (Debian's, through Playwright) for the module's tests; each test
+    opens its own page. WebGL without a GPU: Chromium's software rasterizer (SwiftShader), asked
+    for explicitly (the 2,000-row panel draws its markers with WebGL)."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _need(False, "playwright is not installed (pip install playwright; no 'playwright install')")
+    _need(Path(CHROMIUM).exists(), f"{CHROMIUM} not installed (apt-get install chromium)")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS + ["--enable-unsafe-swiftshader"],
+                                     headless=True, timeout=60_000)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 def _artifacts(tmp_path) -> list[Path]:
     dirs = [Path(os.environ.get("FLYEXPLORE_ARTIFACTS") or tmp_path / "artifacts"),
             ROOT / "test-artifacts"]
@@ -128,77 +186,78 @@ def _artifacts(tmp_path) -> list[Path]:
     return dirs
 
 
+def _lab_url(url, name) -> str:
+    """The page that opens notebook ``name`` in a JupyterLab workspace of its own: the server is
+    shared by the module's tests, and the default workspace would reopen the notebooks of the
+    tests before (their cells, not run in this page, in the page that ``ALL_RUN`` reads)."""
+    return f"{url}/lab/workspaces/{Path(name).stem}/tree/{name}"
+
+
 ALL_RUN = """() => {
   const p = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(e => e.textContent);
   return p.length > 0 && p.every(t => /\\[\\d+\\]/.test(t));
 }"""
 
 
-def test_quickstart_runs_in_jupyterlab_with_panel_and_figures(lab, tmp_path):
-    try:
-        from playwright.sync_api import expect, sync_playwright
-    except ImportError:
-        _need(False, "playwright is not installed (pip install playwright; no 'playwright install')")
+def test_quickstart_runs_in_jupyterlab_with_panel_and_figures(lab, chromium, tmp_path):
+    from playwright.sync_api import expect  # the chromium fixture skips without playwright
     url, work, log = lab
     t0 = time.monotonic()
     shots = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
-                                     timeout=60_000)
+    page = chromium.new_page(viewport={"width": 1400, "height": 1100})
+    try:
+        page.set_default_timeout(PAGE_LOAD_S * 1000)
+        page.goto(_lab_url(url, "quickstart.ipynb"), wait_until="domcontentloaded")
+        page.wait_for_selector(".jp-Notebook .jp-CodeCell", state="attached")
+        # the kernel is up before Run All (queued cells would wait anyway; this bounds it)
+        page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"Python 3 .*\| Idle")).wait_for()
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1100})
-            page.set_default_timeout(PAGE_LOAD_S * 1000)
-            page.goto(f"{url}/lab/tree/quickstart.ipynb", wait_until="domcontentloaded")
-            page.wait_for_selector(".jp-Notebook .jp-CodeCell", state="attached")
-            # the kernel is up before Run All (queued cells would wait anyway; this bounds it)
-            page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"Python 3 .*\| Idle")).wait_for()
-            page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-            page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
-            try:
-                page.wait_for_function(ALL_RUN, timeout=RUN_ALL_S * 1000, polling=500)
-            finally:
-                # a screenshot even when the wait fails, to see where it stopped
-                panel = page.locator(".widget-vbox", has=page.locator(".widget-button", has_text="Run")).first
-                if panel.count():
-                    panel.scroll_into_view_if_needed()
-                for d in _artifacts(tmp_path):
-                    page.screenshot(path=str(d / "quickstart-lab.png"))
-                shots.append("quickstart-lab.png")
-
-            text = page.locator(".jp-Notebook").inner_text()
-            assert "Traceback" not in text, text[text.index("Traceback"):][:2000]
-            # environment view
-            assert "FlyDSL eager overrides" in text and "FlyDSL compile templates" in text
-            # the sweep panel rendered and finished from its worker thread
-            panel = page.locator(".widget-vbox", has=page.locator(".widget-button", has_text="Run")).first
-            panel.wait_for(state="visible")
-            page.locator(".widget-html", has_text="done: 12 rows").first.wait_for(timeout=30_000)
-            assert panel.locator(".widget-dropdown select").first.input_value() == "gemm"
-            assert panel.locator("table.dataTable tbody tr").count() == 12  # the itables grid
-            # the panel's FigureWidget drew the inductor points; the static figure is there too
-            fw = panel.locator(".js-plotly-plot").first
-            fw.wait_for(state="visible", timeout=30_000)
-            assert fw.locator(".scatterlayer .trace").count() == 1
-            assert fw.locator(".scatterlayer .trace .point").count() == 3
-            assert "inductor: geomean" in fw.locator(".legend").text_content()
-            assert page.locator(".js-plotly-plot").count() == 2
-            static = page.locator(".jp-CodeCell").last.locator(".js-plotly-plot")
-            assert static.locator(".barlayer .trace .point").count() == 3
-            for d in _artifacts(tmp_path):
-                panel.screenshot(path=str(d / "quickstart-panel.png"))
-                static.screenshot(path=str(d / "quickstart-figure.png"))
-            shots += ["quickstart-panel.png", "quickstart-figure.png"]
-            # the user's path: type a shape, click Run in the page; the kernel is idle while
-            # the worker thread's updates arrive
-            panel.locator("textarea").fill("64x64x64")
-            expect(panel.locator(".widget-dropdown select").nth(1)).to_have_value(
-                "(custom shapes)", timeout=30_000)  # the kernel saw the edit and answered
-            panel.locator(".widget-button", has_text="Run").click()
-            page.locator(".widget-html", has_text="done: 4 rows").first.wait_for(timeout=90_000)
-            expect(panel.locator("table.dataTable tbody tr")).to_have_count(4, timeout=30_000)
-            assert fw.locator(".scatterlayer .trace .point").count() == 1
+            page.wait_for_function(ALL_RUN, timeout=RUN_ALL_S * 1000, polling=500)
         finally:
-            browser.close()
+            # a screenshot even when the wait fails, to see where it stopped
+            panel = page.locator(".widget-vbox", has=page.locator(".widget-button", has_text="Run")).first
+            if panel.count():
+                panel.scroll_into_view_if_needed()
+            for d in _artifacts(tmp_path):
+                page.screenshot(path=str(d / "quickstart-lab.png"))
+            shots.append("quickstart-lab.png")
+
+        text = page.locator(".jp-Notebook").inner_text()
+        assert "Traceback" not in text, text[text.index("Traceback"):][:2000]
+        # environment view
+        assert "FlyDSL eager overrides" in text and "FlyDSL compile templates" in text
+        # the sweep panel rendered and finished from its worker thread
+        panel = page.locator(".widget-vbox", has=page.locator(".widget-button", has_text="Run")).first
+        panel.wait_for(state="visible")
+        page.locator(".widget-html", has_text="done: 12 rows").first.wait_for(timeout=30_000)
+        assert panel.locator(".widget-dropdown select").first.input_value() == "gemm"
+        assert panel.locator("table.dataTable tbody tr").count() == 12  # the itables grid
+        # the panel's FigureWidget drew the inductor points; the static figure is there too
+        fw = panel.locator(".js-plotly-plot").first
+        fw.wait_for(state="visible", timeout=30_000)
+        assert fw.locator(".scatterlayer .trace").count() == 1
+        assert fw.locator(".scatterlayer .trace .point").count() == 3
+        assert "inductor: geomean" in fw.locator(".legend").text_content()
+        assert page.locator(".js-plotly-plot").count() == 2
+        static = page.locator(".jp-CodeCell").last.locator(".js-plotly-plot")
+        assert static.locator(".barlayer .trace .point").count() == 3
+        for d in _artifacts(tmp_path):
+            panel.screenshot(path=str(d / "quickstart-panel.png"))
+            static.screenshot(path=str(d / "quickstart-figure.png"))
+        shots += ["quickstart-panel.png", "quickstart-figure.png"]
+        # the user's path: type a shape, click Run in the page; the kernel is idle while
+        # the worker thread's updates arrive
+        panel.locator("textarea").fill("64x64x64")
+        expect(panel.locator(".widget-dropdown select").nth(1)).to_have_value(
+            "(custom shapes)", timeout=30_000)  # the kernel saw the edit and answered
+        panel.locator(".widget-button", has_text="Run").click()
+        page.locator(".widget-html", has_text="done: 4 rows").first.wait_for(timeout=90_000)
+        expect(panel.locator("table.dataTable tbody tr")).to_have_count(4, timeout=30_000)
+        assert fw.locator(".scatterlayer .trace .point").count() == 1
+    finally:
+        page.close()
     for d in _artifacts(tmp_path):
         for s in shots:
             assert (d / s).stat().st_size > 10_000, s
@@ -208,7 +267,7 @@ def test_quickstart_runs_in_jupyterlab_with_panel_and_figures(lab, tmp_path):
 
 
 def _run_all(page, url, name):
-    page.goto(f"{url}/lab/tree/{name}", wait_until="domcontentloaded")
+    page.goto(_lab_url(url, name), wait_until="domcontentloaded")
     page.wait_for_selector(".jp-Notebook .jp-CodeCell", state="attached")
     page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"Python 3 .*\| Idle")).wait_for()
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
@@ -216,40 +275,34 @@ def _run_all(page, url, name):
     page.wait_for_function(ALL_RUN, timeout=RUN_ALL_S * 1000, polling=500)
 
 
-def test_switch_panel_and_inspector_render_and_answer_clicks(lab, tmp_path):
+def test_switch_panel_and_inspector_render_and_answer_clicks(lab, chromium, tmp_path):
     """dispatch_switches.ipynb in JupyterLab: the switch panel's state table follows a click on a
     checkbox (the kernel changed torch's python_native filter), the inspector shows its verdict
     and the gfx950 X-ray of the RMSNorm kernel."""
-    try:
-        from playwright.sync_api import expect, sync_playwright
-    except ImportError:
-        _need(False, "playwright is not installed (pip install playwright; no 'playwright install')")
+    from playwright.sync_api import expect  # the chromium fixture skips without playwright
     url, work, log = lab
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
-                                     timeout=60_000)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1100})
-            page.set_default_timeout(PAGE_LOAD_S * 1000)
-            _run_all(page, url, "dispatch_switches.ipynb")
-            text = page.locator(".jp-Notebook").inner_text()
-            assert "Traceback" not in text, text[text.index("Traceback"):][:2000]
-            switches = page.locator(".widget-vbox", has=page.locator(".widget-html", has_text="FlyDSL per operator")).first
-            switches.scroll_into_view_if_needed()
-            box = switches.get_by_role("checkbox", name="topk", exact=True)
-            expect(box).to_be_checked()  # restored at the end of the notebook
-            assert "topk enabled" in switches.inner_text()
-            box.click()
-            expect(switches.locator(".widget-html", has_text="FlyDSL off for topk")).to_be_visible(timeout=30_000)
-            expect(switches.locator("table.flyexplore-table", has_text="topk disabled")).to_have_count(1)
-            inspector = page.locator(".widget-vbox", has=page.locator(".widget-html", has_text="Kernel X-ray for gfx950")).first
-            inspector.scroll_into_view_if_needed()
-            assert "rmsnorm_kernel_0" in inspector.inner_text() and "waves_per_simd" in inspector.inner_text()
-            for d in _artifacts(tmp_path):
-                switches.screenshot(path=str(d / "dispatch-switches.png"))
-                inspector.screenshot(path=str(d / "dispatch-inspector.png"))
-        finally:
-            browser.close()
+    page = chromium.new_page(viewport={"width": 1400, "height": 1100})
+    try:
+        page.set_default_timeout(PAGE_LOAD_S * 1000)
+        _run_all(page, url, "dispatch_switches.ipynb")
+        text = page.locator(".jp-Notebook").inner_text()
+        assert "Traceback" not in text, text[text.index("Traceback"):][:2000]
+        switches = page.locator(".widget-vbox", has=page.locator(".widget-html", has_text="FlyDSL per operator")).first
+        switches.scroll_into_view_if_needed()
+        box = switches.get_by_role("checkbox", name="topk", exact=True)
+        expect(box).to_be_checked()  # restored at the end of the notebook
+        assert "topk enabled" in switches.inner_text()
+        box.click()
+        expect(switches.locator(".widget-html", has_text="FlyDSL off for topk")).to_be_visible(timeout=30_000)
+        expect(switches.locator("table.flyexplore-table", has_text="topk disabled")).to_have_count(1)
+        inspector = page.locator(".widget-vbox", has=page.locator(".widget-html", has_text="Kernel X-ray for gfx950")).first
+        inspector.scroll_into_view_if_needed()
+        assert "rmsnorm_kernel_0" in inspector.inner_text() and "waves_per_simd" in inspector.inner_text()
+        for d in _artifacts(tmp_path):
+            switches.screenshot(path=str(d / "dispatch-switches.png"))
+            inspector.screenshot(path=str(d / "dispatch-inspector.png"))
+    finally:
+        page.close()
     for d in _artifacts(tmp_path):
         for s in ("dispatch-switches.png", "dispatch-inspector.png"):
             assert (d / s).stat().st_size > 10_000, s
@@ -276,49 +329,42 @@ print("fed", len(rows), "rows")""",
 ]
 
 
-def test_sweep_panel_with_2000_rows_shows_figure_and_grid(lab, tmp_path):
+def test_sweep_panel_with_2000_rows_shows_figure_and_grid(lab, chromium, tmp_path):
     """The sweep panel fed 2,000 synthetic rows from a thread (benchmarks/evidence/panel_rows.py) in
     JupyterLab: the WebGL figure with its geometric means and the itables grid of 2,000 rows render;
     the screenshot is kept as panel-2000-rows.png."""
-    try:
-        import nbformat
-        from playwright.sync_api import expect, sync_playwright
-    except ImportError:
-        _need(False, "playwright is not installed (pip install playwright; no 'playwright install')")
+    import nbformat
+    from playwright.sync_api import expect  # the chromium fixture skips without playwright
     url, work, log = lab
     nb = nbformat.v4.new_notebook()
     bench = str(ROOT / "benchmarks" / "evidence" / "panel_rows.py")
     nb.cells = [nbformat.v4.new_code_cell(c.format(bench=bench) if "{bench" in c else c) for c in PANEL_2000]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, work / "panel2000.ipynb")
-    with sync_playwright() as pw:
-        # WebGL without a GPU: Chromium's software rasterizer (SwiftShader), asked for explicitly
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS + ["--enable-unsafe-swiftshader"],
-                                     headless=True, timeout=60_000)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1400})
-            page.set_default_timeout(PAGE_LOAD_S * 1000)
-            _run_all(page, url, "panel2000.ipynb")
-            text = page.locator(".jp-Notebook").inner_text()
-            assert "Traceback" not in text, text[text.index("Traceback"):][:2000]
-            assert "fed 2000 rows" in text
-            panel = page.locator(".widget-vbox", has=page.locator(".widget-button", has_text="Run")).first
-            panel.scroll_into_view_if_needed()
-            fw = panel.locator(".js-plotly-plot").first
-            fw.wait_for(state="visible", timeout=60_000)
-            legend = fw.locator(".legend")
-            expect(legend).to_contain_text("triton: geomean", timeout=60_000)
-            assert "flydsl: geomean" in legend.text_content() and "FASTER" in legend.text_content()
-            assert fw.locator(".gl-container canvas").count() >= 1  # WebGL markers
-            assert "WebGL is not supported" not in fw.inner_text()
-            expect(panel.locator(".dt-info")).to_contain_text("2,000", timeout=60_000)
-            assert panel.locator("table.dataTable tbody tr").count() == 15  # one page of the grid
-            # the long unavailable reason once, with its count, not in every row
-            assert re.search(r"\[1\] \(\d+ rows\) torch 2\.15\.0\+cu132 is a CUDA build", panel.inner_text())
-            page.wait_for_timeout(1500)  # the WebGL canvas paints after the DOM
-            for d in _artifacts(tmp_path):
-                panel.screenshot(path=str(d / "panel-2000-rows.png"))
-        finally:
-            browser.close()
+    page = chromium.new_page(viewport={"width": 1400, "height": 1400})
+    try:
+        page.set_default_timeout(PAGE_LOAD_S * 1000)
+        _run_all(page, url, "panel2000.ipynb")
+        text = page.locator(".jp-Notebook").inner_text()
+        assert "Traceback" not in text, text[text.index("Traceback"):][:2000]
+        assert "fed 2000 rows" in text
+        panel = page.locator(".widget-vbox", has=page.locator(".widget-button", has_text="Run")).first
+        panel.scroll_into_view_if_needed()
+        fw = panel.locator(".js-plotly-plot").first
+        fw.wait_for(state="visible", timeout=60_000)
+        legend = fw.locator(".legend")
+        expect(legend).to_contain_text("triton: geomean", timeout=60_000)
+        assert "flydsl: geomean" in legend.text_content() and "FASTER" in legend.text_content()
+        assert fw.locator(".gl-container canvas").count() >= 1  # WebGL markers
+        assert "WebGL is not supported" not in fw.inner_text()
+        expect(panel.locator(".dt-info")).to_contain_text("2,000", timeout=60_000)
+        assert panel.locator("table.dataTable tbody tr").count() == 15  # one page of the grid
+        # the long unavailable reason once, with its count, not in every row
+        assert re.search(r"\[1\] \(\d+ rows\) torch 2\.15\.0\+cu132 is a CUDA build", panel.inner_text())
+        page.wait_for_timeout(1500)  # the WebGL canvas paints after the DOM
+        for d in _artifacts(tmp_path):
+            panel.screenshot(path=str(d / "panel-2000-rows.png"))
+    finally:
+        page.close()
     for d in _artifacts(tmp_path):
         assert (d / "panel-2000-rows.png").stat().st_size > 30_000

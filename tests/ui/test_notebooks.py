@@ -1,8 +1,10 @@
-"""Every walkthrough notebook runs top to bottom on the CPU at small sizes (nbclient, a real
-kernel) and shows what it promises -- one slow test runs them all once and checks each -- and
-every notebook cell is a call of the public face (``import flyexplore as fx``), checked
-statically without running anything."""
+"""Every walkthrough notebook runs top to bottom on the CPU at the test size (nbclient, a real
+kernel; ``SIZE="test"``: the rows, figures and texts of ``SIZE="cpu"`` at the least work) and
+shows what it promises -- one slow test per notebook runs it once and checks it -- and every
+notebook cell is a call of the public face (``import flyexplore as fx``), checked statically
+without running anything."""
 import ast
+import importlib.util
 import json
 import subprocess
 import sys
@@ -21,6 +23,8 @@ from conftest import ROOT
 pytestmark = pytest.mark.slow  # real notebook kernels, every walkthrough run
 
 NOTEBOOKS = N.list_notebooks()
+#: The size the notebooks run at here (:data:`flyexplore.ui.notebooks.SIZES`).
+TEST_SIZE = "test"
 
 
 def _read(out, path):
@@ -150,7 +154,7 @@ def test_the_cell_check_catches_submodules_and_logic():
 def _check_runs_top_to_bottom(executed, path):
     nb, name = _read(executed, path), path.name
     injected = [c for c in nb.cells if N.INJECTED_TAG in c.metadata.get("tags", [])]
-    assert len(injected) == 1 and "SIZE = 'cpu'" in injected[0].source, name
+    assert len(injected) == 1 and f"SIZE = {TEST_SIZE!r}" in injected[0].source, name
     errors = [o for c in _code_cells(nb) for o in c.outputs if o.output_type == "error"]
     assert not errors, f"{name}: {errors[:1]}"
     assert all(c.execution_count for c in _code_cells(nb)), name
@@ -214,9 +218,20 @@ def test_walkthrough_sizes_resolve_to_valid_plans():
     a = N.sweep_args("cpu", "gemm:m-sweep")
     a["timer"]["rep"] = 1000  # a copy: the table is not changed
     assert N.WALKTHROUGH_SWEEPS[("gemm:m-sweep", "cpu")]["timer"]["rep"] == N.CPU_TIMER["rep"]
+    # the test size: every CPU step, its backends, at most its rows (the same rows but for SDPA's
+    # two small cases and the A/B's one smaller case), the fewest timer calls, the A/B at 2 pairs
+    assert {n for n, s in N.WALKTHROUGH_SWEEPS if s == "test"} == {n for n, s in N.WALKTHROUGH_SWEEPS if s == "cpu"}
+    for name in {n for n, s in N.WALKTHROUGH_SWEEPS if s == "cpu"}:
+        c, t = N.sweep_args("cpu", name), N.sweep_args(TEST_SIZE, name)
+        pc, pt = (make_plan(a["op"], a.get("suite"), a.get("shapes"), a.get("dtypes"), a.get("backends"))
+                  for a in (c, t))
+        assert pt.backends == pc.backends and 0 < len(pt) <= len(pc) and t["timer"] == N.TEST_TIMER, name
+        if name not in ("attention", "attention:env-ab"):
+            assert [(x.label, d) for x, d in pt.pairs] == [(x.label, d) for x, d in pc.pairs], name
+    assert N.sweep_args(TEST_SIZE, "attention:env-ab")["pairs"] == 2 and "pairs" not in N.sweep_args("cpu", "attention:env-ab")
     gpu = make_plan(**{k: v for k, v in N.sweep_args("gpu").items()})
     assert all(c["m"] in (16, 2048) for c, _ in gpu.pairs)
-    with pytest.raises(UsageError, match=r"unknown walkthrough size 'tpu' \(valid: cpu, gpu\)"):
+    with pytest.raises(UsageError, match=r"unknown walkthrough size 'tpu' \(valid: cpu, gpu, test\)"):
         N.sweep_args("tpu")
     with pytest.raises(UsageError, match="unknown walkthrough operator 'sdpa'"):
         N.sweep_args("cpu", "sdpa")
@@ -238,7 +253,7 @@ def _check_run_notebooks_script(executed, name):
     assert env["platform"] == "cpu" and env["fingerprint"]["torch"]
     runs = json.loads((executed / "run.json").read_text())
     assert [r["notebook"] for r in runs] == [f"{name}.ipynb"]
-    assert all(r["status"] == "ok" and r["size"] == "cpu" and r["seconds"] > 0 for r in runs)
+    assert all(r["status"] == "ok" and r["size"] == TEST_SIZE and r["seconds"] > 0 for r in runs)
     # the 5 MB plotly.js bundle of the FigureWidget is not stored in the copies
     assert (executed / f"{name}.ipynb").stat().st_size < 1_000_000
 
@@ -330,7 +345,8 @@ def _check_attention_aotriton(executed):
     R.validate(env_ab)
     assert set(env_ab["backend"]) == {"flash@base", "flash@ck"} and set(env_ab["env"]) == {"base", "ck"}
     ck = env_ab[env_ab["env"] == "ck"].iloc[0]
-    assert ck["status"] == "ok" and ck["processes"] == 3 and ck["verdict"] in ("SAME", "AMBIGUOUS")
+    pairs = N.sweep_args(TEST_SIZE, "attention:env-ab")["pairs"]   # fresh pairs of workers, one process each
+    assert ck["status"] == "ok" and ck["processes"] == pairs and ck["verdict"] in ("SAME", "AMBIGUOUS")
     assert '"TORCH_ROCM_FA_PREFER_CK": "1"' in ck["env_changes"] and bool(ck["cross_env_ok"])
     assert "flyexplore compare: ck vs base, 1 pairs" in text
     states = _widget_states(nb)
@@ -502,18 +518,29 @@ def test_every_notebook_has_its_check():
     assert set(CHECKS) == {path.stem for path in NOTEBOOKS}  # a new notebook gets its check
 
 
+def _run_notebooks_script():
+    """``benchmarks/tools/run_notebooks.py`` loaded as a module: its ``main(argv)`` is the command."""
+    spec = importlib.util.spec_from_file_location("run_notebooks_script",
+                                                  ROOT / "benchmarks" / "tools" / "run_notebooks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CHECKS))
-def test_each_notebook_runs_on_the_cpu_and_shows_what_it_promises(tmp_path, name):
-    """Each notebook executed with SIZE="cpu" by ``benchmarks/tools/run_notebooks.py --only NAME``
+def test_each_notebook_runs_on_the_cpu_and_shows_what_it_promises(tmp_path, name, capsys):
+    """Each notebook executed with SIZE="test" by ``benchmarks/tools/run_notebooks.py --only NAME``
     (the script used for the GPU copies; :func:`flyexplore.ui.notebooks.execute`, nbclient and a
     fresh kernel), then its checks: it ran top to bottom, the script wrote its logs, and it shows
-    what it promises. One test per notebook, so that the suite's workers share them."""
+    what it promises. The script's ``main`` runs in this process (its command line, a process of
+    its own: :func:`test_run_notebooks_refuses_a_name_it_does_not_have`), so that a notebook costs
+    one interpreter start, its kernel's. One test per notebook, so that the suite's workers share
+    them."""
     executed = tmp_path / "executed"
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tools" / "run_notebooks.py"), str(executed),
-                        "--size", "cpu", "--timeout", "300", "--only", name],
-                       capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout + p.stderr
+    rc = _run_notebooks_script().main([str(executed), "--size", TEST_SIZE, "--timeout", "300", "--only", name])
+    said = capsys.readouterr()
+    assert rc == 0, said.out + said.err
     path = ROOT / "notebooks" / f"{name}.ipynb"
     _check_runs_top_to_bottom(executed, path)
     CHECKS[name](executed)

@@ -181,13 +181,17 @@ def test_cli_compare_vllm(tmp_path):
 
 @pytest.mark.slow
 def test_demo_writes_the_same_report(tmp_path, monkeypatch, measured):
-    """flyexplore demo's glue: its sweeps (stubbed here; the sweep has its own tests) go into
-    report.write_report, with or without static images."""
+    """flyexplore demo's glue: its sweeps go into report.write_report, with or without static
+    images. The sweeps and the X-ray are stubbed here (each has its own tests, and
+    tests/cli/test_demo.py runs the whole demo once); the X-ray's answer reaches the report."""
     import flyexplore.cli.demo_job as D
 
     monkeypatch.setattr(D, "run_sweep", lambda spec, **kw: measured if spec.op == "gemm" else R.empty_frame())
+    monkeypatch.setattr(D, "run_xrays", lambda: "the kernel X-ray cannot run here (a stub for this test)")
     path = D.run_demo(tmp_path / "demo", progress=False, static=False)
-    assert path == tmp_path / "demo" / "report.html" and "gemm: speedup over aten" in path.read_text()
+    html = path.read_text()
+    assert path == tmp_path / "demo" / "report.html" and "gemm: speedup over aten" in html
+    assert "the kernel X-ray cannot run here (a stub for this test)" in html
     assert (tmp_path / "demo" / "results.parquet").exists() and not (tmp_path / "demo" / "figures").exists()
 
 
@@ -262,3 +266,46 @@ def test_an_image_sent_before_kaleidos_page_was_ready_is_rendered_again(tmp_path
     failed = X._render(items, 5.0)
     assert calls == [["a.png", "b.png", "c.png"], ["a.png"]] and len(restarts) == 2
     assert set(failed) == {tmp_path / "b.png"} and (tmp_path / "a.png").read_bytes() == png
+
+
+def _raised(exc, cause):
+    """``exc`` as raised ``from cause`` (its ``__cause__`` set as Python sets it)."""
+    try:
+        raise exc from cause
+    except BaseException as e:   # noqa: BLE001 - returned to the caller
+        return e
+
+
+@pytest.mark.parametrize("cause,timed_out", [("cancelled", True), ("executor closed", False)])
+def test_a_timeout_seen_as_a_closed_channel_is_a_timeout(tmp_path, monkeypatch, cause, timed_out):
+    """kaleido's per-image timeout (``asyncio.wait_for``) cancels the render; when that lands while
+    choreographer writes to the browser, the image's error is ``ChannelClosedError: Executor is
+    closed.`` raised from the ``CancelledError`` (about a third of the images at ``timeout=0.001``
+    on a loaded 2-core machine), and the export said so instead of the timeout. It is named as the
+    timeout now; the same error from a browser that really closed (from choreographer's
+    ``ExecutorClosedError``) is still named as itself."""
+    import asyncio
+
+    kaleido = pytest.importorskip("kaleido")
+    from choreographer.channels import ChannelClosedError
+    from choreographer.utils._manual_thread_pool import ExecutorClosedError
+
+    import flyexplore.views.export as X
+
+    why = asyncio.CancelledError() if cause == "cancelled" else ExecutorClosedError()
+    closed = []
+
+    def write(specs, cancel_on_error=False):   # what kaleido returns: the files of failed images removed
+        for s in specs:
+            os.unlink(s["path"])
+        return tuple(_raised(ChannelClosedError("Executor is closed."), why) for _ in specs)
+
+    monkeypatch.setattr(kaleido, "write_fig_from_object_sync", write)
+    monkeypatch.setattr(X, "kaleido_session", lambda timeout: None)
+    monkeypatch.setattr(X, "close_kaleido_session", lambda: closed.append(True))
+    items = [(None, tmp_path / n, "png", 10, 10, 1.0) for n in ("a.png", "b.png")]
+    failed = X._render(items, 0.001)
+    said = "no image within 0.001 s (kaleido timeout)" if timed_out else "ChannelClosedError: Executor is closed."
+    assert failed == {p: said for _, p, *_ in items}
+    assert bool(closed) is timed_out     # a timed-out session is not reused
+    assert list(tmp_path.iterdir()) == []
