@@ -266,6 +266,16 @@ def test_quickstart_runs_in_jupyterlab_with_panel_and_figures(lab, chromium, tmp
     assert time.monotonic() - t0 < RUN_ALL_S + 2 * PAGE_LOAD_S
 
 
+def _ran(page, url, name) -> str:
+    """Open notebook ``name`` in ``page``, run all its cells, and give the notebook's text (no
+    traceback in it)."""
+    page.set_default_timeout(PAGE_LOAD_S * 1000)
+    _run_all(page, url, name)
+    text = page.locator(".jp-Notebook").inner_text()
+    assert "Traceback" not in text, text[text.index("Traceback"):][:2000]
+    return text
+
+
 def _run_all(page, url, name):
     page.goto(_lab_url(url, name), wait_until="domcontentloaded")
     page.wait_for_selector(".jp-Notebook .jp-CodeCell", state="attached")
@@ -283,10 +293,7 @@ def test_switch_panel_and_inspector_render_and_answer_clicks(lab, chromium, tmp_
     url, work, log = lab
     page = chromium.new_page(viewport={"width": 1400, "height": 1100})
     try:
-        page.set_default_timeout(PAGE_LOAD_S * 1000)
-        _run_all(page, url, "dispatch_switches.ipynb")
-        text = page.locator(".jp-Notebook").inner_text()
-        assert "Traceback" not in text, text[text.index("Traceback"):][:2000]
+        _ran(page, url, "dispatch_switches.ipynb")
         switches = page.locator(".widget-vbox", has=page.locator(".widget-html", has_text="FlyDSL per operator")).first
         switches.scroll_into_view_if_needed()
         box = switches.get_by_role("checkbox", name="topk", exact=True)
@@ -343,10 +350,7 @@ def test_sweep_panel_with_2000_rows_shows_figure_and_grid(lab, chromium, tmp_pat
     nbformat.write(nb, work / "panel2000.ipynb")
     page = chromium.new_page(viewport={"width": 1400, "height": 1400})
     try:
-        page.set_default_timeout(PAGE_LOAD_S * 1000)
-        _run_all(page, url, "panel2000.ipynb")
-        text = page.locator(".jp-Notebook").inner_text()
-        assert "Traceback" not in text, text[text.index("Traceback"):][:2000]
+        text = _ran(page, url, "panel2000.ipynb")
         assert "fed 2000 rows" in text
         panel = page.locator(".widget-vbox", has=page.locator(".widget-button", has_text="Run")).first
         panel.scroll_into_view_if_needed()
