@@ -84,7 +84,8 @@ ARRAY_MEMO_BYTES = 256 * 2**20
 
 _cache: dict[str, Parsed] = {}
 _cache_bytes = [0]
-#: chunk key -> (the chunk, its rows' records: an object array, None where not parsed yet)
+#: chunk key -> (the chunk, its rows' records (object), their medians (float64, ms), whether
+#: each row was parsed (bool))
 _memo: dict[tuple, tuple] = {}
 _memo_bytes = [0]
 #: The live sweep panel's UI thread and the caller's thread may both fill the cache.
