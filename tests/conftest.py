@@ -1,3 +1,4 @@
+import functools
 import os
 import subprocess
 import sys
@@ -6,6 +7,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Bytecode caches for this checkout, even where PYTHONDONTWRITEBYTECODE is set (the 2-core
+# development and CI machines set it): without them each pytest worker compiles and
+# assertion-rewrites every test module again on every run (21 CPU-s a worker to collect instead of
+# 14), and each of the several hundred interpreters the suite starts (workers, kernels, CLI
+# runs) compiles the flyexplore modules it imports again. The caches go in __pycache__ folders
+# beside the sources, which git ignores; this conftest is read before any test module is
+# imported, and the pytest-xdist workers and every subprocess inherit the environment.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # no test reads the history store of the machine it runs on (flyexplore compare learns its
 # cross-run allowance from the default store when there is one): the default is a folder no one has
@@ -63,12 +74,14 @@ def data_file_params(files):
     return [f if f in FAST_DATA_FILES else pytest.param(f, marks=pytest.mark.slow) for f in files]
 
 
+@functools.cache
 def result_file_facts(path: str) -> dict:
     """What the per-file tests need to know of a committed file, read cheaply at collection (its
     header, then only the columns ``status``, ``backend``, ``time_ms``, ``processes``):
     ``result`` (it has :data:`~flyexplore.results.table.IDENTITY_COLUMNS`: :func:`R.load` takes
     it), ``timed`` (an ``ok``/``published`` row with a backend and a time, rows of
-    ``sweep --processes`` left out) and ``processes`` (a row measured with ``--processes`` >= 2)."""
+    ``sweep --processes`` left out) and ``processes`` (a row measured with ``--processes`` >= 2).
+    Read once a process (two test modules ask for every file). Do not modify the returned dict."""
     import warnings
 
     import numpy as np

@@ -625,9 +625,14 @@ def reset_dynamo() -> None:
     """Reset Dynamo (``torch._dynamo.reset()``) so that the next case compiles anew. The sweep
     and :func:`flyexplore.insight.case_trace.trace_case` call it once per case, before any backend of the
     case is built: with interleaved timing several compiled backends of one case live side by
-    side, so a reset per backend (or per round) would recompile the others."""
-    import torch
-    torch._dynamo.reset()
+    side, so a reset per backend (or per round) would recompile the others. A process that has
+    not imported Dynamo has compiled nothing: there is nothing to reset, and Dynamo is not
+    imported for it (1.6 CPU-s that an eager-only worker never needs)."""
+    import sys
+
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.reset()
 
 
 def compile_context(_ctx, _case):

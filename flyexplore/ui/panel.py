@@ -585,7 +585,7 @@ class SweepPanel:
         expected (progress bar; above :data:`GL_POINTS` the figure uses WebGL markers, up to
         :data:`TEXT_POINTS` it writes values). Ends a feed still open."""
         self.close_feed(draw=False)
-        from scipy.stats import norm  # noqa: F401 - imported here, not in the first redraw (geomean_ci)
+        from scipy.special import ndtri  # noqa: F401 - imported here, not in the first redraw (geomean_ci)
         with self._draw_lock:
             with self._lock:
                 self._rows = []

@@ -23,9 +23,11 @@ torch does (its vendored ``torch/_vendor/packaging``).
 """
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple
 
@@ -60,11 +62,33 @@ _SRC_INDUCTOR_RT = "torch/_inductor/codegen/flydsl/flydsl_utils.py::_flydsl_runt
 # -- what is installed ----------------------------------------------------------------------
 
 def has_module(name: str) -> bool:
-    """Whether ``importlib.util.find_spec(name)`` finds ``name`` (a dotted name imports its
-    parent packages; nothing else is imported). ``False`` where the lookup raises, as torch's
-    ``torch/_native/common_utils.py::_unavailable_reason`` treats it."""
+    """Whether ``importlib.util.find_spec(name)`` would find ``name``, without importing anything
+    that is not imported yet. ``False`` where the lookup raises, as torch's
+    ``torch/_native/common_utils.py::_unavailable_reason`` treats it.
+
+    ``find_spec`` of a dotted name imports its parent packages: for
+    ``torch._inductor.codegen.flydsl`` that is Inductor and Dynamo, 1.8 CPU-s in every process
+    that reads the environment (each A/B worker at its start) and never runs a compile. So where
+    the parent is not imported, its folders are searched (``importlib.machinery.PathFinder``,
+    the finder of every module in a folder) one level at a time from the top-level package, which
+    ``find_spec`` finds as it would. A parent imported already is asked as ``find_spec`` asks it."""
+    top, _, rest = name.partition(".")
     try:
-        return importlib.util.find_spec(name) is not None
+        if not rest:
+            return importlib.util.find_spec(name) is not None
+        parent = name.rpartition(".")[0]
+        if parent in sys.modules:
+            return importlib.util.find_spec(name) is not None
+        spec = importlib.util.find_spec(top)
+        prefix = top
+        for part in rest.split("."):
+            if spec is None or not spec.submodule_search_locations:
+                return False
+            prefix = f"{prefix}.{part}"
+            mod = sys.modules.get(prefix)
+            spec = (mod.__spec__ if mod is not None and getattr(mod, "__spec__", None) else
+                    importlib.machinery.PathFinder.find_spec(prefix, list(spec.submodule_search_locations)))
+        return spec is not None
     except (ImportError, ValueError):
         return False
 

@@ -9,8 +9,11 @@ import json
 import subprocess
 import sys
 
-import nbformat
 import pytest
+
+# nbformat is imported in the functions that read or make notebooks, not here: its import (jsonschema
+# compiling its format grammars) costs every pytest worker 1.2 CPU-s at collection, the fast lane's too,
+# which deselects this whole module
 
 import flyexplore as fx
 from flyexplore.ui import notebooks as N
@@ -28,6 +31,7 @@ TEST_SIZE = "test"
 
 
 def _read(out, path):
+    import nbformat
     return nbformat.read(out / path.name, as_version=4)
 
 
@@ -60,6 +64,7 @@ def _widget_states(nb):
 
 
 def test_there_are_notebooks_and_each_has_a_parameters_cell():
+    import nbformat
     assert {"quickstart.ipynb", "gemm_sweeps.ipynb", "mxfp_fp8.ipynb", "attention_aotriton.ipynb",
             "published_mi355x.ipynb", "export_report.ipynb"} <= {p.name for p in NOTEBOOKS}
     for path in NOTEBOOKS:
@@ -117,6 +122,7 @@ def cell_problems(source: str) -> list[str]:
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_cells_only_call_the_public_face(path):
+    import nbformat
     nb = nbformat.read(path, as_version=4)
     problems = [f"cell {i}: {p}" for i, c in enumerate(nb.cells) if c.cell_type == "code"
                 for p in cell_problems(c.source)]
@@ -187,6 +193,7 @@ def _check_quickstart(executed):
 
 
 def test_parameters_are_injected_papermill_style():
+    import nbformat
     nb = nbformat.read(ROOT / "notebooks" / "quickstart.ipynb", as_version=4)
     n = len(nb.cells)
     N.inject_parameters(nb, {"SIZE": "gpu", "OUT": "/tmp/x"})
@@ -238,6 +245,7 @@ def test_walkthrough_sizes_resolve_to_valid_plans():
 
 
 def test_slim_widget_state_replaces_only_large_bundles():
+    import nbformat
     nb = nbformat.v4.new_notebook()
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {
         "a": {"model_name": "AnyModel", "state": {"_esm": "x" * 200_000, "_widget_data": []}},
@@ -266,10 +274,12 @@ def test_run_notebooks_refuses_a_name_it_does_not_have(tmp_path):
 
 
 def _nb(executed, name):
+    import nbformat
     return nbformat.read(executed / f"{name}.ipynb", as_version=4), executed / f"{name}-out"
 
 
 def test_every_notebook_says_what_it_needs():
+    import nbformat
     for path in NOTEBOOKS:
         first = nbformat.read(path, as_version=4).cells[0]
         assert first.cell_type == "markdown", path.name
