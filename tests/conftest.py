@@ -9,10 +9,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # Bytecode caches for this checkout, even where PYTHONDONTWRITEBYTECODE is set (the 2-core
-# development and CI machines set it): without them each pytest worker compiles and
-# assertion-rewrites every test module again on every run (21 CPU-s a worker to collect instead of
-# 14), and each of the several hundred interpreters the suite starts (workers, kernels, CLI
-# runs) compiles the flyexplore modules it imports again. The caches go in __pycache__ folders
+# development machine sets it): without them each pytest worker compiles and assertion-rewrites
+# every test module again on every run (21 CPU-s a worker to collect instead of 8), and each of the
+# several hundred interpreters the suite starts (workers, kernels, CLI runs) compiles the
+# flyexplore modules it imports again. The caches go in __pycache__ folders
 # beside the sources, which git ignores; this conftest is read before any test module is
 # imported, and the pytest-xdist workers and every subprocess inherit the environment.
 sys.dont_write_bytecode = False
