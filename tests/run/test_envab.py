@@ -27,6 +27,7 @@ from flyexplore.run.envworker import Reader, recv, send
 from flyexplore.run.journal import Journal, journal_path
 from flyexplore.run.processes import combine, intervals
 from flyexplore.run.spec import SweepSpec
+from tests.cli.inproc import run_main
 
 TESTS = str(Path(__file__).resolve().parents[1])
 
@@ -327,17 +328,6 @@ def _venv(where: Path, see_parent: bool = True) -> str:
     return str(py)
 
 
-def _main(capsys, *args):
-    """``flyexplore ARGS`` run in this process (:func:`flyexplore.cli.main`, what ``python -m
-    flyexplore`` runs, without starting an interpreter): ``(exit code, stdout, stderr)``."""
-    from flyexplore.cli import main
-
-    capsys.readouterr()
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
 @pytest.mark.slow
 def test_a_40_percent_regression_between_envs_trips_the_gate_where_a_cross_run_gate_misses_it(tmp_path, capsys):
     """Same interpreter, another variable: env B does 40% more work (0.71x). One A/B run (5 pairs of
@@ -350,10 +340,10 @@ def test_a_40_percent_regression_between_envs_trips_the_gate_where_a_cross_run_g
     -- one CI run read 0.55x for the 0.83x change -- so what they read is luck either way.) The
     commands run in this process (the CLI's ``main``), the workers in their own."""
     ab = tmp_path / "ab.parquet"
-    rc, _, err = _main(capsys, "sweep", "--op", "ab_ops:SLOW", "--shapes", "4096", "--backends", "work", "--env", "A",
-                       "--env", "B:AB_SLOWDOWN=0.4", "--pairs", "5", "--out", ab, "--quiet")
-    assert rc == 0, err[-2000:]
-    assert "flyexplore: env A: python" in err and "changes: AB_SLOWDOWN=0.4" in err
+    r = run_main(capsys, "sweep", "--op", "ab_ops:SLOW", "--shapes", "4096", "--backends", "work", "--env", "A",
+                 "--env", "B:AB_SLOWDOWN=0.4", "--pairs", "5", "--out", ab, "--quiet")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "flyexplore: env A: python" in r.stderr and "changes: AB_SLOWDOWN=0.4" in r.stderr
     df = R.load(ab)
     b = df[df["backend"] == "work@B"].iloc[0]
     assert b["env"] == "B" and json.loads(b["env_changes"]) == {"AB_SLOWDOWN": "0.4"}
@@ -361,9 +351,9 @@ def test_a_40_percent_regression_between_envs_trips_the_gate_where_a_cross_run_g
     assert b["verdict"] == "SLOWER" and 0.55 < b["speedup"] < 0.85 and b["speedup_hi"] < 0.95, per
     assert b["processes"] == 5 and b["cross_env_ok"] and b["inputs_digest"] == df.iloc[0]["inputs_digest"]
     assert b["ci_method"].startswith("between-pair (5 pairs")
-    rc, out, err = _main(capsys, "compare", ab, "--fail-on", "SLOWER:5%", "--json", tmp_path / "ab.json")
-    assert rc == 1, out + err
-    assert "B vs A" in out and "FAILED" in out and "environment A/B, its arms timed" in out
+    r = run_main(capsys, "compare", ab, "--fail-on", "SLOWER:5%", "--json", tmp_path / "ab.json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "B vs A" in r.stdout and "FAILED" in r.stdout and "environment A/B, its arms timed" in r.stdout
     assert json.loads((tmp_path / "ab.json").read_text())["pairs"][0]["interval"] == "between-pair"
     # the same times as two separate single-process runs: the cross-run gate cannot see the change
     for env, name in (("A", "a"), ("B", "b")):
@@ -373,15 +363,15 @@ def test_a_40_percent_regression_between_envs_trips_the_gate_where_a_cross_run_g
         # a single-process run's time is the median of its samples (compare checks it): the pairs' pooled rounds
         side["time_ms"] = R.sample_times(side, np.arange(len(side)))
         R.save(side, tmp_path / f"{name}.parquet")
-    rc, out, _ = _main(capsys, "compare", tmp_path / "a.parquet", tmp_path / "b.parquet", "--fail-on", "SLOWER:5%")
-    assert rc == 0 and "passed" in out and "AMBIGUOUS 1" in out, out
+    r = run_main(capsys, "compare", tmp_path / "a.parquet", tmp_path / "b.parquet", "--fail-on", "SLOWER:5%")
+    assert r.returncode == 0 and "passed" in r.stdout and "AMBIGUOUS 1" in r.stdout, r.stdout
     # the CPU's cross-run allowance (RUN_TO_RUN: +-50%), or the runs' own drift where that is more
     # (results.table.ratio_interval): on a loaded machine the drift can pass 50%
-    got = re.search(r"cross-run allowance ±(\d+(?:\.\d+)?)%", out)
-    assert got and float(got.group(1)) >= 50, out
+    got = re.search(r"cross-run allowance ±(\d+(?:\.\d+)?)%", r.stdout)
+    assert got and float(got.group(1)) >= 50, r.stdout
     # the report of the A/B file takes its baseline arm by default
-    rc, _, err = _main(capsys, "report", ab, "--out", tmp_path / "rep", "--no-images")
-    assert rc == 0, err[-1500:]
+    r = run_main(capsys, "report", ab, "--out", tmp_path / "rep", "--no-images")
+    assert r.returncode == 0, r.stderr[-1500:]
     html = (tmp_path / "rep" / "report.html").read_text()
     assert "work@B" in html and "speedup over work@A" in html
 
@@ -432,15 +422,15 @@ def test_a_bad_environment_is_one_line_exit_2_and_nothing_is_written(tmp_path, c
     for env_b, words in ((f"B={tmp_path / 'no' / 'python'}", "the interpreter does not exist"),
                          (f"B={bare}", "no torch there"), ("B@x", "must be 1 to 40 letters"),
                          ("B:AB_CRASH=1", None)):
-        rc, stdout, err = _main(capsys, "sweep", "--op", "ab_ops:SLOW", "--shapes", "4096", "--env", "A", "--env", env_b,
-                                "--pairs", "1", "--out", out)
+        r = run_main(capsys, "sweep", "--op", "ab_ops:SLOW", "--shapes", "4096", "--env", "A", "--env", env_b,
+                     "--pairs", "1", "--out", out)
         if words is None:   # a worker that dies at its first case is a crashed row, not a refusal
-            assert rc == 0 and "crashed" in stdout, stdout + err
+            assert r.returncode == 0 and "crashed" in r.stdout, r.stdout + r.stderr
             out.unlink()
             continue
-        assert rc == 2, err
-        lines = [ln for ln in err.splitlines() if ln.startswith("flyexplore:")]
-        assert len(lines) == 1 and words in lines[0] and "Traceback" not in err, err
+        assert r.returncode == 2, r.stderr
+        lines = [ln for ln in r.stderr.splitlines() if ln.startswith("flyexplore:")]
+        assert len(lines) == 1 and words in lines[0] and "Traceback" not in r.stderr, r.stderr
         assert list(tmp_path.glob("r.parquet*")) == []
 
 
