@@ -45,6 +45,7 @@ table says so; turning such a switch *on* changes nothing, warns
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
@@ -161,14 +162,16 @@ class Snapshot:
     ``native``: (disabled DSL names, disabled op symbols, disabled dispatch keys) of
     ``torch._native.registry``'s filter state, or ``None`` without python_native;
     ``aot``: ``torch._native.aot_enabled()`` or ``None``; ``inductor``: the
-    :data:`INDUCTOR_KEYS` present; ``sdpa``: backend name -> enabled; ``sdpa_priority``:
+    :data:`INDUCTOR_KEYS` present, or ``None`` for a snapshot that left Inductor unimported
+    (``snapshot(inductor=False)`` in a process that had not imported it: its settings were
+    still the values its import gives); ``sdpa``: backend name -> enabled; ``sdpa_priority``:
     ``torch._C._get_sdp_priority_order()`` or ``None``; ``rocm_fa``: the preferred ROCm
     flash-attention library (a ``torch._C._ROCmFABackend``) or ``None``.
     """
 
     native: tuple[frozenset, frozenset, frozenset] | None
     aot: bool | None
-    inductor: dict[str, Any] = field(default_factory=dict)
+    inductor: dict[str, Any] | None = field(default_factory=dict)
     sdpa: dict[str, bool] = field(default_factory=dict)
     sdpa_priority: tuple[int, ...] | None = None
     rocm_fa: Any = None
@@ -209,10 +212,14 @@ def registered_overrides() -> tuple[str, ...] | None:
         return None
 
 
-def snapshot() -> Snapshot:
-    """The current state of every switch (see :class:`Snapshot`)."""
+def snapshot(inductor: bool = True) -> Snapshot:
+    """The current state of every switch (see :class:`Snapshot`). ``inductor=False``: Inductor's
+    settings only where this process has imported Inductor already (``Snapshot.inductor`` is
+    ``None`` otherwise): its import (with Dynamo's) costs a fresh process 1.7 CPU-s on the 2-core
+    machine, which an eager case in a sweep worker never needs."""
     import torch
-    from torch._inductor import config as ic
+
+    ic = _inductor_config() if inductor or "torch._inductor.config" in sys.modules else None
 
     aot = None
     try:
@@ -234,15 +241,22 @@ def snapshot() -> Snapshot:
             fa = torch.backends.cuda.preferred_rocm_fa_library()
         except Exception:  # a build without the ROCm preference
             fa = None
-    ind = {k: getattr(ic, k) for k in INDUCTOR_KEYS if hasattr(ic, k)}
+    ind = None if ic is None else {k: getattr(ic, k) for k in INDUCTOR_KEYS if hasattr(ic, k)}
     return Snapshot(eager_filter_sets(), aot, ind, sdpa, prio, fa)
+
+
+def _inductor_config():
+    """``torch._inductor.config`` (imports Inductor and Dynamo where they are not imported yet)."""
+    from torch._inductor import config as ic
+
+    return ic
 
 
 def restore(snap: Snapshot) -> None:
     """Put every switch back to ``snap``. python_native changes go through its public calls
-    (``enable_operations`` ...), so the dispatcher registrations follow the filter sets."""
+    (``enable_operations`` ...), so the dispatcher registrations follow the filter sets.
+    Inductor's settings are put back where ``snap`` has them (``snap.inductor`` not ``None``)."""
     import torch
-    from torch._inductor import config as ic
 
     pn = python_native()
     now = eager_filter_sets()
@@ -265,8 +279,10 @@ def restore(snap: Snapshot) -> None:
         import torch._native as native
         if bool(native.aot_enabled()) != snap.aot:
             native.set_aot_enabled(snap.aot)
-    for k, v in snap.inductor.items():
-        setattr(ic, k, v)
+    if snap.inductor is not None:
+        ic = _inductor_config()
+        for k, v in snap.inductor.items():
+            setattr(ic, k, v)
     for name, on in snap.sdpa.items():
         getattr(torch.backends.cuda, f"enable_{name}_sdp")(on)
     if snap.sdpa_priority is not None and hasattr(torch._C, "_set_sdp_priority_order"):
@@ -604,10 +620,15 @@ def flydsl(*ops: str, enabled: bool = True, autotuning: bool | None = None,
     and embedded in aten; in torch 2.15 CuTeDSL TopK for sm90/sm100, none FlyDSL) -- ``False``
     gives stock ATen, as ``python_native.flydsl.disabled()`` does. ``None`` leaves it.
 
+    Inductor's settings are among the switches put back where ``ops`` name a compiled operator
+    (:func:`compile_ops`; all operators when none are named) or Inductor was imported on entry;
+    a block of eager operators (``flydsl("topk")``, what an eager sweep case runs in) entered
+    before anything imported Inductor leaves it unimported (:func:`snapshot`).
+
     >>> with flydsl("rmsnorm", "topk", enabled=False):   # doctest: +SKIP
     ...     y = torch.nn.functional.rms_norm(x, (n,), w)   # ATen, whatever the switches were
     """
-    snap = snapshot()
+    snap = snapshot(inductor=not ops or any(o in compile_ops() for o in ops))
     try:
         set_flydsl(ops or None, enabled, autotuning=autotuning, search_space=search_space,
                    strict=strict, warn=warn)

@@ -60,6 +60,38 @@ def test_an_eager_case_in_a_worker_imports_neither_dynamo_nor_inductor():
     assert got == "[]"
 
 
+@pytest.mark.slow
+def test_an_eager_rmsnorm_case_and_its_switches_leave_inductor_unimported():
+    """An RMSNorm case runs in its FlyDSL switch block (``switches.flydsl("rmsnorm")``), whose
+    snapshot read Inductor's settings and so imported Inductor and Dynamo (1.7 CPU-s in every
+    fresh worker): now the block of an eager operator leaves them unimported, its snapshot holds
+    no Inductor settings and restoring it imports nothing."""
+    got = _fresh("import sys, torch; from flyexplore.ops import get_op; from flyexplore.ops.base import RunContext; "
+                 "from flyexplore.run.cases import run_case; from flyexplore.world import env as ENV; "
+                 "from flyexplore.world import switches as S; "
+                 "op = get_op('rmsnorm'); ctx = RunContext(torch.device('cpu'), ENV.collect()); "
+                 "rows = list(run_case(op, op.case('64x256'), 'fp32', ('aten',), ctx, timer_opts={'rep': 2, 'warmup': 1})); "
+                 "snap = S.snapshot(inductor=False); S.restore(snap); "
+                 "print(rows[0][1]['status'], snap.inductor, "
+                 "sorted(m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules))")
+    assert got == "ok None []"
+
+
+def test_a_switch_block_of_a_compiled_operator_restores_inductors_settings():
+    """``flydsl("gemm")`` changes Inductor's settings (FLYDSL in max_autotune_gemm_backends): its
+    snapshot holds them and they are back after the block; where Inductor is imported (here), a
+    snapshot that need not import it holds them too."""
+    from torch._inductor import config as ic
+
+    from flyexplore.world import switches as S
+
+    before = S.snapshot()
+    assert before.inductor and S.snapshot(inductor=False).inductor == before.inductor
+    with S.flydsl("gemm", warn=False):
+        inside = ic.max_autotune_gemm_backends
+    assert "FLYDSL" in inside.upper() and S.snapshot() == before
+
+
 def test_reset_dynamo_resets_once_dynamo_has_compiled(monkeypatch):
     import torch
 
