@@ -113,6 +113,24 @@ def _old_rounds(r) -> tuple:
     return rounds_from_json(r.get("samples_ms"))
 
 
+def _old_sample_cells(rows: pd.DataFrame) -> list[dict]:
+    """Each row's ``samples_ms`` cell as ``{"samples_ms": cell}`` (what :func:`_old_rounds` reads of a row)."""
+    cells = rows["samples_ms"].tolist() if "samples_ms" in rows.columns else [None] * len(rows)
+    return [{"samples_ms": c} for c in cells]
+
+
+class _OldFirstRow:
+    """``rows.iloc[0]`` as the frozen loop reads it (``get`` and ``[]``), a cell at a time from its
+    column (``iloc[0]`` built the whole row, every column of the frame: the loop's time again)."""
+
+    def __init__(self, rows: pd.DataFrame):
+        self.rows = rows
+
+    def get(self, c, default=None):
+        return self.rows[c].iloc[0] if c in self.rows.columns else default
+
+    def __getitem__(self, c):
+        return self.rows[c].iloc[0]
 
 
 def _old_ratio_interval(base_rows: pd.DataFrame, x_rows: pd.DataFrame) -> tuple[float, float, float, str]:
@@ -133,16 +151,17 @@ def _old_ratio_interval(base_rows: pd.DataFrame, x_rows: pd.DataFrame) -> tuple[
 
     est = float(base_rows["time_ms"].astype(float).median() / x_rows["time_ms"].astype(float).median())
     if len(base_rows) == 1 and len(x_rows) == 1:
-        b, x = base_rows.iloc[0], x_rows.iloc[0]
+        b, x = _OldFirstRow(base_rows), _OldFirstRow(x_rows)
         if (_old_eq(b.get("order"), "interleaved") and _old_eq(x.get("order"), "interleaved")
                 and _old_eq(b.get("run_id"), x.get("run_id"))):
             rb, rx = _old_rounds(b), _old_rounds(x)
             if rb and len(rb) == len(rx):
                 e, lo, hi = _old_paired_ratio(rb, rx)
                 return e, lo, hi, "paired"
-    # each row's samples_ms as iterrows gave it, read from records (a Series a row was most of this loop's time)
-    vb = [v for r in base_rows.to_dict("records") for v in S.round_values(_old_rounds(r))]
-    vx = [v for r in x_rows.to_dict("records") for v in S.round_values(_old_rounds(r))]
+    # each row's samples_ms as iterrows gave it, read from the one column (a Series a row, then
+    # to_dict("records"), which builds every column of the frame, was most of this loop's time)
+    vb = [v for r in _old_sample_cells(base_rows) for v in S.round_values(_old_rounds(r))]
+    vx = [v for r in _old_sample_cells(x_rows) for v in S.round_values(_old_rounds(r))]
     if vb and vx:
         e, lo, hi = _old_unpaired_ratio(vb, vx)
         runs_b, runs_x = set(base_rows["run_id"].dropna()), set(x_rows["run_id"].dropna())
@@ -153,8 +172,8 @@ def _old_ratio_interval(base_rows: pd.DataFrame, x_rows: pd.DataFrame) -> tuple[
             return e, lo / (1 + a), hi * (1 + a), "unpaired+run"
         return e, lo, hi, "unpaired"
     if len(base_rows) == 1 and len(x_rows) == 1:
-        blo, bhi = (_old_num(base_rows.iloc[0].get(c)) for c in ("time_ci_lo_ms", "time_ci_hi_ms"))
-        xlo, xhi = (_old_num(x_rows.iloc[0].get(c)) for c in ("time_ci_lo_ms", "time_ci_hi_ms"))
+        blo, bhi = (_old_num(_OldFirstRow(base_rows).get(c)) for c in ("time_ci_lo_ms", "time_ci_hi_ms"))
+        xlo, xhi = (_old_num(_OldFirstRow(x_rows).get(c)) for c in ("time_ci_lo_ms", "time_ci_hi_ms"))
         if all(math.isfinite(v) for v in (blo, bhi, xlo, xhi)) and xlo > 0 and blo > 0:
             return est, blo / xhi, bhi / xlo, "notch"
     return est, math.nan, math.nan, "none"
@@ -202,10 +221,10 @@ def _old_speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
         brows = g[g["backend"] == bname]
         for xname, xrows in g[~g["backend"].isin(bases)].groupby("backend", sort=False):
             r = dict(zip(by, key))
-            x0 = xrows.iloc[0]
+            x0 = _OldFirstRow(xrows)
             bd = band if band is not None else (_old_num(x0.get("band")) if pd.notna(x0.get("band")) else S.BAND)
             if (len(xrows) == 1 and _old_eq(x0.get("baseline"), bname) and pd.notna(x0.get("speedup"))
-                    and len(brows) == 1 and _old_eq(brows.iloc[0].get("run_id"), x0.get("run_id"))):
+                    and len(brows) == 1 and _old_eq(_OldFirstRow(brows).get("run_id"), x0.get("run_id"))):
                 est, lo, hi, how = float(x0["speedup"]), _old_num(x0.get("speedup_lo")), _old_num(x0.get("speedup_hi")), "paired"
             else:
                 est, lo, hi, how = _old_ratio_interval(brows, xrows)

@@ -1,6 +1,8 @@
-"""One local Ray instance per pytest process, for every Ray test of tests/run (test_engine.py,
-test_worker_start.py): starting Ray costs ~10 CPU-s and several processes on a 2-core machine,
-so it is started the first time a test asks for it and shut down when the session ends.
+"""One local Ray instance for the Ray tests (all in tests/run/test_ray.py, one after the other):
+starting Ray costs ~10 CPU-s and several processes on a 2-core machine, and an idle instance
+about 2 CPU-s a minute, so it is started by the first test that asks for it and shut down after
+the last one (:func:`pytest_runtest_teardown`: the next test of this pytest process does not ask
+for it), not kept to the session's end.
 
 Ray's workers (actors) take their environment from the instance's runtime environment, fixed
 when Ray starts: ``PYTHONPATH`` (so that they import ``fault_ops``) and ``FAULT_DIR``, one
@@ -9,6 +11,7 @@ empties it for the test that uses it.
 """
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,7 @@ HERE = Path(__file__).resolve().parents[1]  # tests/: fault_ops.py and ray_start
 ROOT = HERE.parent
 #: Tries of ``ray.init`` before the fixture gives up (see :func:`ray_session`).
 RAY_INIT_TRIES = 3
-#: CPUs the session's Ray instance offers: one per CPU actor of the Ray tests (at most two).
+#: CPUs the Ray instance offers: one per CPU actor of the Ray tests (at most two).
 RAY_CPUS = 2
 
 
@@ -52,21 +55,35 @@ def _start_ray(fault_dir: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def ray_session(tmp_path_factory):
-    """The session's local Ray instance (:data:`RAY_CPUS` CPUs, no GPU); the value is the
-    ``FAULT_DIR`` folder its actors see. Skips when Ray is not installed."""
+def _ray_faults(tmp_path_factory) -> Path:
+    """The session's ``FAULT_DIR`` folder for Ray's actors (one, whichever instance reads it)."""
+    return tmp_path_factory.mktemp("ray-faults")
+
+
+@pytest.fixture
+def ray_session(_ray_faults):
+    """The local Ray instance of the Ray tests (:data:`RAY_CPUS` CPUs, no GPU), started if it is
+    not running; the value is the ``FAULT_DIR`` folder its actors see. Skips when Ray is not
+    installed."""
     ray = pytest.importorskip("ray")
-    fault_dir = tmp_path_factory.mktemp("ray-faults")
-    _start_ray(fault_dir)
-    try:
-        yield fault_dir
-    finally:
-        ray.shutdown()
+    if not ray.is_initialized():
+        _start_ray(_ray_faults)
+    return _ray_faults
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Shut this process's Ray instance down after a test when the next one does not ask for it
+    (or there is none): pytest-xdist hands a worker its next test before it runs one, so
+    ``nextitem`` is known, and the Ray tests, side by side in one module, share one start."""
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        if nextitem is None or "ray_session" not in getattr(nextitem, "fixturenames", ()):
+            sys.modules["ray"].shutdown()
 
 
 @pytest.fixture
 def ray_fault_dir(ray_session):
-    """The ``FAULT_DIR`` of the session's Ray actors, emptied for this test (no ``off``,
+    """The ``FAULT_DIR`` of the Ray actors, emptied for this test (no ``off``,
     ``pids`` or ``kill.pid`` left by another)."""
     for p in ray_session.iterdir():
         if p.is_dir():

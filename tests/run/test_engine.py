@@ -1,6 +1,7 @@
-"""Worker processes, time limits, sharding, Ray (flyexplore.run.engine), with injected faults.
+"""Worker processes, time limits, sharding (flyexplore.run.engine), with injected faults; Ray's
+own faults are in tests/run/test_ray.py.
 
-The operator is tests/fault_ops.py's FAULTS, which the spawned workers (and Ray actors) import
+The operator is tests/fault_ops.py's FAULTS, which the spawned workers import
 by name: a case option says whether its ``faulty`` backend segfaults, hangs, raises, runs out
 of memory or waits to be killed with SIGKILL from outside (by the test).
 """
@@ -21,7 +22,7 @@ from flyexplore.run.plan import resolve_op
 from flyexplore.run.spec import SweepSpec, choose_engine
 from flyexplore.run.sweep import case_cost, journal_path, run_sweep
 
-HERE = Path(__file__).resolve().parents[1]  # tests/: fault_ops.py and ray_start/
+HERE = Path(__file__).resolve().parents[1]  # tests/: fault_ops.py
 ROOT = HERE.parent
 FAST = {"rep": 5, "warmup": 1}
 OP = "fault_ops:FAULTS"
@@ -151,36 +152,6 @@ def test_faults_in_two_cpu_workers_every_other_row_kept_and_resume(tmp_path, mon
     assert len(df3) == len(df) and not df3.duplicated(subset=list(R.KEY)).any()
     assert set(df3.status) == {"ok", "error", "oom"}
     assert len(R.load(out)) == len(df3)
-
-
-#: Ray's own handling of a worker's end: an actor that dies in a case (a segfault: Ray's words
-#: and the end of the actor's stderr log) and one past --case-timeout (killed by the driver).
-#: The other faults are the case function's, the same in every engine: the local-worker sweep
-#: above has them all.
-RAY_FAULTY = {"64x64:fault=hang": "timeout", "60x60:fault=segv": "crashed"}
-RAY_HEALTHY = ["2x8", "1x8"]
-
-
-@pytest.mark.slow
-def test_faults_on_ray_same_rows(tmp_path, ray_fault_dir):
-    """A hang and a segfault on two Ray actors (the session's local Ray instance on the CPU,
-    tests/run/conftest.py): the same rows as local workers give; then --retry-failed."""
-    fd = ray_fault_dir
-    out = tmp_path / "r.jsonl"
-    shapes = ";".join(list(RAY_FAULTY) + RAY_HEALTHY)
-    df = run_sweep(SweepSpec(OP, shapes=shapes, out=out, engine="ray", workers=2, case_timeout=15, timer=FAST),
-                   progress=False)
-    _check_faulty_sweep(df, RAY_FAULTY, RAY_HEALTHY, ray=True)
-    assert all(w.startswith("ray:") for w in df.worker)
-    # the segfaulted actor was replaced: the healthy cases ran on another one
-    assert not set(df[df["case"].isin(RAY_HEALTHY)].worker) & set(df[df["case"] == "60x60:fault=segv"].worker)
-    (fd / "off").write_text("")
-    ran = []
-    df2 = run_sweep(SweepSpec(OP, shapes=shapes, out=out, resume=True, retry_failed=True, engine="ray",
-                              workers=1, timer=FAST), progress=False, on_row=ran.append)
-    assert {r["case"] for r in ran} == set(RAY_FAULTY) and len(ran) == 2 * len(RAY_FAULTY)
-    assert len(df2) == len(df) and not df2.duplicated(subset=list(R.KEY)).any()
-    assert not set(df2.status) & {"crashed", "timeout"}
 
 
 def _gone(pid: int) -> bool:

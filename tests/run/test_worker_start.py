@@ -10,7 +10,6 @@ limit a healthy worker must beat is the default (300 s, far over a ~8 s start), 
 test reaches it through a clock that jumps once the worker is seen stopped.
 """
 import contextlib
-import dataclasses
 import os
 import pickle
 import signal
@@ -279,38 +278,3 @@ def test_a_place_given_up_leaves_its_cases_to_the_other_worker(fault_dir, env, a
     assert all(r["worker"].startswith("cpu0/") for r in rows)
     assert len(_fault_pids(fault_dir, "start-exit")) == ATTEMPTS
     assert (fault_dir / "start.cpu1").read_text().split() == ["exit", "exit"]
-
-
-@pytest.mark.slow
-def test_ray_actors_that_cannot_start_give_crashed_rows_and_problems(ray_session, attempts):
-    """run_ray, the same rules: an actor whose start raises (the operator cannot be imported
-    there) and an actor Ray can never place (a GPU asked of a CPU-only instance: hung, whatever
-    the machine's load) are each tried ATTEMPTS times; the cases get crashed rows. On the
-    session's local Ray instance (tests/run/conftest.py)."""
-    from flyexplore.run._ray import run_ray
-
-    settings = CaseSettings.of(SweepSpec(OP, shapes="1x8", workers=1, timer=FAST))
-    rows = []
-
-    def emit(t, b, cols, info):
-        rows.append((t.case.label, b, cols, info))
-
-    missing = dataclasses.replace(settings, op="no_such_module_here:OP")
-    problems = run_ray(_tasks(["1x8", "2x8"]), missing, device=torch.device("cpu"), workers=1,
-                       case_timeout=0, max_cases=50, address=None, emit=emit)
-    why = ("raised UsageError: cannot import operator 'no_such_module_here:OP' (ModuleNotFoundError: "
-           "No module named 'no_such_module_here')")
-    assert problems == [(f"Ray worker w0 could not start after {ATTEMPTS} attempts (last: {why}); "
-                        "2 cases got crashed rows")]
-    assert len(rows) == 4 and all(c["status"] == "crashed" for _, _, c, _ in rows)
-    assert {c["message"] for _, _, c, _ in rows} == {
-        f"not run: Ray worker w0 could not start ({ATTEMPTS} attempts; last: {why})"}
-    rows.clear()
-    problems = run_ray(_tasks(["1x8"]), settings, device=torch.device("cpu"), workers=1, case_timeout=0,
-                       max_cases=50, address=None, emit=emit, use_gpus=True, start_timeout=1)
-    why = "hung past --worker-start-timeout 1 s"
-    assert problems == [(f"Ray worker w0 could not start after {ATTEMPTS} attempts (last: {why}); "
-                        "1 case got crashed rows")]
-    assert [(c, b) for c, b, _, _ in rows] == [("1x8", "good"), ("1x8", "faulty")]
-    assert {cols["message"] for _, _, cols, _ in rows} == {
-        f"not run: Ray worker w0 could not start ({ATTEMPTS} attempts; last: {why})"}
