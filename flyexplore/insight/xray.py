@@ -32,7 +32,9 @@ inputs (each rule names its torch function). Eligible is not chosen: for GEMMs I
 autotuner then benchmarks the FlyDSL candidate against ATen/Triton on the GPU.
 
 The compile runs in a subprocess (``flyexplore/insight/_xray_worker.py``): flydsl and torch read their
-settings once per process, and a fresh process leaves the user's flydsl cache untouched.
+settings once per process, and a fresh process leaves the user's flydsl cache untouched. What it
+returns for a case is kept in flyexplore's disk cache (:mod:`flyexplore.insight.xray_cache`, keyed
+by torch, flydsl, the linker and the builder's source): the same X-ray again starts no worker.
 Numbers are compiler output for gfx950 (``source = "compiled"``), never measurements.
 """
 from __future__ import annotations
@@ -50,6 +52,7 @@ from typing import Any, Iterable, Sequence
 
 from flyexplore import atomic as A
 from flyexplore.errors import UsageError, bad_choice
+from flyexplore.insight import xray_cache as XC
 from flyexplore.insight.explain import dtypes_for, explain_text, parse_options
 from flyexplore.insight.isa import (
     ARCH_LIMITS,
@@ -78,7 +81,9 @@ class XRayKernel:
     """One compiled kernel: which family and config torch picked, its resources, occupancy,
     instruction counts by class, the ISA file it was saved to (``isa_file``; ``None`` without an
     output folder) and flydsl's compile time in seconds (``compile_s``; ``reused`` when an earlier
-    case in the same batch already compiled the same specialisation)."""
+    case in the same batch already compiled the same specialisation; ``cached`` when it was read
+    from the X-ray's disk cache, :mod:`flyexplore.insight.xray_cache`: compiled by an earlier
+    X-ray with the same torch, flydsl, linker and builder)."""
 
     name: str
     family: str
@@ -90,6 +95,7 @@ class XRayKernel:
     compile_s: float | None
     reused: bool = False
     isa_text: str = field(default="", repr=False, compare=False)
+    cached: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,8 @@ class XRay:
             where = k.isa_file or "(not saved; pass out=)"
             took = "reused from an earlier case" if k.reused else (
                 f"compiled in {k.compile_s:.1f} s" if k.compile_s is not None else "")
+            if k.cached:
+                took = (took + ", " if took else "") + "read from the X-ray cache"
             lines.append(f"  ISA: {where} ({took})")
         if self.error:
             lines.append(f"error: {self.error}")
@@ -193,7 +201,7 @@ class XRay:
                        wavefront_size=r.wavefront_size, waves_per_workgroup=r.waves_per_workgroup,
                        waves_per_simd=o.waves_per_simd, occupancy=o.fraction,
                        workgroups_per_cu=o.workgroups_per_cu, limited_by=",".join(o.limited_by),
-                       isa_file=k.isa_file, compile_s=k.compile_s, reused=k.reused)
+                       isa_file=k.isa_file, compile_s=k.compile_s, reused=k.reused, cached=k.cached)
             row.update({f"inst_{c}": v for c, v in k.instructions.items()})
             out.append(row)
         return out
@@ -469,7 +477,7 @@ def xray_request(op: str, shape: str, dtype: str | None = None,
 
 def xray_batch(requests: Iterable[tuple[str, str, str]], arch: str = "gfx950", out: str | None = None,
                autotune: bool = False, keep_ir: bool = False, use_explainer: bool = True,
-               timeout_s: float = 1800.0) -> list[XRay]:
+               timeout_s: float = 1800.0, cache: bool = True) -> list[XRay]:
     """X-ray several cases in one subprocess (torch is imported once; identical kernel
     specialisations are compiled once). ``requests`` are ``(op, shape, dtype)`` triples.
 
@@ -479,7 +487,11 @@ def xray_batch(requests: Iterable[tuple[str, str, str]], arch: str = "gfx950", o
     instead of the single baseline config. ``use_explainer``: the verdict is the explainer's
     (:func:`flyexplore.insight.explain.explain_text` for ``arch``; a refused case is not compiled, and
     torch's own predicate, still asked for an accepted one, is noted where it disagrees); without
-    it, or where the explainer cannot judge the request, torch's predicate decides. Raises
+    it, or where the explainer cannot judge the request, torch's predicate decides. ``cache``:
+    read a case compiled before with the same torch, flydsl, linker and builder from the disk
+    cache, and keep what is compiled here (:mod:`flyexplore.insight.xray_cache`; never with
+    ``keep_ir``; ``FLYEXPLORE_CACHE=off`` turns it off everywhere); the worker starts only for the
+    cases not found there. Raises
     :class:`~flyexplore.errors.UsageError` for bad input (``out`` a file included, before
     anything is compiled), :class:`XRayUnavailable` when this machine lacks torch >= 2.15, flydsl 0.3 or
     an AMDGPU-capable ld.lld, ``RuntimeError`` when the worker fails as a whole (a failed build of
@@ -494,6 +506,7 @@ def xray_batch(requests: Iterable[tuple[str, str, str]], arch: str = "gfx950", o
     verdicts = [(_explainer_verdict(r, arch, autotune) if use_explainer else None) for r in reqs]
     need_worker = any(v is None or v[0] for v in verdicts)
     worker_out: dict[str, Any] = {"results": [None] * len(reqs), "versions": {}}
+    found: dict[int, tuple[dict, dict]] = {}   # job index -> (record, versions) read from the cache
     scratch = tempfile.mkdtemp(prefix="flyexplore-xray-")
     try:
         if need_worker:
@@ -506,10 +519,19 @@ def xray_batch(requests: Iterable[tuple[str, str, str]], arch: str = "gfx950", o
                      "needs_device_libs": r.spec.get("device_libs"), "device_libs": libs is not None,
                      "verdict": None if v is None else {"eligible": v[0], "reason": v[1]}}
                     for r, v in zip(reqs, verdicts)]
+            keys, found = _from_cache(jobs, verdicts, arch, lld.path, libs, scratch, cache and not keep_ir)
+            for i, (res, _versions) in found.items():
+                worker_out["results"][i] = res
+            # the worker starts for the cases to compile that the cache lacks (and then, as always,
+            # judges the others with torch's predicate too); none lacking: the verdicts as they are
+            missing = [i for i, v in enumerate(verdicts) if (v is None or v[0]) and i not in found]
+            todo = [i for i in range(len(jobs)) if i not in found] if missing else []
+            need_worker = bool(todo)
+        if need_worker:
             jobs_path = os.path.join(scratch, "jobs.json")
             res_path = os.path.join(scratch, "results.json")
             with open(jobs_path, "w") as f:  # the worker imports the builders from this process's sys.path
-                json.dump({"arch": arch, "dump_root": os.path.join(scratch, "dump"), "jobs": jobs,
+                json.dump({"arch": arch, "dump_root": os.path.join(scratch, "dump"), "jobs": [jobs[i] for i in todo],
                            "sys_path": [os.path.abspath(p) for p in sys.path]}, f)
             env = _worker_env(arch, scratch, _rocm_path_for(lld.path, scratch, libs))
             log_path = os.path.join(scratch, "worker.log")
@@ -525,8 +547,10 @@ def xray_batch(requests: Iterable[tuple[str, str, str]], arch: str = "gfx950", o
                 with open(res_path) as f:
                     got = json.load(f)
                 worker_out["versions"] = got.get("versions", {})
-                for i, r in enumerate(got.get("results", [])):
+                for i, r in zip(todo, got.get("results", [])):
                     worker_out["results"][i] = r
+                    if keys[i] is not None:
+                        XC.store(keys[i], r, worker_out["versions"])
             with open(log_path) as f:
                 tail = f.read()[-3000:]
             if rc not in (0, None) and not os.path.exists(res_path):
@@ -537,10 +561,28 @@ def xray_batch(requests: Iterable[tuple[str, str, str]], arch: str = "gfx950", o
                 if r is None:
                     worker_out["results"][i] = {"eligible": False, "reason": None, "kernels": [], "notes": [],
                                                 "error": why}
-        return [_assemble(r, v, worker_out["results"][i], worker_out["versions"], arch, out, keep_ir, i)
+        return [_assemble(r, v, worker_out["results"][i], found[i][1] if i in found else worker_out["versions"],
+                          arch, out, keep_ir, i)
                 for i, (r, v) in enumerate(zip(reqs, verdicts))]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _from_cache(jobs, verdicts, arch: str, lld_path: str, libs: str | None, scratch: str,
+                use: bool) -> tuple[list[str | None], dict[int, tuple[dict, dict]]]:
+    """The cache key of each job the worker would compile (``None`` for the others, and for all
+    when not ``use``) and the jobs found in the cache: ``{index: (record, versions)}``
+    (:mod:`flyexplore.insight.xray_cache`)."""
+    if not use:
+        return [None] * len(jobs), {}
+    tools = XC.toolchain(lld_path, libs)
+    keys = [XC.entry_key(arch, job, tools) if v is None or v[0] else None for job, v in zip(jobs, verdicts)]
+    found = {}
+    for i, key in enumerate(keys):
+        hit = None if key is None else XC.load(key, scratch)
+        if hit is not None:
+            found[i] = hit
+    return keys, found
 
 
 def _assemble(req: _Request, verdict, res, versions, arch, out, keep_ir, index) -> XRay:
@@ -572,7 +614,7 @@ def _assemble(req: _Request, verdict, res, versions, arch, out, keep_ir, index) 
                 kernels.append(XRayKernel(kr.name, rec["family"], dict(rec.get("config", {})), kr,
                                           occupancy(kr, ARCH_LIMITS[arch]),
                                           count_instructions(text, kr.name), saved, rec.get("compile_s"),
-                                          bool(rec.get("reused", False)), text))
+                                          bool(rec.get("reused", False)), text, bool(rec.get("cached", False))))
     x = XRay(req.op, req.label, req.params, req.dtype, arch, bool(res.get("eligible")),
              res.get("reason") or "(no verdict)", vsrc, tuple(kernels), tuple(res.get("notes", [])),
              "; ".join(errors) or None, dict(versions), case_dir)
@@ -589,12 +631,12 @@ def _copy_file(src: str, dst: str) -> str:
 
 def xray(op: str, shape: str, dtype: str = "bf16", arch: str = "gfx950", out: str | None = None,
          autotune: bool = False, keep_ir: bool = False, use_explainer: bool = True,
-         timeout_s: float = 1800.0) -> XRay:
+         timeout_s: float = 1800.0, cache: bool = True) -> XRay:
     """X-ray one case: ``xray("rmsnorm", "8192x4096", "bf16")``. Shapes as elsewhere in
     flyexplore (rmsnorm ``MxN``, topk ``MxNxK[:deterministic=1]``, gemm ``MxNxK[:NT]``) plus
     grouped_gemm ``GxMxNxK``. Arguments and errors as in :func:`xray_batch`."""
     return xray_batch([(op, shape, dtype)], arch=arch, out=out, autotune=autotune, keep_ir=keep_ir,
-                      use_explainer=use_explainer, timeout_s=timeout_s)[0]
+                      use_explainer=use_explainer, timeout_s=timeout_s, cache=cache)[0]
 
 
 def xray_frame(xrays: Sequence[XRay]):
@@ -604,7 +646,8 @@ def xray_frame(xrays: Sequence[XRay]):
     verdict_source, error, source (``"compiled"``), torch, flydsl, family, kernel, config (JSON),
     vgprs, agprs, vgprs_total, vgpr_alloc, vgprs_descriptor, sgprs, vgpr_spills, sgpr_spills, scratch_bytes,
     lds_bytes, workgroup_size, wavefront_size, waves_per_workgroup, waves_per_simd, occupancy
-    (0..1), workgroups_per_cu, limited_by, isa_file, compile_s (s), reused, inst_<class>, inst_total.
+    (0..1), workgroups_per_cu, limited_by, isa_file, compile_s (s), reused, cached (read from the
+    X-ray cache), inst_<class>, inst_total.
     """
     import pandas as pd
 
