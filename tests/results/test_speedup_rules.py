@@ -119,6 +119,18 @@ def _old_sample_cells(rows: pd.DataFrame) -> list[dict]:
     return [{"samples_ms": c} for c in cells]
 
 
+#: Every column the frozen loops read of a row (besides the grouping keys).
+_OLD_READ = ("status", "time_ms", "backend", "flydsl_taken", "band", "baseline", "speedup", "speedup_lo",
+             "speedup_hi", "run_id", "source", "order", "samples_ms", "time_ci_lo_ms", "time_ci_hi_ms", "platform")
+
+
+def _old_reads(df: pd.DataFrame, keys) -> list[str]:
+    """The columns of ``df`` the frozen loops read (:data:`_OLD_READ`, ``keys``), in its order: the
+    loops take their groups and rows from these alone (every other column only cost takes)."""
+    want = set(_OLD_READ) | set(keys)
+    return [c for c in df.columns if c in want]
+
+
 class _OldFirstRow:
     """``rows.iloc[0]`` as the frozen loop reads it (``get`` and ``[]``), a cell at a time from its
     column (``iloc[0]`` built the whole row, every column of the frame: the loop's time again)."""
@@ -205,6 +217,7 @@ def _old_speedup(df: pd.DataFrame, baseline: str | Sequence[str] = "aten",
     d = df[df["status"].isin(["ok", "published"]) & df["time_ms"].notna()]
     if "flydsl_taken" in d:  # a FlyDSL request that ran something else is not a FlyDSL time
         d = d[~(d["flydsl_taken"].astype("boolean") == False).fillna(False)]  # noqa: E712
+    d = d[_old_reads(d, by)]
     if d.empty:
         return pd.DataFrame(columns=cols)
     if not d["backend"].isin(bases).any():
@@ -870,7 +883,7 @@ def _old_pair(a: pd.DataFrame, b: pd.DataFrame, names=("A", "B"), a_backend=None
         raise UsageError("no case is in both")
     ga, gb = ok(a).groupby(key, dropna=False, sort=False), ok(b).groupby(key, dropna=False, sort=False)
     ia, ib = ga.indices, gb.indices
-    da, db = ok(a), ok(b)
+    da, db = ok(a)[_old_reads(a, key)], ok(b)[_old_reads(b, key)]
     ests, los, his, hows, labels = [], [], [], [], []
     for _, r in p.iterrows():
         k = tuple(r[c] for c in key) if len(key) > 1 else r[key[0]]
