@@ -451,10 +451,12 @@ def test_frame_text_and_figure(batch, tmp_path):
 
 @pytest.mark.slow
 def test_cli_xray_json(tmp_path, capsys):
-    assert main(["xray", "--op", "rmsnorm", "--shape", "8192x8192", "--dtype", "fp16",
+    # the case of test_an_eligible_case_carries_the_explainers_verdict_and_is_compiled: one of the two
+    # reads the other's compile from the session's X-ray cache (the JSON is the same either way)
+    assert main(["xray", "--op", "rmsnorm", "--shape", "8192x4096", "--dtype", "fp16",
                  "--out", str(tmp_path), "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
-    assert len(got) == 1 and got[0]["eligible"] and got[0]["kernels"][0]["config"] == {"N": 8192, "dtype": "f16"}
+    assert len(got) == 1 and got[0]["eligible"] and got[0]["kernels"][0]["config"] == {"N": 4096, "dtype": "f16"}
     isa = got[0]["kernels"][0]["isa_file"]
     assert os.path.exists(isa) and got[0]["kernels"][0]["resources"]["vgprs_total"] == _meta(isa, "vgpr_count")
 
