@@ -30,7 +30,7 @@ THIS_MACHINE = "this machine"
 #: Columns of the X-ray resource table.
 XRAY_COLUMNS = ("kernel", "family", "vgprs_total", "agprs", "sgprs", "vgpr_spills", "sgpr_spills",
                 "scratch_bytes", "lds_bytes", "workgroup_size", "waves_per_simd", "occupancy", "limited_by",
-                "inst_total", "compile_s")
+                "inst_total", "compile_s", "cached")
 
 
 class DispatchInspector:
@@ -427,8 +427,9 @@ class DispatchInspector:
         df = xray_frame([x])
         cols = [c for c in XRAY_COLUMNS if c in df.columns]
         verdict = html_span(f"{'ELIGIBLE' if x.eligible else 'not eligible'}: {x.reason}", "ok" if x.eligible else "warn")
+        cached = "; read from the X-ray cache (compiled earlier)" if any(k.cached for k in x.kernels) else ""
         self.xray_status.value = f"<small>{verdict}<br>verdict from {html.escape(x.verdict_source)}; " \
-                                 "compiler output for gfx950, nothing was run</small>"
+                                 f"compiler output for gfx950, nothing was run{cached}</small>"
         head = (f"<b>{html.escape(x.op)} {html.escape(x.case)} {html.escape(x.dtype)}</b> for "
                 f"{html.escape(x.arch)}<br>")
         table = head + (frame_html(df[cols], 200) if x.kernels else "")
