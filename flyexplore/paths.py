@@ -31,9 +31,8 @@ def model_shapes_dir() -> Path:
 
 
 def cache_dir() -> Path | None:
-    """Where flyexplore keeps what it can make again (the memory estimate's fits,
-    :mod:`flyexplore.run.memory`; the kernel X-ray's compiles, :mod:`flyexplore.insight.xray_cache`):
-    ``$FLYEXPLORE_CACHE``, else ``$XDG_CACHE_HOME/flyexplore``, else
+    """Where flyexplore keeps what it can make again (:mod:`flyexplore.cache`: the memory
+    estimate's fits, the kernel X-ray's compiles): ``$FLYEXPLORE_CACHE``, else ``$XDG_CACHE_HOME/flyexplore``, else
     ``~/.cache/flyexplore``; None (no disk cache) when ``FLYEXPLORE_CACHE`` is ``off``."""
     env = os.environ.get("FLYEXPLORE_CACHE")
     if env is not None and env.strip().lower() in ("off", "0", "none", "no", "false"):

@@ -4,9 +4,9 @@ batch that repeats a case) reads it instead of starting the worker (about 3 CPU-
 and flydsl, plus the compile, on a 2-core x86 machine).
 
 An entry is the worker's record of one job (verdict, notes, each kernel's family, config, flydsl's
-compile time in seconds, and the text of each final ISA file), under
-``<cache>/xray/<sha256>.json`` (:func:`flyexplore.paths.cache_dir`: ``$FLYEXPLORE_CACHE``, else
-``~/.cache/flyexplore``; ``FLYEXPLORE_CACHE=off`` turns it off). Its key is everything the
+compile time in seconds, and the text of each final ISA file), in flyexplore's disk cache
+(:mod:`flyexplore.cache`, kind ``xray``: ``$FLYEXPLORE_CACHE/xray``, else
+``~/.cache/flyexplore/xray``; ``FLYEXPLORE_CACHE=off`` turns it off). Its key is everything the
 compile depends on (:func:`toolchain`, :func:`entry_key`): the target arch, the job (builder,
 shape parameters, dtype, autotune, the verdict asked for), the installed torch and flydsl
 versions, the AMDGPU linker and device libraries used (path, size, modification time), and the
@@ -24,12 +24,9 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-from pathlib import Path
 from typing import Any
 
-from flyexplore import atomic as A
-from flyexplore.errors import WriteError
-from flyexplore.paths import cache_dir
+from flyexplore import cache as disk_cache
 
 #: Bumped when an entry's layout changes (older entries are then never read).
 CACHE_VERSION = 1
@@ -85,11 +82,6 @@ def entry_key(arch: str, job: dict[str, Any], tools: dict[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _path(key: str) -> Path | None:
-    d = cache_dir()
-    return None if d is None else d / "xray" / f"{key}.json"
-
-
 def cacheable(res: dict[str, Any]) -> bool:
     """Whether a worker record is worth keeping: eligible, no error, each kernel built with its
     ISA files."""
@@ -102,8 +94,7 @@ def store(key: str, res: dict[str, Any], versions: dict[str, str]) -> bool:
     """Keep the worker record ``res`` (its ISA files read into the entry) and the worker's
     ``versions`` under ``key``. Returns whether it was written (not: no cache, a record not
     :func:`cacheable`, an ISA file gone, or the cache not writable)."""
-    path = _path(key)
-    if path is None or not cacheable(res):
+    if disk_cache.entry_path("xray", key) is None or not cacheable(res):
         return False
     try:
         kernels = []
@@ -114,22 +105,19 @@ def store(key: str, res: dict[str, Any], versions: dict[str, str]) -> bool:
                     isa.append({"name": os.path.basename(p), "text": f.read()})
             kernels.append({**{a: b for a, b in k.items() if a not in ("isa", "dump_dir", "traceback")}, "isa": isa})
         entry = {"v": CACHE_VERSION, "versions": versions, "result": {**res, "kernels": kernels}}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        A.write_text(path, json.dumps(entry))
-    except (OSError, WriteError, TypeError, ValueError):
+        return disk_cache.write_entry("xray", key, entry)
+    except (OSError, TypeError, ValueError):
         return False
-    return True
 
 
 def load(key: str, scratch: str) -> tuple[dict[str, Any], dict[str, str]] | None:
     """The entry of ``key`` as the worker would have returned it -- ``(record, versions)``, each
     kernel's ISA texts written back into files under ``scratch`` (``isa``: their paths) and
     marked ``cached`` -- or ``None`` (no cache, no entry, a damaged one)."""
-    path = _path(key)
-    if path is None or not path.is_file():
+    entry = disk_cache.read_entry("xray", key)
+    if entry is None:
         return None
     try:
-        entry = json.loads(path.read_text(encoding="utf-8"))
         if entry.get("v") != CACHE_VERSION:
             return None
         res = dict(entry["result"])

@@ -36,7 +36,7 @@ Each probe's peak is fitted as ``fixed + sum over roles of factor x declared byt
 ``input``, ``output``, ``work``; non-negative least squares on relative errors,
 ``scipy.optimize.nnls``), and a case's estimate is that fit at its declared bytes: the
 largest over its backends (they share inputs, reference and check; one runs at a time).
-Fits are cached in this process and on disk (:func:`flyexplore.paths.cache_dir`, a JSON file per
+Fits are cached in this process and on disk (:mod:`flyexplore.cache`, a JSON file per
 fit keyed by torch and flyexplore versions, the device and the probes' labels; ``FLYEXPLORE_CACHE=off``
 disables it). Accuracy: ``tests/run/test_memory.py`` holds the estimate within 1.5x of the
 measured peak for every (family, backend) that runs on the CPU, and
@@ -58,7 +58,6 @@ limit it is killed and becomes an ``oom`` row, as does one the kernel's OOM kill
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -67,13 +66,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from flyexplore import atomic
+from flyexplore import cache as disk_cache
 from flyexplore._version import __version__
 from flyexplore.errors import UsageError
 from flyexplore.measure.devstate import free_memory
 from flyexplore.measure.timing import MIN_FLUSH_BYTES, flush_bytes_for
 from flyexplore.ops.base import DTYPE_BYTES, Case, Operator
-from flyexplore.paths import cache_dir
 from flyexplore.run.plan import Plan, op_ref
 
 #: A case whose estimate is over this fraction of the memory limit is "near" it: on the CPU it runs
@@ -364,22 +362,17 @@ def fit_key(op: Operator, backend: str, dtype: str, kind: str, probes) -> str:
                      backend, dtype, ";".join(c.label for c in probes)])
 
 
-def _disk_path(key: str):
-    d = cache_dir()
-    return None if d is None else d / "memory" / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
-
-
 def cached_fit(key: str) -> Fit | None:
-    """The fit of ``key`` from this process, else from the disk cache (a damaged or foreign file
-    is ignored), else None."""
+    """The fit of ``key`` from this process, else from the disk cache (:mod:`flyexplore.cache`,
+    kind ``memory``; a damaged or foreign file is ignored), else None."""
     if key in _FITS:
         return _FITS[key]
-    path = _disk_path(key)
-    if path is None or not path.is_file():
+    data = disk_cache.read_entry("memory", key)
+    if data is None:
         return None
     try:
-        fit = Fit.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
+        fit = Fit.from_json(data)
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
     if fit.key != key:
         return None
@@ -388,16 +381,12 @@ def cached_fit(key: str) -> Fit | None:
 
 
 def store_fit(fit: Fit) -> None:
-    """Keep ``fit`` in this process and write it to the disk cache, whole or not at all
-    (:func:`flyexplore.atomic.write_text`: a reader sees the old file or the new one). A cache
-    that cannot be written (a full disk, a read-only home) is skipped: the fit is measured again
-    next time."""
+    """Keep ``fit`` in this process and write it to the disk cache (:mod:`flyexplore.cache`, kind
+    ``memory``), whole or not at all (a reader sees the old file or the new one). A cache that
+    cannot be written (a full disk, a read-only home) is skipped: the fit is measured again next
+    time."""
     _FITS[fit.key] = fit
-    path = _disk_path(fit.key)
-    if path is None:
-        return
-    with contextlib.suppress(OSError):   # WriteError is an OSError
-        atomic.write_text(path, json.dumps(fit.to_json()))
+    disk_cache.write_entry("memory", fit.key, fit.to_json())
 
 
 # -- measuring in a child -----------------------------------------------------------------------------------

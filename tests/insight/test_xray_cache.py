@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from flyexplore.cache import entry_path
 from flyexplore.insight import xray as X
 from flyexplore.insight import xray_cache as XC
 
@@ -87,13 +88,15 @@ def test_a_damaged_entry_a_failed_record_or_no_cache_is_never_an_error(cache, tm
     got, versions = XC.load("k1", str(tmp_path / "scratch"))
     assert versions == {"torch": "2.15.0"} and got["kernels"][0]["cached"]
     assert open(got["kernels"][0]["isa"][0]).read() == "\t.text\n"
-    (cache / "k1.json").write_text("{not json")
+    entry = entry_path("xray", "k1")
+    assert entry.parent == cache and entry.is_file()
+    entry.write_text("{not json")
     assert XC.load("k1", str(tmp_path / "scratch")) is None
-    (cache / "k1.json").write_text(json.dumps({"v": XC.CACHE_VERSION + 1}))
+    entry.write_text(json.dumps({"v": XC.CACHE_VERSION + 1}))
     assert XC.load("k1", str(tmp_path / "scratch")) is None
     bad = {**rec, "kernels": [{**rec["kernels"][0], "error": "RuntimeError: no"}]}
     assert not XC.store("k2", bad, {}) and not XC.store("k3", {**rec, "eligible": False}, {})
-    assert not (cache / "k2.json").exists()
+    assert not entry_path("xray", "k2").exists()
     monkeypatch.setenv("FLYEXPLORE_CACHE", "off")
     assert not XC.store("k4", rec, {}) and XC.load("k1", str(tmp_path)) is None
 

@@ -18,6 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from flyexplore.cache import entry_path  # noqa: E402
 from flyexplore.errors import UsageError  # noqa: E402
 from flyexplore.ops import get_op  # noqa: E402
 from flyexplore.ops.base import RunContext  # noqa: E402
@@ -149,7 +150,7 @@ def test_fits_are_kept_in_this_process_and_on_disk_and_a_damaged_file_is_ignored
     assert M.cached_fit(key) is None
     monkeypatch.setenv("FLYEXPLORE_CACHE", "off")
     M.store_fit(fit)                                                   # kept in this process only
-    assert M.cached_fit(key) is fit and M._disk_path(key) is None
+    assert M.cached_fit(key) is fit and entry_path("memory", key) is None
 
 
 # -- quick: the guard's decisions ------------------------------------------------------------------------
