@@ -9,10 +9,13 @@ is the backend (or arm) speedups are taken against when none is named. Re-export
 """
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from flyexplore.errors import UsageError
 from flyexplore.ops import get_op
+
+if TYPE_CHECKING:   # the names only: a sweep's worker names its arms without importing pandas
+    import pandas as pd
 
 #: Between a backend and its environment in an arm's name: ``flash@0.14.2b`` (an environment A/B's
 #: rows keep it in ``backend``, so that every rule keyed by backend tells the arms apart).
@@ -29,7 +32,7 @@ def ab_envs(df: pd.DataFrame) -> list[str]:
     appearance; ``[]`` for other rows."""
     if "env" not in df:
         return []
-    return [str(e) for e in pd.unique(df["env"].dropna())]
+    return [str(e) for e in df["env"].dropna().unique()]
 
 
 def default_baseline(df: pd.DataFrame) -> str:

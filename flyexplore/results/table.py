@@ -48,8 +48,7 @@ from flyexplore.measure import stats as S
 from flyexplore.measure.stats import notch_ci
 from flyexplore.measure.timing import rounds_from_json
 from flyexplore.results import samples as SP
-
-SCHEMA_VERSION = 2
+from flyexplore.results.schema_version import SCHEMA_VERSION  # noqa: F401 - R.SCHEMA_VERSION
 
 #: Row status values.
 STATUSES = ("ok", "unavailable", "error", "oom", "published", "crashed", "timeout", "refused")

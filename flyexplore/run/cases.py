@@ -17,7 +17,7 @@ from flyexplore.measure import stats as S
 from flyexplore.measure.devstate import _bdf, case_columns, sampler_for
 from flyexplore.measure.timing import Timer
 from flyexplore.ops.base import Case, Operator, RunContext, reset_dynamo
-from flyexplore.results import table as R
+from flyexplore.results.schema_version import SCHEMA_VERSION  # not results.table: a worker imports no pandas
 from flyexplore.run import build as B
 from flyexplore.run.driver import CaseJob, drive_case, how_for
 from flyexplore.run.memory import case_memory, case_memory_terms, memory_refusals  # noqa: F401 - named here too
@@ -34,7 +34,7 @@ def _now() -> str:
 
 
 def _base_row(plan_op: Operator, case: Case, dtype: str, backend: str, run_id: str, fp: dict) -> dict:
-    row = {"schema_version": R.SCHEMA_VERSION, "run_id": run_id, "timestamp": _now(),
+    row = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "timestamp": _now(),
            "op": plan_op.name, "case": case.label, "params": json.dumps(case.p, sort_keys=True),
            "dtype": dtype, "backend": backend, "source": "measured", **fp}
     row.update(case.p)

@@ -36,7 +36,7 @@ from flyexplore.measure import interleaved as IL
 from flyexplore.measure import modes
 from flyexplore.measure import stats as S
 from flyexplore.measure.devstate import case_columns
-from flyexplore.results import table as R
+from flyexplore.results import arms as R   # not results.table: a worker's driver imports no pandas
 from flyexplore.run import build as B
 from flyexplore.run.place import WorkerDied, WorkerFailed, WorkerHung  # noqa: F401 - raised through here
 
