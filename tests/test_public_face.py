@@ -29,6 +29,7 @@ def demo():
     return fx.load(DEMO)
 
 
+@pytest.mark.slow
 def test_every_public_name_resolves_lazily_and_has_a_docstring():
     code = ("import sys, flyexplore as fx\n"
             "assert not [m for m in ('torch', 'pandas', 'plotly', 'ipywidgets') if m in sys.modules]\n"

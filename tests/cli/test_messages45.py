@@ -54,6 +54,7 @@ def _last_error(capsys, rc) -> str:
     return err[-1]
 
 
+@pytest.mark.slow
 def test_model_measure_out_goes_on_after_ctrl_c_with_its_own_flags(tmp_path, capsys, monkeypatch):
     out = tmp_path / "r.csv"
     real = VS.run_sweep

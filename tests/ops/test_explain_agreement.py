@@ -372,6 +372,7 @@ def test_mm_operand_without_unit_stride_is_judged_as_mm_args_copy(gfx950, fake_m
     assert ex.call_ok == offered and "mm_args copies it" in ex.to_text()
 
 
+@pytest.mark.slow
 def test_mm_published_shapes_eligible(gfx950, fake_mode):
     """The 15 published dense BF16 shapes (NT) qualify, by torch and by us, in every mode."""
     import csv

@@ -370,6 +370,7 @@ def test_a_bad_jsonl_line_is_named(tmp_path_factory, line, junk):
 
 # ---- the committed files ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_every_committed_table_loads_or_is_refused_in_one_line():
     """Every .parquet/.csv/.jsonl under data/ is read whole, or refused as not a result file
     (the coverage tables, published figures and report tables there are other tables) --

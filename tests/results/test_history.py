@@ -74,6 +74,7 @@ def _same_points_new_times(points: pd.DataFrame, frames: list[pd.DataFrame]) -> 
     return out[points.columns]
 
 
+@pytest.mark.slow
 def test_steady_series_of_identical_runs_report_no_step(tmp_path, gpu_base):
     base = gpu_base.head(4)
     stored = [_points(tmp_path / f"s{seed}", scaled_runs(base, 10, None, 0.0, 0.01, seed=seed)) for seed in (0, 1)]

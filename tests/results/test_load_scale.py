@@ -119,6 +119,7 @@ _BOOLS = st.sampled_from([True, False, None, math.nan, "true", "False", "TRUE", 
                           0.0, np.True_, np.False_])
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(60), deadline=None, database=None)
 @given(cells=st.lists(st.tuples(_BOOLS, _BOOLS), min_size=1, max_size=12),
        old=st.lists(st.booleans(), min_size=12, max_size=12),

@@ -967,6 +967,7 @@ def test_committed_result_files_pair_as_before(path):
         _check_pair(df, df, a_backend=backends[0], b_backend=other)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(25), deadline=None, database=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_random_frames_pair_as_before(seed):
