@@ -36,7 +36,7 @@ from flyexplore.measure import interleaved as IL
 from flyexplore.measure import modes
 from flyexplore.measure import stats as S
 from flyexplore.measure.devstate import case_columns
-from flyexplore.results import arms as R   # not results.table: a worker's driver imports no pandas
+from flyexplore.results.arms import arm_name, split_arm   # not results.table: a worker's driver imports no pandas
 from flyexplore.run import build as B
 from flyexplore.run.place import WorkerDied, WorkerFailed, WorkerHung  # noqa: F401 - raised through here
 
@@ -87,13 +87,13 @@ class CaseJob:
     ref: Any = None
 
     def arm(self, backend: str, place: str) -> str:
-        return R.arm_name(backend, place) if self.named else backend
+        return arm_name(backend, place) if self.named else backend
 
     def place_of(self, arm: str) -> str:
-        return R.split_arm(arm)[1] if self.named else next(iter(self.arms))
+        return split_arm(arm)[1] if self.named else next(iter(self.arms))
 
     def backend_of(self, arm: str) -> str:
-        return R.split_arm(arm)[0] if self.named else arm
+        return split_arm(arm)[0] if self.named else arm
 
     def all_arms(self) -> list[str]:
         return [self.arm(b, p) for p, bs in self.arms.items() for b in bs]
