@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 from flyexplore.measure import stats as S
 from flyexplore.measure.devstate import _bdf, case_columns, sampler_for
-from flyexplore.measure.timing import Timer
+from flyexplore.measure.timing import Timer, cpu_threads
 from flyexplore.ops.base import Case, Operator, RunContext, reset_dynamo
 from flyexplore.results.schema_version import SCHEMA_VERSION  # not results.table: a worker imports no pandas
 from flyexplore.run import build as B
@@ -59,11 +59,14 @@ def measure_one(op: Operator, case: Case, dtype: str, backend: str, ctx: RunCont
     reset_dynamo()
     sampler = sampler_for(ctx.device)
     st0 = sampler.sample()
-    with bk.context(ctx, case):
-        fn, first_ms, errs, decisions, _ = B.build_first(op, case, dtype, bk, ctx, inputs, ref, want_trace)
-        m = Timer(fn, ctx.device, **timer_opts).measure()
-    if want_trace:
-        tr = _trace_of(m, fn, ctx, decisions, bk, case)
+    # the first call, the timed calls and the traced one with the same intra-op threads on the CPU
+    # (Dynamo guards on the count: another would compile the case again)
+    with cpu_threads(ctx.gpu):
+        with bk.context(ctx, case):
+            fn, first_ms, errs, decisions, _ = B.build_first(op, case, dtype, bk, ctx, inputs, ref, want_trace)
+            m = Timer(fn, ctx.device, **timer_opts).measure()
+        if want_trace:
+            tr = _trace_of(m, fn, ctx, decisions, bk, case)
     row = B.ok_row(op, case, dtype, backend, bk.source, m, first_ms, errs, B.trace_cols(op, case, dtype, backend, tr))
     row.update(ci_target=None, device_id=sampler.device_id,
                **case_columns(st0, sampler.sample(), [], sampler.max_clock_mhz))

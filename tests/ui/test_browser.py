@@ -1,6 +1,7 @@
 """A real browser: JupyterLab (token-less, 127.0.0.1, a free port, a temporary folder with a
 copy of the quickstart and the dispatch walkthrough, each with ``SIZE="test"`` injected below its
-parameters cell as the headless runner does) driven by headless Chromium through Playwright. Runs
+parameters cell as the headless runner does; the dispatch walkthrough without the sections that
+render nothing new here, :data:`LEFT_OUT`) driven by headless Chromium through Playwright. Runs
 all cells from the Run menu and checks that the sweep panel renders, fills in from its worker
 thread, and that plotly figures appear; and that the switch panel and the dispatch inspector
 render and answer a click. One JupyterLab server and one Chromium serve the module's tests (each
@@ -96,6 +97,24 @@ def _shut_down_kernels(url, keep=()) -> None:
             opener.open(req, timeout=30).close()
 
 
+#: Sections of a walkthrough the browser copy leaves out, as (first heading, heading that ends them):
+#: the dispatch walkthrough's sweep under the switches and its autotune decisions (sections 7 and 8)
+#: render nothing the other pages here do not, and cost its kernel about 20 CPU-s; the whole
+#: notebook runs, and is checked, in tests/ui/test_notebooks.py.
+LEFT_OUT = {"dispatch_switches.ipynb": [("## 7.", "## Before you go")]}
+
+
+def _without_sections(cells, first: str, until: str) -> list:
+    """``cells`` without the Markdown cell that starts with ``first`` and every cell after it up to
+    the Markdown cell that starts with ``until`` (kept). Fails the test if either is missing (the
+    walkthrough changed)."""
+    heads = [i for i, c in enumerate(cells) if c.cell_type == "markdown"]
+    start = next((i for i in heads if cells[i].source.startswith(first)), None)
+    end = next((i for i in heads if start is not None and i > start and cells[i].source.startswith(until)), None)
+    assert start is not None and end is not None, f"no section {first!r} .. {until!r} in the walkthrough"
+    return cells[:start] + cells[end:]
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A JupyterLab server on 127.0.0.1 for the module's tests; yields (base URL, working folder,
@@ -108,6 +127,8 @@ def server(tmp_path_factory):
 
     for name in ("quickstart.ipynb", "dispatch_switches.ipynb"):
         nb = inject_parameters(nbformat.read(ROOT / "notebooks" / name, as_version=4), {"SIZE": TEST_SIZE})
+        for first, until in LEFT_OUT.get(name, ()):
+            nb.cells = _without_sections(nb.cells, first, until)
         nbformat.write(nb, work / name)
     for name, values in LAB_SETTINGS.items():
         f = tmp_path / "settings" / "@jupyterlab" / f"{name}.jupyterlab-settings"
