@@ -21,7 +21,6 @@ from flyexplore.insight.autotune import capture_autotune
 from flyexplore.insight.case_trace import trace_columns
 from flyexplore.insight.trace import Trace, from_kernels
 from flyexplore.insight.trace import trace as run_trace
-from flyexplore.measure.timing import cpu_threads
 from flyexplore.ops.base import ERR_TOL, Case, Operator, RunContext
 
 
@@ -65,13 +64,12 @@ def build_first(op: Operator, case: Case, dtype: str, bk, ctx: RunContext, input
     ``input_columns``, autotune decisions, output)``; the decisions are captured only when
     ``traced``; ``output`` is the first call's output when ``keep_output`` (an environment A/B
     compares it across environments), else None. ``first_ms``: wall time of the first call, ms.
-    On the CPU the build and the first call run with the timing's intra-op threads
-    (:func:`flyexplore.measure.timing.cpu_threads`), so that the code compiled is the code timed."""
+    Its callers run it, as the timed calls, with the timing's intra-op threads on the CPU
+    (:func:`flyexplore.measure.timing.cpu_threads`: :meth:`flyexplore.run.place.CaseHost.answer`,
+    :func:`flyexplore.run.cases.measure_one`), so that the code compiled is the code timed."""
     import contextlib
 
-    # the first call with the timing's intra-op threads on the CPU: Dynamo guards on the thread
-    # count, so code compiled with another count would be compiled again for the timed calls
-    with cpu_threads(ctx.gpu), (capture_autotune() if traced else contextlib.nullcontext([])) as decisions:
+    with (capture_autotune() if traced else contextlib.nullcontext([])) as decisions:
         fn = bk.build(case, dtype, inputs, ctx)
         t0 = time.perf_counter()
         outv = fn()
